@@ -1,0 +1,22 @@
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+torch.set_num_threads(2)
+
+
+@pytest.fixture(scope="session")
+def gpt2_pair():
+    from models import tiny_gpt2
+
+    return tiny_gpt2(seed=1, num_layers=3), tiny_gpt2(seed=2, num_layers=1, width=32)
+
+
+@pytest.fixture(scope="session")
+def llama_pair():
+    from models import tiny_llama
+
+    return tiny_llama(seed=3, num_layers=3), tiny_llama(seed=4, num_layers=1, width=32)

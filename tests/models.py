@@ -1,0 +1,47 @@
+"""Tiny random-initialised causal LMs built inside the tests (no download, float32, CPU)."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+from cascade.runner import ModelRunner
+
+VOCAB_SIZE = 96
+MAX_POSITIONS = 256
+
+
+def tiny_gpt2(seed: int, num_layers: int = 2, width: int = 64) -> ModelRunner:
+    torch.manual_seed(seed)
+    config = GPT2Config(
+        vocab_size=VOCAB_SIZE, n_positions=MAX_POSITIONS, n_embd=width, n_layer=num_layers,
+        n_head=4, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, initializer_range=0.2,
+        tie_word_embeddings=False,
+    )
+    return ModelRunner(GPT2LMHeadModel(config))
+
+
+def tiny_llama(seed: int, num_layers: int = 2, width: int = 64) -> ModelRunner:
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=VOCAB_SIZE, hidden_size=width, intermediate_size=2 * width,
+        num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=MAX_POSITIONS, initializer_range=0.2, tie_word_embeddings=False,
+    )
+    return ModelRunner(LlamaForCausalLM(config))
+
+
+def disagreeing_drafter(target: ModelRunner) -> ModelRunner:
+    """A copy of the target whose argmax is always the target's argmax + 1 (mod vocab)."""
+    model = copy.deepcopy(target.model)
+    head = model.get_output_embeddings()
+    head.weight.data = torch.roll(head.weight.data, shifts=1, dims=0)
+    return ModelRunner(model)
+
+
+def random_prompts(count: int, seed: int, min_len: int = 3, max_len: int = 12) -> list[list[int]]:
+    generator = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(min_len, max_len + 1, (count,), generator=generator).tolist()
+    return [torch.randint(0, VOCAB_SIZE, (n,), generator=generator).tolist() for n in lengths]
