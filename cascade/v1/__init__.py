@@ -1,0 +1,1 @@
+"""Generated from protos/cascade/v1; do not edit."""

@@ -1,0 +1,67 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class FinishReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FINISH_REASON_UNSPECIFIED: _ClassVar[FinishReason]
+    FINISH_REASON_STOP: _ClassVar[FinishReason]
+    FINISH_REASON_LENGTH: _ClassVar[FinishReason]
+FINISH_REASON_UNSPECIFIED: FinishReason
+FINISH_REASON_STOP: FinishReason
+FINISH_REASON_LENGTH: FinishReason
+
+class SamplingParams(_message.Message):
+    __slots__ = ("temperature", "top_k", "top_p", "seed", "max_new_tokens", "stop_token_ids")
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    TOP_P_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    MAX_NEW_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    STOP_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    temperature: float
+    top_k: int
+    top_p: float
+    seed: int
+    max_new_tokens: int
+    stop_token_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, temperature: _Optional[float] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., seed: _Optional[int] = ..., max_new_tokens: _Optional[int] = ..., stop_token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class DraftSettings(_message.Message):
+    __slots__ = ("num_draft_tokens", "max_proposal_tokens", "send_proposal", "min_confidence")
+    NUM_DRAFT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MAX_PROPOSAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    SEND_PROPOSAL_FIELD_NUMBER: _ClassVar[int]
+    MIN_CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
+    num_draft_tokens: int
+    max_proposal_tokens: int
+    send_proposal: bool
+    min_confidence: float
+    def __init__(self, num_draft_tokens: _Optional[int] = ..., max_proposal_tokens: _Optional[int] = ..., send_proposal: _Optional[bool] = ..., min_confidence: _Optional[float] = ...) -> None: ...
+
+class Round(_message.Message):
+    __slots__ = ("round", "tokens", "num_accepted", "num_drafted", "committed_len", "finish_reason", "draft_us", "verify_us", "round_us")
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    NUM_ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    NUM_DRAFTED_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_LEN_FIELD_NUMBER: _ClassVar[int]
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    DRAFT_US_FIELD_NUMBER: _ClassVar[int]
+    VERIFY_US_FIELD_NUMBER: _ClassVar[int]
+    ROUND_US_FIELD_NUMBER: _ClassVar[int]
+    round: int
+    tokens: _containers.RepeatedScalarFieldContainer[int]
+    num_accepted: int
+    num_drafted: int
+    committed_len: int
+    finish_reason: FinishReason
+    draft_us: int
+    verify_us: int
+    round_us: int
+    def __init__(self, round: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., num_accepted: _Optional[int] = ..., num_drafted: _Optional[int] = ..., committed_len: _Optional[int] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., draft_us: _Optional[int] = ..., verify_us: _Optional[int] = ..., round_us: _Optional[int] = ...) -> None: ...

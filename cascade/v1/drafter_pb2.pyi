@@ -1,0 +1,26 @@
+from cascade.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class RunSessionRequest(_message.Message):
+    __slots__ = ("session_id", "epoch", "context_tokens", "prompt_len", "sampling", "draft", "verifier_address")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_LEN_FIELD_NUMBER: _ClassVar[int]
+    SAMPLING_FIELD_NUMBER: _ClassVar[int]
+    DRAFT_FIELD_NUMBER: _ClassVar[int]
+    VERIFIER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    epoch: int
+    context_tokens: _containers.RepeatedScalarFieldContainer[int]
+    prompt_len: int
+    sampling: _common_pb2.SamplingParams
+    draft: _common_pb2.DraftSettings
+    verifier_address: str
+    def __init__(self, session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., context_tokens: _Optional[_Iterable[int]] = ..., prompt_len: _Optional[int] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., draft: _Optional[_Union[_common_pb2.DraftSettings, _Mapping]] = ..., verifier_address: _Optional[str] = ...) -> None: ...

@@ -1,0 +1,76 @@
+from cascade.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class VerifyRequest(_message.Message):
+    __slots__ = ("open", "block")
+    OPEN_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_FIELD_NUMBER: _ClassVar[int]
+    open: SessionOpen
+    block: DraftBlock
+    def __init__(self, open: _Optional[_Union[SessionOpen, _Mapping]] = ..., block: _Optional[_Union[DraftBlock, _Mapping]] = ...) -> None: ...
+
+class SessionOpen(_message.Message):
+    __slots__ = ("session_id", "epoch", "context_tokens", "prompt_len", "sampling")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_LEN_FIELD_NUMBER: _ClassVar[int]
+    SAMPLING_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    epoch: int
+    context_tokens: _containers.RepeatedScalarFieldContainer[int]
+    prompt_len: int
+    sampling: _common_pb2.SamplingParams
+    def __init__(self, session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., context_tokens: _Optional[_Iterable[int]] = ..., prompt_len: _Optional[int] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ...) -> None: ...
+
+class SparseDistribution(_message.Message):
+    __slots__ = ("token_ids", "probs")
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    PROBS_FIELD_NUMBER: _ClassVar[int]
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    probs: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., probs: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class DraftBlock(_message.Message):
+    __slots__ = ("session_id", "epoch", "round", "base_len", "tokens", "proposals", "draft_us")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    BASE_LEN_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PROPOSALS_FIELD_NUMBER: _ClassVar[int]
+    DRAFT_US_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    epoch: int
+    round: int
+    base_len: int
+    tokens: _containers.RepeatedScalarFieldContainer[int]
+    proposals: _containers.RepeatedCompositeFieldContainer[SparseDistribution]
+    draft_us: int
+    def __init__(self, session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., round: _Optional[int] = ..., base_len: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., proposals: _Optional[_Iterable[_Union[SparseDistribution, _Mapping]]] = ..., draft_us: _Optional[int] = ...) -> None: ...
+
+class Verdict(_message.Message):
+    __slots__ = ("session_id", "epoch", "round", "is_stale", "result")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    IS_STALE_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    epoch: int
+    round: int
+    is_stale: bool
+    result: _common_pb2.Round
+    def __init__(self, session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., round: _Optional[int] = ..., is_stale: _Optional[bool] = ..., result: _Optional[_Union[_common_pb2.Round, _Mapping]] = ...) -> None: ...
+
+class DecodeRequest(_message.Message):
+    __slots__ = ("session",)
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    session: SessionOpen
+    def __init__(self, session: _Optional[_Union[SessionOpen, _Mapping]] = ...) -> None: ...
