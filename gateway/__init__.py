@@ -1,0 +1,1 @@
+"""Gateway: the OpenAI-compatible HTTP API and gRPC Generate stream in front of Cascade."""

@@ -1,0 +1,43 @@
+"""What the gateway's API layers (HTTP, gRPC) need from the session orchestrator."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Protocol
+
+from cascade.types import FinishReason, SamplingParams
+
+
+class Overloaded(RuntimeError):
+    """No drafter or verifier can take the session now (HTTP 503, gRPC UNAVAILABLE)."""
+
+
+class GenerationFailed(RuntimeError):
+    """The session could not be completed, even after moving it (HTTP 500, gRPC INTERNAL)."""
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    prompt_tokens: list[int]
+    sampling: SamplingParams
+    num_draft_tokens: int
+    """Drafted tokens per round; 0 decodes on the verifier alone."""
+
+
+@dataclass(frozen=True)
+class GeneratedChunk:
+    """Tokens committed in one round (already stored in Redis when this is yielded)."""
+
+    session_id: str
+    token_ids: list[int]
+    num_accepted: int
+    """How many of token_ids (a prefix) were drafted and accepted."""
+    num_drafted: int
+    finish_reason: FinishReason | None
+
+
+class Generator(Protocol):
+    def generate(self, request: GenerationRequest) -> AsyncIterator[GeneratedChunk]:
+        """Stream the committed chunks of one generation; the last has a finish_reason."""
+        ...
