@@ -38,17 +38,26 @@ class InvalidDraft(ValueError):
 class VerifySession:
     """The target side of one generation."""
 
-    def __init__(self, runner: ModelRunner, prompt: list[int], params: SamplingParams) -> None:
-        if not prompt:
-            raise ValueError("prompt must contain at least one token")
-        if len(prompt) >= runner.max_length:
+    def __init__(
+        self,
+        runner: ModelRunner,
+        context: list[int],
+        params: SamplingParams,
+        prompt_len: int | None = None,
+    ) -> None:
+        """``context`` is the prompt followed by any tokens already committed (a moved session
+        resumes this way); ``prompt_len`` says where the prompt ends (default: all of it)."""
+        prompt_len = len(context) if prompt_len is None else prompt_len
+        if not 0 < prompt_len <= len(context):
+            raise ValueError(f"prompt_len must be in [1, {len(context)}], got {prompt_len}")
+        if len(context) >= runner.max_length:
             raise ValueError(
-                f"prompt has {len(prompt)} tokens; the model's context is {runner.max_length}"
+                f"context has {len(context)} tokens; the model's context is {runner.max_length}"
             )
         self.runner = runner
         self.params = params
-        self.prompt_len = len(prompt)
-        self.committed: list[int] = list(prompt)
+        self.prompt_len = prompt_len
+        self.committed: list[int] = list(context)
         self.kv = runner.new_session()
         self.finish_reason: FinishReason | None = None
         self.stats = SpecStats()

@@ -6,29 +6,16 @@ import torch
 from cascade.drafting import DraftConfig
 from cascade.loop import generate
 from cascade.types import FinishReason, SamplingParams
-from models import disagreeing_drafter, random_prompts
+from models import disagreeing_drafter, hf_greedy, random_prompts
 
 NUM_NEW = 24
 PROMPTS = random_prompts(20, seed=7)
 
 
-def hf_greedy(runner, prompt: list[int]) -> list[int]:
-    output = runner.model.generate(
-        torch.tensor([prompt]),
-        attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-        do_sample=False,
-        max_new_tokens=NUM_NEW,
-        min_new_tokens=NUM_NEW,
-        pad_token_id=0,
-        eos_token_id=None,
-    )
-    return output[0, len(prompt) :].tolist()
-
-
 @pytest.fixture(scope="module", params=["gpt2_pair", "llama_pair"])
 def pair_with_reference(request):
     target, drafter = request.getfixturevalue(request.param)
-    return target, drafter, [hf_greedy(target, p) for p in PROMPTS]
+    return target, drafter, [hf_greedy(target, p, NUM_NEW) for p in PROMPTS]
 
 
 @pytest.mark.parametrize("k", [1, 3, 5, 8])

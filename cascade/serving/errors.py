@@ -1,0 +1,90 @@
+"""One place that turns exceptions into gRPC status codes, for every service."""
+
+from __future__ import annotations
+
+import logging
+
+import grpc
+
+from cascade.verification import InvalidDraft
+
+log = logging.getLogger(__name__)
+
+
+class StaleEpoch(Exception):
+    """A message from an owner whose epoch has been superseded (FAILED_PRECONDITION)."""
+
+
+class Overloaded(Exception):
+    """The pod cannot take more work now (RESOURCE_EXHAUSTED)."""
+
+
+class Draining(Exception):
+    """The pod is shutting down and takes no new sessions (UNAVAILABLE)."""
+
+
+STATUS_FOR = (
+    (StaleEpoch, grpc.StatusCode.FAILED_PRECONDITION),
+    (InvalidDraft, grpc.StatusCode.INVALID_ARGUMENT),
+    (ValueError, grpc.StatusCode.INVALID_ARGUMENT),
+    (Overloaded, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (Draining, grpc.StatusCode.UNAVAILABLE),
+)
+
+
+def status_for(exc: BaseException) -> grpc.StatusCode:
+    for kind, code in STATUS_FOR:
+        if isinstance(exc, kind):
+            return code
+    if isinstance(exc, grpc.aio.AioRpcError):
+        return exc.code()  # a downstream call failed: pass its status on
+    return grpc.StatusCode.INTERNAL
+
+
+async def _abort(context: grpc.aio.ServicerContext, exc: Exception) -> None:
+    code = status_for(exc)
+    if code is grpc.StatusCode.INTERNAL:
+        log.exception("internal error", exc_info=exc)
+    details = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
+    await context.abort(code, details or type(exc).__name__)
+
+
+def _wrap_unary(behavior):
+    async def wrapped(request, context):
+        try:
+            return await behavior(request, context)
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - mapped to a status, never swallowed
+            await _abort(context, exc)
+
+    return wrapped
+
+
+def _wrap_stream(behavior):
+    async def wrapped(request, context):
+        try:
+            async for item in behavior(request, context):
+                yield item
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            await _abort(context, exc)
+
+    return wrapped
+
+
+class ErrorInterceptor(grpc.aio.ServerInterceptor):
+    """Maps exceptions raised by servicers to status codes with their message as details."""
+
+    async def intercept_service(self, continuation, handler_call_details):
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return None
+        if handler.unary_unary:
+            return handler._replace(unary_unary=_wrap_unary(handler.unary_unary))
+        if handler.stream_unary:
+            return handler._replace(stream_unary=_wrap_unary(handler.stream_unary))
+        if handler.unary_stream:
+            return handler._replace(unary_stream=_wrap_stream(handler.unary_stream))
+        return handler._replace(stream_stream=_wrap_stream(handler.stream_stream))

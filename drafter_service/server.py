@@ -1,0 +1,20 @@
+"""Build the drafter's gRPC service around a loaded drafter model."""
+
+from __future__ import annotations
+
+from cascade.runner import ModelRunner
+from cascade.serving.app import model_executor
+from cascade.serving.channels import ChannelPool
+from cascade.serving.server import GrpcService, ServiceBinding
+from cascade.v1 import drafter_pb2, drafter_pb2_grpc
+from drafter_service.servicer import DrafterServicer
+
+SERVICE_NAME = drafter_pb2.DESCRIPTOR.services_by_name["Drafter"].full_name
+
+
+def build_drafter(runner: ModelRunner, host: str = "127.0.0.1", port: int = 0,
+                  grace_s: float = 10.0) -> tuple[GrpcService, DrafterServicer]:
+    servicer = DrafterServicer(runner, model_executor(), ChannelPool())
+    binding = ServiceBinding(drafter_pb2_grpc.add_DrafterServicer_to_server, servicer,
+                             SERVICE_NAME)
+    return GrpcService([binding], host, port, grace_s), servicer

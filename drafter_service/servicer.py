@@ -1,0 +1,28 @@
+"""Thin gRPC servicer: a RunSession stream per session, run by SessionLoop."""
+
+from __future__ import annotations
+
+from concurrent.futures import Executor
+
+from cascade.runner import ModelRunner
+from cascade.serving.channels import ChannelPool
+from cascade.v1 import drafter_pb2_grpc
+from drafter_service.session_loop import SessionLoop
+
+
+class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
+    def __init__(self, runner: ModelRunner, executor: Executor, channels: ChannelPool) -> None:
+        self.runner, self.executor, self.channels = runner, executor, channels
+        self.num_active = 0
+
+    async def RunSession(self, request, context):
+        if not request.verifier_address:
+            raise ValueError("verifier_address must name the verifier (host:port)")
+        loop = SessionLoop(self.runner, self.executor, request)
+        channel = self.channels.get(request.verifier_address)
+        self.num_active += 1
+        try:
+            async for result in loop.run(channel, context.time_remaining()):
+                yield result
+        finally:
+            self.num_active -= 1

@@ -1,0 +1,133 @@
+"""Drafter and verifier as real gRPC servers on loopback, tiny models, float32."""
+
+import grpc
+import pytest
+
+from cascade.drafting import DraftConfig
+from cascade.loop import generate
+from cascade.types import SamplingParams
+from cascade.v1 import common_pb2, drafter_pb2, drafter_pb2_grpc, verifier_pb2, verifier_pb2_grpc
+from cascade.wire import draft_settings_to_pb, sampling_to_pb
+from drafter_service.server import build_drafter
+from models import hf_greedy, random_prompts
+from verifier_service.server import build_verifier
+
+
+@pytest.fixture
+async def services(gpt2_pair):
+    target, drafter = gpt2_pair
+    verifier, sessions = build_verifier(target, grace_s=1.0)
+    draft_service, _ = build_drafter(drafter, grace_s=1.0)
+    await verifier.start()
+    await draft_service.start()
+    yield verifier, draft_service, sessions
+    await draft_service.drain()
+    await verifier.drain()
+
+
+async def run_session(draft_address, verifier_address, prompt, params, k, epoch=1):
+    async with grpc.aio.insecure_channel(draft_address) as channel:
+        stub = drafter_pb2_grpc.DrafterStub(channel)
+        request = drafter_pb2.RunSessionRequest(
+            session_id="s1", epoch=epoch, context_tokens=prompt, prompt_len=len(prompt),
+            sampling=sampling_to_pb(params), draft=draft_settings_to_pb(DraftConfig(k)),
+            verifier_address=verifier_address)
+        return [r async for r in stub.RunSession(request, timeout=60)]
+
+
+@pytest.mark.parametrize("k", [1, 4])
+async def test_greedy_over_grpc_equals_target_greedy(services, gpt2_pair, k):
+    verifier, draft_service, _ = services
+    target, _ = gpt2_pair
+    params = SamplingParams(max_new_tokens=24)
+    for prompt in random_prompts(3, seed=31):
+        rounds = await run_session(draft_service.address, verifier.address, prompt, params, k)
+        tokens = [t for r in rounds for t in r.tokens]
+        assert tokens == hf_greedy(target, prompt)
+        assert rounds[-1].finish_reason == common_pb2.FINISH_REASON_LENGTH
+        assert rounds[-1].committed_len == len(prompt) + 24
+
+
+async def test_sampling_over_grpc_equals_in_process_loop(services, gpt2_pair):
+    verifier, draft_service, _ = services
+    target, drafter = gpt2_pair
+    prompt = random_prompts(1, seed=32)[0]
+    params = SamplingParams(temperature=0.9, top_p=0.95, seed=5, max_new_tokens=20)
+    rounds = await run_session(draft_service.address, verifier.address, prompt, params, 3)
+    expected = generate(target, prompt, params, drafter, DraftConfig(3)).tokens
+    assert [t for r in rounds for t in r.tokens] == expected
+
+
+def open_request(prompt, epoch):
+    return verifier_pb2.VerifyRequest(open=verifier_pb2.SessionOpen(
+        session_id="s2", epoch=epoch, context_tokens=prompt, prompt_len=len(prompt),
+        sampling=sampling_to_pb(SamplingParams(max_new_tokens=10))))
+
+
+def block_request(epoch, round_number, base_len, tokens):
+    return verifier_pb2.VerifyRequest(block=verifier_pb2.DraftBlock(
+        session_id="s2", epoch=epoch, round=round_number, base_len=base_len, tokens=tokens))
+
+
+async def test_stale_blocks_change_nothing(services):
+    verifier, _, sessions = services
+    prompt = random_prompts(1, seed=33)[0]
+    async with grpc.aio.insecure_channel(verifier.address) as channel:
+        call = verifier_pb2_grpc.VerifierStub(channel).Verify(timeout=30)
+        await call.write(open_request(prompt, epoch=3))
+        for stale in (block_request(2, 0, len(prompt), [1, 2]),  # old epoch
+                      block_request(3, 0, len(prompt) + 1, [1, 2])):  # wrong base_len
+            await call.write(stale)
+            verdict = await call.read()
+            assert verdict.is_stale and verdict.result.committed_len == len(prompt)
+            assert sessions.entries["s2"].session.committed == prompt
+        await call.write(block_request(3, 0, len(prompt), [1, 2]))
+        fresh = await call.read()
+        assert not fresh.is_stale and fresh.result.committed_len == len(prompt) + len(fresh.result.tokens)
+        await call.write(block_request(3, 0, len(prompt), [1, 2]))  # resent: same verdict again
+        assert await call.read() == fresh
+        assert len(sessions.entries["s2"].session.committed) == fresh.result.committed_len
+        await call.done_writing()
+
+
+async def test_older_epoch_cannot_open(services):
+    verifier, _, _ = services
+    prompt = random_prompts(1, seed=34)[0]
+    async with grpc.aio.insecure_channel(verifier.address) as channel:
+        stub = verifier_pb2_grpc.VerifierStub(channel)
+        newer = stub.Verify(timeout=30)
+        await newer.write(open_request(prompt, epoch=5))
+        await newer.write(block_request(5, 0, len(prompt), []))
+        await newer.read()
+        older = stub.Verify(timeout=30)
+        await older.write(open_request(prompt, epoch=4))
+        with pytest.raises(grpc.aio.AioRpcError) as failure:
+            await older.read()
+        assert failure.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        newer.cancel()
+
+
+async def test_decode_is_target_only_greedy(services, gpt2_pair):
+    verifier, _, _ = services
+    target, _ = gpt2_pair
+    prompt = random_prompts(1, seed=35)[0]
+    async with grpc.aio.insecure_channel(verifier.address) as channel:
+        stub = verifier_pb2_grpc.VerifierStub(channel)
+        request = verifier_pb2.DecodeRequest(session=open_request(prompt, 1).open)
+        request.session.sampling.max_new_tokens = 24
+        rounds = [r async for r in stub.Decode(request, timeout=60)]
+    assert [t for r in rounds for t in r.tokens] == hf_greedy(target, prompt)
+    assert all(r.num_drafted == 0 for r in rounds)
+
+
+async def test_bad_request_maps_to_invalid_argument(services):
+    _, draft_service, _ = services
+    async with grpc.aio.insecure_channel(draft_service.address) as channel:
+        stub = drafter_pb2_grpc.DrafterStub(channel)
+        request = drafter_pb2.RunSessionRequest(session_id="x", context_tokens=[1],
+                                                prompt_len=1, verifier_address="127.0.0.1:1")
+        request.sampling.top_p = 1.0  # max_new_tokens stays 0: out of range
+        with pytest.raises(grpc.aio.AioRpcError) as failure:
+            [r async for r in stub.RunSession(request, timeout=10)]
+        assert failure.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "max_new_tokens" in failure.value.details()
