@@ -6,10 +6,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
 
+from cascade.serving.errors import Unavailable
 from cascade.types import FinishReason, SamplingParams
 
 
-class Overloaded(RuntimeError):
+class Overloaded(Unavailable):
     """No drafter or verifier can take the session now (HTTP 503, gRPC UNAVAILABLE)."""
 
 

@@ -20,3 +20,23 @@ def llama_pair():
     from models import tiny_llama
 
     return tiny_llama(seed=3, num_layers=3), tiny_llama(seed=4, num_layers=1, width=32)
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory):
+    """A real redis-server on a free loopback port for the whole test session."""
+    from cascade.redis_server import RedisServer
+
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+async def redis_client(redis_server):
+    import redis.asyncio as redis
+
+    client = redis.from_url(redis_server.url)
+    await client.flushdb()
+    yield client
+    await client.aclose()

@@ -19,8 +19,8 @@ class Overloaded(Exception):
     """The pod cannot take more work now (RESOURCE_EXHAUSTED)."""
 
 
-class Draining(Exception):
-    """The pod is shutting down and takes no new sessions (UNAVAILABLE)."""
+class Unavailable(Exception):
+    """No pod can serve the request now: draining, or none alive (UNAVAILABLE)."""
 
 
 STATUS_FOR = (
@@ -28,7 +28,7 @@ STATUS_FOR = (
     (InvalidDraft, grpc.StatusCode.INVALID_ARGUMENT),
     (ValueError, grpc.StatusCode.INVALID_ARGUMENT),
     (Overloaded, grpc.StatusCode.RESOURCE_EXHAUSTED),
-    (Draining, grpc.StatusCode.UNAVAILABLE),
+    (Unavailable, grpc.StatusCode.UNAVAILABLE),
 )
 
 

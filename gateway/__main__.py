@@ -1,0 +1,34 @@
+"""python -m gateway --model DIR --redis-url redis://... [--port 8000] [--grpc-port 50050]"""
+
+from __future__ import annotations
+
+import asyncio
+
+import typer
+
+from cascade.serving.app import setup_process
+from gateway.server import GatewayConfig, serve
+
+cli = typer.Typer(add_completion=False)
+
+
+@cli.command()
+def main(
+    model: str = typer.Option(..., help="Target model folder (tokenizer, context length)."),
+    redis_url: str = typer.Option(..., help="Redis holding sessions and the pod registry."),
+    model_name: str = typer.Option("", help="Model name clients send (default: folder name)."),
+    host: str = typer.Option("127.0.0.1", help="Address to bind."),
+    port: int = typer.Option(8000, help="HTTP port (OpenAI-compatible API)."),
+    grpc_port: int = typer.Option(50050, help="gRPC port (cascade.v1.Gateway)."),
+    num_draft_tokens: int = typer.Option(4, help="Default drafted tokens per round (k)."),
+    max_tokens_limit: int = typer.Option(4096, help="Largest max_tokens a request may ask."),
+) -> None:
+    """Serve the OpenAI-compatible HTTP API and the gRPC Generate stream."""
+    setup_process(num_threads=1)
+    config = GatewayConfig(model, redis_url, model_name, host, port, grpc_port,
+                           num_draft_tokens, max_tokens_limit)
+    asyncio.run(serve(config))
+
+
+if __name__ == "__main__":
+    cli()

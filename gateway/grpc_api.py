@@ -1,0 +1,57 @@
+"""The gateway's gRPC Generate stream: tokenize, validate, run through the orchestrator."""
+
+from __future__ import annotations
+
+import secrets
+
+from cascade.types import SamplingParams
+from cascade.v1 import gateway_pb2, gateway_pb2_grpc
+from cascade.wire import FINISH_TO_PB
+from gateway.detokenize import TextStream
+from gateway.generation import GenerationRequest, Generator
+
+MAX_DRAFT_TOKENS = 32
+
+
+class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
+    def __init__(self, tokenizer, generator: Generator, model_name: str, context_length: int,
+                 default_num_draft_tokens: int) -> None:
+        self.tokenizer, self.generator = tokenizer, generator
+        self.model_name, self.context_length = model_name, context_length
+        self.default_k = default_num_draft_tokens
+
+    def _request(self, msg: gateway_pb2.GenerateRequest) -> GenerationRequest:
+        if msg.model and msg.model != self.model_name:
+            raise ValueError(f"model {msg.model!r} is not served; use {self.model_name!r}")
+        prompt = self.tokenizer(msg.prompt).input_ids
+        if not prompt:
+            raise ValueError("prompt must not be empty")
+        s = msg.sampling
+        total = len(prompt) + s.max_new_tokens
+        if total > self.context_length:
+            raise ValueError(f"prompt ({len(prompt)} tokens) + max_new_tokens "
+                             f"({s.max_new_tokens}) exceeds the context ({self.context_length})")
+        k = msg.num_draft_tokens if msg.HasField("num_draft_tokens") else self.default_k
+        if k > MAX_DRAFT_TOKENS:
+            raise ValueError(f"num_draft_tokens must be in [0, {MAX_DRAFT_TOKENS}], got {k}")
+        eos = self.tokenizer.eos_token_id
+        params = SamplingParams(
+            temperature=s.temperature, top_k=s.top_k, top_p=s.top_p or 1.0,
+            seed=s.seed or secrets.randbits(63), max_new_tokens=s.max_new_tokens,
+            stop_token_ids=tuple(s.stop_token_ids) or ((eos,) if eos is not None else ()))
+        return GenerationRequest(prompt, params, k)
+
+    async def Generate(self, request, context):
+        generation = self._request(request)
+        text = TextStream(self.tokenizer, stops=())
+        completion_tokens = 0
+        async for chunk in self.generator.generate(generation):
+            completion_tokens += len(chunk.token_ids)
+            is_last = chunk.finish_reason is not None
+            yield gateway_pb2.GenerateResponse(
+                session_id=chunk.session_id, text=text.add(chunk.token_ids, final=is_last),
+                token_ids=chunk.token_ids, num_accepted=chunk.num_accepted,
+                num_drafted=chunk.num_drafted, finish_reason=FINISH_TO_PB[chunk.finish_reason],
+                prompt_tokens=len(generation.prompt_tokens), completion_tokens=completion_tokens)
+
+

@@ -1,0 +1,139 @@
+"""The session orchestrator: assigns pods, persists every committed chunk, moves failed sessions.
+
+For each generation: pick the least-loaded drafter and verifier from the registry, create the
+session in Redis, and run it on the drafter (or on the verifier alone when k = 0 or no drafter
+is alive). Every round's tokens are appended to Redis (epoch- and length-checked) *before* they
+are yielded to the client. If a pod fails mid-stream, the pods that no longer answer health
+checks are excluded, the epoch is bumped, and the session restarts from its committed tokens on
+other pods; what the client already has is a prefix of the final output.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import grpc
+import redis.asyncio as redis
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from cascade.drafting import DraftConfig
+from cascade.serving.channels import ChannelPool
+from cascade.serving.registry import least_loaded
+from cascade.v1 import drafter_pb2, drafter_pb2_grpc, verifier_pb2, verifier_pb2_grpc
+from cascade.wire import FINISH_FROM_PB, draft_settings_to_pb, sampling_to_pb
+from gateway.generation import GeneratedChunk, GenerationFailed, GenerationRequest, Overloaded
+from gateway.session_store import SessionRecord, SessionStore
+
+log = logging.getLogger(__name__)
+RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN,
+             grpc.StatusCode.ABORTED, grpc.StatusCode.CANCELLED}
+
+
+@dataclass(frozen=True)
+class OrchestratorSettings:
+    max_attempts: int = 3
+    """Assignments tried per session (the first one plus moves after failures)."""
+    session_timeout_s: float = 600.0
+    """Deadline for one assignment's stream."""
+    max_proposal_tokens: int = 64
+    """Top-K cap of the sparse proposal drafters send."""
+
+
+@dataclass
+class _Assignment:
+    record: SessionRecord
+    epoch: int
+    drafter: str | None
+    verifier: str
+
+
+class Orchestrator:
+    def __init__(self, client: redis.Redis, store: SessionStore, channels: ChannelPool,
+                 settings: OrchestratorSettings = OrchestratorSettings()) -> None:
+        self.client, self.store, self.channels, self.settings = client, store, channels, settings
+
+    async def _pick(self, request: GenerationRequest, exclude: set[str]) -> tuple[str | None, str]:
+        verifier = await least_loaded(self.client, "verifier", exclude)
+        if verifier is None:
+            raise Overloaded("no verifier is available")
+        drafter = None
+        if request.num_draft_tokens > 0:
+            drafter = await least_loaded(self.client, "drafter", exclude)
+        return drafter, verifier
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[GeneratedChunk]:
+        drafter, verifier = await self._pick(request, set())
+        record = await self.store.create(request, drafter or "", verifier)
+        job = _Assignment(record, record.epoch, drafter, verifier)
+        generated: list[int] = []
+        for attempt in range(1, self.settings.max_attempts + 1):
+            try:
+                async for chunk in self._run(request, job, generated):
+                    yield chunk
+                return
+            except (grpc.aio.AioRpcError, ConnectionError) as exc:
+                await self._recover(request, job, exc, attempt)
+
+    async def _run(self, request, job: _Assignment, generated: list[int]):
+        call = self._rounds(request, job, generated)
+        try:
+            async for result in call:
+                tokens = list(result.tokens)
+                await self.store.append(job.record.session_id, job.epoch, len(generated), tokens)
+                generated.extend(tokens)
+                finish = FINISH_FROM_PB[result.finish_reason]
+                yield GeneratedChunk(job.record.session_id, tokens, result.num_accepted,
+                                     result.num_drafted, finish)
+                if finish is not None:
+                    await self.store.finish(job.record.session_id, job.epoch, "finished")
+                    return
+        finally:
+            call.cancel()  # the client went away, or the stream failed: free the pods' work
+        raise ConnectionError("the session stream ended before the generation finished")
+
+    def _rounds(self, request: GenerationRequest, job: _Assignment, generated: list[int]):
+        session = verifier_pb2.SessionOpen(
+            session_id=job.record.session_id, epoch=job.epoch,
+            context_tokens=request.prompt_tokens + generated, prompt_len=job.record.prompt_len,
+            sampling=sampling_to_pb(request.sampling))
+        timeout = self.settings.session_timeout_s
+        if job.drafter is None:
+            stub = verifier_pb2_grpc.VerifierStub(self.channels.get(job.verifier))
+            return stub.Decode(verifier_pb2.DecodeRequest(session=session), timeout=timeout)
+        draft = draft_settings_to_pb(DraftConfig(
+            request.num_draft_tokens, self.settings.max_proposal_tokens))
+        run = drafter_pb2.RunSessionRequest(
+            session_id=session.session_id, epoch=session.epoch,
+            context_tokens=session.context_tokens, prompt_len=session.prompt_len,
+            sampling=session.sampling, draft=draft, verifier_address=job.verifier)
+        stub = drafter_pb2_grpc.DrafterStub(self.channels.get(job.drafter))
+        return stub.RunSession(run, timeout=timeout)
+
+    async def _recover(self, request, job: _Assignment, exc: Exception, attempt: int) -> None:
+        code = exc.code() if isinstance(exc, grpc.aio.AioRpcError) else grpc.StatusCode.UNAVAILABLE
+        log.warning("session %s attempt %d failed: %s", job.record.session_id, attempt, exc)
+        if code not in RETRYABLE or attempt == self.settings.max_attempts:
+            await self._give_up(job)
+            raise GenerationFailed(f"session {job.record.session_id} failed: {code.name}") from exc
+        dead = {a for a in (job.drafter, job.verifier) if a and not await self._is_serving(a)}
+        job.drafter, job.verifier = await self._pick(request, dead)
+        job.epoch = await self.store.reassign(
+            job.record.session_id, job.epoch, job.drafter or "", job.verifier)
+
+    async def _give_up(self, job: _Assignment) -> None:
+        try:
+            await self.store.finish(job.record.session_id, job.epoch, "failed")
+        except Exception as exc:  # noqa: BLE001 - the original failure is what matters
+            log.warning("could not mark session failed: %s", exc)
+
+    async def _is_serving(self, address: str) -> bool:
+        stub = health_pb2_grpc.HealthStub(self.channels.get(address))
+        try:
+            reply = await stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0)
+        except grpc.aio.AioRpcError:
+            return False
+        return reply.status == health_pb2.HealthCheckResponse.SERVING
+
+

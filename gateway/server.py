@@ -1,0 +1,75 @@
+"""Assemble and run the gateway: HTTP (uvicorn) and gRPC Generate in one event loop."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import redis.asyncio as redis
+import uvicorn
+from transformers import AutoConfig, AutoTokenizer
+
+from cascade.serving.channels import ChannelPool
+from cascade.serving.registry import live_pods
+from cascade.serving.server import GrpcService, ServiceBinding
+from cascade.v1 import gateway_pb2, gateway_pb2_grpc
+from gateway.grpc_api import GatewayServicer
+from gateway.http_app import HttpSettings, create_app
+from gateway.orchestrator import Orchestrator
+from gateway.session_store import SessionStore
+
+log = logging.getLogger("gateway")
+SERVICE_NAME = gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].full_name
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    model: str
+    """Folder (or hub name) of the target model: its tokenizer and context length are used."""
+    redis_url: str
+    model_name: str = ""
+    """Name clients send as `model`; defaults to the folder's last part."""
+    host: str = "127.0.0.1"
+    port: int = 8000
+    grpc_port: int = 50050
+    default_num_draft_tokens: int = 4
+    max_tokens_limit: int = 4096
+
+
+def context_length(model: str) -> int:
+    config = AutoConfig.from_pretrained(model)
+    return getattr(config, "max_position_embeddings", None) or config.n_positions
+
+
+def build_gateway(config: GatewayConfig, client: redis.Redis):
+    """Returns (FastAPI app, GrpcService) sharing one orchestrator."""
+    tokenizer = AutoTokenizer.from_pretrained(config.model)
+    name = config.model_name or config.model.rstrip("/").split("/")[-1]
+    settings = HttpSettings(model_name=name, context_length=context_length(config.model),
+                            max_tokens_limit=config.max_tokens_limit,
+                            default_num_draft_tokens=config.default_num_draft_tokens)
+    orchestrator = Orchestrator(client, SessionStore(client), ChannelPool())
+
+    async def ready() -> bool:
+        return bool(await live_pods(client, "verifier"))
+
+    app = create_app(settings, tokenizer, orchestrator, ready=ready)
+    servicer = GatewayServicer(tokenizer, orchestrator, name, settings.context_length,
+                               config.default_num_draft_tokens)
+    binding = ServiceBinding(gateway_pb2_grpc.add_GatewayServicer_to_server, servicer,
+                             SERVICE_NAME)
+    return app, GrpcService([binding], config.host, config.grpc_port)
+
+
+async def serve(config: GatewayConfig) -> None:
+    client = redis.from_url(config.redis_url)
+    app, grpc_service = build_gateway(config, client)
+    await grpc_service.start()
+    server = uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port,
+                                           log_level="warning", lifespan="off"))
+    log.info("gateway HTTP on %s:%d, gRPC on %s", config.host, config.port, grpc_service.address)
+    try:
+        await server.serve()  # returns after SIGINT/SIGTERM, once in-flight requests ended
+    finally:
+        await grpc_service.drain()
+        await client.aclose()

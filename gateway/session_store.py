@@ -1,0 +1,113 @@
+"""Session state in Redis: the record, the committed tokens, and epoch fencing.
+
+Keys (the {session_id} hash tag keeps both in one Redis Cluster slot, so the Lua scripts may touch
+both atomically):
+
+- ``cascade:session:{id}`` hash: request (JSON), status, drafter, verifier, epoch, prompt_len.
+- ``cascade:session:{id}:tokens`` list: generated token ids, in order.
+
+Every write goes through a Lua script that first checks the epoch, so an owner that was paused
+and replaced cannot write after the new one took over. Appends also check the expected length,
+so a chunk is never stored twice or out of order. Everything carries a TTL.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import asdict, dataclass
+
+import redis.asyncio as redis
+
+from cascade.serving.errors import StaleEpoch
+from gateway.generation import GenerationRequest
+
+APPEND_SCRIPT = """
+if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return -1 end
+if redis.call('LLEN', KEYS[2]) ~= tonumber(ARGV[2]) then return -2 end
+redis.call('RPUSH', KEYS[2], unpack(ARGV, 4))
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+redis.call('EXPIRE', KEYS[2], ARGV[3])
+return redis.call('LLEN', KEYS[2])
+"""
+
+SET_IF_EPOCH_SCRIPT = """
+if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV, 3))
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+return 1
+"""
+
+REASSIGN_SCRIPT = """
+if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return -1 end
+local epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
+redis.call('HSET', KEYS[1], 'drafter', ARGV[2], 'verifier', ARGV[3])
+return epoch
+"""
+
+
+class LengthMismatch(RuntimeError):
+    """The stored token count differs from what the writer expected (nothing was written)."""
+
+
+@dataclass(frozen=True)
+class SessionRecord:
+    session_id: str
+    epoch: int
+    prompt_len: int
+
+
+def _keys(session_id: str) -> tuple[str, str]:
+    base = f"cascade:session:{{{session_id}}}"
+    return base, f"{base}:tokens"
+
+
+class SessionStore:
+    def __init__(self, client: redis.Redis, ttl_s: int = 3600) -> None:
+        self.client, self.ttl_s = client, ttl_s
+        self._append = client.register_script(APPEND_SCRIPT)
+        self._set_if_epoch = client.register_script(SET_IF_EPOCH_SCRIPT)
+        self._reassign = client.register_script(REASSIGN_SCRIPT)
+
+    async def create(self, request: GenerationRequest, drafter: str, verifier: str) -> SessionRecord:
+        session_id = secrets.token_hex(12)
+        record_key, _ = _keys(session_id)
+        body = {"prompt_tokens": request.prompt_tokens, "sampling": asdict(request.sampling),
+                "num_draft_tokens": request.num_draft_tokens}
+        mapping = {"request": json.dumps(body), "status": "running", "epoch": 1,
+                   "prompt_len": len(request.prompt_tokens), "drafter": drafter,
+                   "verifier": verifier}
+        async with self.client.pipeline(transaction=True) as pipe:
+            pipe.hset(record_key, mapping=mapping).expire(record_key, self.ttl_s)
+            await pipe.execute()
+        return SessionRecord(session_id, 1, len(request.prompt_tokens))
+
+    async def append(self, session_id: str, epoch: int, expected_len: int, tokens: list[int]) -> int:
+        """Append generated tokens if the epoch and length match; returns the new length."""
+        result = await self._append(keys=_keys(session_id),
+                                    args=[epoch, expected_len, self.ttl_s, *tokens])
+        if result == -1:
+            raise StaleEpoch(f"session {session_id}: epoch {epoch} is no longer current")
+        if result == -2:
+            raise LengthMismatch(f"session {session_id}: expected {expected_len} stored tokens")
+        return int(result)
+
+    async def finish(self, session_id: str, epoch: int, status: str) -> None:
+        record_key, _ = _keys(session_id)
+        if not await self._set_if_epoch(keys=[record_key], args=[epoch, self.ttl_s, "status", status]):
+            raise StaleEpoch(f"session {session_id}: epoch {epoch} is no longer current")
+
+    async def reassign(self, session_id: str, epoch: int, drafter: str, verifier: str) -> int:
+        """Bump the epoch (fencing out the old assignment) and record the new pods."""
+        record_key, _ = _keys(session_id)
+        result = await self._reassign(keys=[record_key], args=[epoch, drafter, verifier])
+        if result == -1:
+            raise StaleEpoch(f"session {session_id}: epoch {epoch} is no longer current")
+        return int(result)
+
+    async def tokens(self, session_id: str) -> list[int]:
+        return [int(t) for t in await self.client.lrange(_keys(session_id)[1], 0, -1)]
+
+    async def record(self, session_id: str) -> dict[str, str]:
+        raw = await self.client.hgetall(_keys(session_id)[0])
+        return {k.decode(): v.decode() for k, v in raw.items()}

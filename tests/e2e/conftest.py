@@ -1,0 +1,69 @@
+"""A whole cluster in one event loop: real Redis, verifier and drafter gRPC servers on loopback,
+the gateway's HTTP app under uvicorn and its gRPC service. Models: the tiny default pair."""
+
+import asyncio
+from pathlib import Path
+
+import pytest
+import redis.asyncio as redis
+import uvicorn
+
+from cascade.redis_server import free_port
+from cascade.runner import ModelRunner, ModelSpec
+from cascade.serving.registry import Heartbeat
+from cascade.tiny_models import build_tiny_pair
+from drafter_service.server import build_drafter
+from gateway.server import GatewayConfig, build_gateway
+from verifier_service.server import build_verifier
+
+
+@pytest.fixture(scope="session")
+def tiny_pair_dirs(tmp_path_factory) -> tuple[Path, Path]:
+    return build_tiny_pair(tmp_path_factory.mktemp("models"))
+
+
+@pytest.fixture(scope="session")
+def tiny_runners(tiny_pair_dirs):
+    target_dir, drafter_dir = tiny_pair_dirs
+    return ModelRunner.load(ModelSpec(str(target_dir))), ModelRunner.load(ModelSpec(str(drafter_dir)))
+
+
+class Cluster:
+    def __init__(self, http_url, grpc_address, client, target, services):
+        self.http_url, self.grpc_address = http_url, grpc_address
+        self.client, self.target, self.services = client, target, services
+
+
+async def _start_pod(service, role, client, load):
+    await service.start()
+    service.heartbeat = Heartbeat(client, role, service.address, load)
+    await service.heartbeat.start()
+    return service
+
+
+@pytest.fixture
+async def cluster(redis_server, tiny_pair_dirs, tiny_runners):
+    target, drafter = tiny_runners
+    client = redis.from_url(redis_server.url)
+    await client.flushdb()
+    verifier, sessions = build_verifier(target, grace_s=1.0)
+    draft_service, servicer = build_drafter(drafter, grace_s=1.0)
+    await _start_pod(verifier, "verifier", client, lambda: sessions.num_active)
+    await _start_pod(draft_service, "drafter", client, lambda: servicer.num_active)
+    config = GatewayConfig(str(tiny_pair_dirs[0]), redis_server.url, "tiny", grpc_port=0,
+                           max_tokens_limit=256)
+    app, gateway_grpc = build_gateway(config, client)
+    await gateway_grpc.start()
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                           lifespan="off"))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    yield Cluster(f"http://127.0.0.1:{port}", gateway_grpc.address, client, target,
+                  {"verifier": verifier, "drafter": draft_service})
+    server.should_exit = True
+    await task
+    for service in (gateway_grpc, draft_service, verifier):
+        await service.drain()
+    await client.aclose()

@@ -1,0 +1,84 @@
+"""Through the gateway's HTTP API: output equals the target's plain greedy decoding."""
+
+import grpc
+import httpx
+import openai
+import pytest
+
+from cascade.v1 import gateway_pb2, gateway_pb2_grpc
+from models import hf_greedy
+
+PROMPTS = [
+    "def main():", "import os\n", "class Config:", "The quick brown fox", "for i in range(",
+    "return self.", "# Compute the", "if __name__ ==", "with open(path) as f:", "x = [1, 2,",
+]
+MAX_TOKENS = 12
+
+
+def expected_tokens(cluster, prompt: str) -> list[int]:
+    tokenizer = cluster.target.tokenizer
+    ids = hf_greedy(cluster.target, tokenizer(prompt).input_ids, MAX_TOKENS)
+    eos = tokenizer.eos_token_id
+    return ids[: ids.index(eos) + 1] if eos in ids else ids
+
+
+async def clear_sessions(cluster) -> None:
+    async for key in cluster.client.scan_iter(match="cascade:session:*"):
+        await cluster.client.delete(key)
+
+
+async def stored_tokens(cluster) -> list[list[int]]:
+    keys = sorted([k async for k in cluster.client.scan_iter(match="cascade:session:*:tokens")])
+    return [[int(t) for t in await cluster.client.lrange(k, 0, -1)] for k in keys]
+
+
+@pytest.mark.parametrize("k", [1, 4])
+async def test_http_greedy_equals_target_greedy(cluster, k):
+    tokenizer = cluster.target.tokenizer
+    async with httpx.AsyncClient(base_url=cluster.http_url, timeout=60) as http:
+        for prompt in PROMPTS:
+            await clear_sessions(cluster)
+            body = {"model": "tiny", "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0,
+                    "num_draft_tokens": k}
+            response = await http.post("/v1/completions", json=body)
+            assert response.status_code == 200, response.text
+            expected = expected_tokens(cluster, prompt)
+            choice = response.json()["choices"][0]
+            assert choice["text"] == tokenizer.decode(expected, skip_special_tokens=True)
+            assert await stored_tokens(cluster) == [expected]  # Redis holds what was sent
+            assert response.json()["usage"]["completion_tokens"] == len(expected)
+
+
+async def test_openai_client_streaming_matches_non_streaming(cluster):
+    client = openai.AsyncOpenAI(base_url=f"{cluster.http_url}/v1", api_key="unused")
+    args = dict(model="tiny", prompt="def main():", max_tokens=MAX_TOKENS, temperature=0)
+    full = await client.completions.create(**args)
+    chunks = [c async for c in await client.completions.create(stream=True, **args)]
+    streamed = "".join(c.choices[0].text for c in chunks if c.choices)
+    assert streamed == full.choices[0].text
+    assert chunks[-1].choices[0].finish_reason in {"stop", "length"}
+    await client.close()
+
+
+async def test_grpc_generate_reports_accepted_tokens(cluster):
+    async with grpc.aio.insecure_channel(cluster.grpc_address) as channel:
+        stub = gateway_pb2_grpc.GatewayStub(channel)
+        request = gateway_pb2.GenerateRequest(prompt="import os\n", num_draft_tokens=3)
+        request.sampling.max_new_tokens = MAX_TOKENS
+        responses = [r async for r in stub.Generate(request, timeout=60)]
+    tokens = [t for r in responses for t in r.token_ids]
+    assert tokens == expected_tokens(cluster, "import os\n")
+    assert all(r.num_accepted < len(r.token_ids) for r in responses)
+    assert responses[-1].finish_reason != 0 and responses[-1].completion_tokens == len(tokens)
+
+
+async def test_no_drafter_alive_falls_back_to_verifier(cluster):
+    await cluster.services["drafter"].drain()
+    async with httpx.AsyncClient(base_url=cluster.http_url, timeout=60) as http:
+        body = {"model": "tiny", "prompt": "class Config:", "max_tokens": MAX_TOKENS,
+                "temperature": 0}
+        response = await http.post("/v1/completions", json=body)
+    assert response.status_code == 200, response.text
+    expected = expected_tokens(cluster, "class Config:")
+    assert response.json()["choices"][0]["text"] == cluster.target.tokenizer.decode(
+        expected, skip_special_tokens=True)

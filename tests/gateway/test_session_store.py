@@ -1,0 +1,47 @@
+"""Session state against a real Redis server: fencing, ordering, TTLs."""
+
+import pytest
+
+from cascade.serving.errors import StaleEpoch
+from cascade.types import SamplingParams
+from gateway.generation import GenerationRequest
+from gateway.session_store import LengthMismatch, SessionStore
+
+REQUEST = GenerationRequest([5, 6, 7], SamplingParams(max_new_tokens=8), 4)
+
+
+async def test_append_checks_epoch_and_length(redis_client):
+    store = SessionStore(redis_client, ttl_s=60)
+    record = await store.create(REQUEST, "d:1", "v:1")
+    assert await store.append(record.session_id, 1, 0, [1, 2]) == 2
+    with pytest.raises(LengthMismatch):
+        await store.append(record.session_id, 1, 0, [1, 2])  # a replayed chunk
+    with pytest.raises(StaleEpoch):
+        await store.append(record.session_id, 0, 2, [3])
+    assert await store.tokens(record.session_id) == [1, 2]
+
+
+async def test_reassign_fences_out_the_old_owner(redis_client):
+    store = SessionStore(redis_client, ttl_s=60)
+    record = await store.create(REQUEST, "d:1", "v:1")
+    new_epoch = await store.reassign(record.session_id, 1, "d:2", "v:1")
+    assert new_epoch == 2
+    with pytest.raises(StaleEpoch):
+        await store.append(record.session_id, 1, 0, [9])  # the paused old owner
+    with pytest.raises(StaleEpoch):
+        await store.reassign(record.session_id, 1, "d:3", "v:1")
+    await store.append(record.session_id, 2, 0, [4])
+    await store.finish(record.session_id, 2, "finished")
+    saved = await store.record(record.session_id)
+    assert saved["drafter"] == "d:2" and saved["status"] == "finished" and saved["epoch"] == "2"
+    assert await store.tokens(record.session_id) == [4]
+
+
+async def test_everything_expires(redis_client):
+    store = SessionStore(redis_client, ttl_s=30)
+    record = await store.create(REQUEST, "d:1", "v:1")
+    await store.append(record.session_id, 1, 0, [1])
+    keys = [k async for k in redis_client.scan_iter(match="cascade:session:*")]
+    assert len(keys) == 2
+    for key in keys:
+        assert 0 < await redis_client.ttl(key) <= 30
