@@ -36,6 +36,12 @@ class GeneratedChunk:
     """How many of token_ids (a prefix) were drafted and accepted."""
     num_drafted: int
     finish_reason: FinishReason | None
+    draft_us: int = 0
+    """Drafting time of the round (microseconds)."""
+    verify_us: int = 0
+    """Target forward pass plus acceptance (microseconds)."""
+    round_us: int = 0
+    """Round wall time seen by the drafter, drafting included (microseconds)."""
 
 
 class Generator(Protocol):

@@ -47,11 +47,14 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         completion_tokens = 0
         async for chunk in self.generator.generate(generation):
             completion_tokens += len(chunk.token_ids)
-            is_last = chunk.finish_reason is not None
+            accepted = text.add(chunk.token_ids[: chunk.num_accepted])
+            chosen = text.add(chunk.token_ids[chunk.num_accepted :],
+                              final=chunk.finish_reason is not None)
             yield gateway_pb2.GenerateResponse(
-                session_id=chunk.session_id, text=text.add(chunk.token_ids, final=is_last),
+                session_id=chunk.session_id, text=accepted + chosen, accepted_text=accepted,
                 token_ids=chunk.token_ids, num_accepted=chunk.num_accepted,
                 num_drafted=chunk.num_drafted, finish_reason=FINISH_TO_PB[chunk.finish_reason],
-                prompt_tokens=len(generation.prompt_tokens), completion_tokens=completion_tokens)
+                prompt_tokens=len(generation.prompt_tokens), completion_tokens=completion_tokens,
+                draft_us=chunk.draft_us, verify_us=chunk.verify_us, round_us=chunk.round_us)
 
 

@@ -85,7 +85,8 @@ class Orchestrator:
                 generated.extend(tokens)
                 finish = FINISH_FROM_PB[result.finish_reason]
                 yield GeneratedChunk(job.record.session_id, tokens, result.num_accepted,
-                                     result.num_drafted, finish)
+                                     result.num_drafted, finish, result.draft_us,
+                                     result.verify_us, result.round_us)
                 if finish is not None:
                     await self.store.finish(job.record.session_id, job.epoch, "finished")
                     return

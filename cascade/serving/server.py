@@ -38,12 +38,8 @@ class GrpcService:
                  grace_s: float = 10.0) -> None:
         self.bindings, self.host, self.port, self.grace_s = bindings, host, port, grace_s
         self.heartbeat: Heartbeat | None = None
-        self.health = health.aio.HealthServicer()
-        self.server = grpc.aio.server(
-            interceptors=[ErrorInterceptor()],
-            options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)],
-        )
+        self.health: health.aio.HealthServicer | None = None
+        self.server: grpc.aio.Server | None = None
         self.is_draining = False
 
     @property
@@ -51,7 +47,15 @@ class GrpcService:
         return f"{self.host}:{self.port}"
 
     async def start(self) -> int:
-        """Binds, starts serving and marks every service SERVING; returns the bound port."""
+        """Binds, starts serving and marks every service SERVING; returns the bound port.
+
+        The server is created here, inside the running event loop it will serve on."""
+        self.health = health.aio.HealthServicer()
+        self.server = grpc.aio.server(
+            interceptors=[ErrorInterceptor()],
+            options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)],
+        )
         for binding in self.bindings:
             binding.add(binding.servicer, self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
@@ -69,7 +73,7 @@ class GrpcService:
 
     async def drain(self) -> None:
         """Stop taking work, let in-flight streams finish within the grace period, stop."""
-        if self.is_draining:
+        if self.is_draining or self.server is None:
             return
         self.is_draining = True
         await self.health.enter_graceful_shutdown()

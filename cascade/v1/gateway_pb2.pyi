@@ -20,7 +20,7 @@ class GenerateRequest(_message.Message):
     def __init__(self, model: _Optional[str] = ..., prompt: _Optional[str] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., num_draft_tokens: _Optional[int] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
-    __slots__ = ("session_id", "text", "token_ids", "num_accepted", "num_drafted", "finish_reason", "prompt_tokens", "completion_tokens")
+    __slots__ = ("session_id", "text", "token_ids", "num_accepted", "num_drafted", "finish_reason", "prompt_tokens", "completion_tokens", "accepted_text", "draft_us", "verify_us", "round_us")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
@@ -29,6 +29,10 @@ class GenerateResponse(_message.Message):
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTED_TEXT_FIELD_NUMBER: _ClassVar[int]
+    DRAFT_US_FIELD_NUMBER: _ClassVar[int]
+    VERIFY_US_FIELD_NUMBER: _ClassVar[int]
+    ROUND_US_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     text: str
     token_ids: _containers.RepeatedScalarFieldContainer[int]
@@ -37,4 +41,8 @@ class GenerateResponse(_message.Message):
     finish_reason: _common_pb2.FinishReason
     prompt_tokens: int
     completion_tokens: int
-    def __init__(self, session_id: _Optional[str] = ..., text: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., num_accepted: _Optional[int] = ..., num_drafted: _Optional[int] = ..., finish_reason: _Optional[_Union[_common_pb2.FinishReason, str]] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ...) -> None: ...
+    accepted_text: str
+    draft_us: int
+    verify_us: int
+    round_us: int
+    def __init__(self, session_id: _Optional[str] = ..., text: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., num_accepted: _Optional[int] = ..., num_drafted: _Optional[int] = ..., finish_reason: _Optional[_Union[_common_pb2.FinishReason, str]] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., accepted_text: _Optional[str] = ..., draft_us: _Optional[int] = ..., verify_us: _Optional[int] = ..., round_us: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,149 @@
+"""OpenAI-style errors: the ``{"error": {...}}`` body, status codes and FastAPI handlers.
+
+OpenAI answers malformed requests with 400 (never FastAPI's 422), so clients and SDKs that
+branch on OpenAI's codes behave the same against Cascade.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from gateway.generation import GenerationFailed, Overloaded
+
+log = logging.getLogger(__name__)
+
+DEFAULT_RETRY_AFTER_S = 1
+"""Retry-After sent with 503 when the orchestrator gives no better hint."""
+
+
+class APIError(Exception):
+    """An error the gateway reports to the client as it is (status, message, param, code)."""
+
+    def __init__(
+        self,
+        status_code: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.message = message
+        self.type = type
+        self.param = param
+        self.code = code
+        self.headers = headers
+
+
+def bad_request(message: str, param: str | None = None, code: str | None = None) -> APIError:
+    return APIError(400, message, param=param, code=code)
+
+
+def model_not_found(model: str) -> APIError:
+    return APIError(
+        404,
+        f"The model '{model}' does not exist.",
+        param="model",
+        code="model_not_found",
+    )
+
+
+def error_body(
+    message: str, type: str, param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+def as_api_error(exc: BaseException) -> APIError:
+    """Maps any exception to what the client sees; unexpected ones hide their details."""
+    if isinstance(exc, APIError):
+        return exc
+    if isinstance(exc, Overloaded):
+        retry_after = getattr(exc, "retry_after", None) or DEFAULT_RETRY_AFTER_S
+        return APIError(
+            503,
+            str(exc) or "The server is overloaded; please retry later.",
+            type="server_error",
+            code="overloaded",
+            headers={"Retry-After": str(max(1, round(retry_after)))},
+        )
+    if isinstance(exc, GenerationFailed):
+        return APIError(500, str(exc) or "Generation failed.", type="server_error")
+    log.exception("unexpected error while generating", exc_info=exc)
+    message = "The server had an error while processing the request."
+    return APIError(500, message, type="server_error")
+
+
+def error_response(exc: BaseException) -> JSONResponse:
+    err = as_api_error(exc)
+    body = error_body(err.message, err.type, err.param, err.code)
+    return JSONResponse(body, status_code=err.status_code, headers=err.headers)
+
+
+def describe_validation_error(errors: Sequence[Any]) -> tuple[str, str | None]:
+    """The message and param for pydantic's first error, naming the field and what is allowed."""
+    if not errors:
+        return "Invalid request.", None
+    err = errors[0]
+    loc = [part for part in err.get("loc", ()) if part != "body"]
+    param = _param_name(loc)
+    kind = err.get("type", "")
+    if kind == "json_invalid":
+        detail = err.get("ctx", {}).get("error", "")
+        return f"The request body is not valid JSON ({detail}).", None
+    if param is None:
+        if kind == "missing":
+            return "The request body is missing; send a JSON object.", None
+        return "The request body must be a JSON object (Content-Type: application/json).", None
+    if kind == "missing":
+        return f"Missing required parameter: '{param}'.", param
+    if kind == "value_error" and "error" in err.get("ctx", {}):
+        return f"Invalid value for '{param}': {err['ctx']['error']}.", param
+    got = repr(err.get("input"))
+    got = got if len(got) <= 80 else got[:77] + "..."
+    return f"Invalid value for '{param}': {err.get('msg', 'invalid')} (got {got}).", param
+
+
+def _param_name(loc: Sequence[Any]) -> str | None:
+    """("messages", 0, "content") -> "messages[0].content"."""
+    name = ""
+    for part in loc:
+        if isinstance(part, int):
+            name += f"[{part}]"
+        else:
+            name += f".{part}" if name else str(part)
+    return name or None
+
+
+async def _validation_handler(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    message, param = describe_validation_error(exc.errors())
+    return JSONResponse(error_body(message, "invalid_request_error", param), status_code=400)
+
+
+async def _http_exception_handler(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    body = error_body(str(exc.detail), "invalid_request_error")
+    return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+
+
+async def _api_error_handler(_: Request, exc: Exception) -> JSONResponse:
+    return error_response(exc)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Routes every error the HTTP layer raises to an OpenAI-shaped response."""
+    app.add_exception_handler(RequestValidationError, _validation_handler)
+    app.add_exception_handler(StarletteHTTPException, _http_exception_handler)
+    for exc_type in (APIError, Overloaded, GenerationFailed):
+        app.add_exception_handler(exc_type, _api_error_handler)

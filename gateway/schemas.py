@@ -1,0 +1,213 @@
+"""OpenAI request models and response builders for /v1/completions and /v1/chat/completions.
+
+Requests accept and ignore fields Cascade does not use (OpenAI clients send ``user``,
+``logprobs: null`` and the like), so off-the-shelf clients work unchanged. Responses are plain
+dicts shaped exactly like OpenAI's, built by small functions rather than response models, so the
+JSON on the wire is easy to compare with OpenAI's documentation.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+MAX_STOP_STRINGS = 4
+MAX_NUM_DRAFT_TOKENS = 32
+
+
+class _Lenient(BaseModel):
+    """Ignores unknown fields and treats an explicit null like an absent field (as OpenAI does)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_nulls(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            return {key: value for key, value in data.items() if value is not None}
+        return data
+
+
+class StreamOptions(_Lenient):
+    include_usage: bool = False
+    """Send a last chunk with empty choices and the usage before [DONE]."""
+
+
+class GenerationFields(_Lenient):
+    """Fields shared by completions and chat completions."""
+
+    model: str
+    temperature: float = Field(1.0, ge=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    seed: int | None = Field(None, ge=-(2**63), lt=2**64)
+    stop: list[str] = Field(default_factory=list, max_length=MAX_STOP_STRINGS)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    n: int = 1
+    num_draft_tokens: int | None = Field(None, ge=0, le=MAX_NUM_DRAFT_TOKENS)
+    """Cascade extension (OpenAI clients send it via extra_body): drafted tokens per round."""
+    top_k: int = Field(0, ge=0)
+    """Cascade extension: keep only the k most likely tokens; 0 keeps all."""
+
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _stop_as_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [value]
+        if isinstance(value, list) and all(isinstance(item, str) for item in value):
+            return value
+        raise ValueError(f"must be a string or a list of up to {MAX_STOP_STRINGS} strings")
+
+    @field_validator("n")
+    @classmethod
+    def _only_one_choice(cls, value: int) -> int:
+        if value != 1:
+            raise ValueError(f"only n=1 is supported, got {value}")
+        return value
+
+    @property
+    def include_usage(self) -> bool:
+        return self.stream_options is not None and self.stream_options.include_usage
+
+
+class CompletionRequest(GenerationFields):
+    """POST /v1/completions."""
+
+    prompt: Any
+    """A string, or a list holding one string (token-id prompts and batches are rejected)."""
+    max_tokens: int = 16
+    """OpenAI's default for completions."""
+
+    @field_validator("prompt")
+    @classmethod
+    def _one_text_prompt(cls, value: Any) -> str:
+        if isinstance(value, list) and len(value) == 1:
+            value = value[0]
+        if not isinstance(value, str):
+            raise ValueError(
+                "must be a string or a list holding one string "
+                "(token-id prompts and several prompts per request are not supported)"
+            )
+        if not value:
+            raise ValueError("must not be empty")
+        return value
+
+
+class ChatMessage(_Lenient):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str
+    """A string; a list of text parts ({"type": "text", "text": ...}) is joined into one."""
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _join_text_parts(cls, value: Any) -> Any:
+        if not isinstance(value, list):
+            return value
+        if all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+               for p in value):
+            return "".join(part["text"] for part in value)
+        raise ValueError('must be a string or a list of {"type": "text", "text": ...} parts')
+
+
+class ChatCompletionRequest(GenerationFields):
+    """POST /v1/chat/completions."""
+
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_tokens: int | None = None
+    """None generates up to the server's limit (or what the context has left)."""
+    max_completion_tokens: int | None = None
+    """Newer OpenAI name for max_tokens; wins when both are given."""
+
+    @property
+    def requested_max_tokens(self) -> int | None:
+        if self.max_completion_tokens is not None:
+            return self.max_completion_tokens
+        return self.max_tokens
+
+    def template_messages(self) -> list[dict[str, str]]:
+        return [{"role": m.role, "content": m.content} for m in self.messages]
+
+
+# ----- responses -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ResponseMeta:
+    """The id, created time and model every object (and chunk) of one response shares."""
+
+    id: str
+    created: int
+    model: str
+
+    @classmethod
+    def new(cls, prefix: Literal["cmpl", "chatcmpl"], model: str) -> ResponseMeta:
+        return cls(id=f"{prefix}-{uuid.uuid4().hex}", created=int(time.time()), model=model)
+
+    def header(self, object_type: str) -> dict[str, Any]:
+        return {"id": self.id, "object": object_type, "created": self.created, "model": self.model}
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+
+
+def completion_response(
+    meta: ResponseMeta, text: str, finish_reason: str, usage_: dict[str, int]
+) -> dict[str, Any]:
+    choice = {"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": None}
+    return {**meta.header("text_completion"), "choices": [choice], "usage": usage_}
+
+
+def completion_chunk(
+    meta: ResponseMeta, text: str, finish_reason: str | None, include_usage: bool
+) -> dict[str, Any]:
+    choice = {"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": None}
+    return _chunk(meta.header("text_completion"), choice, include_usage)
+
+
+def chat_response(
+    meta: ResponseMeta, content: str, finish_reason: str, usage_: dict[str, int]
+) -> dict[str, Any]:
+    choice = {
+        "index": 0,
+        "message": {"role": "assistant", "content": content},
+        "finish_reason": finish_reason,
+        "logprobs": None,
+    }
+    return {**meta.header("chat.completion"), "choices": [choice], "usage": usage_}
+
+
+def chat_chunk(
+    meta: ResponseMeta, delta: dict[str, str], finish_reason: str | None, include_usage: bool
+) -> dict[str, Any]:
+    """delta is {"role": "assistant", "content": ""} first, then {"content": ...}, and {} last."""
+    choice = {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}
+    return _chunk(meta.header("chat.completion.chunk"), choice, include_usage)
+
+
+def usage_chunk(meta: ResponseMeta, object_type: str, usage_: dict[str, int]) -> dict[str, Any]:
+    """The last chunk when stream_options.include_usage is set: no choices, only the usage."""
+    return {**meta.header(object_type), "choices": [], "usage": usage_}
+
+
+def _chunk(header: dict[str, Any], choice: dict[str, Any], include_usage: bool) -> dict[str, Any]:
+    chunk = {**header, "choices": [choice]}
+    if include_usage:
+        chunk["usage"] = None  # OpenAI sends null usage on every chunk but the last
+    return chunk
+
+
+def model_card(model_name: str, created: int) -> dict[str, Any]:
+    return {"id": model_name, "object": "model", "created": created, "owned_by": "cascade"}
+
+
+def model_list(model_name: str, created: int) -> dict[str, Any]:
+    return {"object": "list", "data": [model_card(model_name, created)]}

@@ -1,0 +1,144 @@
+"""From generated chunks to text deltas, and from events to an OpenAI-style SSE response."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from starlette.responses import StreamingResponse
+from starlette.types import Send
+
+from cascade.types import FinishReason
+from gateway.detokenize import Decoder, TextStream
+from gateway.errors import as_api_error, error_body, error_response
+from gateway.generation import GenerationFailed, GenerationRequest, Generator
+
+log = logging.getLogger(__name__)
+
+FINISH_REASONS = {FinishReason.STOP: "stop", FinishReason.LENGTH: "length"}
+DONE_EVENT = "data: [DONE]\n\n"
+CLOSE_TIMEOUT_S = 5.0
+"""How long closing an abandoned generation may take before the gateway stops waiting."""
+
+
+@dataclass(frozen=True)
+class Delta:
+    """New visible text after one chunk; the last delta has a finish_reason."""
+
+    text: str
+    finish_reason: str | None
+    completion_tokens: int
+    """Generated tokens consumed so far (including any the stop string cut off)."""
+
+
+async def generate_text(
+    generator: Generator, request: GenerationRequest, tokenizer: Decoder, stops: Sequence[str]
+) -> AsyncIterator[Delta]:
+    """One Delta per generated chunk; a stop string ends it early and closes the generation."""
+    text = TextStream(tokenizer, stops)
+    chunks = generator.generate(request)
+    consumed, last = 0, None
+    try:
+        async for chunk in chunks:
+            if last is not None:
+                break  # nothing counts after the chunk that carried the finish_reason
+            consumed += len(chunk.token_ids)
+            final = chunk.finish_reason is not None
+            visible = text.add(chunk.token_ids, final=final)
+            if text.stopped:
+                yield Delta(visible, "stop", consumed)
+                return
+            if final:  # let the generator run to its end before the last delta goes out
+                last = Delta(visible, FINISH_REASONS[FinishReason(chunk.finish_reason)], consumed)
+                continue
+            yield Delta(visible, None, consumed)
+    finally:
+        await _close(chunks)
+    if last is None:
+        raise GenerationFailed("The generation ended without a finish reason.")
+    yield last
+
+
+async def _close(chunks: Any) -> None:
+    """Closes the orchestrator's stream so it releases the session, even on a cancelled request."""
+    aclose = getattr(chunks, "aclose", None)
+    if aclose is not None:
+        with anyio.move_on_after(CLOSE_TIMEOUT_S, shield=True):
+            await aclose()
+
+
+async def collect(deltas: AsyncIterator[Delta]) -> tuple[str, str, int]:
+    """(text, finish_reason, completion_tokens) of a whole generation, for non-streamed replies."""
+    parts: list[str] = []
+    last: Delta | None = None
+    async for delta in deltas:
+        parts.append(delta.text)
+        last = delta
+    if last is None or last.finish_reason is None:
+        raise GenerationFailed("The generation ended without a finish reason.")
+    return "".join(parts), last.finish_reason, last.completion_tokens
+
+
+def sse_event(payload: dict[str, Any]) -> str:
+    """One server-sent event exactly as OpenAI frames it: ``data: {json}`` and a blank line."""
+    return f"data: {json.dumps(payload, ensure_ascii=False, separators=(',', ':'))}\n\n"
+
+
+class EventStreamResponse(StreamingResponse):
+    """SSE with OpenAI's framing: the given events, then ``data: [DONE]``; no pings, no ids.
+
+    Headers go out only once the first event exists, so a request refused before any output
+    (overloaded, failed) still gets a real status code. Later errors become an error event.
+    """
+
+    media_type = "text/event-stream"
+
+    def __init__(self, events: AsyncIterator[str]) -> None:
+        super().__init__(events, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        self._events = events
+
+    async def stream_response(self, send: Send) -> None:
+        try:
+            try:
+                first = await anext(self._events, None)
+            except Exception as exc:
+                await self._send_error_response(send, exc)
+                return
+            start = {"type": "http.response.start", "status": self.status_code}
+            await send({**start, "headers": self.raw_headers})
+            if first is not None:
+                await self._send(send, first)
+                await self._send_rest(send)
+            await self._send(send, DONE_EVENT)
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            with anyio.move_on_after(CLOSE_TIMEOUT_S, shield=True):
+                await self._events.aclose()  # type: ignore[attr-defined]
+
+    async def _send_rest(self, send: Send) -> None:
+        while True:
+            try:
+                event = await anext(self._events)
+            except StopAsyncIteration:
+                return
+            except Exception as exc:  # the status is already sent: report it in the stream
+                err = as_api_error(exc)
+                event = sse_event(error_body(err.message, err.type, err.param, err.code))
+                await self._send(send, event)
+                return
+            await self._send(send, event)
+
+    @staticmethod
+    async def _send(send: Send, event: str) -> None:
+        await send({"type": "http.response.body", "body": event.encode("utf-8"), "more_body": True})
+
+    @staticmethod
+    async def _send_error_response(send: Send, exc: Exception) -> None:
+        response = error_response(exc)
+        start = {"type": "http.response.start", "status": response.status_code}
+        await send({**start, "headers": response.raw_headers})
+        await send({"type": "http.response.body", "body": response.body, "more_body": False})
