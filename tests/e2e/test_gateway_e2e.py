@@ -15,9 +15,9 @@ PROMPTS = [
 MAX_TOKENS = 12
 
 
-def expected_tokens(cluster, prompt: str) -> list[int]:
+def expected_tokens(cluster, prompt: str, max_tokens: int = MAX_TOKENS) -> list[int]:
     tokenizer = cluster.target.tokenizer
-    ids = hf_greedy(cluster.target, tokenizer(prompt).input_ids, MAX_TOKENS)
+    ids = hf_greedy(cluster.target, tokenizer(prompt).input_ids, max_tokens)
     eos = tokenizer.eos_token_id
     return ids[: ids.index(eos) + 1] if eos in ids else ids
 
