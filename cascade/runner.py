@@ -8,12 +8,48 @@ exactly a given token sequence in one forward pass, reusing the longest common p
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedModel
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+VOCAB_MAP_FILE = "cascade_vocab.json"
+
+
+class VocabMap:
+    """A drafter with a restricted vocabulary (FR-Spec): its rows are a subset of the target's.
+
+    Local row i stands for target token ``token_ids[i]``; one extra last row stands for every
+    target token outside the subset when it appears as input. Logits are expanded back to the
+    target's vocabulary (-inf outside the subset), so callers never see local ids.
+    """
+
+    def __init__(self, token_ids: list[int], target_vocab_size: int) -> None:
+        self.target_vocab_size = target_vocab_size
+        self.to_target = torch.tensor(token_ids, dtype=torch.long)  # [local]
+        self.unknown = len(token_ids)
+        self.to_local = torch.full((target_vocab_size,), self.unknown, dtype=torch.long)
+        self.to_local[self.to_target] = torch.arange(len(token_ids))
+
+    @classmethod
+    def load(cls, folder: Path) -> "VocabMap | None":
+        path = folder / VOCAB_MAP_FILE
+        if not path.exists():
+            return None
+        data = json.loads(path.read_text())
+        return cls(data["token_ids"], data["target_vocab_size"])
+
+    def save(self, folder: Path) -> None:
+        data = {"target_vocab_size": self.target_vocab_size, "token_ids": self.to_target.tolist()}
+        (folder / VOCAB_MAP_FILE).write_text(json.dumps(data))
+
+    def expand(self, logits: torch.Tensor) -> torch.Tensor:
+        """[n, local+1] -> [n, target vocab]; the unknown row is dropped."""
+        full = logits.new_full((logits.shape[0], self.target_vocab_size), float("-inf"))
+        return full.index_copy_(1, self.to_target, logits[:, : self.unknown])
 
 
 @dataclass(frozen=True)
@@ -34,9 +70,11 @@ class ModelSpec:
 class ModelRunner:
     """A causal LM in eval mode plus its tokenizer (if any); hands out per-session caches."""
 
-    def __init__(self, model: PreTrainedModel, tokenizer=None) -> None:
+    def __init__(self, model: PreTrainedModel, tokenizer=None,
+                 vocab_map: VocabMap | None = None) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
+        self.vocab_map = vocab_map
         self.device = next(model.parameters()).device
 
     @classmethod
@@ -45,11 +83,13 @@ class ModelRunner:
             spec.name_or_path, dtype=DTYPES[spec.dtype]
         ).to(spec.device)
         tokenizer = AutoTokenizer.from_pretrained(spec.name_or_path)
-        return cls(model, tokenizer)
+        return cls(model, tokenizer, VocabMap.load(Path(spec.name_or_path)))
 
     @property
     def vocab_size(self) -> int:
         """Width of the logits (may exceed the tokenizer's length)."""
+        if self.vocab_map is not None:
+            return self.vocab_map.target_vocab_size
         return self.model.get_output_embeddings().weight.shape[0]
 
     @property
@@ -74,10 +114,13 @@ class KVSession:
         """Feed tokens; returns float32 logits [n, vocab] for the last ``num_logits`` (0 = all)."""
         assert token_ids, "extend needs at least one token"
         start, count = len(self.tokens), len(token_ids)
-        device = self.runner.device
+        device, vocab_map = self.runner.device, self.runner.vocab_map
         positions = torch.arange(start, start + count, device=device)
+        input_ids = torch.tensor([token_ids])
+        if vocab_map is not None:
+            input_ids = vocab_map.to_local[input_ids]
         output = self.runner.model(
-            input_ids=torch.tensor([token_ids], device=device),
+            input_ids=input_ids.to(device),
             position_ids=positions.unsqueeze(0),
             cache_position=positions,
             past_key_values=self.cache,
@@ -85,7 +128,8 @@ class KVSession:
             logits_to_keep=num_logits,
         )
         self.tokens.extend(token_ids)
-        return output.logits[0].float().cpu()
+        logits = output.logits[0].float().cpu()
+        return logits if vocab_map is None else vocab_map.expand(logits)
 
     def rollback(self, length: int) -> None:
         """Forget every position at or after ``length``."""

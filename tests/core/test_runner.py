@@ -41,3 +41,25 @@ def test_forward_to_reuses_common_prefix_and_returns_requested_logits(gpt2_pair)
     again = session.forward_to(tokens, num_logits=1)  # already cached: refeeds the last token
     torch.testing.assert_close(again[0], expected[-1], atol=1e-5, rtol=1e-4)
     assert session.tokens == tokens
+
+
+def test_restricted_vocabulary_maps_inputs_and_expands_logits(tmp_path):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from cascade.runner import ModelRunner, VocabMap
+
+    kept = [3, 7, 11, 20]  # target ids the drafter knows; local row 4 = anything else
+    vocab_map = VocabMap(kept, target_vocab_size=32)
+    vocab_map.save(tmp_path)
+    loaded = VocabMap.load(tmp_path)
+    assert loaded.to_target.tolist() == kept and loaded.target_vocab_size == 32
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=5, n_positions=16, n_embd=16, n_layer=1, n_head=2))
+    runner = ModelRunner(model, vocab_map=loaded)
+    assert runner.vocab_size == 32
+    logits = runner.new_session().extend([7, 25, 20])
+    local = model(torch.tensor([[1, 4, 3]])).logits[0]
+    assert logits.shape == (3, 32)
+    torch.testing.assert_close(logits[:, kept], local[:, :4])
+    others = [i for i in range(32) if i not in kept]
+    assert torch.isinf(logits[:, others]).all()
