@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> Table:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     if not (args.target and args.drafter):
-        from cascade.cli import default_models_dir
+        from cascade.cli_models import default_models_dir
         from cascade.tiny_models import build_tiny_pair
 
         args.target, args.drafter = build_tiny_pair(default_models_dir() / "tiny")

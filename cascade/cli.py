@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import statistics
 from pathlib import Path
 
@@ -10,18 +9,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from cascade.cli_models import default_models_dir, distill, models_app
 from cascade.client import GenerationSummary, stream_generation
 from cascade.local_cluster import ClusterConfig, LocalCluster
 
 app = typer.Typer(add_completion=False, help="Cascade: speculative decoding across machines.")
-models_app = typer.Typer(add_completion=False, help="Build or locate model pairs.")
 app.add_typer(models_app, name="models")
+app.command()(distill)
 console = Console()
-
-
-def default_models_dir() -> Path:
-    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(cache) / "cascade" / "models"
 
 
 def _default_pair(target: Path | None, drafter: Path | None) -> tuple[Path, Path]:
@@ -31,15 +26,6 @@ def _default_pair(target: Path | None, drafter: Path | None) -> tuple[Path, Path
 
     with console.status("building the tiny default model pair (first use only)"):
         return build_tiny_pair(default_models_dir() / "tiny")
-
-
-@models_app.command("tiny")
-def models_tiny(out: Path = typer.Option(None, help="Folder (default: the user cache).")) -> None:
-    """Build the tiny random-weight pair (tokenizer trained on the stdlib) used by default."""
-    from cascade.tiny_models import build_tiny_pair
-
-    target, drafter = build_tiny_pair(out or default_models_dir() / "tiny")
-    console.print(f"target: {target}\ndrafter: {drafter}")
 
 
 TARGET_OPT = typer.Option(None, help="Target model folder (default: the tiny pair).")

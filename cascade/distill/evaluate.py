@@ -1,0 +1,72 @@
+"""Measure a drafter against its target: greedy acceptance at draft length k on held-out
+prompts (with the real speculative loop), cost per token of each model, and the speedup."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+
+from cascade.distill.prompts import prompt_set
+from cascade.distill.teacher import encode_prompts
+from cascade.drafting import DraftConfig
+from cascade.loop import generate
+from cascade.runner import ModelRunner
+from cascade.types import SamplingParams
+
+
+@dataclass(frozen=True)
+class PairReport:
+    acceptance: float
+    """Accepted / drafted tokens over all prompts (greedy, draft length k)."""
+    per_prompt: list[float]
+    target_ms: float
+    """Target forward pass, 1 token after 128 cached (median)."""
+    drafter_ms: float
+    speculative_tokens_per_s: float
+    target_only_tokens_per_s: float
+
+    @property
+    def cost_ratio(self) -> float:
+        return self.drafter_ms / self.target_ms
+
+    @property
+    def speedup(self) -> float:
+        return self.speculative_tokens_per_s / self.target_only_tokens_per_s
+
+
+def per_token_ms(runner: ModelRunner, context: int = 128, repeats: int = 30) -> float:
+    session = runner.new_session()
+    session.extend(list(range(100, 100 + context)))
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        session.extend([100])
+        times.append(time.perf_counter() - started)
+        session.rollback(context)
+    return statistics.median(times) * 1000
+
+
+def evaluate_pair(target: ModelRunner, drafter: ModelRunner, num_prompts: int = 12,
+                  max_new_tokens: int = 64, k: int = 4) -> PairReport:
+    prompts = encode_prompts(target.tokenizer, prompt_set(held_out=True)[:num_prompts])
+    eos = target.tokenizer.eos_token_id
+    params = SamplingParams(max_new_tokens=max_new_tokens,
+                            stop_token_ids=(eos,) if eos is not None else ())
+    per_prompt, accepted, drafted = [], 0, 0
+    spec_tokens = base_tokens = 0
+    spec_s = base_s = 0.0
+    for prompt in prompts:
+        spec = generate(target, prompt, params, drafter, DraftConfig(k))
+        base = generate(target, prompt, params)
+        accepted += spec.stats.num_accepted_tokens
+        drafted += spec.stats.num_draft_tokens
+        per_prompt.append(spec.stats.acceptance_rate)
+        spec_tokens, spec_s = spec_tokens + len(spec.tokens), spec_s + spec.elapsed_s
+        base_tokens, base_s = base_tokens + len(base.tokens), base_s + base.elapsed_s
+    with torch.inference_mode():
+        target_ms, drafter_ms = per_token_ms(target), per_token_ms(drafter)
+    return PairReport(accepted / max(drafted, 1), per_prompt, target_ms, drafter_ms,
+                      spec_tokens / spec_s, base_tokens / base_s)

@@ -1,0 +1,85 @@
+"""The prompt set the target answers to make distillation data: chat, explanation, code, writing.
+
+Prompts are templates crossed with subjects. Subjects are split by a stable hash, so held-out
+prompts (for measuring acceptance) share no subject with training prompts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+
+TEMPLATES = {
+    "explain": ["Explain {} in simple terms.", "What is {}?", "How does {} work?",
+                "Can you give me a short introduction to {}?", "Why is {} important?",
+                "What are the main ideas behind {}?"],
+    "advice": ["Give me three tips for {}.", "What is a good way to get started with {}?",
+               "What mistakes should I avoid when {}?", "How can I get better at {}?"],
+    "code": ["Write a Python function to {}.", "How do I {} in Python?",
+             "Show me a short Python example to {}.", "Write a JavaScript function to {}."],
+    "writing": ["Write a short poem about {}.", "Write a friendly email about {}.",
+                "Write a two-sentence story about {}.", "Summarize the idea of {} in one paragraph."],
+}
+
+SUBJECTS = {
+    "explain": [
+        "photosynthesis", "gravity", "the water cycle", "black holes", "inflation", "vaccines",
+        "the internet", "machine learning", "neural networks", "climate change", "democracy",
+        "the stock market", "electricity", "DNA", "the immune system", "plate tectonics",
+        "compound interest", "the French Revolution", "blockchain", "quantum computing",
+        "renewable energy", "the solar system", "evolution", "supply and demand", "encryption",
+        "the human heart", "volcanoes", "rainbows", "the moon's phases", "antibiotics",
+        "operating systems", "databases", "recursion", "the speed of light", "magnetism",
+        "sleep", "nutrition", "the Roman Empire", "the printing press", "jet engines",
+        "batteries", "earthquakes", "tides", "memory in the brain", "GPS", "weather forecasts",
+    ],
+    "advice": [
+        "learning a new language", "running a marathon", "saving money", "public speaking",
+        "studying for exams", "cooking at home", "working from home", "learning to code",
+        "writing a resume", "gardening", "taking better photos", "staying focused",
+        "making new friends", "traveling on a budget", "reading more books", "learning guitar",
+        "sleeping better", "managing stress", "job interviews", "starting a small business",
+        "keeping a journal", "drinking more water", "hiking safely", "baking bread",
+        "organizing a closet", "negotiating a salary", "learning chess", "painting",
+    ],
+    "code": [
+        "reverse a string", "check if a number is prime", "sort a list of numbers",
+        "count the words in a sentence", "read a file line by line", "find the maximum in a list",
+        "compute the factorial of a number", "return the Fibonacci sequence",
+        "remove duplicates from a list", "check if a string is a palindrome",
+        "merge two dictionaries", "convert Celsius to Fahrenheit", "flatten a nested list",
+        "find the most common element in a list", "validate an email address",
+        "compute the average of a list", "reverse the words in a sentence",
+        "capitalize every word", "count vowels in a string", "find the second largest number",
+        "check if two strings are anagrams", "generate a random password",
+        "parse a date string", "sum the digits of a number", "find common elements of two lists",
+        "convert a list to a comma separated string", "compute the greatest common divisor",
+        "check for balanced parentheses",
+    ],
+    "writing": [
+        "the ocean", "autumn leaves", "a rainy day", "friendship", "a cup of coffee",
+        "the city at night", "a lost cat", "the first day of school", "mountains", "the stars",
+        "a birthday party", "an old library", "a summer picnic", "a train journey", "snow",
+        "a team meeting", "a new job", "a garden in spring", "the sunrise", "a quiet forest",
+    ],
+}
+
+
+def _is_held_out(subject: str, fraction: float) -> bool:
+    digest = hashlib.sha256(subject.encode()).digest()
+    return digest[0] / 256 < fraction
+
+
+def prompt_set(held_out: bool, fraction: float = 0.15, seed: int = 0) -> list[str]:
+    """Training prompts (held_out=False) or held-out prompts, shuffled with ``seed``."""
+    prompts = [template.format(subject)
+               for kind, templates in TEMPLATES.items()
+               for subject in SUBJECTS[kind] if _is_held_out(subject, fraction) == held_out
+               for template in templates]
+    random.Random(seed).shuffle(prompts)
+    return prompts
+
+
+def chat_messages(prompt: str) -> list[dict[str, str]]:
+    """As the gateway's chat endpoint sends it: one user turn, the template's own system prompt."""
+    return [{"role": "user", "content": prompt}]
