@@ -8,9 +8,11 @@ the drafter needs no notion of what the verifier accepted beyond the tokens them
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 
 import torch
 
+from cascade.ngram import ngram_propose
 from cascade.runner import ModelRunner
 from cascade.sampling import (
     STREAM_DRAFT,
@@ -22,6 +24,15 @@ from cascade.sampling import (
 from cascade.types import DraftBlock, SamplingParams
 
 MAX_DRAFT_TOKENS = 32
+
+
+class DraftMethod(str, Enum):
+    MODEL = "model"
+    """The drafter model proposes every block."""
+    NGRAM = "ngram"
+    """Prompt lookup only: copy what followed the last match of the context's suffix."""
+    NGRAM_THEN_MODEL = "ngram_then_model"
+    """Prompt lookup when it finds a match, else the drafter model."""
 
 
 @dataclass(frozen=True)
@@ -36,6 +47,11 @@ class DraftConfig:
     """Send q with sampled drafts; without it the verifier treats q as a point mass."""
     min_confidence: float = 0.0
     """Stop a block early when the drafter's top probability falls below this, in [0, 1)."""
+    method: DraftMethod = DraftMethod.MODEL
+    ngram_max_n: int = 4
+    """Longest context suffix prompt lookup tries to match."""
+    ngram_min_n: int = 2
+    """Shortest suffix it accepts as a match, in [1, ngram_max_n]."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.num_draft_tokens <= MAX_DRAFT_TOKENS:
@@ -48,21 +64,40 @@ class DraftConfig:
             )
         if not 0.0 <= self.min_confidence < 1.0:
             raise ValueError(f"min_confidence must be in [0, 1), got {self.min_confidence}")
+        if not 1 <= self.ngram_min_n <= self.ngram_max_n:
+            raise ValueError(f"need 1 <= ngram_min_n <= ngram_max_n, got "
+                             f"{self.ngram_min_n} and {self.ngram_max_n}")
+        object.__setattr__(self, "method", DraftMethod(self.method))
+
+    @property
+    def uses_model(self) -> bool:
+        return self.method is not DraftMethod.NGRAM
 
 
 class DraftSession:
     """Drafts blocks for one generation with the drafter model's own KV cache."""
 
-    def __init__(self, runner: ModelRunner, params: SamplingParams, config: DraftConfig) -> None:
+    def __init__(self, runner: ModelRunner | None, params: SamplingParams,
+                 config: DraftConfig) -> None:
+        if runner is None and config.uses_model:
+            raise ValueError(f"draft method {config.method.value} needs a drafter model")
         self.params = params
         self.config = config
-        self.kv = runner.new_session()
+        self.kv = runner.new_session() if runner is not None else None
 
     def propose(self, committed: list[int], num_tokens: int | None = None) -> DraftBlock:
         """Draft up to ``num_tokens`` (default: the configured k) tokens after ``committed``."""
         k = self.config.num_draft_tokens if num_tokens is None else num_tokens
         if k == 0:
             return DraftBlock(tokens=[])
+        if self.config.method is not DraftMethod.MODEL:
+            c = self.config
+            copied = ngram_propose(committed, k, c.ngram_max_n, c.ngram_min_n)
+            if copied or not c.uses_model:
+                return DraftBlock(tokens=copied)  # no q: verified as a point mass (lossless)
+        return self._propose_with_model(committed, k)
+
+    def _propose_with_model(self, committed: list[int], k: int) -> DraftBlock:
         logits = self.kv.forward_to(committed)[-1]  # [vocab]
         tokens, q_ids, q_probs = [], [], []
         for i in range(k):

@@ -47,7 +47,8 @@ def speculative_rounds(
     config = config or DraftConfig()
     timing = timing if timing is not None else RoundTiming()
     verifier = VerifySession(target, prompt, params)
-    drafts = DraftSession(drafter, params, config) if drafter and config.num_draft_tokens else None
+    wants_drafts = config.num_draft_tokens > 0 and (drafter is not None or not config.uses_model)
+    drafts = DraftSession(drafter, params, config) if wants_drafts else None
     while not verifier.is_finished:
         started = time.perf_counter()
         num_tokens = min(config.num_draft_tokens, verifier.max_draft_len())

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from cascade.drafting import DraftConfig
+from cascade.drafting import DraftConfig, DraftMethod
 from cascade.types import DraftBlock, FinishReason, SamplingParams, Verdict
 from cascade.v1 import common_pb2, verifier_pb2
 
@@ -17,6 +17,13 @@ FINISH_TO_PB = {
     FinishReason.LENGTH: common_pb2.FINISH_REASON_LENGTH,
 }
 FINISH_FROM_PB = {value: key for key, value in FINISH_TO_PB.items()}
+METHOD_TO_PB = {
+    DraftMethod.MODEL: common_pb2.DRAFT_METHOD_MODEL,
+    DraftMethod.NGRAM: common_pb2.DRAFT_METHOD_NGRAM,
+    DraftMethod.NGRAM_THEN_MODEL: common_pb2.DRAFT_METHOD_NGRAM_THEN_MODEL,
+}
+METHOD_FROM_PB = {value: key for key, value in METHOD_TO_PB.items()}
+METHOD_FROM_PB[common_pb2.DRAFT_METHOD_UNSPECIFIED] = DraftMethod.MODEL
 
 
 def sampling_to_pb(params: SamplingParams) -> common_pb2.SamplingParams:
@@ -41,15 +48,24 @@ def draft_settings_to_pb(config: DraftConfig) -> common_pb2.DraftSettings:
         max_proposal_tokens=config.max_proposal_tokens,
         send_proposal=config.send_proposal,
         min_confidence=config.min_confidence,
+        method=METHOD_TO_PB[config.method],
+        ngram_max_n=config.ngram_max_n,
+        ngram_min_n=config.ngram_min_n,
     )
 
 
 def draft_settings_from_pb(msg: common_pb2.DraftSettings) -> DraftConfig:
+    defaults = DraftConfig()
+    if msg.method not in METHOD_FROM_PB:
+        raise ValueError(f"unknown draft method {msg.method}")
     return DraftConfig(
         num_draft_tokens=msg.num_draft_tokens,
         max_proposal_tokens=msg.max_proposal_tokens,
         send_proposal=msg.send_proposal,
         min_confidence=msg.min_confidence,
+        method=METHOD_FROM_PB[msg.method],
+        ngram_max_n=msg.ngram_max_n or defaults.ngram_max_n,
+        ngram_min_n=msg.ngram_min_n or defaults.ngram_min_n,
     )
 
 

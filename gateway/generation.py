@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
 
+from cascade.drafting import DraftMethod
 from cascade.serving.errors import Unavailable
 from cascade.types import FinishReason, SamplingParams
 
@@ -24,6 +25,7 @@ class GenerationRequest:
     sampling: SamplingParams
     num_draft_tokens: int
     """Drafted tokens per round; 0 decodes on the verifier alone."""
+    draft_method: DraftMethod = DraftMethod.MODEL
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import secrets
 
 from cascade.types import SamplingParams
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc
-from cascade.wire import FINISH_TO_PB
+from cascade.wire import FINISH_TO_PB, METHOD_FROM_PB
 from gateway.detokenize import TextStream
 from gateway.generation import GenerationRequest, Generator
 
@@ -39,7 +39,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
             temperature=s.temperature, top_k=s.top_k, top_p=s.top_p or 1.0,
             seed=s.seed or secrets.randbits(63), max_new_tokens=s.max_new_tokens,
             stop_token_ids=tuple(s.stop_token_ids) or ((eos,) if eos is not None else ()))
-        return GenerationRequest(prompt, params, k)
+        return GenerationRequest(prompt, params, k, METHOD_FROM_PB[msg.draft_method])
 
     async def Generate(self, request, context):
         generation = self._request(request)

@@ -196,7 +196,8 @@ class _CompletionsApi:
         num_draft = body.num_draft_tokens
         if num_draft is None:
             num_draft = self.settings.default_num_draft_tokens
-        return GenerationRequest(prompt_tokens, sampling, num_draft_tokens=num_draft)
+        return GenerationRequest(prompt_tokens, sampling, num_draft_tokens=num_draft,
+                                 draft_method=body.draft_method)
 
     def _check_lengths(self, num_prompt: int, max_tokens: int | None, prompt_field: str) -> int:
         """The max_new_tokens to use; 400 when the prompt or the completion cannot fit."""

@@ -104,7 +104,8 @@ class Orchestrator:
             stub = verifier_pb2_grpc.VerifierStub(self.channels.get(job.verifier))
             return stub.Decode(verifier_pb2.DecodeRequest(session=session), timeout=timeout)
         draft = draft_settings_to_pb(DraftConfig(
-            request.num_draft_tokens, self.settings.max_proposal_tokens))
+            request.num_draft_tokens, self.settings.max_proposal_tokens,
+            method=request.draft_method))
         run = drafter_pb2.RunSessionRequest(
             session_id=session.session_id, epoch=session.epoch,
             context_tokens=session.context_tokens, prompt_len=session.prompt_len,

@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from cascade.drafting import DraftMethod
+
 MAX_STOP_STRINGS = 4
 MAX_NUM_DRAFT_TOKENS = 32
 
@@ -52,6 +54,8 @@ class GenerationFields(_Lenient):
     """Cascade extension (OpenAI clients send it via extra_body): drafted tokens per round."""
     top_k: int = Field(0, ge=0)
     """Cascade extension: keep only the k most likely tokens; 0 keeps all."""
+    draft_method: DraftMethod = DraftMethod.MODEL
+    """Cascade extension: model, ngram (prompt lookup) or ngram_then_model."""
 
     @field_validator("stop", mode="before")
     @classmethod

@@ -7,11 +7,22 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class DraftMethod(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DRAFT_METHOD_UNSPECIFIED: _ClassVar[DraftMethod]
+    DRAFT_METHOD_MODEL: _ClassVar[DraftMethod]
+    DRAFT_METHOD_NGRAM: _ClassVar[DraftMethod]
+    DRAFT_METHOD_NGRAM_THEN_MODEL: _ClassVar[DraftMethod]
+
 class FinishReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     FINISH_REASON_UNSPECIFIED: _ClassVar[FinishReason]
     FINISH_REASON_STOP: _ClassVar[FinishReason]
     FINISH_REASON_LENGTH: _ClassVar[FinishReason]
+DRAFT_METHOD_UNSPECIFIED: DraftMethod
+DRAFT_METHOD_MODEL: DraftMethod
+DRAFT_METHOD_NGRAM: DraftMethod
+DRAFT_METHOD_NGRAM_THEN_MODEL: DraftMethod
 FINISH_REASON_UNSPECIFIED: FinishReason
 FINISH_REASON_STOP: FinishReason
 FINISH_REASON_LENGTH: FinishReason
@@ -33,16 +44,22 @@ class SamplingParams(_message.Message):
     def __init__(self, temperature: _Optional[float] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., seed: _Optional[int] = ..., max_new_tokens: _Optional[int] = ..., stop_token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class DraftSettings(_message.Message):
-    __slots__ = ("num_draft_tokens", "max_proposal_tokens", "send_proposal", "min_confidence")
+    __slots__ = ("num_draft_tokens", "max_proposal_tokens", "send_proposal", "min_confidence", "method", "ngram_max_n", "ngram_min_n")
     NUM_DRAFT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MAX_PROPOSAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
     SEND_PROPOSAL_FIELD_NUMBER: _ClassVar[int]
     MIN_CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    NGRAM_MAX_N_FIELD_NUMBER: _ClassVar[int]
+    NGRAM_MIN_N_FIELD_NUMBER: _ClassVar[int]
     num_draft_tokens: int
     max_proposal_tokens: int
     send_proposal: bool
     min_confidence: float
-    def __init__(self, num_draft_tokens: _Optional[int] = ..., max_proposal_tokens: _Optional[int] = ..., send_proposal: _Optional[bool] = ..., min_confidence: _Optional[float] = ...) -> None: ...
+    method: DraftMethod
+    ngram_max_n: int
+    ngram_min_n: int
+    def __init__(self, num_draft_tokens: _Optional[int] = ..., max_proposal_tokens: _Optional[int] = ..., send_proposal: _Optional[bool] = ..., min_confidence: _Optional[float] = ..., method: _Optional[_Union[DraftMethod, str]] = ..., ngram_max_n: _Optional[int] = ..., ngram_min_n: _Optional[int] = ...) -> None: ...
 
 class Round(_message.Message):
     __slots__ = ("round", "tokens", "num_accepted", "num_drafted", "committed_len", "finish_reason", "draft_us", "verify_us", "round_us")

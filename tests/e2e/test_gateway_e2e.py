@@ -82,3 +82,17 @@ async def test_no_drafter_alive_falls_back_to_verifier(cluster):
     expected = expected_tokens(cluster, "class Config:")
     assert response.json()["choices"][0]["text"] == cluster.target.tokenizer.decode(
         expected, skip_special_tokens=True)
+
+
+async def test_ngram_drafting_through_http_is_exact(cluster):
+    async with httpx.AsyncClient(base_url=cluster.http_url, timeout=60) as http:
+        for method in ("ngram", "ngram_then_model"):
+            body = {"model": "tiny", "prompt": "x = [1, 2,", "max_tokens": MAX_TOKENS,
+                    "temperature": 0, "draft_method": method}
+            response = await http.post("/v1/completions", json=body)
+            assert response.status_code == 200, response.text
+            expected = expected_tokens(cluster, "x = [1, 2,")
+            assert response.json()["choices"][0]["text"] == cluster.target.tokenizer.decode(
+                expected, skip_special_tokens=True)
+        bad = await http.post("/v1/completions", json={**body, "draft_method": "telepathy"})
+        assert bad.status_code == 400 and "draft_method" in bad.text
