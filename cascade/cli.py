@@ -19,32 +19,47 @@ app.command()(distill)
 console = Console()
 
 
-def _default_pair(target: Path | None, drafter: Path | None) -> tuple[Path, Path]:
+DEFAULT_DRAFTER = Path(__file__).parent / "assets" / "smollm2-135m-drafter"
+PAIRS = ("smollm2", "tiny")
+
+
+def _default_pair(target: Path | None, drafter: Path | None, pair: str) -> tuple[Path, Path]:
+    """The folders to serve: both given, else the named built-in pair."""
     if target and drafter:
         return target, drafter
-    from cascade.tiny_models import build_tiny_pair
+    if pair not in PAIRS:
+        raise typer.BadParameter(f"--pair must be one of {PAIRS}, got {pair!r}")
+    if pair == "tiny":
+        from cascade.tiny_models import build_tiny_pair
 
-    with console.status("building the tiny default model pair (first use only)"):
-        return build_tiny_pair(default_models_dir() / "tiny")
+        with console.status("building the tiny model pair (first use only)"):
+            return build_tiny_pair(default_models_dir() / "tiny")
+    from cascade.smollm import prepare
+
+    with console.status("preparing SmolLM2-135M-Instruct (first use only)"):
+        return prepare(default_models_dir(), log=console.print)["float32"], DEFAULT_DRAFTER
 
 
-TARGET_OPT = typer.Option(None, help="Target model folder (default: the tiny pair).")
-DRAFTER_OPT = typer.Option(None, help="Drafter model folder (default: the tiny pair).")
+TARGET_OPT = typer.Option(None, help="Target model folder (default: from --pair).")
+DRAFTER_OPT = typer.Option(None, help="Drafter model folder (default: from --pair).")
+PAIR_OPT = typer.Option("smollm2", help="Built-in pair when no folders are given: smollm2 "
+                        "(SmolLM2-135M-Instruct + its distilled drafter) or tiny (random weights).")
 
 
-def _cluster_config(target, drafter, drafters, port, grpc_port, dtype) -> ClusterConfig:
-    target, drafter = _default_pair(target, drafter)
+def _cluster_config(target, drafter, pair, drafters, port, grpc_port, dtype) -> ClusterConfig:
+    target, drafter = _default_pair(target, drafter, pair)
     return ClusterConfig(target, drafter, drafters, port, grpc_port, dtype)
 
 
 @app.command()
-def up(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT,
+def up(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT, pair: str = PAIR_OPT,
        drafters: int = typer.Option(1, help="Number of drafter processes."),
        port: int = typer.Option(8000, help="Gateway HTTP port."),
        grpc_port: int = typer.Option(50050, help="Gateway gRPC port."),
        dtype: str = typer.Option("float32", help="float32 or bfloat16.")) -> None:
     """Start Redis, a verifier, drafters and the gateway; Ctrl-C stops them all."""
-    cluster = LocalCluster(_cluster_config(target, drafter, drafters, port, grpc_port, dtype))
+    cluster = LocalCluster(_cluster_config(target, drafter, pair, drafters, port, grpc_port,
+                                           dtype))
     with console.status("starting redis, verifier, drafters, gateway"):
         cluster.start()
     console.print(f"gateway: [bold]{cluster.http_url}/v1[/] (OpenAI API), gRPC "
@@ -96,10 +111,12 @@ def generate(prompt: str, gateway: str = typer.Option("127.0.0.1:50050", help="G
              num_draft_tokens: int = typer.Option(4, "--k", help="Drafted tokens per round."),
              temperature: float = typer.Option(0.0, help="0 = greedy."),
              seed: int = typer.Option(0, help="Sampling seed."),
+             chat: bool = typer.Option(True, help="Send the prompt through the chat template."),
              baseline: bool = typer.Option(True, help="Also run target-only to compare.")) -> None:
     """Stream a generation: green text was drafted and accepted, plain text the verifier chose."""
-    run = dict(prompt=prompt, max_tokens=max_tokens, temperature=temperature, seed=seed)
-    console.print(prompt, style="bold", end="", markup=False, highlight=False)
+    run = dict(prompt=prompt, max_tokens=max_tokens, temperature=temperature, seed=seed,
+               chat=chat)
+    console.print(prompt, style="bold", end="\n" if chat else "", markup=False, highlight=False)
     spec = stream_generation(gateway, num_draft_tokens=num_draft_tokens,
                              on_response=_print_round, **run)
     console.print()
@@ -108,15 +125,18 @@ def generate(prompt: str, gateway: str = typer.Option("127.0.0.1:50050", help="G
 
 
 @app.command()
-def demo(prompt: str = typer.Argument("def fibonacci(n):"), target: Path = TARGET_OPT,
-         drafter: Path = DRAFTER_OPT, max_tokens: int = typer.Option(48),
+def demo(prompt: str = typer.Argument("Explain how a rainbow forms."),
+         target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT, pair: str = PAIR_OPT,
+         max_tokens: int = typer.Option(48),
          num_draft_tokens: int = typer.Option(4, "--k"),
          port: int = typer.Option(8000), grpc_port: int = typer.Option(50050)) -> None:
     """Start the local cluster, run one generation through it, and stop it."""
-    cluster = LocalCluster(_cluster_config(target, drafter, 1, port, grpc_port, "float32"))
+    cluster = LocalCluster(_cluster_config(target, drafter, pair, 1, port, grpc_port, "float32"))
     with console.status("starting redis, verifier, drafter, gateway"):
         cluster.start()
     try:
-        generate(prompt, cluster.grpc_address, max_tokens, num_draft_tokens, 0.0, 0, True)
+        generate(prompt, gateway=cluster.grpc_address, max_tokens=max_tokens,
+                 num_draft_tokens=num_draft_tokens, temperature=0.0, seed=0, chat=True,
+                 baseline=True)
     finally:
         cluster.stop()

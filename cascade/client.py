@@ -43,10 +43,11 @@ class GenerationSummary:
 
 
 def stream_generation(address: str, prompt: str, max_tokens: int, num_draft_tokens: int,
-                      temperature: float = 0.0, seed: int = 0,
+                      temperature: float = 0.0, seed: int = 0, chat: bool = True,
                       on_response: Callable[[gateway_pb2.GenerateResponse], None] | None = None,
                       timeout_s: float = 600.0) -> GenerationSummary:
-    request = gateway_pb2.GenerateRequest(prompt=prompt, num_draft_tokens=num_draft_tokens)
+    request = gateway_pb2.GenerateRequest(prompt=prompt, num_draft_tokens=num_draft_tokens,
+                                          chat=chat)
     request.sampling.max_new_tokens = max_tokens
     request.sampling.temperature = temperature
     request.sampling.seed = seed

@@ -23,7 +23,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     def _request(self, msg: gateway_pb2.GenerateRequest) -> GenerationRequest:
         if msg.model and msg.model != self.model_name:
             raise ValueError(f"model {msg.model!r} is not served; use {self.model_name!r}")
-        prompt = self.tokenizer(msg.prompt).input_ids
+        prompt = self._tokenize(msg.prompt, msg.chat)
         if not prompt:
             raise ValueError("prompt must not be empty")
         s = msg.sampling
@@ -40,6 +40,15 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
             seed=s.seed or secrets.randbits(63), max_new_tokens=s.max_new_tokens,
             stop_token_ids=tuple(s.stop_token_ids) or ((eos,) if eos is not None else ()))
         return GenerationRequest(prompt, params, k, METHOD_FROM_PB[msg.draft_method])
+
+    def _tokenize(self, text: str, chat: bool) -> list[int]:
+        if not chat:
+            return self.tokenizer(text).input_ids
+        if not self.tokenizer.chat_template:
+            raise ValueError("the model has no chat template; send chat = false")
+        return self.tokenizer.apply_chat_template([{"role": "user", "content": text}],
+                                                  add_generation_prompt=True, tokenize=True,
+                                                  return_dict=False)
 
     async def Generate(self, request, context):
         generation = self._request(request)

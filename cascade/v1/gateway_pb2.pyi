@@ -8,18 +8,20 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("model", "prompt", "sampling", "num_draft_tokens", "draft_method")
+    __slots__ = ("model", "prompt", "sampling", "num_draft_tokens", "draft_method", "chat")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     NUM_DRAFT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     DRAFT_METHOD_FIELD_NUMBER: _ClassVar[int]
+    CHAT_FIELD_NUMBER: _ClassVar[int]
     model: str
     prompt: str
     sampling: _common_pb2.SamplingParams
     num_draft_tokens: int
     draft_method: _common_pb2.DraftMethod
-    def __init__(self, model: _Optional[str] = ..., prompt: _Optional[str] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., num_draft_tokens: _Optional[int] = ..., draft_method: _Optional[_Union[_common_pb2.DraftMethod, str]] = ...) -> None: ...
+    chat: bool
+    def __init__(self, model: _Optional[str] = ..., prompt: _Optional[str] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., num_draft_tokens: _Optional[int] = ..., draft_method: _Optional[_Union[_common_pb2.DraftMethod, str]] = ..., chat: _Optional[bool] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
     __slots__ = ("session_id", "text", "token_ids", "num_accepted", "num_drafted", "finish_reason", "prompt_tokens", "completion_tokens", "accepted_text", "draft_us", "verify_us", "round_us")

@@ -2,6 +2,7 @@
 the gateway's HTTP app under uvicorn and its gRPC service. Models: the tiny default pair."""
 
 import asyncio
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -41,17 +42,15 @@ async def _start_pod(service, role, client, load):
     return service
 
 
-@pytest.fixture
-async def cluster(redis_server, tiny_pair_dirs, tiny_runners):
-    target, drafter = tiny_runners
-    client = redis.from_url(redis_server.url)
+@asynccontextmanager
+async def running_cluster(redis_url: str, target_dir: Path, target, drafter, name: str):
+    client = redis.from_url(redis_url)
     await client.flushdb()
     verifier, sessions = build_verifier(target, grace_s=1.0)
     draft_service, servicer = build_drafter(drafter, grace_s=1.0)
     await _start_pod(verifier, "verifier", client, lambda: sessions.num_active)
     await _start_pod(draft_service, "drafter", client, lambda: servicer.num_active)
-    config = GatewayConfig(str(tiny_pair_dirs[0]), redis_server.url, "tiny", grpc_port=0,
-                           max_tokens_limit=256)
+    config = GatewayConfig(str(target_dir), redis_url, name, grpc_port=0, max_tokens_limit=256)
     app, gateway_grpc = build_gateway(config, client)
     await gateway_grpc.start()
     port = free_port()
@@ -60,10 +59,19 @@ async def cluster(redis_server, tiny_pair_dirs, tiny_runners):
     task = asyncio.create_task(server.serve())
     while not server.started:
         await asyncio.sleep(0.01)
-    yield Cluster(f"http://127.0.0.1:{port}", gateway_grpc.address, client, target,
-                  {"verifier": verifier, "drafter": draft_service})
-    server.should_exit = True
-    await task
-    for service in (gateway_grpc, draft_service, verifier):
-        await service.drain()
-    await client.aclose()
+    try:
+        yield Cluster(f"http://127.0.0.1:{port}", gateway_grpc.address, client, target,
+                      {"verifier": verifier, "drafter": draft_service})
+    finally:
+        server.should_exit = True
+        await task
+        for service in (gateway_grpc, draft_service, verifier):
+            await service.drain()
+        await client.aclose()
+
+
+@pytest.fixture
+async def cluster(redis_server, tiny_pair_dirs, tiny_runners):
+    target, drafter = tiny_runners
+    async with running_cluster(redis_server.url, tiny_pair_dirs[0], target, drafter, "tiny") as c:
+        yield c

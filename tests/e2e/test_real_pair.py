@@ -1,0 +1,48 @@
+"""The default real pair (SmolLM2-135M-Instruct + its distilled drafter) through the services:
+greedy output equals the target's own greedy decoding."""
+
+import os
+from pathlib import Path
+
+import httpx
+import pytest
+
+from cascade.cli import DEFAULT_DRAFTER
+from cascade.cli_models import default_models_dir
+from cascade.runner import ModelRunner, ModelSpec
+from conftest import running_cluster
+from models import hf_greedy
+
+DRAFTER = Path(os.environ.get("CASCADE_TEST_DRAFTER", DEFAULT_DRAFTER))
+PROMPTS = ["What is gravity?", "Write a Python function to reverse a string."]
+MAX_TOKENS = 24
+
+
+@pytest.fixture(scope="module")
+def real_pair():
+    from cascade.smollm import prepare
+
+    target_dir = prepare(default_models_dir())["float32"]
+    target = ModelRunner.load(ModelSpec(str(target_dir)))
+    return target_dir, target, ModelRunner.load(ModelSpec(str(DRAFTER)))
+
+
+@pytest.mark.skipif(not (DRAFTER / "config.json").exists(), reason="drafter not built yet")
+async def test_real_pair_greedy_through_http_equals_target_greedy(redis_server, real_pair):
+    target_dir, target, drafter = real_pair
+    tokenizer = target.tokenizer
+    async with running_cluster(redis_server.url, target_dir, target, drafter, "smollm2") as c:
+        async with httpx.AsyncClient(base_url=c.http_url, timeout=120) as http:
+            for prompt in PROMPTS:
+                messages = [{"role": "user", "content": prompt}]
+                body = {"model": "smollm2", "messages": messages, "max_tokens": MAX_TOKENS,
+                        "temperature": 0, "num_draft_tokens": 4}
+                response = await http.post("/v1/chat/completions", json=body)
+                assert response.status_code == 200, response.text
+                ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                                    tokenize=True, return_dict=False)
+                expected = hf_greedy(target, ids, MAX_TOKENS)
+                if tokenizer.eos_token_id in expected:
+                    expected = expected[: expected.index(tokenizer.eos_token_id) + 1]
+                text = response.json()["choices"][0]["message"]["content"]
+                assert text == tokenizer.decode(expected, skip_special_tokens=True)
