@@ -5,6 +5,7 @@ from __future__ import annotations
 from concurrent.futures import Executor
 
 from cascade.runner import ModelRunner
+from cascade.serving import metrics
 from cascade.serving.channels import ChannelPool
 from cascade.v1 import drafter_pb2_grpc
 from drafter_service.session_loop import SessionLoop
@@ -21,8 +22,10 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
         loop = SessionLoop(self.runner, self.executor, request)
         channel = self.channels.get(request.verifier_address)
         self.num_active += 1
+        metrics.DRAFTER_SESSIONS.set(self.num_active)
         try:
             async for result in loop.run(channel, context.time_remaining()):
                 yield result
         finally:
             self.num_active -= 1
+            metrics.DRAFTER_SESSIONS.set(self.num_active)

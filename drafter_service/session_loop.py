@@ -16,7 +16,9 @@ import grpc
 
 from cascade.drafting import DraftSession
 from cascade.runner import ModelRunner
+from cascade.serving import metrics
 from cascade.serving.errors import StaleEpoch
+from cascade.serving.telemetry import current_context, start_span
 from cascade.v1 import common_pb2, drafter_pb2, verifier_pb2, verifier_pb2_grpc
 from cascade.wire import block_to_pb, draft_settings_from_pb, sampling_from_pb
 
@@ -34,6 +36,7 @@ class SessionLoop:
         self.drafts = DraftSession(runner, self.params, self.config)
         self.executor = executor
         self.committed = list(request.context_tokens)
+        self.trace_context = current_context()  # the RunSession span: parent of each `draft`
 
     def _draft_limit(self) -> int:
         generated = len(self.committed) - self.request.prompt_len
@@ -48,8 +51,12 @@ class SessionLoop:
     async def _draft(self, round_number: int) -> verifier_pb2.VerifyRequest:
         started = time.perf_counter()
         loop = asyncio.get_running_loop()
-        block = await loop.run_in_executor(
-            self.executor, self.drafts.propose, self.committed, self._draft_limit())
+        with start_span("draft", self.trace_context, session_id=self.request.session_id,
+                        round=round_number) as span:
+            block = await loop.run_in_executor(
+                self.executor, self.drafts.propose, self.committed, self._draft_limit())
+            span.set_attribute("num_draft", block.num_tokens)
+        metrics.DRAFT_SECONDS.observe(time.perf_counter() - started)
         msg = block_to_pb(block, session_id=self.request.session_id, epoch=self.request.epoch,
                           round=round_number, base_len=len(self.committed),
                           draft_us=_micros(started))

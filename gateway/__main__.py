@@ -7,6 +7,7 @@ import asyncio
 import typer
 
 from cascade.serving.app import setup_process
+from cascade.serving.telemetry import setup_telemetry
 from gateway.server import GatewayConfig, serve
 
 cli = typer.Typer(add_completion=False)
@@ -25,6 +26,7 @@ def main(
 ) -> None:
     """Serve the OpenAI-compatible HTTP API and the gRPC Generate stream."""
     setup_process(num_threads=1)
+    setup_telemetry("cascade-gateway")
     config = GatewayConfig(model, redis_url, model_name, host, port, grpc_port,
                            num_draft_tokens, max_tokens_limit)
     asyncio.run(serve(config))

@@ -11,6 +11,7 @@ other pods; what the client already has is a prefix of the final output.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -18,9 +19,14 @@ import grpc
 import redis.asyncio as redis
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+
 from cascade.drafting import DraftConfig
+from cascade.serving import metrics
 from cascade.serving.channels import ChannelPool
 from cascade.serving.registry import least_loaded
+from cascade.serving.telemetry import start_span, tracer
 from cascade.v1 import drafter_pb2, drafter_pb2_grpc, verifier_pb2, verifier_pb2_grpc
 from cascade.wire import FINISH_FROM_PB, draft_settings_to_pb, sampling_to_pb
 from gateway.generation import GeneratedChunk, GenerationFailed, GenerationRequest, Overloaded
@@ -47,6 +53,26 @@ class _Assignment:
     epoch: int
     drafter: str | None
     verifier: str
+    trace_context: otel_context.Context
+
+
+class _LatencyClock:
+    """Time to first token, then inter-token latency (a chunk's gap spread over its tokens)."""
+
+    def __init__(self) -> None:
+        self.last = time.perf_counter()
+        self.is_first = True
+
+    def observe(self, num_tokens: int) -> None:
+        now, gap = time.perf_counter(), time.perf_counter() - self.last
+        if self.is_first:
+            metrics.TIME_TO_FIRST_TOKEN.observe(gap)
+            self.is_first = False
+        else:
+            for _ in range(num_tokens):
+                metrics.INTER_TOKEN_LATENCY.observe(gap / num_tokens)
+        metrics.GENERATION_TOKENS.inc(num_tokens)
+        self.last = now
 
 
 class Orchestrator:
@@ -64,24 +90,49 @@ class Orchestrator:
         return drafter, verifier
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GeneratedChunk]:
+        span = tracer.start_span("generate", attributes={
+            "num_prompt_tokens": len(request.prompt_tokens),
+            "num_draft_tokens": request.num_draft_tokens})
+        metrics.REQUESTS_RUNNING.inc()
+        metrics.PROMPT_TOKENS.inc(len(request.prompt_tokens))
+        finish = "error"
+        try:
+            async for chunk in self._generate(request, trace.set_span_in_context(span)):
+                yield chunk
+                finish = chunk.finish_reason.value if chunk.finish_reason else finish
+        finally:
+            metrics.REQUESTS_RUNNING.dec()
+            metrics.REQUESTS_FINISHED.labels(finish_reason=finish).inc()
+            span.end()
+
+    async def _generate(self, request, trace_context) -> AsyncIterator[GeneratedChunk]:
         drafter, verifier = await self._pick(request, set())
         record = await self.store.create(request, drafter or "", verifier)
-        job = _Assignment(record, record.epoch, drafter, verifier)
+        job = _Assignment(record, record.epoch, drafter, verifier, trace_context)
         generated: list[int] = []
+        clock = _LatencyClock()
         for attempt in range(1, self.settings.max_attempts + 1):
             try:
                 async for chunk in self._run(request, job, generated):
+                    clock.observe(len(chunk.token_ids))
                     yield chunk
                 return
             except (grpc.aio.AioRpcError, ConnectionError) as exc:
                 await self._recover(request, job, exc, attempt)
 
     async def _run(self, request, job: _Assignment, generated: list[int]):
-        call = self._rounds(request, job, generated)
+        token = otel_context.attach(job.trace_context)  # the call carries the trace downstream
+        try:
+            call = self._rounds(request, job, generated)
+        finally:
+            otel_context.detach(token)
         try:
             async for result in call:
                 tokens = list(result.tokens)
-                await self.store.append(job.record.session_id, job.epoch, len(generated), tokens)
+                with start_span("commit", job.trace_context, session_id=job.record.session_id,
+                                round=result.round, num_tokens=len(tokens)):
+                    await self.store.append(job.record.session_id, job.epoch, len(generated),
+                                            tokens)
                 generated.extend(tokens)
                 finish = FINISH_FROM_PB[result.finish_reason]
                 yield GeneratedChunk(job.record.session_id, tokens, result.num_accepted,

@@ -36,7 +36,7 @@ class DistillConfig:
     """Teacher log-probabilities kept per position."""
     temperatures: tuple[float, ...] = (0.0, 0.0, 0.7, 1.0)
     """Answer temperatures, drawn per chunk (greedy twice as often)."""
-    steps_per_chunk: int = 6
+    steps_per_chunk: int = 16
     batch_size: int = 16
     lr: float = 2e-3
     top_token_weight: float = 0.5

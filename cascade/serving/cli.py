@@ -9,6 +9,8 @@ import typer
 
 from cascade.runner import ModelRunner, ModelSpec
 from cascade.serving.app import run, serve_forever, setup_process
+from cascade.serving.metrics import serve_metrics
+from cascade.serving.telemetry import setup_telemetry
 
 
 def model_server_cli(role: str, default_port: int, summary: str,
@@ -27,8 +29,11 @@ def model_server_cli(role: str, default_port: int, summary: str,
         redis_url: str = typer.Option(None, help="Register in this Redis (heartbeat keys)."),
         grace_s: float = typer.Option(10.0, help="Seconds in-flight streams get when draining."),
         threads: int = typer.Option(0, help="torch threads (0 keeps torch's default)."),
+        metrics_port: int = typer.Option(0, help="Serve Prometheus /metrics here (0: off)."),
     ) -> None:
         setup_process(threads)
+        setup_telemetry(f"cascade-{role}")
+        serve_metrics(metrics_port)
         runner = ModelRunner.load(ModelSpec(model, dtype, device))
         service, sessions = build(runner, host, port, grace_s)
         run(serve_forever(service, role, redis_url, advertise, lambda: sessions.num_active))
