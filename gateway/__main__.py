@@ -23,12 +23,15 @@ def main(
     grpc_port: int = typer.Option(50050, help="gRPC port (cascade.v1.Gateway)."),
     num_draft_tokens: int = typer.Option(4, help="Default drafted tokens per round (k)."),
     max_tokens_limit: int = typer.Option(4096, help="Largest max_tokens a request may ask."),
+    api_keys: str = typer.Option("", envvar="CASCADE_API_KEYS",
+                                 help="Comma-separated bearer keys; empty leaves the API open."),
 ) -> None:
     """Serve the OpenAI-compatible HTTP API and the gRPC Generate stream."""
     setup_process(num_threads=1)
     setup_telemetry("cascade-gateway")
+    keys = tuple(k.strip() for k in api_keys.split(",") if k.strip())
     config = GatewayConfig(model, redis_url, model_name, host, port, grpc_port,
-                           num_draft_tokens, max_tokens_limit)
+                           num_draft_tokens, max_tokens_limit, keys)
     asyncio.run(serve(config))
 
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import secrets
 
+from cascade.serving.errors import Unauthenticated
 from cascade.types import SamplingParams
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc
 from cascade.wire import FINISH_TO_PB, METHOD_FROM_PB
+from gateway.auth import ApiKeys
 from gateway.detokenize import TextStream
 from gateway.generation import GenerationRequest, Generator
 
@@ -15,8 +17,8 @@ MAX_DRAFT_TOKENS = 32
 
 class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     def __init__(self, tokenizer, generator: Generator, model_name: str, context_length: int,
-                 default_num_draft_tokens: int) -> None:
-        self.tokenizer, self.generator = tokenizer, generator
+                 default_num_draft_tokens: int, api_keys: ApiKeys = ApiKeys(())) -> None:
+        self.tokenizer, self.generator, self.api_keys = tokenizer, generator, api_keys
         self.model_name, self.context_length = model_name, context_length
         self.default_k = default_num_draft_tokens
 
@@ -51,6 +53,10 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
                                                   return_dict=False)
 
     async def Generate(self, request, context):
+        metadata = dict(context.invocation_metadata() or ())
+        if not self.api_keys.allows(metadata.get("authorization")):
+            raise Unauthenticated("invalid or missing API key: send metadata "
+                                  "'authorization: Bearer <key>'")
         generation = self._request(request)
         text = TextStream(self.tokenizer, stops=())
         completion_tokens = 0

@@ -22,6 +22,7 @@ from transformers import PreTrainedTokenizerBase
 from cascade.types import SamplingParams
 from gateway import schemas
 from gateway.errors import bad_request, install_error_handlers, model_not_found
+from gateway.auth import ApiKeys, install_api_keys
 from gateway.generation import GenerationRequest, Generator
 from gateway.streaming import Delta, EventStreamResponse, collect, generate_text, sse_event
 
@@ -40,6 +41,8 @@ class HttpSettings:
     """Largest max_tokens a request may ask for (and the chat default when none is given)."""
     default_num_draft_tokens: int = 4
     """Drafted tokens per round when a request does not set num_draft_tokens."""
+    api_keys: tuple[str, ...] = ()
+    """Accepted bearer keys; empty leaves the API open (local use)."""
 
     def __post_init__(self) -> None:
         if self.context_length < 2:
@@ -64,6 +67,7 @@ def create_app(
     """The FastAPI app; ``ready`` backs GET /ready, ``registry`` GET /metrics (default registry)."""
     app = FastAPI(title="Cascade gateway", version="0.1.0")
     install_error_handlers(app)
+    install_api_keys(app, ApiKeys(settings.api_keys))
     api = _CompletionsApi(settings, tokenizer, generator)
 
     @app.post("/v1/completions")

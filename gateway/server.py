@@ -13,6 +13,7 @@ from cascade.serving.channels import ChannelPool
 from cascade.serving.registry import live_pods
 from cascade.serving.server import GrpcService, ServiceBinding
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc
+from gateway.auth import ApiKeys
 from gateway.grpc_api import GatewayServicer
 from gateway.http_app import HttpSettings, create_app
 from gateway.orchestrator import Orchestrator
@@ -34,6 +35,8 @@ class GatewayConfig:
     grpc_port: int = 50050
     default_num_draft_tokens: int = 4
     max_tokens_limit: int = 4096
+    api_keys: tuple[str, ...] = ()
+    """Bearer keys clients must send; empty leaves the API open."""
 
 
 def context_length(model: str) -> int:
@@ -47,7 +50,8 @@ def build_gateway(config: GatewayConfig, client: redis.Redis):
     name = config.model_name or config.model.rstrip("/").split("/")[-1]
     settings = HttpSettings(model_name=name, context_length=context_length(config.model),
                             max_tokens_limit=config.max_tokens_limit,
-                            default_num_draft_tokens=config.default_num_draft_tokens)
+                            default_num_draft_tokens=config.default_num_draft_tokens,
+                            api_keys=config.api_keys)
     orchestrator = Orchestrator(client, SessionStore(client), ChannelPool())
 
     async def ready() -> bool:
@@ -55,7 +59,7 @@ def build_gateway(config: GatewayConfig, client: redis.Redis):
 
     app = create_app(settings, tokenizer, orchestrator, ready=ready)
     servicer = GatewayServicer(tokenizer, orchestrator, name, settings.context_length,
-                               config.default_num_draft_tokens)
+                               config.default_num_draft_tokens, ApiKeys(config.api_keys))
     binding = ServiceBinding(gateway_pb2_grpc.add_GatewayServicer_to_server, servicer,
                              SERVICE_NAME)
     return app, GrpcService([binding], config.host, config.grpc_port)

@@ -23,7 +23,12 @@ class Unavailable(Exception):
     """No pod can serve the request now: draining, or none alive (UNAVAILABLE)."""
 
 
+class Unauthenticated(Exception):
+    """Missing or wrong credentials (UNAUTHENTICATED)."""
+
+
 STATUS_FOR = (
+    (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
     (StaleEpoch, grpc.StatusCode.FAILED_PRECONDITION),
     (InvalidDraft, grpc.StatusCode.INVALID_ARGUMENT),
     (ValueError, grpc.StatusCode.INVALID_ARGUMENT),

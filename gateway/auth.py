@@ -1,0 +1,50 @@
+"""API keys at the edge: ``Authorization: Bearer <key>`` on every route but the public ones.
+
+Keys are compared by SHA-256 digest with ``secrets.compare_digest``; no keys configured means no
+check (local use). The same check guards the gRPC Generate stream (metadata ``authorization``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from fastapi import FastAPI, Request
+
+from gateway.errors import APIError, error_response
+
+PUBLIC_PATHS = frozenset({"/health", "/ready", "/metrics"})
+
+
+class ApiKeys:
+    def __init__(self, keys: tuple[str, ...]) -> None:
+        self._digests = [hashlib.sha256(k.encode()).digest() for k in keys if k]
+
+    @property
+    def is_enabled(self) -> bool:
+        return bool(self._digests)
+
+    def allows(self, authorization: str | None) -> bool:
+        if not self.is_enabled:
+            return True
+        scheme, _, token = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            return False
+        digest = hashlib.sha256(token.strip().encode()).digest()
+        return any(secrets.compare_digest(digest, known) for known in self._digests)
+
+
+def invalid_key() -> APIError:
+    return APIError(401, "Invalid or missing API key: send 'Authorization: Bearer <key>'.",
+                    code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+
+
+def install_api_keys(app: FastAPI, keys: ApiKeys) -> None:
+    if not keys.is_enabled:
+        return
+
+    @app.middleware("http")
+    async def check_api_key(request: Request, call_next):
+        if request.url.path in PUBLIC_PATHS or keys.allows(request.headers.get("authorization")):
+            return await call_next(request)
+        return error_response(invalid_key())
