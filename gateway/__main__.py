@@ -25,13 +25,14 @@ def main(
     max_tokens_limit: int = typer.Option(4096, help="Largest max_tokens a request may ask."),
     api_keys: str = typer.Option("", envvar="CASCADE_API_KEYS",
                                  help="Comma-separated bearer keys; empty leaves the API open."),
+    grace_s: float = typer.Option(30.0, help="Seconds in-flight requests get after SIGTERM."),
 ) -> None:
     """Serve the OpenAI-compatible HTTP API and the gRPC Generate stream."""
     setup_process(num_threads=1)
     setup_telemetry("cascade-gateway")
     keys = tuple(k.strip() for k in api_keys.split(",") if k.strip())
     config = GatewayConfig(model, redis_url, model_name, host, port, grpc_port,
-                           num_draft_tokens, max_tokens_limit, keys)
+                           num_draft_tokens, max_tokens_limit, keys, grace_s)
     asyncio.run(serve(config))
 
 

@@ -37,6 +37,8 @@ class GatewayConfig:
     max_tokens_limit: int = 4096
     api_keys: tuple[str, ...] = ()
     """Bearer keys clients must send; empty leaves the API open."""
+    grace_s: float = 30.0
+    """Seconds in-flight requests get after SIGTERM before the servers stop."""
 
 
 def context_length(model: str) -> int:
@@ -62,7 +64,7 @@ def build_gateway(config: GatewayConfig, client: redis.Redis):
                                config.default_num_draft_tokens, ApiKeys(config.api_keys))
     binding = ServiceBinding(gateway_pb2_grpc.add_GatewayServicer_to_server, servicer,
                              SERVICE_NAME)
-    return app, GrpcService([binding], config.host, config.grpc_port)
+    return app, GrpcService([binding], config.host, config.grpc_port, config.grace_s)
 
 
 async def serve(config: GatewayConfig) -> None:
@@ -70,7 +72,8 @@ async def serve(config: GatewayConfig) -> None:
     app, grpc_service = build_gateway(config, client)
     await grpc_service.start()
     server = uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port,
-                                           log_level="warning", lifespan="off"))
+                                           log_level="warning", lifespan="off",
+                                           timeout_graceful_shutdown=config.grace_s))
     log.info("gateway HTTP on %s:%d, gRPC on %s", config.host, config.port, grpc_service.address)
     try:
         await server.serve()  # returns after SIGINT/SIGTERM, once in-flight requests ended
