@@ -83,3 +83,60 @@ def prompt_set(held_out: bool, fraction: float = 0.15, seed: int = 0) -> list[st
 def chat_messages(prompt: str) -> list[dict[str, str]]:
     """As the gateway's chat endpoint sends it: one user turn, the template's own system prompt."""
     return [{"role": "user", "content": prompt}]
+
+
+CODE_TEMPLATES = [
+    "Explain what this Python function does:\n```python\n{}\n```",
+    "Write a docstring for this function:\n```python\n{}\n```",
+    "How could this code be improved?\n```python\n{}\n```",
+    "Write a unit test for this function:\n```python\n{}\n```",
+    "Explain this code to a beginner, step by step:\n```python\n{}\n```",
+]
+QUESTION_TEMPLATES = [
+    "What does the Python function `{name}` in the `{module}` module do?",
+    "When would I use `{module}.{name}` in Python?",
+    "Explain this in plain words: {doc}",
+]
+
+
+def _functions(path, max_chars: int):
+    import ast
+    import textwrap
+
+    source = path.read_text(errors="replace")
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
+            text = ast.get_source_segment(source, node, padded=True)
+            text = textwrap.dedent(text) if text else text
+            if text and 80 < len(text) <= max_chars:
+                yield node.name, text, ast.get_docstring(node)
+
+
+def code_prompts(limit: int = 6000, seed: int = 0, max_chars: int = 700) -> list[str]:
+    """Prompts about functions of the Python standard library (for training only): explain,
+    document, review or test the code; questions about it; its docstring's first sentence."""
+    import sysconfig
+    from pathlib import Path
+
+    rng = random.Random(seed)
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    prompts = []
+    for path in sorted(stdlib.glob("*.py")):
+        for name, text, doc in _functions(path, max_chars):
+            prompts.append(rng.choice(CODE_TEMPLATES).format(text))
+            first = (doc or "").strip().split("\n\n")[0].replace("\n", " ")
+            template = rng.choice(QUESTION_TEMPLATES if first else QUESTION_TEMPLATES[:2])
+            prompts.append(template.format(name=name, module=path.stem, doc=first))
+    rng.shuffle(prompts)
+    return prompts[:limit]
+
+
+def training_prompts(seed: int = 0) -> list[str]:
+    """The templated prompts outside the held-out subjects plus the standard-library prompts."""
+    prompts = prompt_set(held_out=False, seed=seed) + code_prompts(seed=seed)
+    random.Random(seed).shuffle(prompts)
+    return prompts

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from cascade.distill.prompts import prompt_set
+from cascade.distill.prompts import training_prompts
 from cascade.distill.student import StudentShape, build_student, choose_vocabulary
 from cascade.distill.teacher import Sequence, answer, encode_prompts
 from cascade.runner import VocabMap
@@ -103,7 +103,7 @@ def estimated_acceptance(p: float, k: int = 4) -> float:
 class Distiller:
     def __init__(self, config: DistillConfig, teacher, tokenizer) -> None:
         self.config, self.teacher, self.tokenizer = config, teacher, tokenizer
-        self.prompts = encode_prompts(tokenizer, prompt_set(held_out=False))
+        self.prompts = encode_prompts(tokenizer, training_prompts(config.seed))
         self.random = random.Random(config.seed)
         self.buffer: list[list[Sequence]] = []
         self.state = RunState()
