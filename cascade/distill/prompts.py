@@ -108,11 +108,11 @@ def _functions(path, max_chars: int):
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return
+    lines = source.splitlines()
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
-            text = ast.get_source_segment(source, node, padded=True)
-            text = textwrap.dedent(text) if text else text
-            if text and 80 < len(text) <= max_chars:
+            text = textwrap.dedent("\n".join(lines[node.lineno - 1 : node.end_lineno]))
+            if 80 < len(text) <= max_chars:
                 yield node.name, text, ast.get_docstring(node)
 
 

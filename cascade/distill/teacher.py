@@ -27,8 +27,9 @@ class Sequence:
 def encode_prompts(tokenizer, prompts: list[str]) -> list[list[int]]:
     from cascade.distill.prompts import chat_messages
 
-    return [tokenizer.apply_chat_template(chat_messages(p), add_generation_prompt=True,
-                                          tokenize=True, return_dict=False) for p in prompts]
+    texts = [tokenizer.apply_chat_template(chat_messages(p), add_generation_prompt=True,
+                                           tokenize=False) for p in prompts]
+    return tokenizer(texts, add_special_tokens=False).input_ids  # one batched call
 
 
 @torch.inference_mode()

@@ -103,7 +103,10 @@ def estimated_acceptance(p: float, k: int = 4) -> float:
 class Distiller:
     def __init__(self, config: DistillConfig, teacher, tokenizer) -> None:
         self.config, self.teacher, self.tokenizer = config, teacher, tokenizer
-        self.prompts = encode_prompts(tokenizer, training_prompts(config.seed))
+        context = getattr(teacher.config, "max_position_embeddings", None) or \
+            teacher.config.n_positions
+        self.prompts = [p for p in encode_prompts(tokenizer, training_prompts(config.seed))
+                        if len(p) + config.max_new_tokens <= context]
         self.random = random.Random(config.seed)
         self.buffer: list[list[Sequence]] = []
         self.state = RunState()
