@@ -102,7 +102,8 @@ def export(distiller: Distiller, out: Path) -> Path:
     distiller.model.to(torch.float32)
     distiller.tokenizer.save_pretrained(out)
     distiller.vocab.save(out)
-    history = {"config": {k: str(v) for k, v in asdict(distiller.config).items()},
-               "history": distiller.state.history}
+    config = {k: str(v) for k, v in asdict(distiller.config).items() if k != "out"}
+    config["target"] = Path(config["target"]).name  # a name, not a path of this machine
+    history = {"config": config, "history": distiller.state.history}
     (out / "distill_history.json").write_text(json.dumps(history, indent=1))
     return out
