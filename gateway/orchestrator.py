@@ -64,7 +64,8 @@ class _LatencyClock:
         self.is_first = True
 
     def observe(self, num_tokens: int) -> None:
-        now, gap = time.perf_counter(), time.perf_counter() - self.last
+        now = time.perf_counter()
+        gap = now - self.last
         if self.is_first:
             metrics.TIME_TO_FIRST_TOKEN.observe(gap)
             self.is_first = False
