@@ -39,7 +39,3 @@ async def serve_forever(service: GrpcService, role: str, redis_url: str | None,
     finally:
         if client is not None:
             await client.aclose()
-
-
-def run(coro) -> None:
-    asyncio.run(coro)

@@ -3,12 +3,13 @@ default port and how the service is built around the loaded model)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 import typer
 
 from cascade.runner import ModelRunner, ModelSpec
-from cascade.serving.app import run, serve_forever, setup_process
+from cascade.serving.app import serve_forever, setup_process
 from cascade.serving.metrics import serve_metrics
 from cascade.serving.telemetry import setup_telemetry
 
@@ -36,6 +37,6 @@ def model_server_cli(role: str, default_port: int, summary: str,
         serve_metrics(metrics_port)
         runner = ModelRunner.load(ModelSpec(model, dtype, device))
         service, sessions = build(runner, host, port, grace_s)
-        run(serve_forever(service, role, redis_url, advertise, lambda: sessions.num_active))
+        asyncio.run(serve_forever(service, role, redis_url, advertise, lambda: sessions.num_active))
 
     return cli
