@@ -27,7 +27,6 @@ def real_pair():
     return target_dir, target, ModelRunner.load(ModelSpec(str(DRAFTER)))
 
 
-@pytest.mark.skipif(not (DRAFTER / "config.json").exists(), reason="drafter not built yet")
 async def test_real_pair_greedy_through_http_equals_target_greedy(redis_server, real_pair):
     target_dir, target, drafter = real_pair
     tokenizer = target.tokenizer
