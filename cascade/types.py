@@ -57,6 +57,11 @@ class SamplingParams:
     def is_greedy(self) -> bool:
         return self.temperature == 0.0
 
+    def max_drafts_after(self, num_generated: int) -> int:
+        """Drafted tokens worth verifying once ``num_generated`` tokens exist: every round also
+        emits one token of the verifier's, and the total stops at max_new_tokens."""
+        return max(0, self.max_new_tokens - num_generated - 1)
+
 
 def resolve_rule(params: SamplingParams, has_proposal: bool) -> AcceptanceRule:
     """The acceptance rule a block is verified with: greedy at temperature 0, else by q's presence."""

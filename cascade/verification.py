@@ -73,8 +73,8 @@ class VerifySession:
     def max_draft_len(self) -> int:
         """Most drafted tokens worth verifying now: leaves room for the emitted token within
         max_new_tokens and keeps every position inside the model's context."""
-        remaining = self.params.max_new_tokens - len(self.generated)
-        return max(0, min(remaining - 1, self.runner.max_length - len(self.committed)))
+        by_length = self.params.max_drafts_after(len(self.generated))
+        return max(0, min(by_length, self.runner.max_length - len(self.committed)))
 
     def verify(self, block: DraftBlock) -> Verdict:
         """Score ``block`` after the committed tokens and commit what the rule keeps."""

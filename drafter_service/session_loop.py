@@ -40,7 +40,7 @@ class SessionLoop:
 
     def _draft_limit(self) -> int:
         generated = len(self.committed) - self.request.prompt_len
-        return max(0, min(self.config.num_draft_tokens, self.params.max_new_tokens - generated - 1))
+        return min(self.config.num_draft_tokens, self.params.max_drafts_after(generated))
 
     def _open_message(self) -> verifier_pb2.VerifyRequest:
         r = self.request

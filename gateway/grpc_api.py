@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import secrets
 
+from cascade.drafting import MAX_DRAFT_TOKENS
 from cascade.serving.errors import Unauthenticated
 from cascade.types import SamplingParams
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc
@@ -11,8 +12,6 @@ from cascade.wire import FINISH_TO_PB, METHOD_FROM_PB
 from gateway.auth import ApiKeys
 from gateway.detokenize import TextStream
 from gateway.generation import GenerationRequest, Generator
-
-MAX_DRAFT_TOKENS = 32
 
 
 class GatewayServicer(gateway_pb2_grpc.GatewayServicer):

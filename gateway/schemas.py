@@ -15,10 +15,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from cascade.drafting import DraftMethod
+from cascade.drafting import MAX_DRAFT_TOKENS, DraftMethod
 
 MAX_STOP_STRINGS = 4
-MAX_NUM_DRAFT_TOKENS = 32
+MAX_NUM_DRAFT_TOKENS = MAX_DRAFT_TOKENS
 
 
 class _Lenient(BaseModel):
