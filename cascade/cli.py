@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from cascade.cli_bench import bench
 from cascade.cli_models import default_models_dir, distill, models_app
 from cascade.client import GenerationSummary, stream_generation
 from cascade.local_cluster import ClusterConfig, LocalCluster
@@ -16,6 +17,7 @@ from cascade.local_cluster import ClusterConfig, LocalCluster
 app = typer.Typer(add_completion=False, help="Cascade: speculative decoding across machines.")
 app.add_typer(models_app, name="models")
 app.command()(distill)
+app.command()(bench)
 console = Console()
 
 
@@ -23,7 +25,7 @@ DEFAULT_DRAFTER = Path(__file__).parent / "assets" / "smollm2-135m-drafter"
 PAIRS = ("smollm2", "tiny")
 
 
-def _default_pair(target: Path | None, drafter: Path | None, pair: str) -> tuple[Path, Path]:
+def default_pair(target: Path | None, drafter: Path | None, pair: str) -> tuple[Path, Path]:
     """The folders to serve: both given, else the named built-in pair."""
     if target and drafter:
         return target, drafter
@@ -47,7 +49,7 @@ PAIR_OPT = typer.Option("smollm2", help="Built-in pair when no folders are given
 
 
 def _cluster_config(target, drafter, pair, drafters, port, grpc_port, dtype) -> ClusterConfig:
-    target, drafter = _default_pair(target, drafter, pair)
+    target, drafter = default_pair(target, drafter, pair)
     return ClusterConfig(target, drafter, drafters, port, grpc_port, dtype)
 
 

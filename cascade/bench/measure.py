@@ -1,0 +1,115 @@
+"""What one generation recorded, and the summary of many (medians over repeats).
+
+Definitions (as vLLM's benchmarks use them):
+- time to first token (TTFT): request start to the first streamed token;
+- inter-token latency (ITL): gap between successive streamed chunks (a speculative round streams
+  all its tokens in one chunk, so a chunk's gap covers several tokens);
+- acceptance rate: accepted / drafted tokens;
+- mean acceptance length: 1 + accepted / rounds (the bonus or corrected token included);
+- per-position acceptance alpha: accepted / (accepted + rounds that rejected a draft), the
+  per-token probability the ideal-speedup formula assumes.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Trace:
+    """One generation: when each chunk arrived and what the rounds did."""
+
+    domain: str
+    tokens: list[int] = field(default_factory=list)
+    chunk_s: list[float] = field(default_factory=list)
+    """Arrival of each chunk, seconds since the request started."""
+    elapsed_s: float = 0.0
+    passes: int = 0
+    """Target forward passes (rounds)."""
+    drafted: int = 0
+    accepted: int = 0
+    rejections: int = 0
+    """Rounds where the verifier rejected a drafted token."""
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    overhead_s: list[float] = field(default_factory=list)
+    """Per round: round wall time minus drafting and verification compute (services only)."""
+
+    def chunk(self, at_s: float, tokens: list[int]) -> None:
+        if tokens:
+            self.tokens += tokens
+            self.chunk_s.append(at_s)
+
+    def round(self, drafted: int, accepted: int) -> None:
+        self.passes += 1
+        self.drafted += drafted
+        self.accepted += accepted
+        self.rejections += accepted < drafted
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q
+    low, high = int(position), min(int(position) + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+@dataclass
+class Summary:
+    tokens_per_s: float
+    ttft_ms: float
+    itl_p50_ms: float
+    itl_p99_ms: float
+    acceptance: float | None
+    alpha: float | None
+    mean_acceptance_length: float
+    passes_per_token: float
+    draft_ms_per_token: float | None
+    verify_ms_per_pass: float
+    overhead_ms: float | None
+    tokens: int
+
+
+def summarise(repeats: list[list[Trace]]) -> Summary:
+    """Throughput: median over repeats of tokens / time; latencies and counts over all traces."""
+    speeds = [sum(len(t.tokens) for t in run) / sum(t.elapsed_s for t in run) for run in repeats]
+    traces = [t for run in repeats for t in run]
+    gaps = [(b - a) * 1000 for t in traces for a, b in zip(t.chunk_s, t.chunk_s[1:])]
+    tokens, passes = sum(len(t.tokens) for t in traces), sum(t.passes for t in traces)
+    drafted, accepted = sum(t.drafted for t in traces), sum(t.accepted for t in traces)
+    tested = accepted + sum(t.rejections for t in traces)
+    overheads = [o * 1000 for t in traces for o in t.overhead_s]
+    return Summary(
+        tokens_per_s=statistics.median(speeds),
+        ttft_ms=statistics.median(t.chunk_s[0] * 1000 for t in traces if t.chunk_s),
+        itl_p50_ms=percentile(gaps, 0.5), itl_p99_ms=percentile(gaps, 0.99),
+        acceptance=accepted / drafted if drafted else None,
+        alpha=accepted / tested if tested else None,
+        mean_acceptance_length=1 + accepted / passes if passes else float("nan"),
+        passes_per_token=passes / tokens if tokens else float("nan"),
+        draft_ms_per_token=1000 * sum(t.draft_s for t in traces) / drafted if drafted else None,
+        verify_ms_per_pass=1000 * sum(t.verify_s for t in traces) / passes if passes else 0.0,
+        overhead_ms=statistics.median(overheads) if overheads else None,
+        tokens=tokens)
+
+
+def ideal_speedup(alpha: float, k: int, cost_ratio: float) -> float:
+    """Expected tokens per round over a round's cost in target passes:
+    (1 - a^(k+1)) / ((1 - a)(k c + 1)), Leviathan et al. (2023)."""
+    expected = k + 1 if alpha >= 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
+    return expected / (k * cost_ratio + 1)
+
+
+def peak_rss_mb(pid: int | str = "self") -> float | None:
+    """A process's peak resident set (VmHWM) in MiB; None where /proc is missing."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None

@@ -1,0 +1,47 @@
+"""Show and save a benchmark run: console table and goals, results.json, table.md, PNG plots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from cascade.bench.plots import plot_speedups, plot_throughput
+from cascade.bench.report import COLUMNS, Row, goals, markdown_table, row_cells
+
+
+def show(rows: list[Row], context: dict, console: Console) -> None:
+    table = Table(title=f"cascade bench: {context['prompts']} prompts, {context['machine']}")
+    for column in COLUMNS:
+        table.add_column(column, justify="left" if column == "method" else "right")
+    for row in rows:
+        table.add_row(*row_cells(row))
+    console.print(table)
+    checks = Table(title="goals (greedy)")
+    for column in ("goal", "target", "measured"):
+        checks.add_column(column)
+    for goal in goals(rows):
+        checks.add_row(*goal)
+    console.print(checks)
+
+
+def goals_markdown(rows: list[Row]) -> str:
+    lines = ["| goal | target | measured |", "|---|---|---|"]
+    lines += [f"| {g} | {t} | {m} |" for g, t, m in goals(rows)]
+    return "\n".join(lines) + "\n"
+
+
+def save(rows: list[Row], context: dict, out: Path) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    results = {"context": context, "rows": [r.as_dict() for r in rows]}
+    paths = [out / "results.json", out / "table.md"]
+    paths[0].write_text(json.dumps(results, indent=1, default=str))
+    paths[1].write_text(f"Machine: {context['machine']}; services pinned: "
+                        f"{context['pinning']}.\n\n" + markdown_table(rows) + "\n"
+                        + goals_markdown(rows))
+    title = f"{context['prompts']} prompts"
+    paths.append(plot_throughput(rows, out / "throughput.png", f"tokens/s by domain, {title}"))
+    paths.append(plot_speedups(rows, out / "speedup.png", f"measured vs ideal speedup, {title}"))
+    return paths

@@ -1,0 +1,130 @@
+"""Turn the methods' traces into rows: throughput against each method's own target-only
+baseline, latencies, acceptance, the ideal speedup the measured acceptance and cost allow."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from cascade.bench.inprocess import MethodRun
+from cascade.bench.measure import Summary, ideal_speedup, summarise
+
+BASELINES = {"core": "target only (core, k=0)", "hf": "HF generate (no assistant)",
+             "services": "target only (verifier, k=0)"}
+"""Each family's speedups are over its own target-only decoding."""
+
+
+@dataclass
+class Row:
+    method: str
+    family: str
+    mode: str
+    note: str
+    summary: Summary
+    per_domain_tokens_per_s: dict[str, float]
+    mean_draft_len: float
+    cost_ratio: float | None
+    speedup: float
+    ideal: float | None
+    peak_rss_mb: str
+    """Peak resident memory of the process(es) that ran it, MiB."""
+    same_output: bool | None
+    """Greedy: every generation equals the target-only greedy one."""
+
+    @property
+    def of_ideal(self) -> float | None:
+        return self.speedup / self.ideal if self.ideal else None
+
+    def as_dict(self) -> dict:
+        return asdict(self) | {"of_ideal": self.of_ideal}
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Per-token drafter and per-pass target cost (ms) a family's ideal speedup uses."""
+
+    drafter_ms: float | None
+    target_ms: float
+
+    @property
+    def ratio(self) -> float | None:
+        return self.drafter_ms / self.target_ms if self.drafter_ms and self.target_ms else None
+
+
+def _domains(method: MethodRun) -> dict[str, float]:
+    names = dict.fromkeys(t.domain for t in method.runs[0])
+    return {d: summarise([[t for t in run if t.domain == d] for run in method.runs]).tokens_per_s
+            for d in names}
+
+
+def build_rows(methods: list[MethodRun], costs: dict[str, Costs], rss: dict[str, str],
+               temperature: float) -> list[Row]:
+    by_name = {(m.name, m.sampling): m for m in methods}
+    rows = []
+    for m in methods:
+        summary = summarise(m.runs)
+        base = by_name[(BASELINES[m.family], False)]
+        rounds = sum(t.passes for run in m.runs for t in run)
+        drafted = sum(t.drafted for run in m.runs for t in run)
+        k_mean = drafted / rounds if rounds else 0.0
+        ratio = costs[m.family].ratio
+        ideal = None
+        if summary.alpha is not None and ratio is not None and k_mean:
+            ideal = ideal_speedup(summary.alpha, k_mean, ratio)
+        same = None
+        if not m.sampling:
+            same = [t.tokens for t in m.runs[0]] == [t.tokens for t in base.runs[0]]
+        rows.append(Row(
+            method=m.name, family=m.family, mode=f"T={temperature:g}" if m.sampling else "greedy",
+            note=m.note, summary=summary, per_domain_tokens_per_s=_domains(m),
+            mean_draft_len=k_mean, cost_ratio=ratio if drafted else None,
+            speedup=summary.tokens_per_s / summarise(base.runs).tokens_per_s, ideal=ideal,
+            peak_rss_mb=rss.get(m.family, "–"), same_output=same))
+    return rows
+
+
+def _fmt(value, spec: str = ".2f", suffix: str = "") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return f"{value:{spec}}{suffix}"
+
+
+COLUMNS = ("method", "mode", "tokens/s", "speedup", "TTFT ms", "ITL p50 ms", "ITL p99 ms",
+           "acceptance", "mean acc. len", "passes/token", "ideal", "of ideal",
+           "overhead ms/round", "peak RSS MiB", "same as greedy")
+
+
+def row_cells(row: Row) -> list[str]:
+    s = row.summary
+    return [row.method + (f" [{row.note}]" if row.note else ""), row.mode,
+            _fmt(s.tokens_per_s, ".1f"), _fmt(row.speedup, ".2f", "x"), _fmt(s.ttft_ms, ".0f"),
+            _fmt(s.itl_p50_ms, ".1f"), _fmt(s.itl_p99_ms, ".1f"), _fmt(s.acceptance, ".3f"),
+            _fmt(s.mean_acceptance_length), _fmt(s.passes_per_token, ".3f"),
+            _fmt(row.ideal, ".2f", "x"), _fmt(row.of_ideal, ".0%"), _fmt(s.overhead_ms),
+            row.peak_rss_mb,
+            "–" if row.same_output is None else ("yes" if row.same_output else "NO")]
+
+
+def markdown_table(rows: list[Row]) -> str:
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(row_cells(r)) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def goals(rows: list[Row]) -> list[tuple[str, str, str]]:
+    """(goal, target, measured) for the headline comparisons (greedy)."""
+    find = {(r.method.split(" (")[0] if r.family == "services" else r.method, r.mode): r
+            for r in rows}
+    services = find.get(("Cascade services", "greedy"))
+    hf = find.get(("HF assisted, best", "greedy"))
+    if services is None or hf is None:
+        return []
+    return [
+        ("services vs HF assisted (best), tokens/s", ">= 1.3x",
+         _fmt(services.summary.tokens_per_s / hf.summary.tokens_per_s, ".2f", "x")),
+        ("services vs target-only (verifier)", ">= 2.5x (as acceptance allows)",
+         _fmt(services.speedup, ".2f", "x")),
+        ("services, measured / ideal speedup", ">= 90%", _fmt(services.of_ideal, ".0%")),
+        ("protocol overhead per round (median)", "<= 1 ms",
+         _fmt(services.summary.overhead_ms, ".2f", " ms")),
+    ]

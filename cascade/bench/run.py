@@ -1,0 +1,113 @@
+"""``cascade bench``: every method on the same prompts and pair in one run, then the table, the
+goals, JSON and PNG plots. In-process families run in child processes one after another, then
+the services; nothing runs concurrently with what is being measured."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import platform
+import queue
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from transformers import AutoTokenizer
+
+from cascade.bench.hf import HF_CANDIDATES
+from cascade.bench.inprocess import FamilyResult, Job, run_family
+from cascade.bench.measure import summarise
+from cascade.bench.prompts import bench_prompts
+from cascade.bench.report import Costs, Row, build_rows
+from cascade.bench.services import run_services
+
+FAMILIES = ("core", "hf", "services")
+METHODS_PER_FAMILY = {"core": 3, "hf": 5, "services": 3}
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    target: Path
+    drafter: Path
+    out: Path = Path("runs/bench")
+    k: int = 4
+    max_new_tokens: int = 64
+    per_domain: int = 2
+    repeats: int = 3
+    temperature: float = 0.7
+    threads: int = 2
+    """torch threads of the in-process methods (the services use one per pod)."""
+    seed: int = 1
+
+
+def machine() -> str:
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{model}, {os.cpu_count()} cores, torch {torch.__version__}"
+
+
+def _in_child(job: Job, tick) -> FamilyResult:
+    """Run one in-process family in a fresh spawned process, forwarding its progress ticks."""
+    context = multiprocessing.get_context("spawn")
+    with context.Manager() as manager, ProcessPoolExecutor(1, mp_context=context) as pool:
+        ticks = manager.Queue()
+        future = pool.submit(run_family, job, ticks)
+        while not future.done():
+            try:
+                ticks.get(timeout=0.2)
+                tick()
+            except queue.Empty:
+                pass
+        result = future.result()
+        while not ticks.empty():
+            ticks.get()
+            tick()
+    return result
+
+
+def _total(job: Job) -> int:
+    generations = len(job.prompts) * job.repeats
+    sweeps = 2 * len(HF_CANDIDATES) * min(2, len(job.prompts))
+    return sum(METHODS_PER_FAMILY.values()) * generations + sweeps
+
+
+def measure(config: BenchConfig, console: Console) -> tuple[list[Row], dict]:
+    tokenizer = AutoTokenizer.from_pretrained(config.target)
+    job = Job("core", config.target, config.drafter,
+              tuple(bench_prompts(tokenizer, config.per_domain)), config.max_new_tokens, config.k,
+              config.temperature, config.repeats, config.threads, config.seed)
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeRemainingColumn()]
+    with Progress(*columns, console=console) as progress:
+        task = progress.add_task("benchmark", total=_total(job))
+
+        def tick() -> None:
+            progress.advance(task)
+
+        families = {}
+        for family in ("core", "hf"):
+            progress.update(task, description=f"{family} (in process)")
+            families[family] = _in_child(replace(job, family=family), tick)
+        progress.update(task, description="services on loopback")
+        services = run_services(job, config.out / "cluster", tick)
+    methods = [m for f in families.values() for m in f.methods] + services.methods
+    by_name = {(m.name, m.sampling): m for m in services.methods}
+    spec = summarise(by_name[(f"Cascade services (k={job.k})", False)].runs)
+    alone = summarise(by_name[("target only (verifier, k=0)", False)].runs)
+    costs = {f: Costs(r.drafter_ms, r.target_ms) for f, r in families.items()}
+    costs["services"] = Costs(spec.draft_ms_per_token, alone.verify_ms_per_pass)
+    rss = {f: f"{r.peak_rss_mb:.0f}" if r.peak_rss_mb else "–" for f, r in families.items()}
+    rss["services"] = ", ".join(f"{n} {v:.0f}" for n, v in services.peak_rss_mb.items() if v)
+    rows = build_rows(methods, costs, rss, config.temperature)
+    context = {"machine": machine(), "pinning": services.pinning,
+               "prompts": len(job.prompts), "costs_ms": {f: vars(c) for f, c in costs.items()}}
+    return rows, context

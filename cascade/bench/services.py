@@ -1,0 +1,89 @@
+"""Cascade as services on loopback: Redis, verifier, drafter and gateway as separate processes,
+verifier and drafter pinned to different cores (one torch thread each) so they behave like
+separate machines; generations stream through the gateway's gRPC API on one channel."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from cascade.bench.inprocess import Job, MethodRun, measure_method
+from cascade.bench.measure import Trace, peak_rss_mb
+from cascade.bench.prompts import BenchPrompt
+from cascade.local_cluster import ClusterConfig, LocalCluster
+from cascade.redis_server import free_port
+from cascade.v1 import gateway_pb2, gateway_pb2_grpc
+
+
+@dataclass
+class ServicesResult:
+    methods: list[MethodRun]
+    peak_rss_mb: dict[str, float | None]
+    pinning: str
+
+
+def pinning() -> dict[str, frozenset[int]]:
+    """Verifier on the first core, drafter on the second (nothing pinned on one core)."""
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if len(cores) < 2:
+        return {}
+    return {"verifier": frozenset({cores[0]}), "drafter-0": frozenset({cores[1]})}
+
+
+def service_trace(stub, prompt: BenchPrompt, job: Job, k: int, sampling: bool) -> Trace:
+    request = gateway_pb2.GenerateRequest(prompt=prompt.text, num_draft_tokens=k,
+                                          chat=prompt.chat)
+    request.sampling.max_new_tokens = job.max_new_tokens
+    request.sampling.temperature = job.temperature if sampling else 0.0
+    request.sampling.seed = job.seed
+    trace = Trace(prompt.domain)
+    started = time.perf_counter()
+    for response in stub.Generate(request, timeout=600):
+        if response.prompt_tokens != len(prompt.token_ids):
+            raise RuntimeError("the gateway tokenized the prompt differently from the benchmark")
+        if not response.token_ids:
+            continue
+        trace.chunk(time.perf_counter() - started, list(response.token_ids))
+        trace.round(response.num_drafted, response.num_accepted)
+        trace.draft_s += response.draft_us / 1e6
+        trace.verify_s += response.verify_us / 1e6
+        if response.round_us:
+            overhead = response.round_us - response.draft_us - response.verify_us
+            trace.overhead_s.append(overhead / 1e6)
+    trace.elapsed_s = time.perf_counter() - started
+    return trace
+
+
+def _cluster_rss(cluster: LocalCluster) -> dict[str, float | None]:
+    rss = {name: peak_rss_mb(p.pid) for name, p in cluster.processes.items()}
+    if cluster.redis and cluster.redis.process:
+        rss["redis"] = peak_rss_mb(cluster.redis.process.pid)
+    return rss
+
+
+def run_services(job: Job, workdir: Path, progress: Callable[[], None] | None = None
+                 ) -> ServicesResult:
+    pins = pinning()
+    config = ClusterConfig(job.target, job.drafter, http_port=free_port(),
+                           grpc_port=free_port(), workdir=workdir, cpu_affinity=pins)
+    methods = [MethodRun("target only (verifier, k=0)", "services", False, 0),
+               MethodRun(f"Cascade services (k={job.k})", "services", False, job.k),
+               MethodRun(f"Cascade services (k={job.k})", "services", True, job.k)]
+    cluster = LocalCluster(config).start()
+    try:
+        with grpc.insecure_channel(cluster.grpc_address) as channel:
+            stub = gateway_pb2_grpc.GatewayStub(channel)
+            service_trace(stub, job.prompts[0], job, job.k, False)  # warm up
+            for m in methods:
+                measure_method(m, job, lambda p, m=m: service_trace(stub, p, job, m.k,
+                                                                    m.sampling), progress)
+        rss = _cluster_rss(cluster)
+    finally:
+        cluster.stop()
+    described = ", ".join(f"{name} on core {sorted(cores)}" for name, cores in pins.items())
+    return ServicesResult(methods, rss, described or "not pinned (one core)")
