@@ -12,13 +12,28 @@ from cascade.bench.plots import plot_speedups, plot_throughput
 from cascade.bench.report import COLUMNS, Row, goals, markdown_table, row_cells
 
 
-def show(rows: list[Row], context: dict, console: Console) -> None:
-    table = Table(title=f"cascade bench: {context['prompts']} prompts, {context['machine']}")
-    for column in COLUMNS:
+SPEED = ("method", "mode", "tokens/s", "speedup", "TTFT ms", "ITL p50 ms", "ITL p99 ms",
+         "same as greedy")
+SPECULATION = ("method", "mode", "acceptance", "mean acc. len", "passes/token", "ideal",
+               "of ideal", "overhead ms/round", "peak RSS MiB")
+
+
+def _table(rows: list[Row], columns: tuple[str, ...], title: str) -> Table:
+    """A console-width slice of the full table (the markdown file has every column)."""
+    table = Table(title=title)
+    picks = [COLUMNS.index(c) for c in columns]
+    for column in columns:
         table.add_column(column, justify="left" if column == "method" else "right")
     for row in rows:
-        table.add_row(*row_cells(row))
-    console.print(table)
+        cells = row_cells(row)
+        table.add_row(*(cells[i] for i in picks))
+    return table
+
+
+def show(rows: list[Row], context: dict, console: Console) -> None:
+    title = f"cascade bench: {context['prompts']} prompts, {context['machine']}"
+    console.print(_table(rows, SPEED, title))
+    console.print(_table(rows, SPECULATION, "speculation and memory"))
     checks = Table(title="goals (greedy)")
     for column in ("goal", "target", "measured"):
         checks.add_column(column)
