@@ -35,6 +35,29 @@ def pinning() -> dict[str, frozenset[int]]:
     return {"verifier": frozenset({cores[0]}), "drafter-0": frozenset({cores[1]})}
 
 
+def _pin_all_threads(pid: int, cores: frozenset[int]) -> None:
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            os.sched_setaffinity(int(tid), cores)
+        except (ProcessLookupError, PermissionError):
+            pass  # a thread that just ended
+
+
+def place_helpers(cluster: LocalCluster, pins: dict[str, frozenset[int]], speculative: bool
+                  ) -> str:
+    """Put the gateway, Redis and this client (a third machine in a deployment) on the core
+    that idles in this mode: the verifier's while the drafter drafts, else the drafter's."""
+    if not pins:
+        return "not pinned"
+    core = pins["verifier"] if speculative else pins["drafter-0"]
+    pids = [cluster.processes["gateway"].pid, os.getpid()]
+    if cluster.redis and cluster.redis.process:
+        pids.append(cluster.redis.process.pid)
+    for pid in pids:
+        _pin_all_threads(pid, core)
+    return f"gateway, redis and client on core {sorted(core)}"
+
+
 def service_trace(stub, prompt: BenchPrompt, job: Job, k: int, sampling: bool) -> Trace:
     request = gateway_pb2.GenerateRequest(prompt=prompt.text, num_draft_tokens=k,
                                           chat=prompt.chat)
@@ -75,15 +98,20 @@ def run_services(job: Job, workdir: Path, progress: Callable[[], None] | None = 
                MethodRun(f"Cascade services (k={job.k})", "services", False, job.k),
                MethodRun(f"Cascade services (k={job.k})", "services", True, job.k)]
     cluster = LocalCluster(config).start()
+    helpers, everything = {}, sorted(os.sched_getaffinity(0))
     try:
         with grpc.insecure_channel(cluster.grpc_address) as channel:
             stub = gateway_pb2_grpc.GatewayStub(channel)
             service_trace(stub, job.prompts[0], job, job.k, False)  # warm up
             for m in methods:
+                helpers[m.k > 0] = place_helpers(cluster, pins, m.k > 0)
                 measure_method(m, job, lambda p, m=m: service_trace(stub, p, job, m.k,
                                                                     m.sampling), progress)
         rss = _cluster_rss(cluster)
     finally:
+        _pin_all_threads(os.getpid(), frozenset(everything))
         cluster.stop()
     described = ", ".join(f"{name} on core {sorted(cores)}" for name, cores in pins.items())
+    if pins:
+        described += (f"; target-only: {helpers.get(False)}; speculative: {helpers.get(True)}")
     return ServicesResult(methods, rss, described or "not pinned (one core)")
