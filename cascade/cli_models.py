@@ -75,7 +75,10 @@ def distill(target: Path = typer.Option(..., help="Target model folder (its toke
             vocab_size: int = typer.Option(16384, help="Drafter vocabulary (most frequent tokens)."),
             hidden: int = typer.Option(256, help="Drafter width."),
             layers: int = typer.Option(4, help="Drafter depth."),
-            threads: int = typer.Option(0, help="torch threads (0 keeps the default).")) -> None:
+            threads: int = typer.Option(0, help="torch threads (0 keeps the default)."),
+            init: Path = typer.Option(None, help="Start from this drafter folder (an earlier "
+                                      "export) instead of a fresh student; its shape and "
+                                      "vocabulary are kept.")) -> None:
     """Train a drafter for TARGET by self-distillation on its own answers (resumable)."""
     import torch
 
@@ -88,5 +91,5 @@ def distill(target: Path = typer.Option(..., help="Target model folder (its toke
     shape = StudentShape(vocab_size=vocab_size, hidden_size=hidden, num_layers=layers,
                          intermediate_size=3 * hidden)
     folder = run_distillation(DistillConfig(target=target, out=out, minutes=minutes, seed=seed,
-                                            shape=shape))
+                                            shape=shape, init=init))
     console.print(f"drafter written to {folder}; measure it with `cascade models evaluate`")

@@ -65,7 +65,8 @@ def run_distillation(config: DistillConfig) -> Path:
     teacher = AutoModelForCausalLM.from_pretrained(config.target, dtype=torch.bfloat16).eval()
     distiller = Distiller(config, teacher, tokenizer)
     work = config.out / "work"
-    load_checkpoint(distiller, work)
+    if not load_checkpoint(distiller, work) and config.init is not None:
+        distiller.start_from(config.init)
     budget, state = config.minutes * 60, distiller.state
     columns = [TextColumn("{task.description}"), BarColumn(), TimeRemainingColumn()]
     last_save = time.monotonic()

@@ -20,7 +20,7 @@ import torch
 from cascade.distill.prompts import training_prompts
 from cascade.distill.student import StudentShape, build_student, choose_vocabulary
 from cascade.distill.teacher import Sequence, answer, encode_prompts
-from cascade.runner import VocabMap
+from cascade.runner import VOCAB_MAP_FILE, VocabMap
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,9 @@ class DistillConfig:
     """Chunks answered before the vocabulary is chosen from the answers' token counts."""
     checkpoint_every_s: float = 300.0
     shape: StudentShape = field(default_factory=StudentShape)
+    init: Path | None = None
+    """A drafter folder (from an earlier run's export) to start from instead of a fresh
+    student; its own shape and vocabulary are kept, the optimiser starts fresh."""
 
 
 def agreement(model, vocab: VocabMap, sequences: list[Sequence]) -> float:
@@ -128,6 +131,19 @@ class Distiller:
             vocab = _fill_vocabulary(vocab, self.tokenizer, self.config.shape.vocab_size)
         self.model, self.vocab = build_student(self.config.shape, vocab, self.teacher,
                                                self.config.seed)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=self.config.lr,
+                                           betas=(0.9, 0.95), weight_decay=0.0)
+
+    def start_from(self, folder: Path) -> None:
+        """Continue from an exported drafter: its weights and vocabulary, a fresh optimiser."""
+        from transformers import AutoModelForCausalLM
+
+        vocab = VocabMap.load(folder)
+        if vocab is None:
+            raise ValueError(f"{folder} has no {VOCAB_MAP_FILE}: not a drafter made by "
+                             "`cascade distill`")
+        self.model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+        self.vocab = vocab
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=self.config.lr,
                                            betas=(0.9, 0.95), weight_decay=0.0)
 

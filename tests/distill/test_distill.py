@@ -76,3 +76,23 @@ def test_training_lowers_the_distillation_loss(tiny_target, tmp_path):
     with torch.no_grad():
         after = float(distill_loss(distiller.model, distiller.vocab, chunk, 0.5))
     assert after < before - 0.5, (before, after)  # the floor is the teacher's own entropy
+
+
+def test_init_continues_from_an_exported_drafter(tiny_target, tmp_path):
+    first = tmp_path / "first"
+    run_distillation(small_config(tiny_target, first, minutes=0.02))
+    again = tmp_path / "again"
+    config = small_config(tiny_target, again, minutes=0.0)
+    run_distillation(DistillConfig(**{**vars(config), "init": first}))  # no training: export
+    before = ModelRunner.load(ModelSpec(str(first)))
+    after = ModelRunner.load(ModelSpec(str(again)))
+    assert after.vocab_map.to_target.tolist() == before.vocab_map.to_target.tolist()
+    for (name, a), (_, b) in zip(before.model.state_dict().items(),
+                                 after.model.state_dict().items()):
+        torch.testing.assert_close(a, b, msg=name)
+
+
+def test_init_rejects_a_folder_that_is_not_a_distilled_drafter(tiny_target, tmp_path):
+    config = small_config(tiny_target, tmp_path / "out", minutes=0.0)
+    with pytest.raises(ValueError, match="not a drafter"):
+        run_distillation(DistillConfig(**{**vars(config), "init": tiny_target}))
