@@ -4,7 +4,8 @@ Exporters follow the standard OpenTelemetry environment: OTLP over gRPC when
 OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is set, the console when
 CASCADE_TRACE_CONSOLE=1. gRPC servers and channels are instrumented so that the W3C trace context
 travels in metadata: one generation is one trace across gateway, drafter and verifier, with a
-span per protocol step (``draft``, ``verify``, ``commit``).
+span per protocol step (``draft``, ``verify``, ``commit``). With no exporter configured,
+tracing stays off (the no-op tracer, gRPC not instrumented).
 """
 
 from __future__ import annotations
@@ -50,12 +51,19 @@ def _processors(environ: Mapping[str, str]) -> list[SpanProcessor]:
 
 
 def setup_telemetry(service_name: str, environ: Mapping[str, str] | None = None,
-                    extra: list[SpanProcessor] = ()) -> TracerProvider:
-    """Install a tracer provider for this process (named by OTEL_SERVICE_NAME if set)."""
+                    extra: list[SpanProcessor] = ()) -> TracerProvider | None:
+    """Install a tracer provider for this process (named by OTEL_SERVICE_NAME if set) and
+    instrument gRPC, when spans have somewhere to go; else leave tracing off (returns None).
+
+    Off means the no-op tracer: recording spans nobody exports and wrapping every gRPC message
+    cost about 0.4 ms per speculative round on loopback (docs/benchmarks.md)."""
     environ = os.environ if environ is None else environ
+    processors = [*_processors(environ), *extra]
+    if not processors:
+        return None
     name = environ.get("OTEL_SERVICE_NAME", service_name)
     provider = TracerProvider(resource=Resource.create({"service.name": name}))
-    for processor in [*_processors(environ), *extra]:
+    for processor in processors:
         provider.add_span_processor(processor)
     trace.set_tracer_provider(provider)
     instrument_grpc()

@@ -69,3 +69,11 @@ async def test_spec_decode_metrics_match_the_session(cluster):
     assert delta("cascade:generation_tokens_total") == sum(len(r.token_ids) for r in responses)
     assert delta("cascade:time_to_first_token_seconds_count") == 1
     assert after[("cascade:num_requests_running", ())] == 0
+
+
+def test_tracing_stays_off_without_an_exporter():
+    from opentelemetry import trace
+
+    before = trace.get_tracer_provider()
+    assert setup_telemetry("cascade-test", environ={}) is None
+    assert trace.get_tracer_provider() is before
