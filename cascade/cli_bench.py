@@ -21,6 +21,9 @@ def bench(target: Path = typer.Option(None, help="Target model folder (default: 
           repeats: int = typer.Option(3, min=1, help="Runs of every prompt (medians reported)."),
           temperature: float = typer.Option(0.7, min=0.01, help="Temperature of sampling rows."),
           threads: int = typer.Option(2, min=1, help="torch threads of in-process methods."),
+          families: list[str] = typer.Option(["core", "hf", "services"], "--family",
+                                             help="Run only these (repeat the flag): core, hf, "
+                                             "services."),
           out: Path = typer.Option(Path("runs/bench"), help="Where results.json, table.md "
                                    "and the PNG plots go.")) -> None:
     """Target-only, HF assisted generation, Cascade's core loop and Cascade's services on the
@@ -30,9 +33,13 @@ def bench(target: Path = typer.Option(None, help="Target model folder (default: 
     from cascade.cli import default_pair
 
     target, drafter = default_pair(target, drafter, pair)
-    config = BenchConfig(target=target, drafter=drafter, out=out, k=k, max_new_tokens=max_tokens,
-                         per_domain=prompts_per_domain, repeats=repeats, temperature=temperature,
-                         threads=threads)
+    try:
+        config = BenchConfig(target=target, drafter=drafter, out=out, k=k,
+                             max_new_tokens=max_tokens, per_domain=prompts_per_domain,
+                             repeats=repeats, temperature=temperature, threads=threads,
+                             families=tuple(families))
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
     rows, context = measure(config, console)
     show(rows, context, console)
     for path in save(rows, context, out):

@@ -22,7 +22,7 @@ from cascade.bench.inprocess import FamilyResult, Job, run_family
 from cascade.bench.measure import summarise
 from cascade.bench.prompts import bench_prompts
 from cascade.bench.report import Costs, Row, build_rows
-from cascade.bench.services import run_services
+from cascade.bench.services import ServicesResult, run_services
 
 FAMILIES = ("core", "hf", "services")
 METHODS_PER_FAMILY = {"core": 3, "hf": 5, "services": 3}
@@ -41,6 +41,14 @@ class BenchConfig:
     threads: int = 2
     """torch threads of the in-process methods (the services use one per pod)."""
     seed: int = 1
+    families: tuple[str, ...] = FAMILIES
+    """Which of core, hf, services to run (each brings its own target-only baseline)."""
+
+    def __post_init__(self) -> None:
+        unknown = set(self.families) - set(FAMILIES)
+        if unknown or not self.families:
+            raise ValueError(f"families must be a non-empty subset of {FAMILIES}, "
+                             f"got {sorted(self.families)}")
 
 
 def machine() -> str:
@@ -74,10 +82,18 @@ def _in_child(job: Job, tick) -> FamilyResult:
     return result
 
 
-def _total(job: Job) -> int:
+def _total(job: Job, families: tuple[str, ...]) -> int:
     generations = len(job.prompts) * job.repeats
-    sweeps = 2 * len(HF_CANDIDATES) * min(2, len(job.prompts))
-    return sum(METHODS_PER_FAMILY.values()) * generations + sweeps
+    sweeps = 2 * len(HF_CANDIDATES) * min(2, len(job.prompts)) if "hf" in families else 0
+    return sum(METHODS_PER_FAMILY[f] for f in families) * generations + sweeps
+
+
+def _services_costs(services: ServicesResult, k: int) -> Costs:
+    """Drafter ms per drafted token and target ms per decode pass, as the pods measured them."""
+    by_name = {(m.name, m.sampling): m for m in services.methods}
+    spec = summarise(by_name[(f"Cascade services (k={k})", False)].runs)
+    alone = summarise(by_name[("target only (verifier, k=0)", False)].runs)
+    return Costs(spec.draft_ms_per_token, alone.verify_ms_per_pass)
 
 
 def measure(config: BenchConfig, console: Console) -> tuple[list[Row], dict]:
@@ -88,26 +104,26 @@ def measure(config: BenchConfig, console: Console) -> tuple[list[Row], dict]:
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeRemainingColumn()]
     with Progress(*columns, console=console) as progress:
-        task = progress.add_task("benchmark", total=_total(job))
+        task = progress.add_task("benchmark", total=_total(job, config.families))
 
         def tick() -> None:
             progress.advance(task)
 
-        families = {}
-        for family in ("core", "hf"):
+        families, services = {}, None
+        for family in [f for f in ("core", "hf") if f in config.families]:
             progress.update(task, description=f"{family} (in process)")
             families[family] = _in_child(replace(job, family=family), tick)
-        progress.update(task, description="services on loopback")
-        services = run_services(job, config.out / "cluster", tick)
-    methods = [m for f in families.values() for m in f.methods] + services.methods
-    by_name = {(m.name, m.sampling): m for m in services.methods}
-    spec = summarise(by_name[(f"Cascade services (k={job.k})", False)].runs)
-    alone = summarise(by_name[("target only (verifier, k=0)", False)].runs)
+        if "services" in config.families:
+            progress.update(task, description="services on loopback")
+            services = run_services(job, config.out / "cluster", tick)
     costs = {f: Costs(r.drafter_ms, r.target_ms) for f, r in families.items()}
-    costs["services"] = Costs(spec.draft_ms_per_token, alone.verify_ms_per_pass)
     rss = {f: f"{r.peak_rss_mb:.0f}" if r.peak_rss_mb else "–" for f, r in families.items()}
-    rss["services"] = ", ".join(f"{n} {v:.0f}" for n, v in services.peak_rss_mb.items() if v)
+    methods = [m for f in families.values() for m in f.methods]
+    if services is not None:
+        methods += services.methods
+        costs["services"] = _services_costs(services, job.k)
+        rss["services"] = ", ".join(f"{n} {v:.0f}" for n, v in services.peak_rss_mb.items() if v)
     rows = build_rows(methods, costs, rss, config.temperature)
-    context = {"machine": machine(), "pinning": services.pinning,
+    context = {"machine": machine(), "pinning": services.pinning if services else "–",
                "prompts": len(job.prompts), "costs_ms": {f: vars(c) for f, c in costs.items()}}
     return rows, context

@@ -2,6 +2,7 @@
 greedy outputs agree across methods, and the files are written."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -62,3 +63,21 @@ def test_results_table_and_plots_are_written(bench_run):
     assert "| Cascade services (k=3) | greedy |" in (out / "table.md").read_text()
     for png in [p for p in paths if p.suffix == ".png"]:
         assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_one_family_runs_alone(tmp_path):
+    from rich.console import Console
+
+    target, drafter = build_tiny_pair(tmp_path / "models")
+    config = BenchConfig(target=target, drafter=drafter, out=tmp_path / "bench", k=2,
+                         max_new_tokens=4, per_domain=1, repeats=1, threads=1,
+                         families=("core",))
+    rows, context = measure(config, Console(quiet=True))
+    assert {r.family for r in rows} == {"core"} and len(rows) == 3
+    assert all(r.same_output for r in rows if r.mode == "greedy")
+    assert goals(rows) == [] and context["pinning"] == "–"
+
+
+def test_unknown_family_is_refused():
+    with pytest.raises(ValueError, match="families must be"):
+        BenchConfig(target=Path("t"), drafter=Path("d"), families=("gpu",))
