@@ -1,0 +1,135 @@
+"""Operations in the Kubernetes manifests: persistent Redis, disruption budgets, autoscalers (HPA,
+or KEDA in the gpu overlay), the Grafana dashboard and the Dockerfiles."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from k8s_helpers import (
+    K8S,
+    NEEDS_KUBECTL,
+    ROLES,
+    ROOT,
+    TARGETS,
+    arg_value,
+    main_container,
+    named,
+    of_kind,
+    pod_template,
+    selector_matches,
+)
+
+pytestmark = NEEDS_KUBECTL
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_redis_is_persistent(rendered, target):
+    redis = named(rendered[target], "StatefulSet", "redis")
+    container = main_container(redis)
+    assert container["image"].startswith("redis:7.2")
+    assert arg_value(container, "--appendonly") == "yes"
+    templates = redis["spec"]["volumeClaimTemplates"]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts[templates[0]["metadata"]["name"]] == "/data"
+
+
+# ----------------------------------------------------------------------------- availability
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_pod_disruption_budgets(rendered, target):
+    objects = rendered[target]
+    budgets = of_kind(objects, "PodDisruptionBudget")
+    for role in ROLES:
+        labels = pod_template(named(objects, "Deployment", role))["metadata"]["labels"]
+        assert any(selector_matches(b["spec"]["selector"], labels) for b in budgets), \
+            f"{target}: no PodDisruptionBudget for {role}"
+
+
+def hpa_for(objects: list[dict], name: str) -> list[dict]:
+    return [h for h in of_kind(objects, "HorizontalPodAutoscaler")
+            if h["spec"]["scaleTargetRef"]["name"] == name]
+
+
+def scaled_objects_for(objects: list[dict], name: str) -> list[dict]:
+    return [s for s in of_kind(objects, "ScaledObject")
+            if s["spec"]["scaleTargetRef"]["name"] == name]
+
+
+def pods_metric_names(hpa: dict) -> set[str]:
+    return {m["pods"]["metric"]["name"] for m in hpa["spec"]["metrics"] if m["type"] == "Pods"}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_autoscalers(rendered, target):
+    objects = rendered[target]
+    for name in ("drafter", "verifier"):
+        # One autoscaler at most per Deployment: an HPA and a ScaledObject would fight.
+        assert len(hpa_for(objects, name)) + len(scaled_objects_for(objects, name)) <= 1
+    if target == "local":
+        assert not of_kind(objects, "HorizontalPodAutoscaler", "ScaledObject")
+        for role in ROLES:
+            assert named(objects, "Deployment", role)["spec"]["replicas"] == 1
+        return
+    (drafter,) = hpa_for(objects, "drafter")
+    assert drafter["apiVersion"] == "autoscaling/v2"
+    assert pods_metric_names(drafter) == {"cascade:drafter_active_sessions"}
+    assert any(m["type"] == "Resource" and m["resource"]["name"] == "cpu"
+               for m in drafter["spec"]["metrics"])
+    if target == "gpu":
+        assert not hpa_for(objects, "verifier"), "gpu overlay still has the verifier HPA"
+        (scaled,) = scaled_objects_for(objects, "verifier")
+        triggers = scaled["spec"]["triggers"]
+        assert any(t["type"] == "prometheus"
+                   and "cascade:verifier_queue_depth" in t["metadata"]["query"]
+                   and float(t["metadata"]["threshold"]) > 0 for t in triggers)
+    else:
+        (verifier,) = hpa_for(objects, "verifier")
+        assert pods_metric_names(verifier) == {"cascade:verifier_queue_depth"}
+
+
+# ----------------------------------------------------------------------------- other files
+
+
+def test_dashboard():
+    dashboard = json.loads((K8S / "dashboards" / "cascade.json").read_text())
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert any(v["type"] == "datasource" and v["query"] == "prometheus"
+               for v in variables.values())
+    exprs = " ".join(t["expr"] for p in dashboard["panels"] for t in p.get("targets", []))
+    for needed in [
+        "sum(rate(cascade:spec_decode_num_accepted_tokens_total[1m])) / "
+        "sum(rate(cascade:spec_decode_num_draft_tokens_total[1m]))",
+        "1 + sum(rate(cascade:spec_decode_num_accepted_tokens_total[1m])) / "
+        "sum(rate(cascade:spec_decode_num_drafts_total[1m]))",
+        "cascade:spec_decode_num_accepted_tokens_per_pos_total",
+        "cascade:time_to_first_token_seconds_bucket",
+        "cascade:inter_token_latency_seconds_bucket",
+        "cascade:verifier_queue_depth",
+        "cascade:num_requests_running",
+        "cascade:drafter_active_sessions",
+    ]:
+        assert needed in exprs, needed
+    assert "by (position)" in exprs
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
+
+
+@pytest.mark.parametrize("name, base", [
+    ("Dockerfile.cpu", "python:3.11.11-slim-bookworm"),
+    ("Dockerfile.cuda", "nvidia/cuda:12.4.1-runtime-ubuntu22.04"),
+])
+def test_dockerfiles(name, base):
+    text = (ROOT / "docker" / name).read_text()
+    assert base in text
+    assert len(re.findall(r"^FROM .* AS (builder|runtime)$", text, re.M)) == 2
+    assert "COPY --from=builder /opt/venv /opt/venv" in text
+    assert re.search(r"^USER 10001", text, re.M)
+    assert "HF_HOME=/tmp/hf" in text and "PYTHONDONTWRITEBYTECODE=1" in text
+    assert re.search(r"^EXPOSE ", text, re.M)
+    assert not re.search(r"^(COPY|ADD) .*models", text, re.M), "weights come from the volume"
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert {".venv", ".git", "runs/"} <= set(ignored)
