@@ -12,6 +12,7 @@ from cascade.wire import FINISH_TO_PB, METHOD_FROM_PB
 from gateway.auth import ApiKeys
 from gateway.detokenize import TextStream
 from gateway.generation import GenerationRequest, Generator
+from gateway.limits import fit_lengths
 
 
 class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
@@ -25,20 +26,16 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         if msg.model and msg.model != self.model_name:
             raise ValueError(f"model {msg.model!r} is not served; use {self.model_name!r}")
         prompt = self._tokenize(msg.prompt, msg.chat)
-        if not prompt:
-            raise ValueError("prompt must not be empty")
         s = msg.sampling
-        total = len(prompt) + s.max_new_tokens
-        if total > self.context_length:
-            raise ValueError(f"prompt ({len(prompt)} tokens) + max_new_tokens "
-                             f"({s.max_new_tokens}) exceeds the context ({self.context_length})")
+        max_new_tokens = fit_lengths(len(prompt), s.max_new_tokens or None, self.context_length,
+                                     self.context_length, max_field="sampling.max_new_tokens")
         k = msg.num_draft_tokens if msg.HasField("num_draft_tokens") else self.default_k
         if k > MAX_DRAFT_TOKENS:
             raise ValueError(f"num_draft_tokens must be in [0, {MAX_DRAFT_TOKENS}], got {k}")
         eos = self.tokenizer.eos_token_id
         params = SamplingParams(
             temperature=s.temperature, top_k=s.top_k, top_p=s.top_p or 1.0,
-            seed=s.seed or secrets.randbits(63), max_new_tokens=s.max_new_tokens,
+            seed=s.seed or secrets.randbits(63), max_new_tokens=max_new_tokens,
             stop_token_ids=tuple(s.stop_token_ids) or ((eos,) if eos is not None else ()))
         return GenerationRequest(prompt, params, k, METHOD_FROM_PB[msg.draft_method])
 

@@ -24,6 +24,7 @@ from gateway import schemas
 from gateway.errors import bad_request, install_error_handlers, model_not_found
 from gateway.auth import ApiKeys, install_api_keys
 from gateway.generation import GenerationRequest, Generator
+from gateway.limits import RequestInvalid, fit_lengths
 from gateway.streaming import Delta, EventStreamResponse, collect, generate_text, sse_event
 
 ReadyCheck = Callable[[], bool | Awaitable[bool]]
@@ -205,33 +206,11 @@ class _CompletionsApi:
 
     def _check_lengths(self, num_prompt: int, max_tokens: int | None, prompt_field: str) -> int:
         """The max_new_tokens to use; 400 when the prompt or the completion cannot fit."""
-        limit, context = self.settings.max_tokens_limit, self.settings.context_length
-        if max_tokens is not None and not 1 <= max_tokens <= limit:
-            message = f"Invalid value for 'max_tokens': must be in [1, {limit}], got {max_tokens}."
-            raise bad_request(message, "max_tokens")
-        if num_prompt == 0:
-            message = f"The '{prompt_field}' produced no tokens; it must not be empty."
-            raise bad_request(message, prompt_field)
-        if num_prompt >= context:
-            raise bad_request(
-                f"This model's maximum context length is {context} tokens, and the "
-                f"'{prompt_field}' alone is {num_prompt} tokens, leaving no room for the "
-                f"completion. Please shorten the {prompt_field}.",
-                prompt_field,
-                code="context_length_exceeded",
-            )
-        if max_tokens is None:
-            return min(limit, context - num_prompt)
-        if num_prompt + max_tokens > context:
-            raise bad_request(
-                f"This model's maximum context length is {context} tokens. However, you "
-                f"requested {num_prompt + max_tokens} tokens ({num_prompt} in the {prompt_field}, "
-                f"{max_tokens} for the completion via 'max_tokens'). Please reduce the "
-                f"{prompt_field} or max_tokens.",
-                "max_tokens",
-                code="context_length_exceeded",
-            )
-        return max_tokens
+        try:
+            return fit_lengths(num_prompt, max_tokens, self.settings.context_length,
+                               self.settings.max_tokens_limit, prompt_field)
+        except RequestInvalid as exc:
+            raise bad_request(str(exc), exc.param, code=exc.code) from exc
 
 
 async def _completion_events(
