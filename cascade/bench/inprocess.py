@@ -56,13 +56,14 @@ class FamilyResult:
 
 def core_trace(target, drafter, prompt: BenchPrompt, params: SamplingParams, k: int) -> Trace:
     trace, timing = Trace(prompt.domain), RoundTiming()
-    started = time.perf_counter()
+    started, drafted_s, verified_s = time.perf_counter(), 0.0, 0.0
     for block, verdict, _ in speculative_rounds(target, list(prompt.token_ids), params,
                                                 drafter if k else None, DraftConfig(k), timing):
         trace.chunk(time.perf_counter() - started, verdict.tokens)
-        trace.round(block.num_tokens, verdict.num_accepted)
+        trace.round(block.num_tokens, verdict.num_accepted, timing.draft_s - drafted_s,
+                    timing.verify_s - verified_s)
+        drafted_s, verified_s = timing.draft_s, timing.verify_s
     trace.elapsed_s = time.perf_counter() - started
-    trace.draft_s, trace.verify_s = timing.draft_s, timing.verify_s
     return trace
 
 

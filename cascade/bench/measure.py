@@ -33,6 +33,8 @@ class Trace:
     """Rounds where the verifier rejected a drafted token."""
     draft_s: float = 0.0
     verify_s: float = 0.0
+    round_times: list[tuple[int, float, float]] = field(default_factory=list)
+    """Per round: (drafted, draft seconds, verify seconds); the first round holds the prefills."""
     overhead_s: list[float] = field(default_factory=list)
     """Per round: round wall time minus drafting and verification compute (services only)."""
 
@@ -41,11 +43,15 @@ class Trace:
             self.tokens += tokens
             self.chunk_s.append(at_s)
 
-    def round(self, drafted: int, accepted: int) -> None:
+    def round(self, drafted: int, accepted: int, draft_s: float = 0.0,
+              verify_s: float = 0.0) -> None:
         self.passes += 1
         self.drafted += drafted
         self.accepted += accepted
         self.rejections += accepted < drafted
+        self.draft_s += draft_s
+        self.verify_s += verify_s
+        self.round_times.append((drafted, draft_s, verify_s))
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -90,17 +96,29 @@ def summarise(repeats: list[list[Trace]]) -> Summary:
         alpha=accepted / tested if tested else None,
         mean_acceptance_length=1 + accepted / passes if passes else float("nan"),
         passes_per_token=passes / tokens if tokens else float("nan"),
-        draft_ms_per_token=1000 * sum(t.draft_s for t in traces) / drafted if drafted else None,
-        verify_ms_per_pass=1000 * sum(t.verify_s for t in traces) / passes if passes else 0.0,
+        **_steady_costs(traces),
         overhead_ms=statistics.median(overheads) if overheads else None,
         tokens=tokens)
 
 
-def ideal_speedup(alpha: float, k: int, cost_ratio: float) -> float:
+def _steady_costs(traces: list[Trace]) -> dict[str, float | None]:
+    """Drafting ms per drafted token and verification ms per pass, leaving out each generation's
+    first round (it also prefills the prompt, which is not a per-round cost)."""
+    rounds = [r for t in traces for r in t.round_times[1:]] or \
+        [r for t in traces for r in t.round_times]
+    drafted = sum(r[0] for r in rounds)
+    return {"draft_ms_per_token": 1000 * sum(r[1] for r in rounds) / drafted if drafted else None,
+            "verify_ms_per_pass": 1000 * sum(r[2] for r in rounds) / len(rounds) if rounds
+            else 0.0}
+
+
+def ideal_speedup(alpha: float, k: float, cost_ratio: float, verify_cost: float = 1.0) -> float:
     """Expected tokens per round over a round's cost in target passes:
-    (1 - a^(k+1)) / ((1 - a)(k c + 1)), Leviathan et al. (2023)."""
+    (1 - a^(k+1)) / ((1 - a)(k c + v)), Leviathan et al. (2023) with v = 1 (verifying k + 1
+    tokens costs one decoding pass, true of a memory-bound GPU). ``verify_cost`` v is the
+    measured cost of a verification pass over a one-token pass, for hardware where it grows."""
     expected = k + 1 if alpha >= 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
-    return expected / (k * cost_ratio + 1)
+    return expected / (k * cost_ratio + verify_cost)
 
 
 def peak_rss_mb(pid: int | str = "self") -> float | None:

@@ -15,7 +15,7 @@ from cascade.bench.report import COLUMNS, Row, goals, markdown_table, row_cells
 SPEED = ("method", "mode", "tokens/s", "speedup", "TTFT ms", "ITL p50 ms", "ITL p99 ms",
          "same as greedy")
 SPECULATION = ("method", "mode", "acceptance", "mean acc. len", "passes/token", "ideal",
-               "of ideal", "overhead ms/round", "peak RSS MiB")
+               "of ideal", "v", "ideal (v)", "of ideal (v)", "overhead ms/round")
 
 
 def _table(rows: list[Row], columns: tuple[str, ...], title: str) -> Table:
@@ -33,7 +33,8 @@ def _table(rows: list[Row], columns: tuple[str, ...], title: str) -> Table:
 def show(rows: list[Row], context: dict, console: Console) -> None:
     title = f"cascade bench: {context['prompts']} prompts, {context['machine']}"
     console.print(_table(rows, SPEED, title))
-    console.print(_table(rows, SPECULATION, "speculation and memory"))
+    console.print(_table(rows, SPECULATION, "speculation"))
+    console.print(_table(rows, ("method", "mode", "peak RSS MiB"), "peak resident memory"))
     checks = Table(title="goals (greedy)")
     for column in ("goal", "target", "measured"):
         checks.add_column(column)

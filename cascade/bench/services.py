@@ -72,9 +72,8 @@ def service_trace(stub, prompt: BenchPrompt, job: Job, k: int, sampling: bool) -
         if not response.token_ids:
             continue
         trace.chunk(time.perf_counter() - started, list(response.token_ids))
-        trace.round(response.num_drafted, response.num_accepted)
-        trace.draft_s += response.draft_us / 1e6
-        trace.verify_s += response.verify_us / 1e6
+        trace.round(response.num_drafted, response.num_accepted, response.draft_us / 1e6,
+                    response.verify_us / 1e6)
         if response.round_us:
             overhead = response.round_us - response.draft_us - response.verify_us
             trace.overhead_s.append(overhead / 1e6)

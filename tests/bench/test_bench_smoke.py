@@ -52,7 +52,11 @@ def test_speculative_rows_have_acceptance_and_an_ideal(bench_run):
         assert row.ideal > 0 and row.cost_ratio > 0
     services = [r for r in rows if r.family == "services" and r.ideal]
     assert all(r.summary.overhead_ms is not None for r in services)
-    assert len(goals(rows)) == 4
+    assert len(goals(rows)) == 5
+    for row in rows:  # the verify cost v is timed by the core loop and the verifier only
+        if row.ideal is not None:
+            assert (row.verify_cost is None) == (row.family == "hf")
+            assert row.verify_cost is None or row.verify_cost > 0
 
 
 def test_results_table_and_plots_are_written(bench_run):

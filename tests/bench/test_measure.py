@@ -11,6 +11,8 @@ def test_ideal_speedup_matches_the_formula_and_its_limits():
     assert ideal_speedup(1.0, 4, 0.125) == pytest.approx(5 / 1.5)  # every draft accepted
     assert ideal_speedup(0.0, 4, 0.125) == pytest.approx(1 / 1.5)  # drafting is pure cost
     assert ideal_speedup(0.8, 4, 0.0) > ideal_speedup(0.8, 2, 0.0)
+    # a verification pass that costs 1.5 decoding passes (compute-bound hardware)
+    assert ideal_speedup(0.5, 4, 0.125, 1.5) == pytest.approx((1 - 0.5 ** 5) / (0.5 * 2.0))
 
 
 def test_percentile_interpolates():
@@ -49,3 +51,15 @@ def test_target_only_summary_has_no_acceptance():
     summary = summarise([[trace]])
     assert summary.acceptance is None and summary.alpha is None
     assert summary.mean_acceptance_length == 1.0 and summary.passes_per_token == 1.0
+
+
+def test_per_round_costs_leave_out_the_prefill_round():
+    trace = Trace("chat")
+    trace.round(4, 1, draft_s=0.050, verify_s=0.500)  # prefills both models
+    trace.round(4, 4, draft_s=0.008, verify_s=0.100)
+    trace.round(4, 0, draft_s=0.012, verify_s=0.120)
+    trace.chunk(0.5, [1, 2])
+    trace.elapsed_s = 1.0
+    summary = summarise([[trace]])
+    assert summary.draft_ms_per_token == pytest.approx(20 / 8)
+    assert summary.verify_ms_per_pass == pytest.approx(110)
