@@ -14,7 +14,8 @@ def bench(target: Path = typer.Option(None, help="Target model folder (default: 
           drafter: Path = typer.Option(None, help="Drafter model folder (default: from --pair)."),
           pair: str = typer.Option("smollm2", help="Built-in pair when no folders are given: "
                                    "smollm2 or tiny."),
-          k: int = typer.Option(4, "--k", min=1, max=32, help="Drafted tokens per round."),
+          k: int = typer.Option(0, "--k", min=0, max=32, help="Drafted tokens per round; 0 "
+                                "picks the fastest of 1, 2, 3, 4, 6 on the first prompts."),
           max_tokens: int = typer.Option(64, min=1, help="Tokens generated per prompt."),
           prompts_per_domain: int = typer.Option(2, min=1, max=4,
                                                  help="Prompts from each of prose, chat, code."),

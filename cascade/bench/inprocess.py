@@ -29,6 +29,7 @@ class Job:
     prompts: tuple[BenchPrompt, ...]
     max_new_tokens: int
     k: int
+    """Drafted tokens per round; 0 lets the core family pick the fastest (K_CANDIDATES)."""
     temperature: float
     repeats: int
     threads: int
@@ -86,12 +87,33 @@ def measure_method(method: MethodRun, job: Job, one: Callable[[BenchPrompt], Tra
     return method
 
 
+K_CANDIDATES = (1, 2, 3, 4, 6)
+"""Draft lengths tried on the first prompts when the benchmark picks k itself (``k = 0``)."""
+
+
+def pick_best_k(target, drafter, job: Job, tick) -> int:
+    """The draft length with the most greedy tokens/s on the first (up to) two prompts."""
+    params = params_for(job, False, target.tokenizer.eos_token_id)
+
+    def speed(k: int) -> float:
+        traces = []
+        for prompt in job.prompts[:2]:
+            traces.append(core_trace(target, drafter, prompt, params, k))
+            if tick is not None:
+                tick()
+        return sum(len(t.tokens) for t in traces) / sum(t.elapsed_s for t in traces)
+
+    return max(K_CANDIDATES, key=speed)
+
+
 def _core_family(job: Job, target: ModelRunner, drafter: ModelRunner, tick) -> list:
     eos = target.tokenizer.eos_token_id
+    core_trace(target, drafter, job.prompts[0], params_for(job, False, eos), 2)  # warm up
+    k = job.k or pick_best_k(target, drafter, job, tick)
+    note = "" if job.k else f"fastest of k in {K_CANDIDATES}"
     methods = [MethodRun("target only (core, k=0)", "core", False, 0),
-               MethodRun(f"Cascade core (k={job.k})", "core", False, job.k),
-               MethodRun(f"Cascade core (k={job.k})", "core", True, job.k)]
-    core_trace(target, drafter, job.prompts[0], params_for(job, False, eos), job.k)  # warm up
+               MethodRun(f"Cascade core (k={k})", "core", False, k, note=note),
+               MethodRun(f"Cascade core (k={k})", "core", True, k, note=note)]
     for m in methods:
         params = params_for(job, m.sampling, eos)
         measure_method(m, job, lambda p, m=m, params=params: core_trace(target, drafter, p, params,

@@ -18,7 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from transformers import AutoTokenizer
 
 from cascade.bench.hf import HF_CANDIDATES
-from cascade.bench.inprocess import FamilyResult, Job, run_family
+from cascade.bench.inprocess import K_CANDIDATES, FamilyResult, Job, run_family
 from cascade.bench.measure import summarise
 from cascade.bench.prompts import bench_prompts
 from cascade.bench.report import Costs, Row, build_rows
@@ -33,7 +33,8 @@ class BenchConfig:
     target: Path
     drafter: Path
     out: Path = Path("runs/bench")
-    k: int = 4
+    k: int = 0
+    """Drafted tokens per round; 0 picks the fastest of K_CANDIDATES (as HF's best is picked)."""
     max_new_tokens: int = 64
     per_domain: int = 2
     repeats: int = 3
@@ -84,8 +85,20 @@ def _in_child(job: Job, tick) -> FamilyResult:
 
 def _total(job: Job, families: tuple[str, ...]) -> int:
     generations = len(job.prompts) * job.repeats
-    sweeps = 2 * len(HF_CANDIDATES) * min(2, len(job.prompts)) if "hf" in families else 0
+    first = min(2, len(job.prompts))
+    sweeps = 2 * len(HF_CANDIDATES) * first if "hf" in families else 0
+    if "core" in families and not job.k:
+        sweeps += len(K_CANDIDATES) * first
     return sum(METHODS_PER_FAMILY[f] for f in families) * generations + sweeps
+
+
+def _chosen_k(job: Job, families: dict[str, FamilyResult]) -> int:
+    """The k the core family used (it picks one when asked for 0); 4 when it did not run."""
+    if job.k:
+        return job.k
+    if "core" in families:
+        return next(m.k for m in families["core"].methods if m.k)
+    return 4
 
 
 def _services_costs(services: ServicesResult, k: int) -> Costs:
@@ -113,6 +126,7 @@ def measure(config: BenchConfig, console: Console) -> tuple[list[Row], dict]:
         for family in [f for f in ("core", "hf") if f in config.families]:
             progress.update(task, description=f"{family} (in process)")
             families[family] = _in_child(replace(job, family=family), tick)
+        job = replace(job, k=_chosen_k(job, families))
         if "services" in config.families:
             progress.update(task, description="services on loopback")
             services = run_services(job, config.out / "cluster", tick)
@@ -124,6 +138,7 @@ def measure(config: BenchConfig, console: Console) -> tuple[list[Row], dict]:
         costs["services"] = _services_costs(services, job.k)
         rss["services"] = ", ".join(f"{n} {v:.0f}" for n, v in services.peak_rss_mb.items() if v)
     rows = build_rows(methods, costs, rss, config.temperature)
-    context = {"machine": machine(), "pinning": services.pinning if services else "–",
+    context = {"machine": machine(), "k": job.k,
+               "pinning": services.pinning if services else "–",
                "prompts": len(job.prompts), "costs_ms": {f: vars(c) for f, c in costs.items()}}
     return rows, context

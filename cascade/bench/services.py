@@ -93,6 +93,8 @@ def run_services(job: Job, workdir: Path, progress: Callable[[], None] | None = 
     pins = pinning()
     config = ClusterConfig(job.target, job.drafter, http_port=free_port(),
                            grpc_port=free_port(), workdir=workdir, cpu_affinity=pins)
+    if not job.k:
+        raise ValueError("the services need a draft length (k > 0)")
     methods = [MethodRun("target only (verifier, k=0)", "services", False, 0),
                MethodRun(f"Cascade services (k={job.k})", "services", False, job.k),
                MethodRun(f"Cascade services (k={job.k})", "services", True, job.k)]

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from cascade.bench.inprocess import K_CANDIDATES
 from cascade.bench.output import save
 from cascade.bench.report import goals
 from cascade.bench.run import BenchConfig, measure
@@ -73,11 +74,13 @@ def test_one_family_runs_alone(tmp_path):
     from rich.console import Console
 
     target, drafter = build_tiny_pair(tmp_path / "models")
-    config = BenchConfig(target=target, drafter=drafter, out=tmp_path / "bench", k=2,
+    config = BenchConfig(target=target, drafter=drafter, out=tmp_path / "bench", k=0,
                          max_new_tokens=4, per_domain=1, repeats=1, threads=1,
                          families=("core",))
     rows, context = measure(config, Console(quiet=True))
     assert {r.family for r in rows} == {"core"} and len(rows) == 3
+    assert context["k"] in K_CANDIDATES  # k = 0: the fastest candidate was picked
+    assert rows[1].method == f"Cascade core (k={context['k']})" and "fastest" in rows[1].note
     assert all(r.same_output for r in rows if r.mode == "greedy")
     assert goals(rows) == [] and context["pinning"] == "–"
 
