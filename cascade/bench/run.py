@@ -8,6 +8,7 @@ import multiprocessing
 import os
 import platform
 import queue
+import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -129,7 +130,8 @@ def measure(config: BenchConfig, console: Console) -> tuple[list[Row], dict]:
         job = replace(job, k=_chosen_k(job, families))
         if "services" in config.families:
             progress.update(task, description="services on loopback")
-            services = run_services(job, config.out / "cluster", tick)
+            with tempfile.TemporaryDirectory(prefix="cascade-bench-") as workdir:
+                services = run_services(job, Path(workdir), tick)
     costs = {f: Costs(r.drafter_ms, r.target_ms) for f, r in families.items()}
     rss = {f: f"{r.peak_rss_mb:.0f}" if r.peak_rss_mb else "–" for f, r in families.items()}
     methods = [m for f in families.values() for m in f.methods]
