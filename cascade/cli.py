@@ -137,6 +137,9 @@ def demo(prompt: str = typer.Argument("Explain how a rainbow forms."),
     with console.status("starting redis, verifier, drafter, gateway"):
         cluster.start()
     try:
+        with console.status("warming up (first passes allocate)"):
+            for k in (num_draft_tokens, 0):  # so neither measured run pays for the cold start
+                stream_generation(cluster.grpc_address, prompt, 4, k)
         generate(prompt, gateway=cluster.grpc_address, max_tokens=max_tokens,
                  num_draft_tokens=num_draft_tokens, temperature=0.0, seed=0, chat=True,
                  baseline=True)
