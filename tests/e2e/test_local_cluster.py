@@ -36,3 +36,17 @@ def test_local_cluster_starts_serves_and_stops_cleanly(tiny_pair_dirs, tmp_path)
         cluster.stop()
     assert all(p.returncode is not None for p in cluster.processes.values())
     assert not [pid for pid in pids if is_running(pid)]
+
+
+def test_demo_runs_both_generations_and_compares_them(tiny_pair_dirs, tmp_path):
+    import subprocess
+    import sys
+
+    target, drafter = tiny_pair_dirs
+    command = [sys.executable, "-c", "from cascade.cli import app; app()", "demo", "hello",
+               "--target", str(target), "--drafter", str(drafter), "--max-tokens", "8",
+               "--port", str(free_port()), "--grpc-port", str(free_port())]
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "identical output: True" in result.stdout
+    assert "per-round overhead" in result.stdout
