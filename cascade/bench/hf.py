@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 from transformers.generation.streamers import BaseStreamer
 
-from cascade.bench.measure import Trace
+from cascade.bench.measure import Trace, fastest
 
 
 @dataclass(frozen=True)
@@ -106,12 +106,5 @@ def hf_trace(target, assistant, prompt, job, sampling: bool, setting: HfSetting 
 
 def pick_best_hf(target, assistant, job, sampling: bool, tick=None) -> HfSetting:
     """The candidate setting with the most tokens/s on the first (up to) two prompts."""
-    def speed(setting: HfSetting) -> float:
-        traces = []
-        for prompt in job.prompts[:2]:
-            traces.append(hf_trace(target, assistant, prompt, job, sampling, setting))
-            if tick is not None:
-                tick()
-        return sum(len(t.tokens) for t in traces) / sum(t.elapsed_s for t in traces)
-
-    return max(HF_CANDIDATES, key=speed)
+    return fastest(HF_CANDIDATES, lambda setting, prompt: hf_trace(
+        target, assistant, prompt, job, sampling, setting), job.prompts[:2], tick)

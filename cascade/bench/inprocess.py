@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from cascade.bench.hf import HF_DEFAULT, hf_trace, pick_best_hf, restricted_to_full_vocab
-from cascade.bench.measure import Trace, peak_rss_mb
+from cascade.bench.measure import Trace, fastest, peak_rss_mb
 from cascade.bench.prompts import BenchPrompt
 from cascade.distill.evaluate import per_token_ms
 from cascade.drafting import DraftConfig
@@ -94,16 +94,8 @@ K_CANDIDATES = (1, 2, 3, 4, 6)
 def pick_best_k(target, drafter, job: Job, tick) -> int:
     """The draft length with the most greedy tokens/s on the first (up to) two prompts."""
     params = params_for(job, False, target.tokenizer.eos_token_id)
-
-    def speed(k: int) -> float:
-        traces = []
-        for prompt in job.prompts[:2]:
-            traces.append(core_trace(target, drafter, prompt, params, k))
-            if tick is not None:
-                tick()
-        return sum(len(t.tokens) for t in traces) / sum(t.elapsed_s for t in traces)
-
-    return max(K_CANDIDATES, key=speed)
+    return fastest(K_CANDIDATES, lambda k, prompt: core_trace(target, drafter, prompt, params, k),
+                   job.prompts[:2], tick)
 
 
 def _core_family(job: Job, target: ModelRunner, drafter: ModelRunner, tick) -> list:

@@ -31,8 +31,6 @@ class Trace:
     accepted: int = 0
     rejections: int = 0
     """Rounds where the verifier rejected a drafted token."""
-    draft_s: float = 0.0
-    verify_s: float = 0.0
     round_times: list[tuple[int, float, float]] = field(default_factory=list)
     """Per round: (drafted, draft seconds, verify seconds); the first round holds the prefills."""
     overhead_s: list[float] = field(default_factory=list)
@@ -49,9 +47,21 @@ class Trace:
         self.drafted += drafted
         self.accepted += accepted
         self.rejections += accepted < drafted
-        self.draft_s += draft_s
-        self.verify_s += verify_s
         self.round_times.append((drafted, draft_s, verify_s))
+
+
+def fastest(candidates, trace_one, prompts, tick=None):
+    """The candidate whose generations of ``prompts`` (``trace_one(candidate, prompt)``) give the
+    most tokens/s; ticks after each generation."""
+    def speed(candidate) -> float:
+        traces = []
+        for prompt in prompts:
+            traces.append(trace_one(candidate, prompt))
+            if tick is not None:
+                tick()
+        return sum(len(t.tokens) for t in traces) / sum(t.elapsed_s for t in traces)
+
+    return max(candidates, key=speed)
 
 
 def percentile(values: list[float], q: float) -> float:

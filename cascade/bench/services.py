@@ -12,12 +12,13 @@ from pathlib import Path
 
 import grpc
 
-from cascade.bench.inprocess import Job, MethodRun, measure_method
+from cascade.bench.inprocess import Job, MethodRun, measure_method, params_for
 from cascade.bench.measure import Trace, peak_rss_mb
 from cascade.bench.prompts import BenchPrompt
 from cascade.local_cluster import ClusterConfig, LocalCluster
 from cascade.redis_server import free_port
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc
+from cascade.wire import sampling_to_pb
 
 
 @dataclass
@@ -59,11 +60,9 @@ def place_helpers(cluster: LocalCluster, pins: dict[str, frozenset[int]], specul
 
 
 def service_trace(stub, prompt: BenchPrompt, job: Job, k: int, sampling: bool) -> Trace:
-    request = gateway_pb2.GenerateRequest(prompt=prompt.text, num_draft_tokens=k,
-                                          chat=prompt.chat)
-    request.sampling.max_new_tokens = job.max_new_tokens
-    request.sampling.temperature = job.temperature if sampling else 0.0
-    request.sampling.seed = job.seed
+    request = gateway_pb2.GenerateRequest(  # no stop tokens: the gateway adds the model's eos
+        prompt=prompt.text, num_draft_tokens=k, chat=prompt.chat,
+        sampling=sampling_to_pb(params_for(job, sampling, eos=None)))
     trace = Trace(prompt.domain)
     started = time.perf_counter()
     for response in stub.Generate(request, timeout=600):
