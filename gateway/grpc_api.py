@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import secrets
 
+from cascade.chat import chat_prompt_ids
 from cascade.drafting import MAX_DRAFT_TOKENS
 from cascade.serving.errors import Unauthenticated
 from cascade.types import SamplingParams
@@ -44,9 +45,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
             return self.tokenizer(text).input_ids
         if not self.tokenizer.chat_template:
             raise ValueError("the model has no chat template; send chat = false")
-        return self.tokenizer.apply_chat_template([{"role": "user", "content": text}],
-                                                  add_generation_prompt=True, tokenize=True,
-                                                  return_dict=False)
+        return chat_prompt_ids(self.tokenizer, text)
 
     async def Generate(self, request, context):
         metadata = dict(context.invocation_metadata() or ())

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cascade.chat import chat_prompt_ids
+
 
 @dataclass(frozen=True)
 class Domain:
@@ -49,9 +51,7 @@ def domain_names() -> list[str]:
 def encode(tokenizer, text: str, chat: bool) -> list[int]:
     """Token ids exactly as the gateway makes them (chat template when asked and present)."""
     if chat and tokenizer.chat_template:
-        return tokenizer.apply_chat_template([{"role": "user", "content": text}],
-                                             add_generation_prompt=True, tokenize=True,
-                                             return_dict=False)
+        return chat_prompt_ids(tokenizer, text)
     return tokenizer(text).input_ids
 
 

@@ -80,11 +80,6 @@ def prompt_set(held_out: bool, fraction: float = 0.15, seed: int = 0) -> list[st
     return prompts
 
 
-def chat_messages(prompt: str) -> list[dict[str, str]]:
-    """As the gateway's chat endpoint sends it: one user turn, the template's own system prompt."""
-    return [{"role": "user", "content": prompt}]
-
-
 CODE_TEMPLATES = [
     "Explain what this Python function does:\n```python\n{}\n```",
     "Write a docstring for this function:\n```python\n{}\n```",

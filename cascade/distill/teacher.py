@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
+from cascade.chat import user_turn
+
 
 @dataclass
 class Sequence:
@@ -25,9 +27,7 @@ class Sequence:
 
 
 def encode_prompts(tokenizer, prompts: list[str]) -> list[list[int]]:
-    from cascade.distill.prompts import chat_messages
-
-    texts = [tokenizer.apply_chat_template(chat_messages(p), add_generation_prompt=True,
+    texts = [tokenizer.apply_chat_template(user_turn(p), add_generation_prompt=True,
                                            tokenize=False) for p in prompts]
     return tokenizer(texts, add_special_tokens=False).input_ids  # one batched call
 
