@@ -14,10 +14,15 @@ from cascade.tiny_models import build_tiny_pair
 
 
 @pytest.fixture(scope="module")
-def bench_run(tmp_path_factory):
+def tiny_pair(tmp_path_factory):
+    return build_tiny_pair(tmp_path_factory.mktemp("models"))
+
+
+@pytest.fixture(scope="module")
+def bench_run(tiny_pair, tmp_path_factory):
     from rich.console import Console
 
-    target, drafter = build_tiny_pair(tmp_path_factory.mktemp("models"))
+    target, drafter = tiny_pair
     out = tmp_path_factory.mktemp("bench")
     config = BenchConfig(target=target, drafter=drafter, out=out, k=3, max_new_tokens=6,
                          per_domain=1, repeats=1, threads=1)
@@ -70,10 +75,10 @@ def test_results_table_and_plots_are_written(bench_run):
         assert png.read_bytes()[:4] == b"\x89PNG"
 
 
-def test_one_family_runs_alone(tmp_path):
+def test_one_family_runs_alone(tiny_pair, tmp_path):
     from rich.console import Console
 
-    target, drafter = build_tiny_pair(tmp_path / "models")
+    target, drafter = tiny_pair
     config = BenchConfig(target=target, drafter=drafter, out=tmp_path / "bench", k=0,
                          max_new_tokens=4, per_domain=1, repeats=1, threads=1,
                          families=("core",))
