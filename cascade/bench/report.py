@@ -9,11 +9,6 @@ from dataclasses import asdict, dataclass
 from cascade.bench.inprocess import MethodRun
 from cascade.bench.measure import Summary, ideal_speedup, summarise
 
-BASELINES = {"core": "target only (core, k=0)", "hf": "HF generate (no assistant)",
-             "services": "target only (verifier, k=0)"}
-"""Each family's speedups are over its own target-only decoding."""
-
-
 @dataclass
 class Row:
     method: str
@@ -70,14 +65,16 @@ def _domains(method: MethodRun) -> dict[str, float]:
 
 def build_rows(methods: list[MethodRun], costs: dict[str, Costs], rss: dict[str, str],
                temperature: float) -> list[Row]:
-    by_name = {(m.name, m.sampling): m for m in methods}
-    return [_row(m, by_name, costs[m.family], rss.get(m.family, "–"), temperature)
+    """Each family's speedups are over its own target-only run (its method with k = 0)."""
+    baselines = {m.family: m for m in methods if m.k == 0}
+    return [_row(m, baselines, costs[m.family], rss.get(m.family, "–"), temperature)
             for m in methods]
 
 
-def _row(m: MethodRun, by_name: dict, costs: Costs, rss: str, temperature: float) -> Row:
+def _row(m: MethodRun, baselines: dict[str, MethodRun], costs: Costs, rss: str,
+         temperature: float) -> Row:
     summary = summarise(m.runs)
-    base = summarise(by_name[(BASELINES[m.family], False)].runs)
+    base = summarise(baselines[m.family].runs)
     rounds = sum(t.passes for run in m.runs for t in run)
     drafted = sum(t.drafted for run in m.runs for t in run)
     k_mean = drafted / rounds if rounds else 0.0
@@ -89,7 +86,7 @@ def _row(m: MethodRun, by_name: dict, costs: Costs, rss: str, temperature: float
             ideal_measured = ideal_speedup(summary.alpha, k_mean, costs.ratio, verify_cost)
     same = None
     if not m.sampling:  # against the core's target-only run when there is one
-        reference = by_name.get((BASELINES["core"], False), by_name[(BASELINES[m.family], False)])
+        reference = baselines.get("core", baselines[m.family])
         same = [t.tokens for t in m.runs[0]] == [t.tokens for t in reference.runs[0]]
     return Row(method=m.name, family=m.family,
                mode=f"T={temperature:g}" if m.sampling else "greedy", note=m.note,

@@ -102,12 +102,12 @@ def _chosen_k(job: Job, families: dict[str, FamilyResult]) -> int:
     return 4
 
 
-def _services_costs(services: ServicesResult, k: int) -> Costs:
-    """Drafter ms per drafted token and target ms per decode pass, as the pods measured them."""
-    by_name = {(m.name, m.sampling): m for m in services.methods}
-    spec = summarise(by_name[(f"Cascade services (k={k})", False)].runs)
-    alone = summarise(by_name[("target only (verifier, k=0)", False)].runs)
-    return Costs(spec.draft_ms_per_token, alone.verify_ms_per_pass)
+def _services_costs(services: ServicesResult) -> Costs:
+    """Drafter ms per drafted token (greedy speculative run) and target ms per decoding pass
+    (target-only run), as the pods measured them."""
+    spec = next(m for m in services.methods if m.k and not m.sampling)
+    alone = next(m for m in services.methods if m.k == 0)
+    return Costs(summarise(spec.runs).draft_ms_per_token, summarise(alone.runs).verify_ms_per_pass)
 
 
 def measure(config: BenchConfig, console: Console) -> tuple[list[Row], dict]:
@@ -137,7 +137,7 @@ def measure(config: BenchConfig, console: Console) -> tuple[list[Row], dict]:
     methods = [m for f in families.values() for m in f.methods]
     if services is not None:
         methods += services.methods
-        costs["services"] = _services_costs(services, job.k)
+        costs["services"] = _services_costs(services)
         rss["services"] = ", ".join(f"{n} {v:.0f}" for n, v in services.peak_rss_mb.items() if v)
     rows = build_rows(methods, costs, rss, config.temperature)
     context = {"machine": machine(), "k": job.k,

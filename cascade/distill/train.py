@@ -131,8 +131,7 @@ class Distiller:
             vocab = _fill_vocabulary(vocab, self.tokenizer, self.config.shape.vocab_size)
         self.model, self.vocab = build_student(self.config.shape, vocab, self.teacher,
                                                self.config.seed)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=self.config.lr,
-                                           betas=(0.9, 0.95), weight_decay=0.0)
+        self._new_optimizer()
 
     def start_from(self, folder: Path) -> None:
         """Continue from an exported drafter: its weights and vocabulary, a fresh optimiser."""
@@ -144,6 +143,9 @@ class Distiller:
                              "`cascade distill`")
         self.model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
         self.vocab = vocab
+        self._new_optimizer()
+
+    def _new_optimizer(self) -> None:
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=self.config.lr,
                                            betas=(0.9, 0.95), weight_decay=0.0)
 
