@@ -1,6 +1,5 @@
 import filecmp
 import importlib.util
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,7 +1,6 @@
 """Greedy speculative decoding must equal the target's own greedy decoding, token for token."""
 
 import pytest
-import torch
 
 from cascade.drafting import DraftConfig
 from cascade.loop import generate
