@@ -1,6 +1,6 @@
 """python -m drafter_service --model DIR [--port 50061] [--redis-url redis://...]"""
 
-from cascade.serving.cli import model_server_cli
+from cascade.pod.cli import model_server_cli
 from drafter_service.server import build_drafter
 
 cli = model_server_cli("drafter", 50061, "Serve the drafter model: run draft -> verify loops "

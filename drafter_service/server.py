@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from cascade.runner import ModelRunner
-from cascade.serving.app import model_executor
+from cascade.core.runner import ModelRunner
+from cascade.pod.process import model_executor
 from cascade.serving.channels import ChannelPool
 from cascade.serving.server import GrpcService, ServiceBinding
 from cascade.v1 import drafter_pb2, drafter_pb2_grpc

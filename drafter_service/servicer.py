@@ -1,14 +1,14 @@
-"""Thin gRPC servicer: a RunSession stream per session, run by SessionLoop."""
+"""Thin gRPC servicer: a RunSession stream per session, run by a DraftLoop."""
 
 from __future__ import annotations
 
 from concurrent.futures import Executor
 
-from cascade.runner import ModelRunner
+from cascade.core.runner import ModelRunner
 from cascade.serving import metrics
 from cascade.serving.channels import ChannelPool
 from cascade.v1 import drafter_pb2_grpc
-from drafter_service.session_loop import SessionLoop
+from drafter_service.draft_loop import DraftLoop
 
 
 class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
@@ -19,7 +19,7 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
     async def RunSession(self, request, context):
         if not request.verifier_address:
             raise ValueError("verifier_address must name the verifier (host:port)")
-        loop = SessionLoop(self.runner, self.executor, request)
+        loop = DraftLoop(self.runner, self.executor, request)
         channel = self.channels.get(request.verifier_address)
         self.num_active += 1
         metrics.DRAFTER_SESSIONS.set(self.num_active)

@@ -6,7 +6,7 @@ import asyncio
 
 import typer
 
-from cascade.serving.app import setup_process
+from cascade.serving.process import setup_logging
 from cascade.serving.telemetry import setup_telemetry
 from gateway.server import GatewayConfig, serve
 
@@ -28,7 +28,7 @@ def main(
     grace_s: float = typer.Option(30.0, help="Seconds in-flight requests get after SIGTERM."),
 ) -> None:
     """Serve the OpenAI-compatible HTTP API and the gRPC Generate stream."""
-    setup_process(num_threads=1)
+    setup_logging()
     setup_telemetry("cascade-gateway")
     keys = tuple(k.strip() for k in api_keys.split(",") if k.strip())
     config = GatewayConfig(model, redis_url, model_name, host, port, grpc_port,

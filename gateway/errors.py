@@ -7,7 +7,6 @@ branch on OpenAI's codes behave the same against Cascade.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -15,6 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from cascade.protocol.requests import describe_validation_error
 from gateway.generation import GenerationFailed, Overloaded
 
 log = logging.getLogger(__name__)
@@ -88,41 +88,6 @@ def error_response(exc: BaseException) -> JSONResponse:
     err = as_api_error(exc)
     body = error_body(err.message, err.type, err.param, err.code)
     return JSONResponse(body, status_code=err.status_code, headers=err.headers)
-
-
-def describe_validation_error(errors: Sequence[Any]) -> tuple[str, str | None]:
-    """The message and param for pydantic's first error, naming the field and what is allowed."""
-    if not errors:
-        return "Invalid request.", None
-    err = errors[0]
-    loc = [part for part in err.get("loc", ()) if part != "body"]
-    param = _param_name(loc)
-    kind = err.get("type", "")
-    if kind == "json_invalid":
-        detail = err.get("ctx", {}).get("error", "")
-        return f"The request body is not valid JSON ({detail}).", None
-    if param is None:
-        if kind == "missing":
-            return "The request body is missing; send a JSON object.", None
-        return "The request body must be a JSON object (Content-Type: application/json).", None
-    if kind == "missing":
-        return f"Missing required parameter: '{param}'.", param
-    if kind == "value_error" and "error" in err.get("ctx", {}):
-        return f"Invalid value for '{param}': {err['ctx']['error']}.", param
-    got = repr(err.get("input"))
-    got = got if len(got) <= 80 else got[:77] + "..."
-    return f"Invalid value for '{param}': {err.get('msg', 'invalid')} (got {got}).", param
-
-
-def _param_name(loc: Sequence[Any]) -> str | None:
-    """("messages", 0, "content") -> "messages[0].content"."""
-    name = ""
-    for part in loc:
-        if isinstance(part, int):
-            name += f"[{part}]"
-        else:
-            name += f".{part}" if name else str(part)
-    return name or None
 
 
 async def _validation_handler(_: Request, exc: Exception) -> JSONResponse:

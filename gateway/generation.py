@@ -6,9 +6,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
 
-from cascade.drafting import DraftMethod
+from cascade.protocol.requests import GenerationRequest
+from cascade.protocol.settings import FinishReason
 from cascade.serving.errors import Unavailable
-from cascade.types import FinishReason, SamplingParams
+
+__all__ = ["GeneratedChunk", "GenerationFailed", "GenerationRequest", "Generator", "Overloaded"]
 
 
 class Overloaded(Unavailable):
@@ -17,15 +19,6 @@ class Overloaded(Unavailable):
 
 class GenerationFailed(RuntimeError):
     """The session could not be completed, even after moving it (HTTP 500, gRPC INTERNAL)."""
-
-
-@dataclass(frozen=True)
-class GenerationRequest:
-    prompt_tokens: list[int]
-    sampling: SamplingParams
-    num_draft_tokens: int
-    """Drafted tokens per round; 0 decodes on the verifier alone."""
-    draft_method: DraftMethod = DraftMethod.MODEL
 
 
 @dataclass(frozen=True)

@@ -1,50 +1,63 @@
-"""The gateway's gRPC Generate stream: tokenize, validate, run through the orchestrator."""
+"""The gateway's gRPC Generate stream: tokenize, map the request (the HTTP API's one mapping),
+run it through the orchestrator, stream each round's text."""
 
 from __future__ import annotations
 
-import secrets
+from typing import Any
 
-from cascade.chat import chat_prompt_ids
-from cascade.drafting import MAX_DRAFT_TOKENS
+from cascade.protocol.chat import chat_prompt_ids, has_chat_template
+from cascade.protocol.limits import RequestInvalid
+from cascade.protocol.requests import (
+    GenerationRequest,
+    ServerDefaults,
+    build_request,
+    validate_options,
+)
+from cascade.protocol.settings import FinishReason
+from cascade.protocol.wire import FINISH_TO_PB
 from cascade.serving.errors import Unauthenticated
-from cascade.types import SamplingParams
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc
-from cascade.wire import FINISH_TO_PB, METHOD_FROM_PB
 from gateway.auth import ApiKeys
 from gateway.detokenize import TextStream
-from gateway.generation import GenerationRequest, Generator
-from gateway.limits import fit_lengths
+from gateway.generation import Generator
+
+OPTIONAL_FIELDS = ("temperature", "top_p", "top_k", "seed", "num_draft_tokens")
+"""GenerateRequest fields whose absence means "the default" (proto3 presence)."""
+
+
+def options_fields(msg: gateway_pb2.GenerateRequest) -> dict[str, Any]:
+    """The generation options a request sets, named as in the HTTP API."""
+    fields: dict[str, Any] = {name: getattr(msg, name) for name in OPTIONAL_FIELDS
+                              if msg.HasField(name)}
+    if msg.draft_method:
+        fields["draft_method"] = msg.draft_method
+    if msg.stop:
+        fields["stop"] = list(msg.stop)
+    return fields
 
 
 class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
-    def __init__(self, tokenizer, generator: Generator, model_name: str, context_length: int,
-                 default_num_draft_tokens: int, api_keys: ApiKeys = ApiKeys(())) -> None:
+    def __init__(self, tokenizer, generator: Generator, model_name: str, server: ServerDefaults,
+                 api_keys: ApiKeys = ApiKeys(())) -> None:
         self.tokenizer, self.generator, self.api_keys = tokenizer, generator, api_keys
-        self.model_name, self.context_length = model_name, context_length
-        self.default_k = default_num_draft_tokens
+        self.model_name, self.server = model_name, server
 
-    def _request(self, msg: gateway_pb2.GenerateRequest) -> GenerationRequest:
+    def _request(self, msg: gateway_pb2.GenerateRequest) -> tuple[GenerationRequest, list[str]]:
+        """The generation and its stop strings; RequestInvalid (INVALID_ARGUMENT) says what to
+        fix, with the same message the HTTP API gives."""
         if msg.model and msg.model != self.model_name:
-            raise ValueError(f"model {msg.model!r} is not served; use {self.model_name!r}")
+            raise RequestInvalid(f"The model '{msg.model}' does not exist; use "
+                                 f"'{self.model_name}'.", "model", code="model_not_found")
+        options = validate_options(options_fields(msg))
         prompt = self._tokenize(msg.prompt, msg.chat)
-        s = msg.sampling
-        max_new_tokens = fit_lengths(len(prompt), s.max_new_tokens or None, self.context_length,
-                                     self.context_length, max_field="sampling.max_new_tokens")
-        k = msg.num_draft_tokens if msg.HasField("num_draft_tokens") else self.default_k
-        if k > MAX_DRAFT_TOKENS:
-            raise ValueError(f"num_draft_tokens must be in [0, {MAX_DRAFT_TOKENS}], got {k}")
-        eos = self.tokenizer.eos_token_id
-        params = SamplingParams(
-            temperature=s.temperature, top_k=s.top_k, top_p=s.top_p or 1.0,
-            seed=s.seed or secrets.randbits(63), max_new_tokens=max_new_tokens,
-            stop_token_ids=tuple(s.stop_token_ids) or ((eos,) if eos is not None else ()))
-        return GenerationRequest(prompt, params, k, METHOD_FROM_PB[msg.draft_method])
+        max_tokens = msg.max_tokens if msg.HasField("max_tokens") else None
+        return build_request(options, prompt, max_tokens, self.server), options.stop
 
     def _tokenize(self, text: str, chat: bool) -> list[int]:
         if not chat:
             return self.tokenizer(text).input_ids
-        if not self.tokenizer.chat_template:
-            raise ValueError("the model has no chat template; send chat = false")
+        if not has_chat_template(self.tokenizer):
+            raise RequestInvalid("The model has no chat template; send chat = false.", "chat")
         return chat_prompt_ids(self.tokenizer, text)
 
     async def Generate(self, request, context):
@@ -52,19 +65,25 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         if not self.api_keys.allows(metadata.get("authorization")):
             raise Unauthenticated("invalid or missing API key: send metadata "
                                   "'authorization: Bearer <key>'")
-        generation = self._request(request)
-        text = TextStream(self.tokenizer, stops=())
+        generation, stops = self._request(request)
+        text = TextStream(self.tokenizer, stops=stops)
+        chunks = self.generator.generate(generation)
         completion_tokens = 0
-        async for chunk in self.generator.generate(generation):
-            completion_tokens += len(chunk.token_ids)
-            accepted = text.add(chunk.token_ids[: chunk.num_accepted])
-            chosen = text.add(chunk.token_ids[chunk.num_accepted :],
-                              final=chunk.finish_reason is not None)
-            yield gateway_pb2.GenerateResponse(
-                session_id=chunk.session_id, text=accepted + chosen, accepted_text=accepted,
-                token_ids=chunk.token_ids, num_accepted=chunk.num_accepted,
-                num_drafted=chunk.num_drafted, finish_reason=FINISH_TO_PB[chunk.finish_reason],
-                prompt_tokens=len(generation.prompt_tokens), completion_tokens=completion_tokens,
-                draft_us=chunk.draft_us, verify_us=chunk.verify_us, round_us=chunk.round_us)
-
-
+        try:
+            async for chunk in chunks:
+                completion_tokens += len(chunk.token_ids)
+                final = chunk.finish_reason is not None
+                accepted = text.add(chunk.token_ids[: chunk.num_accepted])
+                chosen = text.add(chunk.token_ids[chunk.num_accepted :], final=final)
+                finish = FinishReason.STOP if text.stopped else chunk.finish_reason
+                yield gateway_pb2.GenerateResponse(
+                    session_id=chunk.session_id, text=accepted + chosen, accepted_text=accepted,
+                    token_ids=chunk.token_ids, num_accepted=chunk.num_accepted,
+                    num_drafted=chunk.num_drafted, finish_reason=FINISH_TO_PB[finish],
+                    prompt_tokens=len(generation.prompt_tokens),
+                    completion_tokens=completion_tokens, draft_us=chunk.draft_us,
+                    verify_us=chunk.verify_us, round_us=chunk.round_us)
+                if text.stopped:
+                    return  # a stop string ended the text: the rest is not wanted
+        finally:
+            await chunks.aclose()

@@ -7,7 +7,6 @@ deals in token ids only. Every error reaches the client in OpenAI's shape (see g
 from __future__ import annotations
 
 import inspect
-import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -19,12 +18,13 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 from transformers import PreTrainedTokenizerBase
 
-from cascade.types import SamplingParams
+from cascade.protocol.chat import chat_ids, has_chat_template
+from cascade.protocol.limits import RequestInvalid
+from cascade.protocol.requests import GenerationRequest, ServerDefaults, build_request
 from gateway import schemas
-from gateway.errors import bad_request, install_error_handlers, model_not_found
 from gateway.auth import ApiKeys, install_api_keys
-from gateway.generation import GenerationRequest, Generator
-from gateway.limits import RequestInvalid, fit_lengths
+from gateway.errors import bad_request, install_error_handlers, model_not_found
+from gateway.generation import Generator
 from gateway.streaming import Delta, EventStreamResponse, collect, generate_text, sse_event
 
 ReadyCheck = Callable[[], bool | Awaitable[bool]]
@@ -46,15 +46,11 @@ class HttpSettings:
     """Accepted bearer keys; empty leaves the API open (local use)."""
 
     def __post_init__(self) -> None:
-        if self.context_length < 2:
-            raise ValueError(f"context_length must be at least 2, got {self.context_length}")
-        if self.max_tokens_limit < 1:
-            raise ValueError(f"max_tokens_limit must be at least 1, got {self.max_tokens_limit}")
-        if not 0 <= self.default_num_draft_tokens <= schemas.MAX_NUM_DRAFT_TOKENS:
-            raise ValueError(
-                f"default_num_draft_tokens must be in [0, {schemas.MAX_NUM_DRAFT_TOKENS}], "
-                f"got {self.default_num_draft_tokens}"
-            )
+        self.server_defaults(None)  # the one mapping checks the limits
+
+    def server_defaults(self, eos_token_id: int | None) -> ServerDefaults:
+        return ServerDefaults(self.context_length, self.max_tokens_limit,
+                              self.default_num_draft_tokens, eos_token_id)
 
 
 def create_app(
@@ -128,6 +124,7 @@ class _CompletionsApi:
         self.settings = settings
         self.tokenizer = tokenizer
         self.generator = generator
+        self.server = settings.server_defaults(tokenizer.eos_token_id)
 
     async def completions(self, body: schemas.CompletionRequest) -> Response:
         self._check_model(body.model)
@@ -161,25 +158,17 @@ class _CompletionsApi:
             raise model_not_found(model)
 
     def _apply_chat_template(self, body: schemas.ChatCompletionRequest) -> list[int]:
-        if not getattr(self.tokenizer, "chat_template", None):
+        if not has_chat_template(self.tokenizer):
             raise bad_request(
                 f"The model '{self.settings.model_name}' has no chat template, so 'messages' "
                 "cannot be formatted; use /v1/completions with a prompt instead.",
                 param="messages",
             )
         try:
-            # Control tokens inside message contents stay plain text: users cannot forge turns.
-            token_ids = self.tokenizer.apply_chat_template(
-                body.template_messages(),
-                add_generation_prompt=True,
-                tokenize=True,
-                return_dict=False,
-                sanitize_control_tokens=True,
-            )
+            return chat_ids(self.tokenizer, body.template_messages())
         except (jinja2.TemplateError, ValueError) as exc:
             message = f"Invalid 'messages' for this model's chat template: {exc}"
             raise bad_request(message, "messages") from exc
-        return list(token_ids)
 
     def _generation_request(
         self,
@@ -188,27 +177,9 @@ class _CompletionsApi:
         max_tokens: int | None,
         prompt_field: str,
     ) -> GenerationRequest:
-        max_new_tokens = self._check_lengths(len(prompt_tokens), max_tokens, prompt_field)
-        eos = self.tokenizer.eos_token_id
-        sampling = SamplingParams(
-            temperature=body.temperature,
-            top_k=body.top_k,
-            top_p=body.top_p,
-            seed=secrets.randbits(63) if body.seed is None else body.seed % 2**64,
-            max_new_tokens=max_new_tokens,
-            stop_token_ids=(eos,) if eos is not None else (),
-        )
-        num_draft = body.num_draft_tokens
-        if num_draft is None:
-            num_draft = self.settings.default_num_draft_tokens
-        return GenerationRequest(prompt_tokens, sampling, num_draft_tokens=num_draft,
-                                 draft_method=body.draft_method)
-
-    def _check_lengths(self, num_prompt: int, max_tokens: int | None, prompt_field: str) -> int:
-        """The max_new_tokens to use; 400 when the prompt or the completion cannot fit."""
+        """The one mapping's settings; 400 when the prompt or the completion cannot fit."""
         try:
-            return fit_lengths(num_prompt, max_tokens, self.settings.context_length,
-                               self.settings.max_tokens_limit, prompt_field)
+            return build_request(body, prompt_tokens, max_tokens, self.server, prompt_field)
         except RequestInvalid as exc:
             raise bad_request(str(exc), exc.param, code=exc.code) from exc
 

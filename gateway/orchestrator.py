@@ -22,14 +22,19 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from cascade.drafting import DraftConfig
+from cascade.protocol.requests import GenerationRequest
+from cascade.protocol.wire import (
+    FINISH_FROM_PB,
+    acceptance_to_pb,
+    draft_settings_to_pb,
+    sampling_to_pb,
+)
 from cascade.serving import metrics
 from cascade.serving.channels import ChannelPool
 from cascade.serving.registry import least_loaded
 from cascade.serving.telemetry import start_span, tracer
 from cascade.v1 import drafter_pb2, drafter_pb2_grpc, verifier_pb2, verifier_pb2_grpc
-from cascade.wire import FINISH_FROM_PB, draft_settings_to_pb, sampling_to_pb
-from gateway.generation import GeneratedChunk, GenerationFailed, GenerationRequest, Overloaded
+from gateway.generation import GeneratedChunk, GenerationFailed, Overloaded
 from gateway.session_store import SessionRecord, SessionStore
 
 log = logging.getLogger(__name__)
@@ -43,8 +48,6 @@ class OrchestratorSettings:
     """Assignments tried per session (the first one plus moves after failures)."""
     session_timeout_s: float = 600.0
     """Deadline for one assignment's stream."""
-    max_proposal_tokens: int = 64
-    """Top-K cap of the sparse proposal drafters send."""
 
 
 @dataclass
@@ -150,18 +153,17 @@ class Orchestrator:
         session = verifier_pb2.SessionOpen(
             session_id=job.record.session_id, epoch=job.epoch,
             context_tokens=request.prompt_tokens + generated, prompt_len=job.record.prompt_len,
-            sampling=sampling_to_pb(request.sampling))
+            sampling=sampling_to_pb(request.sampling),
+            acceptance=acceptance_to_pb(request.acceptance))
         timeout = self.settings.session_timeout_s
         if job.drafter is None:
             stub = verifier_pb2_grpc.VerifierStub(self.channels.get(job.verifier))
             return stub.Decode(verifier_pb2.DecodeRequest(session=session), timeout=timeout)
-        draft = draft_settings_to_pb(DraftConfig(
-            request.num_draft_tokens, self.settings.max_proposal_tokens,
-            method=request.draft_method))
         run = drafter_pb2.RunSessionRequest(
             session_id=session.session_id, epoch=session.epoch,
             context_tokens=session.context_tokens, prompt_len=session.prompt_len,
-            sampling=session.sampling, draft=draft, verifier_address=job.verifier)
+            sampling=session.sampling, draft=draft_settings_to_pb(request.draft),
+            verifier_address=job.verifier, acceptance=session.acceptance)
         stub = drafter_pb2_grpc.DrafterStub(self.channels.get(job.drafter))
         return stub.RunSession(run, timeout=timeout)
 

@@ -13,58 +13,24 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator
 
-from cascade.drafting import MAX_DRAFT_TOKENS, DraftMethod
-
-MAX_STOP_STRINGS = 4
-MAX_NUM_DRAFT_TOKENS = MAX_DRAFT_TOKENS
+from cascade.protocol.requests import GenerationOptions, Lenient
 
 
-class _Lenient(BaseModel):
-    """Ignores unknown fields and treats an explicit null like an absent field (as OpenAI does)."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _drop_nulls(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            return {key: value for key, value in data.items() if value is not None}
-        return data
-
-
-class StreamOptions(_Lenient):
+class StreamOptions(Lenient):
     include_usage: bool = False
     """Send a last chunk with empty choices and the usage before [DONE]."""
 
 
-class GenerationFields(_Lenient):
-    """Fields shared by completions and chat completions."""
+class GenerationFields(GenerationOptions):
+    """Fields shared by completions and chat completions: the generation options (the one
+    mapping's, cascade.protocol.requests) plus what only the OpenAI HTTP API has."""
 
     model: str
-    temperature: float = Field(1.0, ge=0.0, le=2.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    seed: int | None = Field(None, ge=-(2**63), lt=2**64)
-    stop: list[str] = Field(default_factory=list, max_length=MAX_STOP_STRINGS)
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int = 1
-    num_draft_tokens: int | None = Field(None, ge=0, le=MAX_NUM_DRAFT_TOKENS)
-    """Cascade extension (OpenAI clients send it via extra_body): drafted tokens per round."""
-    top_k: int = Field(0, ge=0)
-    """Cascade extension: keep only the k most likely tokens; 0 keeps all."""
-    draft_method: DraftMethod = DraftMethod.MODEL
-    """Cascade extension: model, ngram (prompt lookup) or ngram_then_model."""
-
-    @field_validator("stop", mode="before")
-    @classmethod
-    def _stop_as_list(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return [value]
-        if isinstance(value, list) and all(isinstance(item, str) for item in value):
-            return value
-        raise ValueError(f"must be a string or a list of up to {MAX_STOP_STRINGS} strings")
 
     @field_validator("n")
     @classmethod
@@ -101,7 +67,7 @@ class CompletionRequest(GenerationFields):
         return value
 
 
-class ChatMessage(_Lenient):
+class ChatMessage(Lenient):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str
     """A string; a list of text parts ({"type": "text", "text": ...}) is joined into one."""

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 import redis.asyncio as redis
 import uvicorn
-from transformers import AutoConfig, AutoTokenizer
+from huggingface_hub import hf_hub_download
+from transformers import PreTrainedTokenizerFast
 
 from cascade.serving.channels import ChannelPool
 from cascade.serving.registry import live_pods
@@ -42,13 +45,26 @@ class GatewayConfig:
 
 
 def context_length(model: str) -> int:
-    config = AutoConfig.from_pretrained(model)
-    return getattr(config, "max_position_embeddings", None) or config.n_positions
+    """The target's context in tokens, from its config.json (read as JSON: the gateway loads no
+    model code, so neither transformers' model configs nor torch)."""
+    folder = Path(model)
+    path = folder / "config.json" if folder.is_dir() else Path(hf_hub_download(model,
+                                                                               "config.json"))
+    config = json.loads(path.read_text())
+    found = config.get("max_position_embeddings") or config.get("n_positions")
+    if not found:
+        raise ValueError(f"{path} states no context length (max_position_embeddings)")
+    return int(found)
+
+
+def load_tokenizer(model: str) -> PreTrainedTokenizerFast:
+    """The target's fast tokenizer (tokenizer.json), loaded without torch."""
+    return PreTrainedTokenizerFast.from_pretrained(model)
 
 
 def build_gateway(config: GatewayConfig, client: redis.Redis):
     """Returns (FastAPI app, GrpcService) sharing one orchestrator."""
-    tokenizer = AutoTokenizer.from_pretrained(config.model)
+    tokenizer = load_tokenizer(config.model)
     name = config.model_name or config.model.rstrip("/").split("/")[-1]
     settings = HttpSettings(model_name=name, context_length=context_length(config.model),
                             max_tokens_limit=config.max_tokens_limit,
@@ -60,8 +76,9 @@ def build_gateway(config: GatewayConfig, client: redis.Redis):
         return bool(await live_pods(client, "verifier"))
 
     app = create_app(settings, tokenizer, orchestrator, ready=ready)
-    servicer = GatewayServicer(tokenizer, orchestrator, name, settings.context_length,
-                               config.default_num_draft_tokens, ApiKeys(config.api_keys))
+    servicer = GatewayServicer(tokenizer, orchestrator, name,
+                               settings.server_defaults(tokenizer.eos_token_id),
+                               ApiKeys(config.api_keys))
     binding = ServiceBinding(gateway_pb2_grpc.add_GatewayServicer_to_server, servicer,
                              SERVICE_NAME)
     return app, GrpcService([binding], config.host, config.grpc_port, config.grace_s)

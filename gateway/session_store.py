@@ -19,8 +19,8 @@ from dataclasses import asdict, dataclass
 
 import redis.asyncio as redis
 
+from cascade.protocol.requests import GenerationRequest
 from cascade.serving.errors import StaleEpoch
-from gateway.generation import GenerationRequest
 
 APPEND_SCRIPT = """
 if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return -1 end
@@ -73,7 +73,7 @@ class SessionStore:
         session_id = secrets.token_hex(12)
         record_key, _ = _keys(session_id)
         body = {"prompt_tokens": request.prompt_tokens, "sampling": asdict(request.sampling),
-                "num_draft_tokens": request.num_draft_tokens}
+                "draft": asdict(request.draft), "acceptance": asdict(request.acceptance)}
         mapping = {"request": json.dumps(body), "status": "running", "epoch": 1,
                    "prompt_len": len(request.prompt_tokens), "drafter": drafter,
                    "verifier": verifier}

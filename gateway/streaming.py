@@ -12,7 +12,7 @@ import anyio
 from starlette.responses import StreamingResponse
 from starlette.types import Send
 
-from cascade.types import FinishReason
+from cascade.protocol.settings import FinishReason
 from gateway.detokenize import Decoder, TextStream
 from gateway.errors import as_api_error, error_body, error_response
 from gateway.generation import GenerationFailed, GenerationRequest, Generator

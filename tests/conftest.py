@@ -25,7 +25,7 @@ def llama_pair():
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory):
     """A real redis-server on a free loopback port for the whole test session."""
-    from cascade.redis_server import RedisServer
+    from cascade.tools.redis_server import RedisServer
 
     server = RedisServer(tmp_path_factory.mktemp("redis")).start()
     yield server

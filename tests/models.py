@@ -7,7 +7,7 @@ import copy
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
-from cascade.runner import ModelRunner
+from cascade.core.runner import ModelRunner
 
 VOCAB_SIZE = 96
 MAX_POSITIONS = 256

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from cascade.runner import ModelRunner
-from cascade.serving.app import model_executor
+from cascade.core.runner import ModelRunner
+from cascade.pod.process import model_executor
 from cascade.serving.server import GrpcService, ServiceBinding
 from cascade.v1 import verifier_pb2, verifier_pb2_grpc
 from verifier_service.servicer import VerifierServicer
-from verifier_service.sessions import VerifierSessions
+from verifier_service.sessions import SessionTable
 
 SERVICE_NAME = verifier_pb2.DESCRIPTOR.services_by_name["Verifier"].full_name
 
 
 def build_verifier(runner: ModelRunner, host: str = "127.0.0.1", port: int = 0,
-                   grace_s: float = 10.0) -> tuple[GrpcService, VerifierSessions]:
-    sessions = VerifierSessions(runner, model_executor())
+                   grace_s: float = 10.0) -> tuple[GrpcService, SessionTable]:
+    sessions = SessionTable(runner, model_executor())
     binding = ServiceBinding(verifier_pb2_grpc.add_VerifierServicer_to_server,
                              VerifierServicer(sessions), SERVICE_NAME)
     return GrpcService([binding], host, port, grace_s), sessions

@@ -1,44 +1,45 @@
-"""Thin gRPC servicer over VerifierSessions: protobuf in, core call, protobuf out."""
+"""Thin gRPC servicer over the SessionTable: protobuf in, core call, protobuf out."""
 
 from __future__ import annotations
 
+from cascade.pod.messages import round_from_verdict
 from cascade.serving.errors import StaleEpoch
 from cascade.v1 import verifier_pb2, verifier_pb2_grpc
-from verifier_service.sessions import VerifierSessions
+from verifier_service.sessions import SessionTable
 
 
 class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
-    def __init__(self, sessions: VerifierSessions) -> None:
+    def __init__(self, sessions: SessionTable) -> None:
         self.sessions = sessions
 
     async def Verify(self, request_iterator, context):
-        entry = None
+        session = None
         try:
             async for request in request_iterator:
                 if request.HasField("open"):
-                    entry = self.sessions.open(request.open)
-                elif entry is None:
+                    session = self.sessions.open(request.open)
+                elif session is None:
                     raise ValueError("send a SessionOpen message before draft blocks")
                 else:
-                    yield await self.sessions.verify(entry, request.block)
+                    yield await self.sessions.verify(session, request.block)
         finally:
-            if entry is not None:
-                self.sessions.close(entry)
+            if session is not None:
+                self.sessions.close(session)
 
     async def Decode(self, request, context):
         """Target-only generation: rounds with no drafted tokens until the session finishes."""
-        entry = self.sessions.open(request.session)
+        session = self.sessions.open(request.session)
         try:
             round_number = 0
-            while not entry.session.is_finished:
+            while not session.sequence.is_finished:
                 block = verifier_pb2.DraftBlock(
-                    session_id=entry.session_id, epoch=entry.epoch, round=round_number,
-                    base_len=len(entry.session.committed))
-                verdict = await self.sessions.verify(entry, block)
+                    session_id=session.session_id, epoch=session.epoch, round=round_number,
+                    base_len=len(session.sequence.committed))
+                verdict = await self.sessions.verify(session, block)
                 if verdict.is_stale:
-                    raise StaleEpoch(f"session {entry.session_id} was taken over by a newer epoch")
-                yield verdict.result
+                    raise StaleEpoch(f"session {session.session_id} was taken over by a newer "
+                                     "epoch")
+                yield round_from_verdict(verdict, num_drafted=0, draft_us=0, round_us=0)
                 round_number += 1
         finally:
-            self.sessions.close(entry)
-
+            self.sessions.close(session)

@@ -1,4 +1,4 @@
-"""The verifier's per-session state: epochs, rounds, and the target-side VerifySession.
+"""The verifier's open sessions: epochs, rounds, and each session's SequenceVerifier.
 
 Fencing: the highest epoch seen per session wins. A block whose epoch or base_len does not match
 is answered with a stale verdict and changes nothing; a block repeated with the round just
@@ -12,95 +12,101 @@ import time
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
-from cascade.runner import ModelRunner
+from cascade.core.blocks import Draft, RoundOutcome
+from cascade.core.runner import ModelRunner
+from cascade.core.verification import SequenceVerifier
+from cascade.pod.messages import draft_from_pb, verdict_to_pb
+from cascade.protocol.wire import acceptance_from_pb, sampling_from_pb
 from cascade.serving import metrics
 from cascade.serving.errors import StaleEpoch
 from cascade.serving.telemetry import current_context, start_span
-from cascade.v1 import common_pb2, verifier_pb2
-from cascade.verification import VerifySession
-from cascade.wire import block_from_pb, round_to_pb, sampling_from_pb
+from cascade.v1 import verifier_pb2
 
 
 @dataclass
-class SessionEntry:
+class OpenSession:
+    """One session this verifier serves at one epoch."""
+
     session_id: str
     epoch: int
-    session: VerifySession
+    sequence: SequenceVerifier
     last_round: int = -1
     last_verdict: verifier_pb2.Verdict | None = None
     trace_context: object = None
     """The RPC's trace context, parent of this session's ``verify`` spans."""
 
 
-class VerifierSessions:
+class SessionTable:
     def __init__(self, runner: ModelRunner, executor: Executor) -> None:
         self.runner = runner
         self.executor = executor
-        self.entries: dict[str, SessionEntry] = {}
+        self.sessions: dict[str, OpenSession] = {}
         self.highest_epoch: dict[str, int] = {}
 
     @property
     def num_active(self) -> int:
-        return len(self.entries)
+        return len(self.sessions)
 
-    def open(self, msg: verifier_pb2.SessionOpen) -> SessionEntry:
+    def open(self, msg: verifier_pb2.SessionOpen) -> OpenSession:
         if not msg.session_id:
             raise ValueError("session_id must not be empty")
         seen = self.highest_epoch.get(msg.session_id, 0)
         if msg.epoch < seen:
             raise StaleEpoch(f"session {msg.session_id}: epoch {msg.epoch} < current {seen}")
         params = sampling_from_pb(msg.sampling)
-        session = VerifySession(self.runner, list(msg.context_tokens), params, msg.prompt_len)
-        entry = SessionEntry(msg.session_id, msg.epoch, session, trace_context=current_context())
+        policy = acceptance_from_pb(msg.acceptance, params)
+        sequence = SequenceVerifier(self.runner, list(msg.context_tokens), params, msg.prompt_len,
+                                    policy)
+        session = OpenSession(msg.session_id, msg.epoch, sequence, trace_context=current_context())
         self.highest_epoch[msg.session_id] = msg.epoch
-        self.entries[msg.session_id] = entry
-        metrics.VERIFIER_SESSIONS.set(len(self.entries))
-        return entry
+        self.sessions[msg.session_id] = session
+        metrics.VERIFIER_SESSIONS.set(len(self.sessions))
+        return session
 
-    def close(self, entry: SessionEntry) -> None:
+    def close(self, session: OpenSession) -> None:
         """Drop the KV cache when its stream ends (unless a newer epoch replaced it)."""
-        if self.entries.get(entry.session_id) is entry:
-            del self.entries[entry.session_id]
-            metrics.VERIFIER_SESSIONS.set(len(self.entries))
+        if self.sessions.get(session.session_id) is session:
+            del self.sessions[session.session_id]
+            metrics.VERIFIER_SESSIONS.set(len(self.sessions))
 
-    def _is_stale(self, entry: SessionEntry, block: verifier_pb2.DraftBlock) -> bool:
-        current = self.highest_epoch.get(entry.session_id, 0)
-        return (block.session_id != entry.session_id or block.epoch != entry.epoch
-                or entry.epoch < current or block.base_len != len(entry.session.committed))
+    def _is_stale(self, session: OpenSession, block: verifier_pb2.DraftBlock) -> bool:
+        current = self.highest_epoch.get(session.session_id, 0)
+        return (block.session_id != session.session_id or block.epoch != session.epoch
+                or session.epoch < current or block.base_len != len(session.sequence.committed))
 
-    async def verify(self, entry: SessionEntry, block: verifier_pb2.DraftBlock) -> verifier_pb2.Verdict:
-        if block.epoch == entry.epoch and block.round == entry.last_round and entry.last_verdict:
-            return entry.last_verdict  # a resent block: answer again, change nothing
-        if self._is_stale(entry, block):
-            return self._stale(entry, block)
-        draft = block_from_pb(block)
-        with start_span("verify", entry.trace_context, session_id=entry.session_id,
+    async def verify(self, session: OpenSession, block: verifier_pb2.DraftBlock
+                     ) -> verifier_pb2.Verdict:
+        if (block.epoch == session.epoch and block.round == session.last_round
+                and session.last_verdict):
+            return session.last_verdict  # a resent block: answer again, change nothing
+        if self._is_stale(session, block):
+            return self._stale(session, block)
+        draft = draft_from_pb(block)
+        with start_span("verify", session.trace_context, session_id=session.session_id,
                         round=block.round, num_draft=draft.num_tokens) as span:
-            verdict, seconds = await self._run_model(entry, draft)
-            span.set_attribute("num_accepted", verdict.num_accepted)
+            outcome, seconds = await self._run_model(session, draft)
+            span.set_attribute("num_accepted", outcome.num_accepted)
         metrics.VERIFY_SECONDS.observe(seconds)
-        metrics.observe_block(draft.num_tokens, verdict.num_accepted)
-        result = round_to_pb(verdict, block.round, draft.num_tokens)
-        result.draft_us = block.draft_us
-        result.verify_us = int(seconds * 1e6)
-        entry.last_round = block.round
-        entry.last_verdict = verifier_pb2.Verdict(
-            session_id=entry.session_id, epoch=entry.epoch, round=block.round, result=result)
-        return entry.last_verdict
+        metrics.observe_round(draft.num_tokens, outcome.num_accepted, len(outcome.tokens))
+        session.last_round = block.round
+        session.last_verdict = verdict_to_pb(outcome, int(seconds * 1e6),
+                                             session_id=session.session_id, epoch=session.epoch,
+                                             round=block.round)
+        return session.last_verdict
 
-    async def _run_model(self, entry: SessionEntry, draft):
+    async def _run_model(self, session: OpenSession, draft: Draft
+                         ) -> tuple[RoundOutcome, float]:
         """Verify on the model thread; the queue depth counts blocks waiting for or in it."""
         metrics.VERIFIER_QUEUE_DEPTH.inc()
         try:
             started = time.perf_counter()
             loop = asyncio.get_running_loop()
-            verdict = await loop.run_in_executor(self.executor, entry.session.verify, draft)
-            return verdict, time.perf_counter() - started
+            outcome = await loop.run_in_executor(self.executor, session.sequence.verify, draft)
+            return outcome, time.perf_counter() - started
         finally:
             metrics.VERIFIER_QUEUE_DEPTH.dec()
 
-    def _stale(self, entry: SessionEntry, block: verifier_pb2.DraftBlock) -> verifier_pb2.Verdict:
+    def _stale(self, session: OpenSession, block: verifier_pb2.DraftBlock) -> verifier_pb2.Verdict:
         return verifier_pb2.Verdict(
             session_id=block.session_id, epoch=block.epoch, round=block.round, is_stale=True,
-            result=common_pb2.Round(committed_len=len(entry.session.committed)),
-        )
+            committed_len=len(session.sequence.committed))

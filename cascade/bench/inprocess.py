@@ -11,13 +11,12 @@ from pathlib import Path
 import torch
 
 from cascade.bench.hf import HF_DEFAULT, hf_trace, pick_best_hf, restricted_to_full_vocab
-from cascade.bench.measure import Trace, fastest, peak_rss_mb
+from cascade.bench.measure import Trace, fastest, peak_rss_mb, per_token_ms
 from cascade.bench.prompts import BenchPrompt
-from cascade.distill.evaluate import per_token_ms
-from cascade.drafting import DraftConfig
-from cascade.loop import RoundTiming, speculative_rounds
-from cascade.runner import ModelRunner, ModelSpec
-from cascade.types import SamplingParams
+from cascade.protocol.settings import DraftConfig
+from cascade.core.loop import RoundTiming, speculative_rounds
+from cascade.core.runner import ModelRunner, ModelSpec
+from cascade.protocol.settings import SamplingParams
 
 
 @dataclass(frozen=True)
@@ -62,7 +61,7 @@ def core_trace(target, drafter, prompt: BenchPrompt, params: SamplingParams, k: 
                                                 drafter if k else None, DraftConfig(k), timing):
         trace.chunk(time.perf_counter() - started, verdict.tokens)
         trace.round(block.num_tokens, verdict.num_accepted, timing.draft_s - drafted_s,
-                    timing.verify_s - verified_s)
+                    timing.verify_s - verified_s, len(verdict.tokens))
         drafted_s, verified_s = timing.draft_s, timing.verify_s
     trace.elapsed_s = time.perf_counter() - started
     return trace

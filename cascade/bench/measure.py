@@ -13,7 +13,10 @@ Definitions (as vLLM's benchmarks use them):
 from __future__ import annotations
 
 import statistics
+import time
 from dataclasses import dataclass, field
+
+from cascade.protocol.stats import SpecStats
 
 
 @dataclass
@@ -25,16 +28,25 @@ class Trace:
     chunk_s: list[float] = field(default_factory=list)
     """Arrival of each chunk, seconds since the request started."""
     elapsed_s: float = 0.0
-    passes: int = 0
-    """Target forward passes (rounds)."""
-    drafted: int = 0
-    accepted: int = 0
-    rejections: int = 0
-    """Rounds where the verifier rejected a drafted token."""
+    stats: SpecStats = field(default_factory=SpecStats)
+    """The acceptance counters of its rounds."""
     round_times: list[tuple[int, float, float]] = field(default_factory=list)
     """Per round: (drafted, draft seconds, verify seconds); the first round holds the prefills."""
     overhead_s: list[float] = field(default_factory=list)
     """Per round: round wall time minus drafting and verification compute (services only)."""
+
+    @property
+    def passes(self) -> int:
+        """Target forward passes (rounds)."""
+        return self.stats.num_target_passes
+
+    @property
+    def drafted(self) -> int:
+        return self.stats.num_draft_tokens
+
+    @property
+    def accepted(self) -> int:
+        return self.stats.num_accepted_tokens
 
     def chunk(self, at_s: float, tokens: list[int]) -> None:
         if tokens:
@@ -42,11 +54,9 @@ class Trace:
             self.chunk_s.append(at_s)
 
     def round(self, drafted: int, accepted: int, draft_s: float = 0.0,
-              verify_s: float = 0.0) -> None:
-        self.passes += 1
-        self.drafted += drafted
-        self.accepted += accepted
-        self.rejections += accepted < drafted
+              verify_s: float = 0.0, emitted: int | None = None) -> None:
+        """One round; it emitted ``accepted + 1`` tokens unless a limit cut it (``emitted``)."""
+        self.stats.observe(drafted, accepted, accepted + 1 if emitted is None else emitted)
         self.round_times.append((drafted, draft_s, verify_s))
 
 
@@ -94,16 +104,16 @@ def summarise(repeats: list[list[Trace]]) -> Summary:
     speeds = [sum(len(t.tokens) for t in run) / sum(t.elapsed_s for t in run) for run in repeats]
     traces = [t for run in repeats for t in run]
     gaps = [(b - a) * 1000 for t in traces for a, b in zip(t.chunk_s, t.chunk_s[1:])]
-    tokens, passes = sum(len(t.tokens) for t in traces), sum(t.passes for t in traces)
-    drafted, accepted = sum(t.drafted for t in traces), sum(t.accepted for t in traces)
-    tested = accepted + sum(t.rejections for t in traces)
+    stats = sum((t.stats for t in traces), SpecStats())
+    tokens, passes = sum(len(t.tokens) for t in traces), stats.num_target_passes
+    drafted, accepted = stats.num_draft_tokens, stats.num_accepted_tokens
     overheads = [o * 1000 for t in traces for o in t.overhead_s]
     return Summary(
         tokens_per_s=statistics.median(speeds),
         ttft_ms=statistics.median(t.chunk_s[0] * 1000 for t in traces if t.chunk_s),
         itl_p50_ms=percentile(gaps, 0.5), itl_p99_ms=percentile(gaps, 0.99),
         acceptance=accepted / drafted if drafted else None,
-        alpha=accepted / tested if tested else None,
+        alpha=stats.position_acceptance,
         mean_acceptance_length=1 + accepted / passes if passes else float("nan"),
         passes_per_token=passes / tokens if tokens else float("nan"),
         **_steady_costs(traces),
@@ -141,3 +151,16 @@ def peak_rss_mb(pid: int | str = "self") -> float | None:
     except OSError:
         return None
     return None
+
+
+def per_token_ms(runner, context: int = 128, repeats: int = 30) -> float:
+    """Median milliseconds of one decoding step of ``runner`` with ``context`` tokens cached."""
+    cache = runner.new_cache()
+    cache.extend(list(range(100, 100 + context)))
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        cache.extend([100])
+        times.append(time.perf_counter() - started)
+        cache.rollback(context)
+    return statistics.median(times) * 1000

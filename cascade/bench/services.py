@@ -15,10 +15,9 @@ import grpc
 from cascade.bench.inprocess import Job, MethodRun, measure_method, params_for
 from cascade.bench.measure import Trace, peak_rss_mb
 from cascade.bench.prompts import BenchPrompt
-from cascade.local_cluster import ClusterConfig, LocalCluster
-from cascade.redis_server import free_port
+from cascade.tools.local_cluster import ClusterConfig, LocalCluster
+from cascade.tools.redis_server import free_port
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc
-from cascade.wire import sampling_to_pb
 
 
 @dataclass
@@ -60,9 +59,10 @@ def place_helpers(cluster: LocalCluster, pins: dict[str, frozenset[int]], specul
 
 
 def service_trace(stub, prompt: BenchPrompt, job: Job, k: int, sampling: bool) -> Trace:
-    request = gateway_pb2.GenerateRequest(  # no stop tokens: the gateway adds the model's eos
+    params = params_for(job, sampling, eos=None)  # the gateway adds the model's eos
+    request = gateway_pb2.GenerateRequest(
         prompt=prompt.text, num_draft_tokens=k, chat=prompt.chat,
-        sampling=sampling_to_pb(params_for(job, sampling, eos=None)))
+        max_tokens=params.max_new_tokens, temperature=params.temperature, seed=params.seed)
     trace = Trace(prompt.domain)
     started = time.perf_counter()
     for response in stub.Generate(request, timeout=600):
@@ -72,7 +72,7 @@ def service_trace(stub, prompt: BenchPrompt, job: Job, k: int, sampling: bool) -
             continue
         trace.chunk(time.perf_counter() - started, list(response.token_ids))
         trace.round(response.num_drafted, response.num_accepted, response.draft_us / 1e6,
-                    response.verify_us / 1e6)
+                    response.verify_us / 1e6, len(response.token_ids))
         if response.round_us:
             overhead = response.round_us - response.draft_us - response.verify_us
             trace.overhead_s.append(overhead / 1e6)

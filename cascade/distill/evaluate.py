@@ -3,18 +3,17 @@ prompts (with the real speculative loop), cost per token of each model, and the 
 
 from __future__ import annotations
 
-import statistics
-import time
 from dataclasses import dataclass
 
 import torch
 
+from cascade.bench.measure import per_token_ms
 from cascade.distill.prompts import prompt_set
-from cascade.distill.teacher import encode_prompts
-from cascade.drafting import DraftConfig
-from cascade.loop import generate
-from cascade.runner import ModelRunner
-from cascade.types import SamplingParams
+from cascade.protocol.chat import chat_prompts_ids
+from cascade.protocol.settings import DraftConfig
+from cascade.core.loop import generate
+from cascade.core.runner import ModelRunner
+from cascade.protocol.settings import SamplingParams
 
 
 @dataclass(frozen=True)
@@ -37,21 +36,9 @@ class PairReport:
         return self.speculative_tokens_per_s / self.target_only_tokens_per_s
 
 
-def per_token_ms(runner: ModelRunner, context: int = 128, repeats: int = 30) -> float:
-    session = runner.new_session()
-    session.extend(list(range(100, 100 + context)))
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        session.extend([100])
-        times.append(time.perf_counter() - started)
-        session.rollback(context)
-    return statistics.median(times) * 1000
-
-
 def evaluate_pair(target: ModelRunner, drafter: ModelRunner, num_prompts: int = 12,
                   max_new_tokens: int = 64, k: int = 4) -> PairReport:
-    prompts = encode_prompts(target.tokenizer, prompt_set(held_out=True)[:num_prompts])
+    prompts = chat_prompts_ids(target.tokenizer, prompt_set(held_out=True)[:num_prompts])
     eos = target.tokenizer.eos_token_id
     params = SamplingParams(max_new_tokens=max_new_tokens,
                             stop_token_ids=(eos,) if eos is not None else ())

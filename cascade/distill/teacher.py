@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 import torch
 
-from cascade.chat import user_turn
 
 
 @dataclass
@@ -24,12 +23,6 @@ class Sequence:
     """[answer_len, keep] int32: the teacher's most likely next tokens at each answer position."""
     top_logp: torch.Tensor
     """[answer_len, keep] float16: their log-probabilities."""
-
-
-def encode_prompts(tokenizer, prompts: list[str]) -> list[list[int]]:
-    texts = [tokenizer.apply_chat_template(user_turn(p), add_generation_prompt=True,
-                                           tokenize=False) for p in prompts]
-    return tokenizer(texts, add_special_tokens=False).input_ids  # one batched call
 
 
 @torch.inference_mode()

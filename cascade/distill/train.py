@@ -19,8 +19,9 @@ import torch
 
 from cascade.distill.prompts import training_prompts
 from cascade.distill.student import StudentShape, build_student, choose_vocabulary
-from cascade.distill.teacher import Sequence, answer, encode_prompts
-from cascade.runner import VOCAB_MAP_FILE, VocabMap
+from cascade.distill.teacher import Sequence, answer
+from cascade.protocol.chat import chat_prompts_ids
+from cascade.core.runner import VOCAB_MAP_FILE, VocabMap
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,7 @@ class Distiller:
         self.config, self.teacher, self.tokenizer = config, teacher, tokenizer
         context = getattr(teacher.config, "max_position_embeddings", None) or \
             teacher.config.n_positions
-        self.prompts = [p for p in encode_prompts(tokenizer, training_prompts(config.seed))
+        self.prompts = [p for p in chat_prompts_ids(tokenizer, training_prompts(config.seed))
                         if len(p) + config.max_new_tokens <= context]
         self.random = random.Random(config.seed)
         self.buffer: list[list[Sequence]] = []

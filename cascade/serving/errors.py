@@ -1,12 +1,13 @@
-"""One place that turns exceptions into gRPC status codes, for every service."""
+"""One place that turns exceptions into gRPC status codes, for every service.
+
+Caller mistakes are ValueErrors (the core's InvalidDraft and the protocol's RequestInvalid are
+ones): INVALID_ARGUMENT with their message."""
 
 from __future__ import annotations
 
 import logging
 
 import grpc
-
-from cascade.verification import InvalidDraft
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,6 @@ class Unauthenticated(Exception):
 STATUS_FOR = (
     (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
     (StaleEpoch, grpc.StatusCode.FAILED_PRECONDITION),
-    (InvalidDraft, grpc.StatusCode.INVALID_ARGUMENT),
     (ValueError, grpc.StatusCode.INVALID_ARGUMENT),
     (Overloaded, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (Unavailable, grpc.StatusCode.UNAVAILABLE),

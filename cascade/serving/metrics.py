@@ -9,18 +9,41 @@ mean acceptance length = 1 + rate(accepted tokens) / rate(cascade:spec_decode_nu
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily
+
+from cascade.protocol.stats import SpecStats
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5,
                    0.75, 1.0, 2.5, 5.0, 10.0, 30.0)
 
-# Verifier: every verified block.
-NUM_DRAFTS = Counter("cascade:spec_decode_num_drafts", "Rounds that verified >= 1 drafted token.")
-NUM_DRAFT_TOKENS = Counter("cascade:spec_decode_num_draft_tokens", "Drafted tokens verified.")
-NUM_ACCEPTED_TOKENS = Counter("cascade:spec_decode_num_accepted_tokens", "Drafted tokens accepted.")
-ACCEPTED_PER_POS = Counter("cascade:spec_decode_num_accepted_tokens_per_pos",
-                           "Accepted drafted tokens by position in the block (0-based).",
-                           ["position"])
+# Verifier: every verified round, counted in one SpecStats that the collector below reads.
+SPEC_STATS = SpecStats()
+"""This process's acceptance counters over all sessions (the verifier observes every round)."""
+
+
+class SpecStatsCollector:
+    """Exposes a SpecStats as vLLM-named counters, read at scrape time."""
+
+    def __init__(self, stats: SpecStats) -> None:
+        self.stats = stats
+
+    def collect(self):
+        s = self.stats
+        for name, doc, value in (
+                ("num_drafts", "Rounds that verified >= 1 drafted token.", s.num_drafts),
+                ("num_draft_tokens", "Drafted tokens verified.", s.num_draft_tokens),
+                ("num_accepted_tokens", "Drafted tokens accepted.", s.num_accepted_tokens)):
+            yield CounterMetricFamily(f"cascade:spec_decode_{name}", doc, value=value)
+        per_pos = CounterMetricFamily("cascade:spec_decode_num_accepted_tokens_per_pos",
+                                      "Accepted drafted tokens by position in the block "
+                                      "(0-based).", labels=["position"])
+        for position, count in enumerate(s.accepted_per_position):
+            per_pos.add_metric([str(position)], count)
+        yield per_pos
+
+
+REGISTRY.register(SpecStatsCollector(SPEC_STATS))
 VERIFIER_QUEUE_DEPTH = Gauge("cascade:verifier_queue_depth",
                              "Blocks waiting for or in the verifier's target model.")
 VERIFIER_SESSIONS = Gauge("cascade:verifier_active_sessions", "Sessions open on the verifier.")
@@ -43,14 +66,8 @@ INTER_TOKEN_LATENCY = Histogram("cascade:inter_token_latency_seconds",
                                 "over its tokens).", buckets=LATENCY_BUCKETS)
 
 
-def observe_block(num_draft: int, num_accepted: int) -> None:
-    if num_draft == 0:
-        return
-    NUM_DRAFTS.inc()
-    NUM_DRAFT_TOKENS.inc(num_draft)
-    NUM_ACCEPTED_TOKENS.inc(num_accepted)
-    for position in range(num_accepted):
-        ACCEPTED_PER_POS.labels(position=str(position)).inc()
+def observe_round(num_draft: int, num_accepted: int, num_emitted: int) -> None:
+    SPEC_STATS.observe(num_draft, num_accepted, num_emitted)
 
 
 def serve_metrics(port: int, host: str = "0.0.0.0") -> None:

@@ -24,21 +24,23 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x63\x61scade/v1/common.proto\x12\ncascade.v1\"\x81\x01\n\x0eSamplingParams\x12\x13\n\x0btemperature\x18\x01 \x01(\x02\x12\r\n\x05top_k\x18\x02 \x01(\r\x12\r\n\x05top_p\x18\x03 \x01(\x02\x12\x0c\n\x04seed\x18\x04 \x01(\x04\x12\x16\n\x0emax_new_tokens\x18\x05 \x01(\r\x12\x16\n\x0estop_token_ids\x18\x06 \x03(\r\"\xc8\x01\n\rDraftSettings\x12\x18\n\x10num_draft_tokens\x18\x01 \x01(\r\x12\x1b\n\x13max_proposal_tokens\x18\x02 \x01(\r\x12\x15\n\rsend_proposal\x18\x03 \x01(\x08\x12\x16\n\x0emin_confidence\x18\x04 \x01(\x02\x12\'\n\x06method\x18\x05 \x01(\x0e\x32\x17.cascade.v1.DraftMethod\x12\x13\n\x0bngram_max_n\x18\x06 \x01(\r\x12\x13\n\x0bngram_min_n\x18\x07 \x01(\r\"\xd0\x01\n\x05Round\x12\r\n\x05round\x18\x01 \x01(\r\x12\x0e\n\x06tokens\x18\x02 \x03(\r\x12\x14\n\x0cnum_accepted\x18\x03 \x01(\r\x12\x13\n\x0bnum_drafted\x18\x04 \x01(\r\x12\x15\n\rcommitted_len\x18\x05 \x01(\r\x12/\n\rfinish_reason\x18\x06 \x01(\x0e\x32\x18.cascade.v1.FinishReason\x12\x10\n\x08\x64raft_us\x18\x07 \x01(\x04\x12\x11\n\tverify_us\x18\x08 \x01(\x04\x12\x10\n\x08round_us\x18\t \x01(\x04*~\n\x0b\x44raftMethod\x12\x1c\n\x18\x44RAFT_METHOD_UNSPECIFIED\x10\x00\x12\x16\n\x12\x44RAFT_METHOD_MODEL\x10\x01\x12\x16\n\x12\x44RAFT_METHOD_NGRAM\x10\x02\x12!\n\x1d\x44RAFT_METHOD_NGRAM_THEN_MODEL\x10\x03*_\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x63\x61scade/v1/common.proto\x12\ncascade.v1\"{\n\x08Sampling\x12\x13\n\x0btemperature\x18\x01 \x01(\x02\x12\r\n\x05top_k\x18\x02 \x01(\r\x12\r\n\x05top_p\x18\x03 \x01(\x02\x12\x0c\n\x04seed\x18\x04 \x01(\x04\x12\x16\n\x0emax_new_tokens\x18\x05 \x01(\r\x12\x16\n\x0estop_token_ids\x18\x06 \x03(\r\"\xb5\x01\n\rDraftSettings\x12\x18\n\x10num_draft_tokens\x18\x01 \x01(\r\x12\x1b\n\x13max_proposal_tokens\x18\x02 \x01(\r\x12\x15\n\rsend_proposal\x18\x03 \x01(\x08\x12\x16\n\x0emin_confidence\x18\x04 \x01(\x02\x12\x0e\n\x06method\x18\x08 \x01(\t\x12\x13\n\x0bngram_max_n\x18\x06 \x01(\r\x12\x13\n\x0bngram_min_n\x18\x07 \x01(\rJ\x04\x08\x05\x10\x06\"E\n\nAcceptance\x12(\n\x04rule\x18\x01 \x01(\x0e\x32\x1a.cascade.v1.AcceptanceRule\x12\r\n\x05\x61lpha\x18\x02 \x01(\x02\"\xd0\x01\n\x05Round\x12\r\n\x05round\x18\x01 \x01(\r\x12\x0e\n\x06tokens\x18\x02 \x03(\r\x12\x14\n\x0cnum_accepted\x18\x03 \x01(\r\x12\x13\n\x0bnum_drafted\x18\x04 \x01(\r\x12\x15\n\rcommitted_len\x18\x05 \x01(\r\x12/\n\rfinish_reason\x18\x06 \x01(\x0e\x32\x18.cascade.v1.FinishReason\x12\x10\n\x08\x64raft_us\x18\x07 \x01(\x04\x12\x11\n\tverify_us\x18\x08 \x01(\x04\x12\x10\n\x08round_us\x18\t \x01(\x04*\x8e\x01\n\x0e\x41\x63\x63\x65ptanceRule\x12\x1f\n\x1b\x41\x43\x43\x45PTANCE_RULE_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x41\x43\x43\x45PTANCE_RULE_GREEDY\x10\x01\x12\x1f\n\x1b\x41\x43\x43\x45PTANCE_RULE_SPECULATIVE\x10\x02\x12\x1e\n\x1a\x41\x43\x43\x45PTANCE_RULE_POINT_MASS\x10\x03*_\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'cascade.v1.common_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_DRAFTMETHOD']._serialized_start=585
-  _globals['_DRAFTMETHOD']._serialized_end=711
-  _globals['_FINISHREASON']._serialized_start=713
-  _globals['_FINISHREASON']._serialized_end=808
-  _globals['_SAMPLINGPARAMS']._serialized_start=40
-  _globals['_SAMPLINGPARAMS']._serialized_end=169
-  _globals['_DRAFTSETTINGS']._serialized_start=172
-  _globals['_DRAFTSETTINGS']._serialized_end=372
-  _globals['_ROUND']._serialized_start=375
-  _globals['_ROUND']._serialized_end=583
+  _globals['_ACCEPTANCERULE']._serialized_start=631
+  _globals['_ACCEPTANCERULE']._serialized_end=773
+  _globals['_FINISHREASON']._serialized_start=775
+  _globals['_FINISHREASON']._serialized_end=870
+  _globals['_SAMPLING']._serialized_start=39
+  _globals['_SAMPLING']._serialized_end=162
+  _globals['_DRAFTSETTINGS']._serialized_start=165
+  _globals['_DRAFTSETTINGS']._serialized_end=346
+  _globals['_ACCEPTANCE']._serialized_start=348
+  _globals['_ACCEPTANCE']._serialized_end=417
+  _globals['_ROUND']._serialized_start=420
+  _globals['_ROUND']._serialized_end=628
 # @@protoc_insertion_point(module_scope)

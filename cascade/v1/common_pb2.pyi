@@ -7,27 +7,27 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
-class DraftMethod(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+class AcceptanceRule(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
-    DRAFT_METHOD_UNSPECIFIED: _ClassVar[DraftMethod]
-    DRAFT_METHOD_MODEL: _ClassVar[DraftMethod]
-    DRAFT_METHOD_NGRAM: _ClassVar[DraftMethod]
-    DRAFT_METHOD_NGRAM_THEN_MODEL: _ClassVar[DraftMethod]
+    ACCEPTANCE_RULE_UNSPECIFIED: _ClassVar[AcceptanceRule]
+    ACCEPTANCE_RULE_GREEDY: _ClassVar[AcceptanceRule]
+    ACCEPTANCE_RULE_SPECULATIVE: _ClassVar[AcceptanceRule]
+    ACCEPTANCE_RULE_POINT_MASS: _ClassVar[AcceptanceRule]
 
 class FinishReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     FINISH_REASON_UNSPECIFIED: _ClassVar[FinishReason]
     FINISH_REASON_STOP: _ClassVar[FinishReason]
     FINISH_REASON_LENGTH: _ClassVar[FinishReason]
-DRAFT_METHOD_UNSPECIFIED: DraftMethod
-DRAFT_METHOD_MODEL: DraftMethod
-DRAFT_METHOD_NGRAM: DraftMethod
-DRAFT_METHOD_NGRAM_THEN_MODEL: DraftMethod
+ACCEPTANCE_RULE_UNSPECIFIED: AcceptanceRule
+ACCEPTANCE_RULE_GREEDY: AcceptanceRule
+ACCEPTANCE_RULE_SPECULATIVE: AcceptanceRule
+ACCEPTANCE_RULE_POINT_MASS: AcceptanceRule
 FINISH_REASON_UNSPECIFIED: FinishReason
 FINISH_REASON_STOP: FinishReason
 FINISH_REASON_LENGTH: FinishReason
 
-class SamplingParams(_message.Message):
+class Sampling(_message.Message):
     __slots__ = ("temperature", "top_k", "top_p", "seed", "max_new_tokens", "stop_token_ids")
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
@@ -56,10 +56,18 @@ class DraftSettings(_message.Message):
     max_proposal_tokens: int
     send_proposal: bool
     min_confidence: float
-    method: DraftMethod
+    method: str
     ngram_max_n: int
     ngram_min_n: int
-    def __init__(self, num_draft_tokens: _Optional[int] = ..., max_proposal_tokens: _Optional[int] = ..., send_proposal: _Optional[bool] = ..., min_confidence: _Optional[float] = ..., method: _Optional[_Union[DraftMethod, str]] = ..., ngram_max_n: _Optional[int] = ..., ngram_min_n: _Optional[int] = ...) -> None: ...
+    def __init__(self, num_draft_tokens: _Optional[int] = ..., max_proposal_tokens: _Optional[int] = ..., send_proposal: _Optional[bool] = ..., min_confidence: _Optional[float] = ..., method: _Optional[str] = ..., ngram_max_n: _Optional[int] = ..., ngram_min_n: _Optional[int] = ...) -> None: ...
+
+class Acceptance(_message.Message):
+    __slots__ = ("rule", "alpha")
+    RULE_FIELD_NUMBER: _ClassVar[int]
+    ALPHA_FIELD_NUMBER: _ClassVar[int]
+    rule: AcceptanceRule
+    alpha: float
+    def __init__(self, rule: _Optional[_Union[AcceptanceRule, str]] = ..., alpha: _Optional[float] = ...) -> None: ...
 
 class Round(_message.Message):
     __slots__ = ("round", "tokens", "num_accepted", "num_drafted", "committed_len", "finish_reason", "draft_us", "verify_us", "round_us")

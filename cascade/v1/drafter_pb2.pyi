@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class RunSessionRequest(_message.Message):
-    __slots__ = ("session_id", "epoch", "context_tokens", "prompt_len", "sampling", "draft", "verifier_address")
+    __slots__ = ("session_id", "epoch", "context_tokens", "prompt_len", "sampling", "draft", "verifier_address", "acceptance")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -16,11 +16,13 @@ class RunSessionRequest(_message.Message):
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     DRAFT_FIELD_NUMBER: _ClassVar[int]
     VERIFIER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTANCE_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     epoch: int
     context_tokens: _containers.RepeatedScalarFieldContainer[int]
     prompt_len: int
-    sampling: _common_pb2.SamplingParams
+    sampling: _common_pb2.Sampling
     draft: _common_pb2.DraftSettings
     verifier_address: str
-    def __init__(self, session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., context_tokens: _Optional[_Iterable[int]] = ..., prompt_len: _Optional[int] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., draft: _Optional[_Union[_common_pb2.DraftSettings, _Mapping]] = ..., verifier_address: _Optional[str] = ...) -> None: ...
+    acceptance: _common_pb2.Acceptance
+    def __init__(self, session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., context_tokens: _Optional[_Iterable[int]] = ..., prompt_len: _Optional[int] = ..., sampling: _Optional[_Union[_common_pb2.Sampling, _Mapping]] = ..., draft: _Optional[_Union[_common_pb2.DraftSettings, _Mapping]] = ..., verifier_address: _Optional[str] = ..., acceptance: _Optional[_Union[_common_pb2.Acceptance, _Mapping]] = ...) -> None: ...

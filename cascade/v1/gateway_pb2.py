@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from cascade.v1 import common_pb2 as cascade_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x63\x61scade/v1/gateway.proto\x12\ncascade.v1\x1a\x17\x63\x61scade/v1/common.proto\"\xcf\x01\n\x0fGenerateRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06prompt\x18\x02 \x01(\t\x12,\n\x08sampling\x18\x03 \x01(\x0b\x32\x1a.cascade.v1.SamplingParams\x12\x1d\n\x10num_draft_tokens\x18\x04 \x01(\rH\x00\x88\x01\x01\x12-\n\x0c\x64raft_method\x18\x05 \x01(\x0e\x32\x17.cascade.v1.DraftMethod\x12\x0c\n\x04\x63hat\x18\x06 \x01(\x08\x42\x13\n\x11_num_draft_tokens\"\xa3\x02\n\x10GenerateResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x11\n\ttoken_ids\x18\x03 \x03(\r\x12\x14\n\x0cnum_accepted\x18\x04 \x01(\r\x12\x13\n\x0bnum_drafted\x18\x05 \x01(\r\x12/\n\rfinish_reason\x18\x06 \x01(\x0e\x32\x18.cascade.v1.FinishReason\x12\x15\n\rprompt_tokens\x18\x07 \x01(\r\x12\x19\n\x11\x63ompletion_tokens\x18\x08 \x01(\r\x12\x15\n\raccepted_text\x18\t \x01(\t\x12\x10\n\x08\x64raft_us\x18\n \x01(\x04\x12\x11\n\tverify_us\x18\x0b \x01(\x04\x12\x10\n\x08round_us\x18\x0c \x01(\x04\x32R\n\x07Gateway\x12G\n\x08Generate\x12\x1b.cascade.v1.GenerateRequest\x1a\x1c.cascade.v1.GenerateResponse0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x63\x61scade/v1/gateway.proto\x12\ncascade.v1\x1a\x17\x63\x61scade/v1/common.proto\"\xcc\x02\n\x0fGenerateRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06prompt\x18\x02 \x01(\t\x12\x1d\n\x10num_draft_tokens\x18\x04 \x01(\rH\x00\x88\x01\x01\x12\x0c\n\x04\x63hat\x18\x06 \x01(\x08\x12\x17\n\nmax_tokens\x18\x07 \x01(\rH\x01\x88\x01\x01\x12\x18\n\x0btemperature\x18\x08 \x01(\x01H\x02\x88\x01\x01\x12\x12\n\x05top_p\x18\t \x01(\x01H\x03\x88\x01\x01\x12\x12\n\x05top_k\x18\n \x01(\rH\x04\x88\x01\x01\x12\x11\n\x04seed\x18\x0b \x01(\x04H\x05\x88\x01\x01\x12\x14\n\x0c\x64raft_method\x18\x0c \x01(\t\x12\x0c\n\x04stop\x18\r \x03(\tB\x13\n\x11_num_draft_tokensB\r\n\x0b_max_tokensB\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x08\n\x06_top_kB\x07\n\x05_seedJ\x04\x08\x03\x10\x04J\x04\x08\x05\x10\x06\"\xa3\x02\n\x10GenerateResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x11\n\ttoken_ids\x18\x03 \x03(\r\x12\x14\n\x0cnum_accepted\x18\x04 \x01(\r\x12\x13\n\x0bnum_drafted\x18\x05 \x01(\r\x12/\n\rfinish_reason\x18\x06 \x01(\x0e\x32\x18.cascade.v1.FinishReason\x12\x15\n\rprompt_tokens\x18\x07 \x01(\r\x12\x19\n\x11\x63ompletion_tokens\x18\x08 \x01(\r\x12\x15\n\raccepted_text\x18\t \x01(\t\x12\x10\n\x08\x64raft_us\x18\n \x01(\x04\x12\x11\n\tverify_us\x18\x0b \x01(\x04\x12\x10\n\x08round_us\x18\x0c \x01(\x04\x32R\n\x07Gateway\x12G\n\x08Generate\x12\x1b.cascade.v1.GenerateRequest\x1a\x1c.cascade.v1.GenerateResponse0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,9 +33,9 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'cascade.v1.gateway_pb2', _g
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_GENERATEREQUEST']._serialized_start=66
-  _globals['_GENERATEREQUEST']._serialized_end=273
-  _globals['_GENERATERESPONSE']._serialized_start=276
-  _globals['_GENERATERESPONSE']._serialized_end=567
-  _globals['_GATEWAY']._serialized_start=569
-  _globals['_GATEWAY']._serialized_end=651
+  _globals['_GENERATEREQUEST']._serialized_end=398
+  _globals['_GENERATERESPONSE']._serialized_start=401
+  _globals['_GENERATERESPONSE']._serialized_end=692
+  _globals['_GATEWAY']._serialized_start=694
+  _globals['_GATEWAY']._serialized_end=776
 # @@protoc_insertion_point(module_scope)

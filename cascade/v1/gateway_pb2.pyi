@@ -2,26 +2,36 @@ from cascade.v1 import common_pb2 as _common_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from collections.abc import Iterable as _Iterable
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("model", "prompt", "sampling", "num_draft_tokens", "draft_method", "chat")
+    __slots__ = ("model", "prompt", "num_draft_tokens", "chat", "max_tokens", "temperature", "top_p", "top_k", "seed", "draft_method", "stop")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
-    SAMPLING_FIELD_NUMBER: _ClassVar[int]
     NUM_DRAFT_TOKENS_FIELD_NUMBER: _ClassVar[int]
-    DRAFT_METHOD_FIELD_NUMBER: _ClassVar[int]
     CHAT_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    TOP_P_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    DRAFT_METHOD_FIELD_NUMBER: _ClassVar[int]
+    STOP_FIELD_NUMBER: _ClassVar[int]
     model: str
     prompt: str
-    sampling: _common_pb2.SamplingParams
     num_draft_tokens: int
-    draft_method: _common_pb2.DraftMethod
     chat: bool
-    def __init__(self, model: _Optional[str] = ..., prompt: _Optional[str] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., num_draft_tokens: _Optional[int] = ..., draft_method: _Optional[_Union[_common_pb2.DraftMethod, str]] = ..., chat: _Optional[bool] = ...) -> None: ...
+    max_tokens: int
+    temperature: float
+    top_p: float
+    top_k: int
+    seed: int
+    draft_method: str
+    stop: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, model: _Optional[str] = ..., prompt: _Optional[str] = ..., num_draft_tokens: _Optional[int] = ..., chat: _Optional[bool] = ..., max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., seed: _Optional[int] = ..., draft_method: _Optional[str] = ..., stop: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
     __slots__ = ("session_id", "text", "token_ids", "num_accepted", "num_drafted", "finish_reason", "prompt_tokens", "completion_tokens", "accepted_text", "draft_us", "verify_us", "round_us")

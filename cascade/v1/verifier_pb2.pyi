@@ -16,18 +16,20 @@ class VerifyRequest(_message.Message):
     def __init__(self, open: _Optional[_Union[SessionOpen, _Mapping]] = ..., block: _Optional[_Union[DraftBlock, _Mapping]] = ...) -> None: ...
 
 class SessionOpen(_message.Message):
-    __slots__ = ("session_id", "epoch", "context_tokens", "prompt_len", "sampling")
+    __slots__ = ("session_id", "epoch", "context_tokens", "prompt_len", "sampling", "acceptance")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     PROMPT_LEN_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTANCE_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     epoch: int
     context_tokens: _containers.RepeatedScalarFieldContainer[int]
     prompt_len: int
-    sampling: _common_pb2.SamplingParams
-    def __init__(self, session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., context_tokens: _Optional[_Iterable[int]] = ..., prompt_len: _Optional[int] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ...) -> None: ...
+    sampling: _common_pb2.Sampling
+    acceptance: _common_pb2.Acceptance
+    def __init__(self, session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., context_tokens: _Optional[_Iterable[int]] = ..., prompt_len: _Optional[int] = ..., sampling: _Optional[_Union[_common_pb2.Sampling, _Mapping]] = ..., acceptance: _Optional[_Union[_common_pb2.Acceptance, _Mapping]] = ...) -> None: ...
 
 class SparseDistribution(_message.Message):
     __slots__ = ("token_ids", "probs")
@@ -56,18 +58,26 @@ class DraftBlock(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., round: _Optional[int] = ..., base_len: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., proposals: _Optional[_Iterable[_Union[SparseDistribution, _Mapping]]] = ..., draft_us: _Optional[int] = ...) -> None: ...
 
 class Verdict(_message.Message):
-    __slots__ = ("session_id", "epoch", "round", "is_stale", "result")
+    __slots__ = ("session_id", "epoch", "round", "is_stale", "tokens", "num_accepted", "committed_len", "finish_reason", "verify_us")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     IS_STALE_FIELD_NUMBER: _ClassVar[int]
-    RESULT_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    NUM_ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_LEN_FIELD_NUMBER: _ClassVar[int]
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    VERIFY_US_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     epoch: int
     round: int
     is_stale: bool
-    result: _common_pb2.Round
-    def __init__(self, session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., round: _Optional[int] = ..., is_stale: _Optional[bool] = ..., result: _Optional[_Union[_common_pb2.Round, _Mapping]] = ...) -> None: ...
+    tokens: _containers.RepeatedScalarFieldContainer[int]
+    num_accepted: int
+    committed_len: int
+    finish_reason: _common_pb2.FinishReason
+    verify_us: int
+    def __init__(self, session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., round: _Optional[int] = ..., is_stale: _Optional[bool] = ..., tokens: _Optional[_Iterable[int]] = ..., num_accepted: _Optional[int] = ..., committed_len: _Optional[int] = ..., finish_reason: _Optional[_Union[_common_pb2.FinishReason, str]] = ..., verify_us: _Optional[int] = ...) -> None: ...
 
 class DecodeRequest(_message.Message):
     __slots__ = ("session",)

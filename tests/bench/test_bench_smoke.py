@@ -10,7 +10,7 @@ from cascade.bench.inprocess import K_CANDIDATES
 from cascade.bench.output import save
 from cascade.bench.report import goals
 from cascade.bench.run import BenchConfig, measure
-from cascade.tiny_models import build_tiny_pair
+from cascade.tools.tiny_models import build_tiny_pair
 
 
 @pytest.fixture(scope="module")

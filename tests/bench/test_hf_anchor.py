@@ -8,7 +8,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from cascade.bench.hf import HfSetting, hf_trace, restricted_to_full_vocab
 from cascade.bench.prompts import BenchPrompt
-from cascade.runner import ModelRunner, VocabMap
+from cascade.core.runner import ModelRunner, VocabMap
 
 VOCAB = 96
 

@@ -11,10 +11,10 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from cascade.acceptance import point_mass_accept, speculative_accept
-from cascade.acceptance_reference import speculative_accept_reference
-from cascade.sampling import process_logits, sparse_to_dense, sparsify
-from cascade.types import SamplingParams
+from cascade.core.acceptance import point_mass_accept, speculative_accept
+from cascade.core.acceptance_reference import speculative_accept_reference
+from cascade.core.sampling import process_logits, sparse_to_dense, sparsify
+from cascade.protocol.settings import SamplingParams
 
 N = 200_000
 VOCAB = 8

@@ -1,9 +1,10 @@
 import pytest
 import torch
 
-from cascade.drafting import DraftConfig, DraftSession
-from cascade.types import DraftBlock, SamplingParams
-from cascade.verification import InvalidDraft, VerifySession
+from cascade.core.blocks import Draft
+from cascade.core.proposers import ProposerContext, new_proposer
+from cascade.core.verification import InvalidDraft, SequenceVerifier
+from cascade.protocol.settings import DraftConfig, SamplingParams
 from models import random_prompts
 from test_acceptance_stats import assert_matches
 
@@ -11,7 +12,7 @@ from test_acceptance_stats import assert_matches
 def test_drafter_samples_from_exactly_the_proposal_it_sends(gpt2_pair):
     _, drafter = gpt2_pair
     params = SamplingParams(temperature=1.2, top_p=0.95, seed=4)
-    session = DraftSession(drafter, params, DraftConfig(max_proposal_tokens=8))
+    session = new_proposer(ProposerContext(drafter, params, DraftConfig(max_proposal_tokens=8)))
     logits = torch.randn(drafter.vocab_size, generator=torch.Generator().manual_seed(0))
     draws = [session._choose(logits, position) for position in range(20_000)]
     ids, probs = draws[0][1], draws[0][2]
@@ -24,8 +25,8 @@ def test_drafter_samples_from_exactly_the_proposal_it_sends(gpt2_pair):
 def test_block_carries_sparse_proposal(gpt2_pair):
     _, drafter = gpt2_pair
     params = SamplingParams(temperature=1.0, seed=1)
-    session = DraftSession(drafter, params, DraftConfig(num_draft_tokens=3, max_proposal_tokens=5))
-    block = session.propose(random_prompts(1, seed=2)[0])
+    session = new_proposer(ProposerContext(drafter, params, DraftConfig(max_proposal_tokens=5)))
+    block = session.propose(random_prompts(1, seed=2)[0], 3)
     assert block.num_tokens == 3 and block.q_ids.shape == (3, 5) == block.q_probs.shape
     for i, token in enumerate(block.tokens):
         assert token in block.q_ids[i].tolist()
@@ -34,24 +35,25 @@ def test_block_carries_sparse_proposal(gpt2_pair):
 def test_min_confidence_shortens_blocks(gpt2_pair):
     _, drafter = gpt2_pair
     config = DraftConfig(num_draft_tokens=6, min_confidence=0.99)
-    block = DraftSession(drafter, SamplingParams(), config).propose(random_prompts(1, seed=3)[0])
+    proposer = new_proposer(ProposerContext(drafter, SamplingParams(), config))
+    block = proposer.propose(random_prompts(1, seed=3)[0], config.num_draft_tokens)
     assert block.num_tokens == 1  # a random tiny model is never that sure
 
 
 @pytest.mark.parametrize(
     "block,message",
     [
-        (DraftBlock([1000]), "token ids"),
-        (DraftBlock([1], torch.tensor([[2, 3]]), torch.tensor([[0.5, 0.5]])), "positive"),
-        (DraftBlock([1], torch.tensor([[1, 3]]), torch.tensor([[-0.5, 1.5]])), "non-negative"),
-        (DraftBlock([1, 2], torch.tensor([[1, 3]]), torch.tensor([[0.5, 0.5]])), "both be"),
-        (DraftBlock([1] * 60), "at most"),
+        (Draft([1000]), "token ids"),
+        (Draft([1], torch.tensor([[2, 3]]), torch.tensor([[0.5, 0.5]])), "positive"),
+        (Draft([1], torch.tensor([[1, 3]]), torch.tensor([[-0.5, 1.5]])), "non-negative"),
+        (Draft([1, 2], torch.tensor([[1, 3]]), torch.tensor([[0.5, 0.5]])), "both be"),
+        (Draft([1] * 60), "at most"),
     ],
 )
 def test_invalid_blocks_are_refused_without_changing_state(gpt2_pair, block, message):
     target, _ = gpt2_pair
     prompt = random_prompts(1, seed=4)[0]
-    session = VerifySession(target, prompt, SamplingParams(temperature=1.0, max_new_tokens=50))
+    session = SequenceVerifier(target, prompt, SamplingParams(temperature=1.0, max_new_tokens=50))
     with pytest.raises(InvalidDraft, match=message):
         session.verify(block)
     assert session.committed == prompt
@@ -60,4 +62,4 @@ def test_invalid_blocks_are_refused_without_changing_state(gpt2_pair, block, mes
 def test_prompt_longer_than_context_is_refused(gpt2_pair):
     target, _ = gpt2_pair
     with pytest.raises(ValueError, match="context"):
-        VerifySession(target, [1] * target.max_length, SamplingParams())
+        SequenceVerifier(target, [1] * target.max_length, SamplingParams())

@@ -2,9 +2,9 @@
 
 import pytest
 
-from cascade.drafting import DraftConfig
-from cascade.loop import generate
-from cascade.types import FinishReason, SamplingParams
+from cascade.protocol.settings import DraftConfig
+from cascade.core.loop import generate
+from cascade.protocol.settings import FinishReason, SamplingParams
 from models import disagreeing_drafter, hf_greedy, random_prompts
 
 NUM_NEW = 24

@@ -1,6 +1,6 @@
 import pytest
 
-from cascade.ngram import ngram_propose
+from cascade.core.proposers.ngram import ngram_propose
 
 
 @pytest.mark.parametrize(
@@ -26,21 +26,20 @@ def test_longest_suffix_preferred():
 
 
 def test_ngram_drafting_in_the_loop_is_exact_and_accepts_repeats(gpt2_pair):
-    from cascade.drafting import DraftConfig, DraftMethod
-    from cascade.loop import generate
-    from cascade.types import SamplingParams
+    from cascade.core.loop import generate
+    from cascade.protocol.settings import DraftConfig, SamplingParams
     from models import random_prompts
 
     target, drafter = gpt2_pair
     params = SamplingParams(max_new_tokens=40)
     for prompt in random_prompts(4, seed=41):
         expected = generate(target, prompt, params).tokens
-        for method, model in ((DraftMethod.NGRAM, None), (DraftMethod.NGRAM_THEN_MODEL, drafter)):
+        for method, model in (("ngram", None), ("ngram_then_model", drafter)):
             config = DraftConfig(num_draft_tokens=4, method=method, ngram_min_n=1)
             result = generate(target, prompt, params, model, config)
             assert result.tokens == expected
     # A context that repeats itself is copied and accepted.
     looping = (expected * 3)[:60]
     result = generate(target, looping, SamplingParams(max_new_tokens=20), None,
-                      DraftConfig(4, method=DraftMethod.NGRAM))
+                      DraftConfig(4, method="ngram"))
     assert result.stats.num_draft_tokens > 0

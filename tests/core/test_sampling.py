@@ -2,9 +2,9 @@ import pytest
 import torch
 from scipy.stats import kstest
 
-from cascade.drafting import DraftConfig
-from cascade.loop import generate
-from cascade.sampling import (
+from cascade.protocol.settings import DraftConfig
+from cascade.core.loop import generate
+from cascade.core.sampling import (
     position_uniform,
     position_uniforms,
     process_logits,
@@ -12,7 +12,7 @@ from cascade.sampling import (
     sparse_to_dense,
     sparsify,
 )
-from cascade.types import SamplingParams
+from cascade.protocol.settings import SamplingParams
 from models import random_prompts
 
 

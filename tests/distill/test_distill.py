@@ -11,10 +11,10 @@ from transformers import GPT2Config, GPT2LMHeadModel
 from cascade.distill.run import run_distillation
 from cascade.distill.student import StudentShape, choose_vocabulary
 from cascade.distill.train import DistillConfig, Distiller, distill_loss
-from cascade.drafting import DraftConfig
-from cascade.loop import generate
-from cascade.runner import ModelRunner, ModelSpec
-from cascade.types import SamplingParams
+from cascade.protocol.settings import DraftConfig
+from cascade.core.loop import generate
+from cascade.core.runner import ModelRunner, ModelSpec
+from cascade.protocol.settings import SamplingParams
 from tokenizers_fixture import build_tokenizer
 
 SHAPE = StudentShape(vocab_size=120, hidden_size=32, num_layers=1, intermediate_size=64,

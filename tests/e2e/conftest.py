@@ -9,10 +9,10 @@ import pytest
 import redis.asyncio as redis
 import uvicorn
 
-from cascade.redis_server import free_port
-from cascade.runner import ModelRunner, ModelSpec
+from cascade.tools.redis_server import free_port
+from cascade.core.runner import ModelRunner, ModelSpec
 from cascade.serving.registry import Heartbeat
-from cascade.tiny_models import build_tiny_pair
+from cascade.tools.tiny_models import build_tiny_pair
 from drafter_service.server import build_drafter
 from gateway.server import GatewayConfig, build_gateway
 from verifier_service.server import build_verifier

@@ -16,8 +16,8 @@ async def test_drafter_killed_mid_stream_session_moves_and_output_is_exact(clust
     prompt, max_tokens = "def main():", 40
     async with grpc.aio.insecure_channel(cluster.grpc_address) as channel:
         stub = gateway_pb2_grpc.GatewayStub(channel)
-        request = gateway_pb2.GenerateRequest(prompt=prompt, num_draft_tokens=1)
-        request.sampling.max_new_tokens = max_tokens
+        request = gateway_pb2.GenerateRequest(prompt=prompt, num_draft_tokens=1, temperature=0)
+        request.max_tokens = max_tokens
         stream = stub.Generate(request, timeout=60)
         first = await stream.read()
         victim = cluster.services["drafter"]

@@ -63,8 +63,9 @@ async def test_openai_client_streaming_matches_non_streaming(cluster):
 async def test_grpc_generate_reports_accepted_tokens(cluster):
     async with grpc.aio.insecure_channel(cluster.grpc_address) as channel:
         stub = gateway_pb2_grpc.GatewayStub(channel)
-        request = gateway_pb2.GenerateRequest(prompt="import os\n", num_draft_tokens=3)
-        request.sampling.max_new_tokens = MAX_TOKENS
+        request = gateway_pb2.GenerateRequest(prompt="import os\n", num_draft_tokens=3,
+                                              temperature=0)
+        request.max_tokens = MAX_TOKENS
         responses = [r async for r in stub.Generate(request, timeout=60)]
     tokens = [t for r in responses for t in r.token_ids]
     assert tokens == expected_tokens(cluster, "import os\n")

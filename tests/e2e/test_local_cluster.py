@@ -4,8 +4,8 @@ import os
 
 import httpx
 
-from cascade.local_cluster import ClusterConfig, LocalCluster
-from cascade.redis_server import free_port
+from cascade.tools.local_cluster import ClusterConfig, LocalCluster
+from cascade.tools.redis_server import free_port
 
 
 def is_running(pid: int) -> bool:
@@ -43,7 +43,7 @@ def test_demo_runs_both_generations_and_compares_them(tiny_pair_dirs, tmp_path):
     import sys
 
     target, drafter = tiny_pair_dirs
-    command = [sys.executable, "-c", "from cascade.cli import app; app()", "demo", "hello",
+    command = [sys.executable, "-c", "from cascade.cli.main import app; app()", "demo", "hello",
                "--target", str(target), "--drafter", str(drafter), "--max-tokens", "8",
                "--port", str(free_port()), "--grpc-port", str(free_port())]
     result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)

@@ -7,9 +7,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cascade.cli import DEFAULT_DRAFTER
-from cascade.cli_models import default_models_dir
-from cascade.runner import ModelRunner, ModelSpec
+from cascade.tools.pairs import DEFAULT_DRAFTER, default_models_dir
+from cascade.core.runner import ModelRunner, ModelSpec
 from conftest import running_cluster
 from models import hf_greedy
 
@@ -20,7 +19,7 @@ MAX_TOKENS = 24
 
 @pytest.fixture(scope="module")
 def real_pair():
-    from cascade.smollm import prepare
+    from cascade.tools.smollm import prepare
 
     target_dir = prepare(default_models_dir())["float32"]
     target = ModelRunner.load(ModelSpec(str(target_dir)))

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import httpx
 import openai
 
-from cascade.types import FinishReason
+from cascade.protocol.settings import FinishReason
 from gateway.generation import GeneratedChunk, GenerationRequest
 from gateway.http_app import HttpSettings, create_app
 

@@ -1,25 +1,26 @@
-"""The gateway's gRPC Generate turns requests into generation requests with the same length rules
-as the HTTP layer (gateway.limits), and refuses what does not fit with a message that says why."""
+"""The gateway's gRPC Generate turns requests into generation requests through the one mapping
+(cascade.protocol.requests), with the same length rules as the HTTP layer, and refuses what does
+not fit with a message that says why."""
 
 import pytest
 
+from cascade.protocol.limits import RequestInvalid, fit_lengths
+from cascade.protocol.requests import ServerDefaults
 from cascade.v1 import gateway_pb2
 from gateway.grpc_api import GatewayServicer
-from gateway.limits import RequestInvalid, fit_lengths
 
 CONTEXT = 64
 
 
 @pytest.fixture
 def servicer(tokenizer):
-    return GatewayServicer(tokenizer, generator=None, model_name="m", context_length=CONTEXT,
-                           default_num_draft_tokens=4)
+    defaults = ServerDefaults(context_length=CONTEXT, max_tokens_limit=CONTEXT,
+                              default_num_draft_tokens=4, eos_token_id=tokenizer.eos_token_id)
+    return GatewayServicer(tokenizer, generator=None, model_name="m", server=defaults)
 
 
-def request(prompt: str, max_new_tokens: int = 0, **fields) -> gateway_pb2.GenerateRequest:
-    msg = gateway_pb2.GenerateRequest(prompt=prompt, **fields)
-    msg.sampling.max_new_tokens = max_new_tokens
-    return msg
+def request(prompt: str, max_tokens: int | None = None, **fields) -> gateway_pb2.GenerateRequest:
+    return gateway_pb2.GenerateRequest(prompt=prompt, max_tokens=max_tokens, **fields)
 
 
 def test_fit_lengths_defaults_and_limits():
@@ -37,26 +38,39 @@ def test_fit_lengths_defaults_and_limits():
 
 
 def test_grpc_request_uses_the_shared_rules(servicer, tokenizer):
-    generation = servicer._request(request("hello world", max_new_tokens=5, num_draft_tokens=2))
+    generation, stops = servicer._request(request("hello world", max_tokens=5,
+                                                  num_draft_tokens=2, stop=["x"]))
     assert generation.prompt_tokens == tokenizer("hello world").input_ids
     assert generation.sampling.max_new_tokens == 5 and generation.num_draft_tokens == 2
-    unset = servicer._request(request("hello world"))
+    assert stops == ["x"]
+    unset, _ = servicer._request(request("hello world"))
     assert unset.sampling.max_new_tokens == CONTEXT - len(generation.prompt_tokens)
+    assert unset.sampling.temperature == 1.0 and unset.num_draft_tokens == 4
 
 
-@pytest.mark.parametrize(("prompt", "max_new_tokens", "message"), [
+def test_grpc_seed_zero_is_a_seed_and_unset_is_random(servicer):
+    zero = [servicer._request(request("hi", 4, seed=0))[0].sampling.seed for _ in range(2)]
+    assert zero == [0, 0]
+    unset = {servicer._request(request("hi", 4))[0].sampling.seed for _ in range(3)}
+    assert len(unset) == 3
+
+
+@pytest.mark.parametrize(("prompt", "max_tokens", "message"), [
     ("", 5, "must not be empty"),
     ("hello " * 80, 5, "maximum context length is 64"),
-    ("hello world", 60, "via 'sampling.max_new_tokens'"),
+    ("hello world", 60, "via 'max_tokens'"),
     ("hello world", 65, "must be in \\[1, 64\\]"),
 ])
-def test_grpc_bad_lengths_are_invalid_arguments(servicer, prompt, max_new_tokens, message):
+def test_grpc_bad_lengths_are_invalid_arguments(servicer, prompt, max_tokens, message):
     with pytest.raises(ValueError, match=message):  # the error interceptor: INVALID_ARGUMENT
-        servicer._request(request(prompt, max_new_tokens))
+        servicer._request(request(prompt, max_tokens))
 
 
-def test_grpc_refuses_an_unknown_model_and_too_many_drafts(servicer):
-    with pytest.raises(ValueError, match="not served"):
+def test_grpc_refuses_an_unknown_model_too_many_drafts_and_an_unknown_method(servicer):
+    with pytest.raises(ValueError, match="does not exist"):
         servicer._request(request("hi", 4, model="other"))
-    with pytest.raises(ValueError, match="num_draft_tokens must be in"):
+    with pytest.raises(ValueError, match="num_draft_tokens.*32"):
         servicer._request(request("hi", 4, num_draft_tokens=99))
+    with pytest.raises(ValueError, match="draft_method.*ngram") as info:
+        servicer._request(request("hi", 4, draft_method="telepathy"))
+    assert info.value.param == "draft_method"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cascade.types import FinishReason
+from cascade.protocol.settings import FinishReason
 from tokenizers_fixture import build_tokenizer
 
 from http_fixtures import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cascade.types import FinishReason
+from cascade.protocol.settings import FinishReason
 from gateway.detokenize import IncrementalDetokenizer, StopStringMatcher
 
 from http_fixtures import (

@@ -3,11 +3,11 @@
 import pytest
 
 from cascade.serving.errors import StaleEpoch
-from cascade.types import SamplingParams
+from cascade.protocol.settings import DraftConfig, SamplingParams
 from gateway.generation import GenerationRequest
 from gateway.session_store import LengthMismatch, SessionStore
 
-REQUEST = GenerationRequest([5, 6, 7], SamplingParams(max_new_tokens=8), 4)
+REQUEST = GenerationRequest([5, 6, 7], SamplingParams(max_new_tokens=8), DraftConfig(4))
 
 
 async def test_append_checks_epoch_and_length(redis_client):

@@ -264,10 +264,10 @@ def test_gpus_only_on_the_gpu_verifier(rendered, target):
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_drafters_and_gateway_stay_on_cpu_nodes(rendered, target):
-    for role in ("drafter", "gateway"):
+    for role, image in (("drafter", "cascade-cpu:"), ("gateway", "cascade-gateway:")):
         deployment = named(rendered[target], "Deployment", role)
         spec = pod_template(deployment)["spec"]
-        assert "cascade-cpu:" in main_container(deployment)["image"]
+        assert image in main_container(deployment)["image"]
         assert not any(t.get("key") == GPU for t in spec.get("tolerations", []))
         assert spec.get("nodeSelector", {}).get("nvidia.com/gpu.present") != "true"
 

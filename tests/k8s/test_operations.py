@@ -121,6 +121,7 @@ def test_dashboard():
 @pytest.mark.parametrize("name, base", [
     ("Dockerfile.cpu", "python:3.11.11-slim-bookworm"),
     ("Dockerfile.cuda", "nvidia/cuda:12.4.1-runtime-ubuntu22.04"),
+    ("Dockerfile.gateway", "python:3.11.11-slim-bookworm"),
 ])
 def test_dockerfiles(name, base):
     text = (ROOT / "docker" / name).read_text()
@@ -133,3 +134,12 @@ def test_dockerfiles(name, base):
     assert not re.search(r"^(COPY|ADD) .*models", text, re.M), "weights come from the volume"
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert {".venv", ".git", "runs/"} <= set(ignored)
+
+
+def test_the_gateway_image_installs_no_torch():
+    text = (ROOT / "docker" / "Dockerfile.gateway").read_text()
+    installs = [line for line in text.splitlines() if "pip install" in line]
+    assert installs and not any("torch" in line or "[models]" in line for line in installs)
+    assert "find_spec('torch') is None" in text  # the build fails if torch came in anyway
+    for model_image in ("Dockerfile.cpu", "Dockerfile.cuda"):
+        assert '".[models]"' in (ROOT / "docker" / model_image).read_text()

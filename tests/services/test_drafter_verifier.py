@@ -3,11 +3,11 @@
 import grpc
 import pytest
 
-from cascade.drafting import DraftConfig
-from cascade.loop import generate
-from cascade.types import SamplingParams
+from cascade.protocol.settings import DraftConfig
+from cascade.core.loop import generate
+from cascade.protocol.settings import SamplingParams
 from cascade.v1 import common_pb2, drafter_pb2, drafter_pb2_grpc, verifier_pb2, verifier_pb2_grpc
-from cascade.wire import draft_settings_to_pb, sampling_to_pb
+from cascade.protocol.wire import draft_settings_to_pb, sampling_to_pb
 from drafter_service.server import build_drafter
 from models import hf_greedy, random_prompts
 from verifier_service.server import build_verifier
@@ -79,14 +79,14 @@ async def test_stale_blocks_change_nothing(services):
                       block_request(3, 0, len(prompt) + 1, [1, 2])):  # wrong base_len
             await call.write(stale)
             verdict = await call.read()
-            assert verdict.is_stale and verdict.result.committed_len == len(prompt)
-            assert sessions.entries["s2"].session.committed == prompt
+            assert verdict.is_stale and verdict.committed_len == len(prompt)
+            assert sessions.sessions["s2"].sequence.committed == prompt
         await call.write(block_request(3, 0, len(prompt), [1, 2]))
         fresh = await call.read()
-        assert not fresh.is_stale and fresh.result.committed_len == len(prompt) + len(fresh.result.tokens)
+        assert not fresh.is_stale and fresh.committed_len == len(prompt) + len(fresh.tokens)
         await call.write(block_request(3, 0, len(prompt), [1, 2]))  # resent: same verdict again
         assert await call.read() == fresh
-        assert len(sessions.entries["s2"].session.committed) == fresh.result.committed_len
+        assert len(sessions.sessions["s2"].sequence.committed) == fresh.committed_len
         await call.done_writing()
 
 

@@ -1,0 +1,1 @@
+"""The `cascade` command line (typer): on top of every other package."""

@@ -1,0 +1,47 @@
+"""``cascade bench``: the side-by-side benchmark (see cascade.bench)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+console = Console()
+
+
+def bench(target: Path = typer.Option(None, help="Target model folder (default: from --pair)."),
+          drafter: Path = typer.Option(None, help="Drafter model folder (default: from --pair)."),
+          pair: str = typer.Option("smollm2", help="Built-in pair when no folders are given: "
+                                   "smollm2 or tiny."),
+          k: int = typer.Option(0, "--k", min=0, max=32, help="Drafted tokens per round; 0 "
+                                "picks the fastest of 1, 2, 3, 4, 6 on the first prompts."),
+          max_tokens: int = typer.Option(64, min=1, help="Tokens generated per prompt."),
+          prompts_per_domain: int = typer.Option(2, min=1, max=4,
+                                                 help="Prompts from each of prose, chat, code."),
+          repeats: int = typer.Option(3, min=1, help="Runs of every prompt (medians reported)."),
+          temperature: float = typer.Option(0.7, min=0.01, help="Temperature of sampling rows."),
+          threads: int = typer.Option(2, min=1, help="torch threads of in-process methods."),
+          families: list[str] = typer.Option(["core", "hf", "services"], "--family",
+                                             help="Run only these (repeat the flag): core, hf, "
+                                             "services."),
+          out: Path = typer.Option(Path("runs/bench"), help="Where results.json, table.md "
+                                   "and the PNG plots go.")) -> None:
+    """Target-only, HF assisted generation, Cascade's core loop and Cascade's services on the
+    same prompts and pair, side by side in one run."""
+    from cascade.bench.output import save, show
+    from cascade.bench.run import BenchConfig, measure
+    from cascade.cli.options import pair_folders
+
+    target, drafter = pair_folders(target, drafter, pair)
+    try:
+        config = BenchConfig(target=target, drafter=drafter, out=out, k=k,
+                             max_new_tokens=max_tokens, per_domain=prompts_per_domain,
+                             repeats=repeats, temperature=temperature, threads=threads,
+                             families=tuple(families))
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    rows, context = measure(config, console)
+    show(rows, context, console)
+    for path in save(rows, context, out):
+        console.print(f"wrote {path}")

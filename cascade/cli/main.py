@@ -1,0 +1,121 @@
+"""The ``cascade`` command: run a local cluster, generate through it, build the tiny pair."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from cascade.cli.bench import bench
+from cascade.cli.models import distill, models_app
+from cascade.cli.options import DRAFTER_OPT, PAIR_OPT, TARGET_OPT, pair_folders
+from cascade.tools.client import GenerationSummary, stream_generation
+from cascade.tools.local_cluster import ClusterConfig, LocalCluster
+
+app = typer.Typer(add_completion=False, help="Cascade: speculative decoding across machines.")
+app.add_typer(models_app, name="models")
+app.command()(distill)
+app.command()(bench)
+console = Console()
+
+
+def _cluster_config(target, drafter, pair, drafters, port, grpc_port, dtype) -> ClusterConfig:
+    target, drafter = pair_folders(target, drafter, pair)
+    return ClusterConfig(target, drafter, drafters, port, grpc_port, dtype)
+
+
+@app.command()
+def up(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT, pair: str = PAIR_OPT,
+       drafters: int = typer.Option(1, help="Number of drafter processes."),
+       port: int = typer.Option(8000, help="Gateway HTTP port."),
+       grpc_port: int = typer.Option(50050, help="Gateway gRPC port."),
+       dtype: str = typer.Option("float32", help="float32 or bfloat16.")) -> None:
+    """Start Redis, a verifier, drafters and the gateway; Ctrl-C stops them all."""
+    cluster = LocalCluster(_cluster_config(target, drafter, pair, drafters, port, grpc_port,
+                                           dtype))
+    with console.status("starting redis, verifier, drafters, gateway"):
+        cluster.start()
+    console.print(f"gateway: [bold]{cluster.http_url}/v1[/] (OpenAI API), gRPC "
+                  f"[bold]{cluster.grpc_address}[/]; logs in {cluster.config.workdir}")
+    console.print("Ctrl-C stops the cluster.")
+    try:
+        while True:
+            cluster.processes["gateway"].wait()
+            break
+    except KeyboardInterrupt:
+        pass
+    finally:
+        with console.status("stopping"):
+            cluster.stop()
+        console.print("stopped")
+
+
+def _print_round(response) -> None:
+    console.print(response.accepted_text, style="green", end="", markup=False, highlight=False)
+    chosen = response.text[len(response.accepted_text):]
+    console.print(chosen, end="", markup=False, highlight=False)
+
+
+def _report(spec: GenerationSummary, base: GenerationSummary | None, k: int) -> None:
+    table = Table(title="generation")
+    table.add_column("")
+    table.add_column(f"speculative (k={k})", justify="right")
+    if base:
+        table.add_column("target only", justify="right")
+    rows = [("tokens", lambda s: f"{len(s.token_ids)}"),
+            ("tokens/s", lambda s: f"{s.tokens_per_s:.1f}"),
+            ("time to first token", lambda s: f"{s.first_token_s * 1000:.0f} ms"),
+            ("acceptance rate", lambda s: f"{s.stats.acceptance_rate:.2f}"),
+            ("rounds", lambda s: f"{s.num_rounds}")]
+    for name, cell in rows:
+        table.add_row(name, cell(spec), *([cell(base)] if base else []))
+    console.print(table)
+    if spec.overhead_us:
+        console.print(f"per-round overhead (round - draft - verify): median "
+                      f"{statistics.median(spec.overhead_us) / 1000:.2f} ms")
+    if base and base.tokens_per_s:
+        console.print(f"speedup over target-only: [bold]{spec.tokens_per_s / base.tokens_per_s:.2f}x[/]"
+                      f"; identical output: {spec.token_ids == base.token_ids}")
+
+
+@app.command()
+def generate(prompt: str, gateway: str = typer.Option("127.0.0.1:50050", help="Gateway gRPC."),
+             max_tokens: int = typer.Option(64, help="Tokens to generate."),
+             num_draft_tokens: int = typer.Option(4, "--k", help="Drafted tokens per round."),
+             temperature: float = typer.Option(0.0, help="0 = greedy."),
+             seed: int = typer.Option(0, help="Sampling seed."),
+             chat: bool = typer.Option(True, help="Send the prompt through the chat template."),
+             baseline: bool = typer.Option(True, help="Also run target-only to compare.")) -> None:
+    """Stream a generation: green text was drafted and accepted, plain text the verifier chose."""
+    run = dict(prompt=prompt, max_tokens=max_tokens, temperature=temperature, seed=seed,
+               chat=chat)
+    console.print(prompt, style="bold", end="\n" if chat else "", markup=False, highlight=False)
+    spec = stream_generation(gateway, num_draft_tokens=num_draft_tokens,
+                             on_response=_print_round, **run)
+    console.print()
+    base = stream_generation(gateway, num_draft_tokens=0, **run) if baseline else None
+    _report(spec, base, num_draft_tokens)
+
+
+@app.command()
+def demo(prompt: str = typer.Argument("Explain how a rainbow forms."),
+         target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT, pair: str = PAIR_OPT,
+         max_tokens: int = typer.Option(48),
+         num_draft_tokens: int = typer.Option(4, "--k"),
+         port: int = typer.Option(8000), grpc_port: int = typer.Option(50050)) -> None:
+    """Start the local cluster, run one generation through it, and stop it."""
+    cluster = LocalCluster(_cluster_config(target, drafter, pair, 1, port, grpc_port, "float32"))
+    with console.status("starting redis, verifier, drafter, gateway"):
+        cluster.start()
+    try:
+        with console.status("warming up (first passes allocate)"):
+            for k in (num_draft_tokens, 0):  # so neither measured run pays for the cold start
+                stream_generation(cluster.grpc_address, prompt, 4, k)
+        generate(prompt, gateway=cluster.grpc_address, max_tokens=max_tokens,
+                 num_draft_tokens=num_draft_tokens, temperature=0.0, seed=0, chat=True,
+                 baseline=True)
+    finally:
+        cluster.stop()

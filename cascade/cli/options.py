@@ -1,0 +1,26 @@
+"""Options every command that serves or measures a pair shares."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from cascade.tools.pairs import default_pair
+
+console = Console()
+
+TARGET_OPT = typer.Option(None, help="Target model folder (default: from --pair).")
+DRAFTER_OPT = typer.Option(None, help="Drafter model folder (default: from --pair).")
+PAIR_OPT = typer.Option("smollm2", help="Built-in pair when no folders are given: smollm2 "
+                        "(SmolLM2-135M-Instruct + its distilled drafter) or tiny (random weights).")
+
+
+def pair_folders(target: Path | None, drafter: Path | None, pair: str) -> tuple[Path, Path]:
+    """The pair's folders; a bad --pair is a usage error."""
+    try:
+        with console.status(f"preparing the {pair} pair (first use only)"):
+            return default_pair(target, drafter, pair, log=console.print)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc

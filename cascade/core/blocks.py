@@ -1,0 +1,42 @@
+"""What one round moves: the drafter's ``Draft`` and the verifier's ``RoundOutcome``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from cascade.protocol.settings import FinishReason
+
+
+@dataclass
+class Draft:
+    """k drafted tokens and, for sampling, the sparse proposal each was sampled from."""
+
+    tokens: list[int]
+    q_ids: torch.Tensor | None = None
+    """[k, K] int64 token ids of the proposal support, most likely first."""
+    q_probs: torch.Tensor | None = None
+    """[k, K] float32 probabilities matching q_ids (zeros pad a smaller support)."""
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def has_proposal(self) -> bool:
+        return self.q_ids is not None
+
+
+@dataclass(frozen=True)
+class RoundOutcome:
+    """What verifying one draft decided."""
+
+    num_accepted: int
+    """Drafted tokens kept (a prefix of the draft)."""
+    tokens: list[int]
+    """Tokens committed this round: the accepted ones plus the recovered or bonus token,
+    cut short at a stop token or the length limit."""
+    committed_len: int
+    """Total committed length (prompt included) after this round."""
+    finish_reason: FinishReason | None = None

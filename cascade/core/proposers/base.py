@@ -1,0 +1,62 @@
+"""The interface every drafting method implements.
+
+A ``Proposer`` drafts for one sequence: ``propose(committed, num_tokens)`` returns up to that many
+tokens after the committed ones (with the sparse q they were sampled from, when the method has
+one). The committed tokens are the only state the loop hands over, so a proposer keeps whatever
+else it needs (a KV cache, a suffix index) itself. Methods that draft from the target's own
+features ask for them with ``wants_target_features`` and receive them through ``observe``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from cascade.core.blocks import Draft
+from cascade.core.runner import ModelRunner
+from cascade.protocol.settings import DraftConfig, SamplingParams
+
+
+@dataclass(frozen=True)
+class ProposerContext:
+    """What a proposer is built from."""
+
+    runner: ModelRunner | None
+    """The drafter model, when the pod has one (methods with ``needs_model`` require it)."""
+    sampling: SamplingParams
+    config: DraftConfig
+
+
+@dataclass(frozen=True)
+class TargetFeatures:
+    """Per-position data from the verifier: the target's hidden states at some positions."""
+
+    start: int
+    """Position (in the committed sequence) of the first row."""
+    hidden_states: torch.Tensor
+    """[n, hidden] for positions start .. start + n - 1."""
+
+
+class Proposer(ABC):
+    """Drafts blocks for one sequence."""
+
+    needs_model: ClassVar[bool] = True
+    """Whether the method needs the drafter model (prompt lookup does not)."""
+    wants_target_features: ClassVar[bool] = False
+    """Whether the verifier should send the target's hidden states to ``observe``."""
+
+    def __init__(self, context: ProposerContext) -> None:
+        if self.needs_model and context.runner is None:
+            raise ValueError(f"draft method {context.config.method} needs a drafter model")
+        self.sampling = context.sampling
+        self.config = context.config
+
+    @abstractmethod
+    def propose(self, committed: list[int], num_tokens: int) -> Draft:
+        """Draft up to ``num_tokens`` tokens after ``committed`` (may return fewer, even 0)."""
+
+    def observe(self, features: TargetFeatures) -> None:
+        """Receive the target's features for newly committed positions (default: ignore)."""

@@ -1,0 +1,50 @@
+"""Prompt-lookup (n-gram) drafting: propose what followed the last occurrence of the current
+suffix in the context. No model, no cost to speak of; it shines when the output copies from the
+prompt (summaries, edits of code, quoting). Its blocks carry no q: at temperature > 0 they are
+verified with q a point mass on each drafted token (still lossless)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cascade.core.blocks import Draft
+from cascade.core.proposers.base import Proposer, ProposerContext
+from cascade.core.proposers.model import ModelProposer
+
+
+def ngram_propose(tokens: list[int], num_tokens: int, max_n: int = 4, min_n: int = 2) -> list[int]:
+    """Up to ``num_tokens`` tokens that followed the most recent earlier occurrence of the
+    longest suffix of ``tokens`` (length max_n down to min_n); [] when nothing matches."""
+    if num_tokens <= 0:
+        return []
+    context = np.asarray(tokens, dtype=np.int64)
+    for n in range(min(max_n, len(tokens) - 1), min_n - 1, -1):
+        windows = np.lib.stride_tricks.sliding_window_view(context[:-1], n)  # [L-n, n]
+        hits = np.flatnonzero((windows == context[-n:]).all(axis=1))
+        if hits.size:
+            start = int(hits[-1]) + n
+            return context[start : start + num_tokens].tolist()
+    return []
+
+
+class NgramProposer(Proposer):
+    """Prompt lookup only; an empty draft when the suffix occurs nowhere earlier."""
+
+    needs_model = False
+
+    def propose(self, committed: list[int], num_tokens: int) -> Draft:
+        c = self.config
+        return Draft(tokens=ngram_propose(committed, num_tokens, c.ngram_max_n, c.ngram_min_n))
+
+
+class NgramThenModelProposer(Proposer):
+    """Prompt lookup when it finds a match, else the drafter model."""
+
+    def __init__(self, context: ProposerContext) -> None:
+        super().__init__(context)
+        self.lookup = NgramProposer(context)
+        self.model = ModelProposer(context)
+
+    def propose(self, committed: list[int], num_tokens: int) -> Draft:
+        copied = self.lookup.propose(committed, num_tokens)
+        return copied if copied.tokens else self.model.propose(committed, num_tokens)

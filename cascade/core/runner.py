@@ -1,0 +1,182 @@
+"""The KV-cached model runner: one Hugging Face causal LM, one cache per sequence.
+
+A ``SequenceCache`` is addressed by position: it holds the KV entries of ``tokens`` and nothing
+else. ``extend`` feeds new tokens and returns their ``ForwardOutput`` (logits, and the hidden
+states of the layers asked for); ``rollback`` truncates to a committed length (the rejected tail
+of a draft is simply forgotten); ``forward_to`` makes the cache hold exactly a given token
+sequence in one forward pass, reusing the longest common prefix.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedModel
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+VOCAB_MAP_FILE = "cascade_vocab.json"
+
+
+class VocabMap:
+    """A drafter with a restricted vocabulary (FR-Spec): its rows are a subset of the target's.
+
+    Local row i stands for target token ``token_ids[i]``; one extra last row stands for every
+    target token outside the subset when it appears as input. Logits are expanded back to the
+    target's vocabulary (-inf outside the subset), so callers never see local ids.
+    """
+
+    def __init__(self, token_ids: list[int], target_vocab_size: int) -> None:
+        self.target_vocab_size = target_vocab_size
+        self.to_target = torch.tensor(token_ids, dtype=torch.long)  # [local]
+        self.unknown = len(token_ids)
+        self.to_local = torch.full((target_vocab_size,), self.unknown, dtype=torch.long)
+        self.to_local[self.to_target] = torch.arange(len(token_ids))
+
+    @classmethod
+    def load(cls, folder: Path) -> "VocabMap | None":
+        path = folder / VOCAB_MAP_FILE
+        if not path.exists():
+            return None
+        data = json.loads(path.read_text())
+        return cls(data["token_ids"], data["target_vocab_size"])
+
+    def save(self, folder: Path) -> None:
+        data = {"target_vocab_size": self.target_vocab_size, "token_ids": self.to_target.tolist()}
+        (folder / VOCAB_MAP_FILE).write_text(json.dumps(data))
+
+    def expand(self, logits: torch.Tensor) -> torch.Tensor:
+        """[n, local+1] -> [n, target vocab]; the unknown row is dropped."""
+        full = logits.new_full((logits.shape[0], self.target_vocab_size), float("-inf"))
+        return full.index_copy_(1, self.to_target, logits[:, : self.unknown])
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Where a model comes from and how it runs."""
+
+    name_or_path: str
+    """A local folder saved with save_pretrained, or a hub name."""
+    dtype: str = "float32"
+    """One of float32 (exact greedy reference), bfloat16 or float16."""
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
+
+
+class ForwardOutput(NamedTuple):
+    """What one forward pass returns for the positions asked for."""
+
+    logits: torch.Tensor
+    """[n, vocab] float32 (the target's vocabulary, also for a restricted-vocabulary drafter)."""
+    hidden_states: tuple[torch.Tensor, ...] = ()
+    """One [n, hidden] tensor per requested layer, in the model's dtype. Layer indices follow
+    transformers' ``hidden_states`` output: 0 is the embeddings, -1 the last layer."""
+
+
+class ModelRunner:
+    """A causal LM in eval mode plus its tokenizer (if any); hands out per-sequence caches."""
+
+    def __init__(self, model: PreTrainedModel, tokenizer=None,
+                 vocab_map: VocabMap | None = None) -> None:
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.vocab_map = vocab_map
+        self.device = next(model.parameters()).device
+
+    @classmethod
+    def load(cls, spec: ModelSpec) -> "ModelRunner":
+        model = AutoModelForCausalLM.from_pretrained(
+            spec.name_or_path, dtype=DTYPES[spec.dtype]
+        ).to(spec.device)
+        tokenizer = AutoTokenizer.from_pretrained(spec.name_or_path)
+        return cls(model, tokenizer, VocabMap.load(Path(spec.name_or_path)))
+
+    @property
+    def vocab_size(self) -> int:
+        """Width of the logits (may exceed the tokenizer's length)."""
+        if self.vocab_map is not None:
+            return self.vocab_map.target_vocab_size
+        return self.model.get_output_embeddings().weight.shape[0]
+
+    @property
+    def max_length(self) -> int:
+        config = self.model.config
+        return getattr(config, "max_position_embeddings", None) or config.n_positions
+
+    @property
+    def num_layers(self) -> int:
+        return self.model.config.num_hidden_layers
+
+    def new_cache(self) -> "SequenceCache":
+        return SequenceCache(self)
+
+
+class SequenceCache:
+    """The KV cache of one sequence; ``tokens`` are exactly the positions it holds."""
+
+    def __init__(self, runner: ModelRunner) -> None:
+        self.runner = runner
+        self.cache = DynamicCache(config=runner.model.config)
+        self.tokens: list[int] = []
+
+    @torch.inference_mode()
+    def extend(self, token_ids: list[int], num_logits: int = 0,
+               hidden_layers: tuple[int, ...] = ()) -> ForwardOutput:
+        """Feed tokens; returns the output of the last ``num_logits`` positions (0 = all), with
+        the hidden states of ``hidden_layers`` for the same positions."""
+        assert token_ids, "extend needs at least one token"
+        start, count = len(self.tokens), len(token_ids)
+        device, vocab_map = self.runner.device, self.runner.vocab_map
+        positions = torch.arange(start, start + count, device=device)
+        input_ids = torch.tensor([token_ids])
+        if vocab_map is not None:
+            input_ids = vocab_map.to_local[input_ids]
+        output = self.runner.model(
+            input_ids=input_ids.to(device),
+            position_ids=positions.unsqueeze(0),
+            cache_position=positions,
+            past_key_values=self.cache,
+            use_cache=True,
+            logits_to_keep=num_logits,
+            output_hidden_states=bool(hidden_layers),
+        )
+        self.tokens.extend(token_ids)
+        logits = output.logits[0].float().cpu()
+        logits = logits if vocab_map is None else vocab_map.expand(logits)
+        rows = slice(-num_logits if num_logits else None, None)
+        hidden = tuple(output.hidden_states[i][0, rows].cpu() for i in hidden_layers)
+        return ForwardOutput(logits, hidden)
+
+    def rollback(self, length: int) -> None:
+        """Forget every position at or after ``length``."""
+        excess = len(self.tokens) - length
+        if excess > 0:
+            self.cache.crop(-excess)  # transformers 5.x: a negative count removes tokens
+            del self.tokens[length:]
+
+    def forward_to(self, token_ids: list[int], num_logits: int = 1,
+                   hidden_layers: tuple[int, ...] = ()) -> ForwardOutput:
+        """Make the cache hold exactly ``token_ids`` in one forward pass and return the output
+        (logits [num_logits, vocab], hidden states) of its last ``num_logits`` positions.
+
+        The longest prefix already cached is reused; at least the last ``num_logits`` tokens are
+        (re)fed so their logits exist.
+        """
+        assert 1 <= num_logits <= len(token_ids), "need logits for 1..len(token_ids) positions"
+        reuse = min(_common_prefix_len(self.tokens, token_ids), len(token_ids) - num_logits)
+        self.rollback(reuse)
+        return self.extend(token_ids[reuse:], num_logits, hidden_layers)
+
+
+def _common_prefix_len(a: list[int], b: list[int]) -> int:
+    limit = min(len(a), len(b))
+    for i in range(limit):
+        if a[i] != b[i]:
+            return i
+    return limit

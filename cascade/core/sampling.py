@@ -1,0 +1,106 @@
+"""Sampling: logit processing, sparse proposals, and seeded per-position randomness.
+
+The same processing (temperature, then top-k, then top-p) is applied to the target's logits
+(giving p) and to the drafter's logits (giving q); speculative sampling is exact for any q as long
+as the drafter samples from exactly the q the verifier sees.
+
+Randomness is a pure function of ``(seed, position, stream)``: every token position of a session
+owns a few uniforms, one per stream, so a session that is replayed (or moved to another pod) at a
+round boundary draws the same numbers. Sampling uses the inverse CDF with one uniform, so each
+draw consumes exactly one number.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from cascade.protocol.settings import SamplingParams
+
+STREAM_DRAFT = 0
+"""Uniform the drafter uses to sample its proposal at a position."""
+STREAM_ACCEPT = 1
+"""Uniform the verifier compares with p/q to accept a drafted token."""
+STREAM_SAMPLE = 2
+"""Uniform the verifier uses to sample the recovered or bonus token."""
+
+_MASK64 = (1 << 64) - 1
+
+
+def _splitmix64(x: int) -> int:
+    x = (x + 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+def position_uniform(seed: int, position: int, stream: int) -> float:
+    """A uniform in [0, 1) that depends only on (seed, position, stream)."""
+    h = _splitmix64(_splitmix64(_splitmix64(seed & _MASK64) ^ position) ^ stream)
+    return (h >> 11) * 2.0**-53
+
+
+def position_uniforms(seed: int, start: int, count: int, stream: int) -> torch.Tensor:
+    """Uniforms for positions ``start .. start+count-1``.  # [count] float64"""
+    values = [position_uniform(seed, start + i, stream) for i in range(count)]
+    return torch.tensor(values, dtype=torch.float64)
+
+
+def process_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """Temperature, top-k and top-p applied to logits; returns probabilities.
+
+    logits: [..., vocab]. Returns float32 probabilities of the same shape that sum to 1 over the
+    kept tokens. Requires temperature > 0 (greedy decoding never needs probabilities).
+    """
+    assert params.temperature > 0, "greedy decoding works on logits, not probabilities"
+    scaled = logits.float() / params.temperature
+    if 0 < params.top_k < scaled.shape[-1]:
+        kth = scaled.topk(params.top_k, dim=-1).values[..., -1:]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    probs = torch.softmax(scaled, dim=-1)
+    if params.top_p < 1.0:
+        probs = _apply_top_p(probs, params.top_p)
+    return probs
+
+
+def _apply_top_p(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Keep the smallest set of most likely tokens whose mass reaches top_p."""
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
+    sorted_probs = sorted_probs.masked_fill(mass_before >= top_p, 0.0)
+    kept = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
+    return kept / kept.sum(dim=-1, keepdim=True)
+
+
+def sparsify(probs: torch.Tensor, max_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The top ``max_tokens`` entries of each row, renormalised.
+
+    probs: [n, vocab]. Returns ids [n, K] int64 and probs [n, K] float32 (K = min(max_tokens,
+    vocab)), most likely first; entries outside the support carry probability 0. The float32
+    values are what travels on the wire, so they are the proposal the drafter samples from.
+    """
+    values, ids = probs.topk(min(max_tokens, probs.shape[-1]), dim=-1)
+    values = values.float()
+    return ids, values / values.sum(dim=-1, keepdim=True)
+
+
+def sparse_to_dense(ids: torch.Tensor, probs: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Dense float64 proposal rows from sparse ones, normalised the way sampling sees them.
+
+    ids, probs: [n, K]. Returns [n, vocab]. Both the drafter (to sample) and the verifier (to
+    accept) use this normalisation, so they agree on q to float64 precision.
+    """
+    dense = torch.zeros(ids.shape[0], vocab_size, dtype=torch.float64)
+    dense.scatter_add_(-1, ids, probs.double())
+    return dense / dense.sum(dim=-1, keepdim=True)
+
+
+def sample_from(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF sampling: one token per row from unnormalised probabilities.
+
+    probs: [n, m] (non-negative, each row with positive mass); uniforms: [n] in [0, 1).
+    Returns column indices [n]. A zero-probability column is never returned.
+    """
+    cdf = probs.double().cumsum(dim=-1)
+    targets = (uniforms.double() * cdf[:, -1]).unsqueeze(-1)
+    index = torch.searchsorted(cdf, targets, right=True).squeeze(-1)
+    return index.clamp(max=probs.shape[-1] - 1)

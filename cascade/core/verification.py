@@ -1,0 +1,152 @@
+"""Verification: the target model scores a draft in one pass and keeps what the policy allows.
+
+A ``SequenceVerifier`` owns the committed tokens of one generation (prompt included) and the
+target's KV cache for them. ``verify`` feeds the last committed token plus the k drafted tokens,
+gets the k+1 target distributions, applies the session's acceptance policy with its per-position
+random numbers, and commits the accepted tokens plus one recovered or bonus token. A draft with no
+tokens is plain target decoding (k = 0).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from cascade.core.acceptance import AcceptanceInput, AcceptResult, accept
+from cascade.core.blocks import Draft, RoundOutcome
+from cascade.core.runner import ForwardOutput, ModelRunner
+from cascade.core.sampling import STREAM_ACCEPT, STREAM_SAMPLE, position_uniforms, sparse_to_dense
+from cascade.protocol.settings import (
+    AcceptancePolicy,
+    AcceptanceRule,
+    FinishReason,
+    SamplingParams,
+)
+from cascade.protocol.stats import SpecStats
+
+
+class InvalidDraft(ValueError):
+    """A draft that cannot be verified as sent (a caller mistake, not a server fault)."""
+
+
+class SequenceVerifier:
+    """The target side of one generation."""
+
+    def __init__(
+        self,
+        runner: ModelRunner,
+        context: list[int],
+        params: SamplingParams,
+        prompt_len: int | None = None,
+        policy: AcceptancePolicy | None = None,
+    ) -> None:
+        """``context`` is the prompt followed by any tokens already committed (a moved session
+        resumes this way); ``prompt_len`` says where the prompt ends (default: all of it);
+        ``policy`` defaults to the one for the temperature."""
+        prompt_len = len(context) if prompt_len is None else prompt_len
+        if not 0 < prompt_len <= len(context):
+            raise ValueError(f"prompt_len must be in [1, {len(context)}], got {prompt_len}")
+        if len(context) >= runner.max_length:
+            raise ValueError(
+                f"context has {len(context)} tokens; the model's context is {runner.max_length}"
+            )
+        if prompt_len + params.max_new_tokens > runner.max_length:
+            raise ValueError(f"prompt ({prompt_len} tokens) plus max_new_tokens "
+                             f"({params.max_new_tokens}) exceed the model's context "
+                             f"({runner.max_length} tokens)")
+        self.policy = policy or AcceptancePolicy.default_for(params)
+        self.policy.check(params)
+        self.runner = runner
+        self.params = params
+        self.prompt_len = prompt_len
+        self.committed: list[int] = list(context)
+        self.cache = runner.new_cache()
+        self.finish_reason: FinishReason | None = None
+        self.stats = SpecStats()
+        self.last_forward: ForwardOutput | None = None
+        """The last pass's output (its hidden states when ``hidden_layers`` asks for them)."""
+        self.hidden_layers: tuple[int, ...] = ()
+
+    @property
+    def generated(self) -> list[int]:
+        return self.committed[self.prompt_len :]
+
+    @property
+    def is_finished(self) -> bool:
+        return self.finish_reason is not None
+
+    def max_draft_len(self) -> int:
+        """Most drafted tokens worth verifying now (the prompt plus max_new_tokens fit in the
+        context, so every such position does too)."""
+        return self.params.max_drafts_after(len(self.generated))
+
+    def verify(self, draft: Draft) -> RoundOutcome:
+        """Score ``draft`` after the committed tokens and commit what the policy keeps."""
+        if self.is_finished:
+            raise InvalidDraft(f"generation already finished ({self.finish_reason.value})")
+        self._check(draft)
+        k = draft.num_tokens
+        self.last_forward = self.cache.forward_to(self.committed + draft.tokens, k + 1,
+                                                  self.hidden_layers)
+        num_accepted, next_token = (int(x) for x in self._accept(draft, self.last_forward.logits))
+        emitted = self._apply_limits(draft.tokens[:num_accepted] + [next_token])
+        self.committed += emitted
+        self.stats.observe(k, num_accepted, len(emitted))
+        return RoundOutcome(num_accepted, emitted, len(self.committed), self.finish_reason)
+
+    def _accept(self, draft: Draft, logits: torch.Tensor) -> AcceptResult:
+        """logits: [k+1, vocab] for the last committed token and each drafted token."""
+        k, base, seed = draft.num_tokens, len(self.committed), self.params.seed
+        batch = AcceptanceInput(
+            draft_tokens=torch.tensor([draft.tokens], dtype=torch.long).reshape(1, k),
+            num_draft=torch.tensor([k]),
+            target_logits=logits.unsqueeze(0),  # [1, k+1, vocab]
+            sampling=self.params,
+            draft_probs=self._dense_proposal(draft, logits.shape[-1]),
+            u_accept=position_uniforms(seed, base, k, STREAM_ACCEPT).unsqueeze(0),
+            u_sample=position_uniforms(seed, base, k + 1, STREAM_SAMPLE).unsqueeze(0),
+            alpha=self.policy.alpha,
+        )
+        return accept(self.policy.rule, batch)
+
+    def _dense_proposal(self, draft: Draft, vocab: int) -> torch.Tensor | None:
+        if not draft.has_proposal or self.policy.rule is AcceptanceRule.GREEDY:
+            return None
+        return sparse_to_dense(draft.q_ids, draft.q_probs, vocab).unsqueeze(0)  # [1, k, vocab]
+
+    def _check(self, draft: Draft) -> None:
+        k, vocab = draft.num_tokens, self.runner.vocab_size
+        if k > self.max_draft_len():
+            raise InvalidDraft(f"block has {k} tokens; at most {self.max_draft_len()} fit now")
+        if any(not 0 <= t < vocab for t in draft.tokens):
+            raise InvalidDraft(f"drafted token ids must be in [0, {vocab})")
+        if draft.has_proposal and self.policy.rule is AcceptanceRule.POINT_MASS:
+            raise InvalidDraft("the session's acceptance rule is point_mass: send no proposal")
+        if draft.has_proposal:
+            _check_proposal(draft, vocab)
+
+    def _apply_limits(self, emitted: list[int]) -> list[int]:
+        """Cut the round's tokens at the first stop token or at max_new_tokens."""
+        for i, token in enumerate(emitted):
+            if token in self.params.stop_token_ids:
+                emitted = emitted[: i + 1]
+                self.finish_reason = FinishReason.STOP
+                break
+        remaining = self.params.max_new_tokens - len(self.generated)
+        if len(emitted) >= remaining:
+            emitted = emitted[:remaining]
+            self.finish_reason = self.finish_reason or FinishReason.LENGTH
+        return emitted
+
+
+def _check_proposal(draft: Draft, vocab: int) -> None:
+    ids, probs = draft.q_ids, draft.q_probs
+    if probs is None or ids.shape != probs.shape or ids.shape[0] != draft.num_tokens:
+        raise InvalidDraft("proposal ids and probs must both be [k, K] for the k drafted tokens")
+    if bool((ids < 0).any() or (ids >= vocab).any()):
+        raise InvalidDraft(f"proposal token ids must be in [0, {vocab})")
+    if bool((probs < 0).any()) or not bool(torch.isfinite(probs).all()):
+        raise InvalidDraft("proposal probabilities must be finite and non-negative")
+    drafted = torch.tensor(draft.tokens).unsqueeze(-1)
+    mass_on_drafted = ((ids == drafted) * probs).sum(-1)  # [k]
+    if bool((mass_on_drafted <= 0).any()):
+        raise InvalidDraft("each drafted token must have positive probability in its proposal")

@@ -1,0 +1,43 @@
+"""The command line shared by the drafter and verifier entry points (they differ only in role,
+default port and how the service is built around the loaded model)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import typer
+
+from cascade.core.runner import ModelRunner, ModelSpec
+from cascade.pod.process import setup_pod
+from cascade.serving.metrics import serve_metrics
+from cascade.serving.process import serve_forever
+from cascade.serving.telemetry import setup_telemetry
+
+
+def model_server_cli(role: str, default_port: int, summary: str,
+                     build: Callable[[ModelRunner, str, int, float], tuple]) -> typer.Typer:
+    """``build(runner, host, port, grace_s)`` returns (GrpcService, object with num_active)."""
+    cli = typer.Typer(add_completion=False)
+
+    @cli.command(help=summary)
+    def main(
+        model: str = typer.Option(..., help=f"The {role}'s model: a local folder or a hub name."),
+        dtype: str = typer.Option("float32", help="float32, bfloat16 or float16."),
+        device: str = typer.Option("cpu", help="torch device, e.g. cpu or cuda:0."),
+        host: str = typer.Option("127.0.0.1", help="Address to bind."),
+        port: int = typer.Option(default_port, help="Port to bind (0 picks a free one)."),
+        advertise: str = typer.Option(None, help="host:port others use to reach this pod."),
+        redis_url: str = typer.Option(None, help="Register in this Redis (heartbeat keys)."),
+        grace_s: float = typer.Option(10.0, help="Seconds in-flight streams get when draining."),
+        threads: int = typer.Option(0, help="torch threads (0 keeps torch's default)."),
+        metrics_port: int = typer.Option(0, help="Serve Prometheus /metrics here (0: off)."),
+    ) -> None:
+        setup_pod(threads)
+        setup_telemetry(f"cascade-{role}")
+        serve_metrics(metrics_port)
+        runner = ModelRunner.load(ModelSpec(model, dtype, device))
+        service, sessions = build(runner, host, port, grace_s)
+        asyncio.run(serve_forever(service, role, redis_url, advertise, lambda: sessions.num_active))
+
+    return cli

@@ -1,0 +1,20 @@
+"""The drafting methods a drafter can run, by name, and where each proposer is implemented.
+
+This table is the one registration of a proposer: the request mapping validates names against
+it without importing torch, and the drafter imports the implementation when a session asks for
+it (``cascade.core.proposers.load``). Adding a method is one module and one line here.
+"""
+
+from __future__ import annotations
+
+DRAFT_METHODS: dict[str, str] = {
+    # the drafter model proposes every block (with its sparse q when sampling)
+    "model": "cascade.core.proposers.model:ModelProposer",
+    # prompt lookup: what followed the last match of the context's suffix (no model, no q)
+    "ngram": "cascade.core.proposers.ngram:NgramProposer",
+    # prompt lookup when it finds a match, else the drafter model
+    "ngram_then_model": "cascade.core.proposers.ngram:NgramThenModelProposer",
+}
+"""name -> "module:Class" of its cascade.core.proposers.Proposer subclass."""
+
+DEFAULT_DRAFT_METHOD = "model"

@@ -1,0 +1,189 @@
+"""The one mapping from an API request (HTTP or gRPC) to a generation's settings.
+
+Both front ends hand their fields to ``GenerationOptions`` (the HTTP request models extend it;
+the gRPC servicer validates a dict of the fields its request has set), then call
+``build_request``. So the same request gets the same settings, and the same bad request the same
+message, whichever way it came (HTTP 400 / gRPC INVALID_ARGUMENT).
+
+Defaults, documented once (OpenAI's where OpenAI has the field):
+
+| field | default | range |
+|---|---|---|
+| temperature | 1.0 | [0, 2]; 0 is greedy |
+| top_p | 1.0 | (0, 1] |
+| top_k | 0 (all tokens) | [0, 2^31 - 1] |
+| seed | random | any integer (taken mod 2^64) |
+| max_tokens | completions: 16; chat and gRPC: as many as fit, up to the server limit | [1, limit] |
+| stop | none | up to 4 strings |
+| num_draft_tokens | the server's default k (4) | [0, 32]; 0 decodes on the target alone |
+| draft_method | "model" | cascade.protocol.methods.DRAFT_METHODS |
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from cascade.protocol.limits import RequestInvalid, fit_lengths
+from cascade.protocol.methods import DEFAULT_DRAFT_METHOD, DRAFT_METHODS
+from cascade.protocol.settings import (
+    MAX_DRAFT_TOKENS,
+    AcceptancePolicy,
+    DraftConfig,
+    SamplingParams,
+)
+
+MAX_STOP_STRINGS = 4
+MAX_TOP_K = 2**31 - 1
+
+
+class Lenient(BaseModel):
+    """Ignores unknown fields and treats an explicit null like an absent field (as OpenAI does)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_nulls(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            return {key: value for key, value in data.items() if value is not None}
+        return data
+
+
+class GenerationOptions(Lenient):
+    """How to generate, as either API states it (the table above)."""
+
+    temperature: float = Field(1.0, ge=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(0, ge=0, le=MAX_TOP_K)
+    """Cascade extension: keep only the k most likely tokens; 0 keeps all."""
+    seed: int | None = Field(None, ge=-(2**63), lt=2**64)
+    stop: list[str] = Field(default_factory=list, max_length=MAX_STOP_STRINGS)
+    num_draft_tokens: int | None = Field(None, ge=0, le=MAX_DRAFT_TOKENS)
+    """Cascade extension (OpenAI clients send it via extra_body): drafted tokens per round."""
+    draft_method: str = DEFAULT_DRAFT_METHOD
+    """Cascade extension: model, ngram (prompt lookup) or ngram_then_model."""
+
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _stop_as_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [value]
+        if isinstance(value, list) and all(isinstance(item, str) for item in value):
+            return value
+        raise ValueError(f"must be a string or a list of up to {MAX_STOP_STRINGS} strings")
+
+    @field_validator("draft_method")
+    @classmethod
+    def _known_method(cls, value: str) -> str:
+        if value not in DRAFT_METHODS:
+            raise ValueError(f"must be one of {', '.join(sorted(DRAFT_METHODS))}, got {value!r}")
+        return value
+
+
+@dataclass(frozen=True)
+class ServerDefaults:
+    """What the mapping needs to know about the served model and the server's limits."""
+
+    context_length: int
+    """The target's context in tokens; prompt plus max_tokens must fit in it."""
+    max_tokens_limit: int = 4096
+    """Largest max_tokens a request may ask for (and the default where none is given)."""
+    default_num_draft_tokens: int = 4
+    """Drafted tokens per round when a request does not say."""
+    eos_token_id: int | None = None
+    """Ends every generation (the stop token of the model)."""
+
+    def __post_init__(self) -> None:
+        if self.context_length < 2:
+            raise ValueError(f"context_length must be at least 2, got {self.context_length}")
+        if self.max_tokens_limit < 1:
+            raise ValueError(f"max_tokens_limit must be at least 1, got {self.max_tokens_limit}")
+        if not 0 <= self.default_num_draft_tokens <= MAX_DRAFT_TOKENS:
+            raise ValueError(f"default_num_draft_tokens must be in [0, {MAX_DRAFT_TOKENS}], "
+                             f"got {self.default_num_draft_tokens}")
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One generation, fully specified: what the gateway stores and runs."""
+
+    prompt_tokens: list[int]
+    sampling: SamplingParams
+    draft: DraftConfig = field(default_factory=DraftConfig)
+    acceptance: AcceptancePolicy | None = None
+    """None: the default for the sampling and draft settings."""
+
+    def __post_init__(self) -> None:
+        if self.acceptance is None:
+            policy = AcceptancePolicy.default_for(self.sampling, self.draft)
+            object.__setattr__(self, "acceptance", policy)
+
+    @property
+    def num_draft_tokens(self) -> int:
+        """Drafted tokens per round; 0 decodes on the verifier alone."""
+        return self.draft.num_draft_tokens
+
+
+def validate_options(fields: dict[str, Any]) -> GenerationOptions:
+    """``GenerationOptions`` from plain fields; RequestInvalid names the first bad one."""
+    try:
+        return GenerationOptions.model_validate(fields)
+    except ValidationError as exc:
+        message, param = describe_validation_error(exc.errors())
+        raise RequestInvalid(message, param or "request") from exc
+
+
+def build_request(options: GenerationOptions, prompt_tokens: list[int], max_tokens: int | None,
+                  server: ServerDefaults, prompt_field: str = "prompt") -> GenerationRequest:
+    """The settings of one generation; RequestInvalid when the prompt or completion can't fit."""
+    max_new_tokens = fit_lengths(len(prompt_tokens), max_tokens, server.context_length,
+                                 server.max_tokens_limit, prompt_field)
+    sampling = SamplingParams(
+        temperature=options.temperature, top_k=options.top_k, top_p=options.top_p,
+        seed=secrets.randbits(63) if options.seed is None else options.seed % 2**64,
+        max_new_tokens=max_new_tokens,
+        stop_token_ids=() if server.eos_token_id is None else (server.eos_token_id,))
+    k = options.num_draft_tokens
+    draft = DraftConfig(server.default_num_draft_tokens if k is None else k,
+                        method=options.draft_method)
+    return GenerationRequest(list(prompt_tokens), sampling, draft)
+
+
+def describe_validation_error(errors: Sequence[Any]) -> tuple[str, str | None]:
+    """The message and param for pydantic's first error, naming the field and what is allowed."""
+    if not errors:
+        return "Invalid request.", None
+    err = errors[0]
+    loc = [part for part in err.get("loc", ()) if part != "body"]
+    param = _param_name(loc)
+    kind = err.get("type", "")
+    if kind == "json_invalid":
+        detail = err.get("ctx", {}).get("error", "")
+        return f"The request body is not valid JSON ({detail}).", None
+    if param is None:
+        if kind == "missing":
+            return "The request body is missing; send a JSON object.", None
+        return "The request body must be a JSON object (Content-Type: application/json).", None
+    if kind == "missing":
+        return f"Missing required parameter: '{param}'.", param
+    if kind == "value_error" and "error" in err.get("ctx", {}):
+        return f"Invalid value for '{param}': {err['ctx']['error']}.", param
+    got = repr(err.get("input"))
+    got = got if len(got) <= 80 else got[:77] + "..."
+    return f"Invalid value for '{param}': {err.get('msg', 'invalid')} (got {got}).", param
+
+
+def _param_name(loc: Sequence[Any]) -> str | None:
+    """("messages", 0, "content") -> "messages[0].content"."""
+    name = ""
+    for part in loc:
+        if isinstance(part, int):
+            name += f"[{part}]"
+        else:
+            name += f".{part}" if name else str(part)
+    return name or None

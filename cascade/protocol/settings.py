@@ -1,0 +1,154 @@
+"""Settings of one generation: sampling, drafting and the acceptance policy (no torch).
+
+These frozen dataclasses are built once at the edge (the request mapping, or a test) and travel
+unchanged to the drafter and the verifier; each checks its own ranges and names the field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from cascade.protocol.methods import DEFAULT_DRAFT_METHOD, DRAFT_METHODS
+
+MAX_DRAFT_TOKENS = 32
+"""Largest draft length (k) any request, drafter or verifier accepts."""
+
+
+class FinishReason(str, Enum):
+    STOP = "stop"
+    """A stop token (end of sequence) was generated."""
+    LENGTH = "length"
+    """max_new_tokens was reached."""
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How tokens are chosen; applied identically to the target (p) and the drafter (q)."""
+
+    temperature: float = 0.0
+    """0 selects greedy decoding; otherwise logits are divided by it. Range [0, 100]."""
+    top_k: int = 0
+    """Keep only the k most likely tokens; 0 keeps all."""
+    top_p: float = 1.0
+    """Keep the smallest set of tokens whose probability reaches top_p. Range (0, 1]."""
+    seed: int = 0
+    """Seeds the per-position random numbers, so a run is reproducible."""
+    max_new_tokens: int = 64
+    """Most tokens to generate after the prompt. At least 1."""
+    stop_token_ids: tuple[int, ...] = ()
+    """Generation ends after any of these tokens (it is kept in the output)."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.temperature <= 100.0:
+            raise ValueError(f"temperature must be in [0, 100], got {self.temperature}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 disables it), got {self.top_k}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def max_drafts_after(self, num_generated: int) -> int:
+        """Drafted tokens worth verifying once ``num_generated`` tokens exist: every round also
+        emits one token of the verifier's, and the total stops at max_new_tokens."""
+        return max(0, self.max_new_tokens - num_generated - 1)
+
+
+@dataclass(frozen=True)
+class DraftConfig:
+    """How a drafter proposes blocks."""
+
+    num_draft_tokens: int = 4
+    """Tokens drafted per round (k), in [0, 32]; 0 means the target decodes alone."""
+    max_proposal_tokens: int = 64
+    """Cap on the support of the sparse proposal q sent per drafted token (top-K), in [1, 4096]."""
+    send_proposal: bool = True
+    """Send q with sampled drafts; without it the verifier treats q as a point mass."""
+    min_confidence: float = 0.0
+    """Stop a block early when the drafter's top probability falls below this, in [0, 1)."""
+    method: str = DEFAULT_DRAFT_METHOD
+    """The proposer, by name: one of cascade.protocol.methods.DRAFT_METHODS."""
+    ngram_max_n: int = 4
+    """Longest context suffix prompt lookup tries to match."""
+    ngram_min_n: int = 2
+    """Shortest suffix it accepts as a match, in [1, ngram_max_n]."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.num_draft_tokens <= MAX_DRAFT_TOKENS:
+            raise ValueError(
+                f"num_draft_tokens must be in [0, {MAX_DRAFT_TOKENS}], got {self.num_draft_tokens}"
+            )
+        if not 1 <= self.max_proposal_tokens <= 4096:
+            raise ValueError(
+                f"max_proposal_tokens must be in [1, 4096], got {self.max_proposal_tokens}"
+            )
+        if not 0.0 <= self.min_confidence < 1.0:
+            raise ValueError(f"min_confidence must be in [0, 1), got {self.min_confidence}")
+        if not 1 <= self.ngram_min_n <= self.ngram_max_n:
+            raise ValueError(f"need 1 <= ngram_min_n <= ngram_max_n, got "
+                             f"{self.ngram_min_n} and {self.ngram_max_n}")
+        method = getattr(self.method, "value", self.method)
+        if method not in DRAFT_METHODS:
+            raise ValueError(f"draft method must be one of {sorted(DRAFT_METHODS)}, got {method!r}")
+        object.__setattr__(self, "method", method)
+
+    def budget(self, sampling: SamplingParams, num_generated: int) -> int:
+        """The one draft-length rule: at most k, and only drafts that can still be emitted
+        (the request mapping already keeps prompt + max_new_tokens inside the context)."""
+        return min(self.num_draft_tokens, sampling.max_drafts_after(num_generated))
+
+
+class AcceptanceRule(str, Enum):
+    """How a verifier decides which drafted tokens to keep (see cascade.core.acceptance)."""
+
+    GREEDY = "greedy"
+    """Temperature 0: keep drafted tokens while they equal the target's argmax (lossless)."""
+    SPECULATIVE = "speculative"
+    """Speculative sampling against the q each block carries; a block without q is verified
+    with q a point mass on each drafted token (lossless either way)."""
+    POINT_MASS = "point_mass"
+    """Speculative sampling with q a point mass on each drafted token; blocks carry no q
+    (lossless)."""
+
+    @property
+    def is_lossless(self) -> bool:
+        """Emitted tokens follow the target's distribution exactly (every rule so far)."""
+        return True
+
+
+@dataclass(frozen=True)
+class AcceptancePolicy:
+    """The acceptance rule a session is verified with, named in its settings, and its knob."""
+
+    rule: AcceptanceRule
+    alpha: float = 0.0
+    """Quality knob of lossy rules, in [0, 1]; lossless rules ignore it."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rule", AcceptanceRule(self.rule))
+        if not 0.0 <= self.alpha <= 1.0:
+            raise ValueError(f"alpha must be in [0, 1], got {self.alpha}")
+
+    @classmethod
+    def default_for(cls, sampling: SamplingParams, draft: DraftConfig | None = None
+                    ) -> AcceptancePolicy:
+        """Greedy at temperature 0; else speculative sampling, or the point-mass rule when the
+        drafter is told not to send q."""
+        if sampling.is_greedy:
+            return cls(AcceptanceRule.GREEDY)
+        if draft is not None and not draft.send_proposal:
+            return cls(AcceptanceRule.POINT_MASS)
+        return cls(AcceptanceRule.SPECULATIVE)
+
+    def check(self, sampling: SamplingParams) -> None:
+        """Raises ValueError when the rule cannot verify at this temperature."""
+        is_greedy_rule = self.rule is AcceptanceRule.GREEDY
+        if sampling.is_greedy != is_greedy_rule:
+            needs = "temperature 0" if is_greedy_rule else "temperature > 0"
+            raise ValueError(f"acceptance rule {self.rule.value} needs {needs}, "
+                             f"got temperature {sampling.temperature}")

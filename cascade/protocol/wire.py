@@ -1,0 +1,85 @@
+"""Conversions between the protocol's dataclasses and the cascade.v1 protobuf messages.
+
+Only the generated ``*_pb2`` modules are imported here (they need protobuf, neither grpc nor
+torch). Conversions from protobuf raise ValueError naming the field when a value is out of range.
+"""
+
+from __future__ import annotations
+
+from cascade.protocol.methods import DEFAULT_DRAFT_METHOD
+from cascade.protocol.settings import (
+    AcceptancePolicy,
+    AcceptanceRule,
+    DraftConfig,
+    FinishReason,
+    SamplingParams,
+)
+from cascade.v1 import common_pb2
+
+FINISH_TO_PB = {
+    None: common_pb2.FINISH_REASON_UNSPECIFIED,
+    FinishReason.STOP: common_pb2.FINISH_REASON_STOP,
+    FinishReason.LENGTH: common_pb2.FINISH_REASON_LENGTH,
+}
+FINISH_FROM_PB = {value: key for key, value in FINISH_TO_PB.items()}
+RULE_TO_PB = {
+    AcceptanceRule.GREEDY: common_pb2.ACCEPTANCE_RULE_GREEDY,
+    AcceptanceRule.SPECULATIVE: common_pb2.ACCEPTANCE_RULE_SPECULATIVE,
+    AcceptanceRule.POINT_MASS: common_pb2.ACCEPTANCE_RULE_POINT_MASS,
+}
+RULE_FROM_PB = {value: key for key, value in RULE_TO_PB.items()}
+
+
+def sampling_to_pb(params: SamplingParams) -> common_pb2.Sampling:
+    return common_pb2.Sampling(
+        temperature=params.temperature, top_k=params.top_k, top_p=params.top_p,
+        seed=params.seed, max_new_tokens=params.max_new_tokens,
+        stop_token_ids=list(params.stop_token_ids),
+    )
+
+
+def sampling_from_pb(msg: common_pb2.Sampling) -> SamplingParams:
+    return SamplingParams(
+        temperature=msg.temperature, top_k=msg.top_k, top_p=msg.top_p, seed=msg.seed,
+        max_new_tokens=msg.max_new_tokens, stop_token_ids=tuple(msg.stop_token_ids),
+    )
+
+
+def draft_settings_to_pb(config: DraftConfig) -> common_pb2.DraftSettings:
+    return common_pb2.DraftSettings(
+        num_draft_tokens=config.num_draft_tokens,
+        max_proposal_tokens=config.max_proposal_tokens,
+        send_proposal=config.send_proposal,
+        min_confidence=config.min_confidence,
+        method=config.method,
+        ngram_max_n=config.ngram_max_n,
+        ngram_min_n=config.ngram_min_n,
+    )
+
+
+def draft_settings_from_pb(msg: common_pb2.DraftSettings) -> DraftConfig:
+    defaults = DraftConfig()
+    return DraftConfig(
+        num_draft_tokens=msg.num_draft_tokens,
+        max_proposal_tokens=msg.max_proposal_tokens,
+        send_proposal=msg.send_proposal,
+        min_confidence=msg.min_confidence,
+        method=msg.method or DEFAULT_DRAFT_METHOD,
+        ngram_max_n=msg.ngram_max_n or defaults.ngram_max_n,
+        ngram_min_n=msg.ngram_min_n or defaults.ngram_min_n,
+    )
+
+
+def acceptance_to_pb(policy: AcceptancePolicy) -> common_pb2.Acceptance:
+    return common_pb2.Acceptance(rule=RULE_TO_PB[policy.rule], alpha=policy.alpha)
+
+
+def acceptance_from_pb(msg: common_pb2.Acceptance, sampling: SamplingParams) -> AcceptancePolicy:
+    """The session's policy; an unspecified rule is the default for its temperature."""
+    if msg.rule == common_pb2.ACCEPTANCE_RULE_UNSPECIFIED:
+        return AcceptancePolicy.default_for(sampling)
+    if msg.rule not in RULE_FROM_PB:
+        raise ValueError(f"acceptance.rule: unknown rule {msg.rule}")
+    policy = AcceptancePolicy(RULE_FROM_PB[msg.rule], msg.alpha)
+    policy.check(sampling)
+    return policy

@@ -1,0 +1,32 @@
+"""Process entry helpers every service shares: logging, and serving until a signal (no torch)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import redis.asyncio as redis
+
+from cascade.serving.registry import Heartbeat
+from cascade.serving.server import GrpcService
+
+
+def setup_logging(log_level: str = "INFO") -> None:
+    logging.basicConfig(level=log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+
+async def serve_forever(service: GrpcService, role: str, redis_url: str | None,
+                        advertise: str | None, load: Callable[[], int]) -> None:
+    """Start ``service``, register it in Redis (when a URL is given), serve until a signal."""
+    client = redis.from_url(redis_url) if redis_url else None
+    port = await service.start()
+    address = advertise or f"{service.host}:{port}"
+    if client is not None:
+        service.heartbeat = Heartbeat(client, role, address, load)
+        await service.heartbeat.start()
+    logging.getLogger(role).info("%s serving on %s", role, address)
+    try:
+        await service.run_until_signal()
+    finally:
+        if client is not None:
+            await client.aclose()

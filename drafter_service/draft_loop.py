@@ -1,0 +1,87 @@
+"""One session on a drafter: draft a block, stream it to the verifier, apply the verdict, and
+relay the round to the gateway.
+
+The proposer keeps its own per-sequence state in step with the committed tokens (the model
+proposer's cache follows them by position), so applying a verdict is just extending the committed
+list; the rejected tail is rolled back on the next proposal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from concurrent.futures import Executor
+
+import grpc
+
+from cascade.core.proposers import ProposerContext, new_proposer
+from cascade.core.runner import ModelRunner
+from cascade.pod.messages import draft_to_pb, round_from_verdict
+from cascade.protocol.wire import draft_settings_from_pb, sampling_from_pb
+from cascade.serving import metrics
+from cascade.serving.errors import StaleEpoch
+from cascade.serving.telemetry import current_context, start_span
+from cascade.v1 import common_pb2, drafter_pb2, verifier_pb2, verifier_pb2_grpc
+
+
+def _micros(since: float) -> int:
+    return int((time.perf_counter() - since) * 1e6)
+
+
+class DraftLoop:
+    def __init__(self, runner: ModelRunner, executor: Executor,
+                 request: drafter_pb2.RunSessionRequest) -> None:
+        self.request = request
+        self.params = sampling_from_pb(request.sampling)
+        self.config = draft_settings_from_pb(request.draft)
+        self.proposer = new_proposer(ProposerContext(runner, self.params, self.config))
+        self.executor = executor
+        self.committed = list(request.context_tokens)
+        self.trace_context = current_context()  # the RunSession span: parent of each `draft`
+
+    def _open_message(self) -> verifier_pb2.VerifyRequest:
+        r = self.request
+        return verifier_pb2.VerifyRequest(open=verifier_pb2.SessionOpen(
+            session_id=r.session_id, epoch=r.epoch, context_tokens=r.context_tokens,
+            prompt_len=r.prompt_len, sampling=r.sampling, acceptance=r.acceptance))
+
+    async def _draft(self, round_number: int) -> verifier_pb2.DraftBlock:
+        started = time.perf_counter()
+        loop = asyncio.get_running_loop()
+        budget = self.config.budget(self.params, len(self.committed) - self.request.prompt_len)
+        with start_span("draft", self.trace_context, session_id=self.request.session_id,
+                        round=round_number) as span:
+            draft = await loop.run_in_executor(
+                self.executor, self.proposer.propose, self.committed, budget)
+            span.set_attribute("num_draft", draft.num_tokens)
+        metrics.DRAFT_SECONDS.observe(time.perf_counter() - started)
+        block = draft_to_pb(draft, session_id=self.request.session_id, epoch=self.request.epoch,
+                            round=round_number, base_len=len(self.committed),
+                            draft_us=_micros(started))
+        return block
+
+    async def run(self, channel: grpc.aio.Channel, timeout: float | None
+                  ) -> AsyncIterator[common_pb2.Round]:
+        call = verifier_pb2_grpc.VerifierStub(channel).Verify(timeout=timeout)
+        try:
+            await call.write(self._open_message())
+            round_number = 0
+            while True:
+                block = await self._draft(round_number)
+                sent = time.perf_counter()
+                await call.write(verifier_pb2.VerifyRequest(block=block))
+                verdict = await call.read()
+                if verdict is grpc.aio.EOF:
+                    raise ConnectionError("verifier closed the stream")
+                if verdict.is_stale:
+                    raise StaleEpoch(f"session {self.request.session_id} moved on at the verifier")
+                self.committed.extend(verdict.tokens)
+                yield round_from_verdict(verdict, len(block.tokens), block.draft_us,
+                                         _micros(sent) + block.draft_us)
+                if verdict.finish_reason != common_pb2.FINISH_REASON_UNSPECIFIED:
+                    break
+                round_number += 1
+            await call.done_writing()
+        finally:
+            call.cancel()

@@ -1,0 +1,77 @@
+"""One mapping, both front ends: the same request through HTTP and through gRPC (a real server on
+loopback) gives the same settings, and the same bad request the same message (400 / INVALID_ARGUMENT)."""
+
+import grpc
+import pytest
+
+from cascade.protocol.requests import ServerDefaults
+from cascade.serving.server import GrpcService, ServiceBinding
+from cascade.v1 import gateway_pb2, gateway_pb2_grpc
+from gateway.grpc_api import GatewayServicer
+from http_fixtures import MODEL, SETTINGS, FakeGenerator, make_client, script
+
+SAME = [  # fields as the HTTP API names them; gRPC has the same names
+    {"max_tokens": 5, "temperature": 0.5, "top_p": 0.9, "top_k": 40, "seed": 7,
+     "num_draft_tokens": 2, "draft_method": "ngram_then_model"},
+    {"max_tokens": 3, "temperature": 0.0, "seed": 0},
+    {"max_tokens": 9, "temperature": 1.3, "seed": 11, "num_draft_tokens": 0, "stop": ["x"]},
+]
+BAD = [
+    {"max_tokens": 5, "temperature": 2.5},
+    {"max_tokens": 5, "top_p": 0.0},
+    {"max_tokens": 5, "num_draft_tokens": 33},
+    {"max_tokens": 5, "draft_method": "telepathy"},
+    {"max_tokens": 5, "top_k": 2**31},
+    {"max_tokens": 500},
+    {"max_tokens": 40},  # prompt + completion exceed the 64-token context
+]
+PROMPT = "Hello world " * 6
+
+
+@pytest.fixture
+async def both(tokenizer):
+    """(HTTP client, gRPC stub, their generators) over the same tokenizer and limits."""
+    http_generator, grpc_generator = (FakeGenerator(script(tokenizer, "ok")) for _ in range(2))
+    defaults = SETTINGS.server_defaults(tokenizer.eos_token_id)
+    servicer = GatewayServicer(tokenizer, grpc_generator, MODEL, defaults)
+    service = GrpcService([ServiceBinding(gateway_pb2_grpc.add_GatewayServicer_to_server,
+                                          servicer, "cascade.v1.Gateway")])
+    port = await service.start()
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    async with make_client(tokenizer, http_generator) as http:
+        yield http, gateway_pb2_grpc.GatewayStub(channel), http_generator, grpc_generator
+    await channel.close()
+    await service.drain()
+
+
+async def _grpc(stub, fields: dict):
+    request = gateway_pb2.GenerateRequest(model=MODEL, prompt=PROMPT, **fields)
+    return [response async for response in stub.Generate(request, timeout=10)]
+
+
+@pytest.mark.parametrize("fields", SAME)
+async def test_the_same_request_gives_the_same_settings(both, fields):
+    http, stub, http_generator, grpc_generator = both
+    response = await http.post("/v1/completions",
+                               json={"model": MODEL, "prompt": PROMPT, **fields})
+    assert response.status_code == 200, response.text
+    await _grpc(stub, fields)
+    assert http_generator.request == grpc_generator.request
+
+
+@pytest.mark.parametrize("fields", BAD)
+async def test_the_same_bad_request_gets_the_same_message(both, fields):
+    http, stub, _, grpc_generator = both
+    response = await http.post("/v1/completions",
+                               json={"model": MODEL, "prompt": PROMPT, **fields})
+    assert response.status_code == 400
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await _grpc(stub, fields)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert info.value.details() == response.json()["error"]["message"]
+    assert not grpc_generator.requests  # refused before anything ran
+
+
+def test_defaults_documented_once_agree_with_the_limits():
+    assert SETTINGS.server_defaults(None) == ServerDefaults(
+        SETTINGS.context_length, SETTINGS.max_tokens_limit, SETTINGS.default_num_draft_tokens)
