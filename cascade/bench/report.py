@@ -85,6 +85,8 @@ def _row(m: MethodRun, baselines: dict[str, MethodRun], costs: Costs, rss: str,
             verify_cost = summary.verify_ms_per_pass / base.verify_ms_per_pass
             ideal_measured = ideal_speedup(summary.alpha, k_mean, costs.ratio, verify_cost)
     same = None
+    # Every method here runs the default, lossless policy (greedy rows: the greedy rule), so its
+    # greedy output must equal target-only decoding; a lossy rule would need a quality column.
     if not m.sampling:  # against the core's target-only run when there is one
         reference = baselines.get("core", baselines[m.family])
         same = [t.tokens for t in m.runs[0]] == [t.tokens for t in reference.runs[0]]

@@ -1,5 +1,8 @@
 """Statistical tests: the emitted tokens of the lossless rules are distributed exactly as p.
 
+Only lossless rules belong here (AcceptanceRule.is_lossless); a lossy rule is tested against
+its own target distribution instead.
+
 Each test draws N = 200,000 independent trials in one batched call. It checks the total-variation
 distance between the empirical distribution and p against 5x the Monte-Carlo noise floor, and a
 chi-square goodness-of-fit test (p-value > 0.001); tokens with p = 0 must never appear.
