@@ -17,7 +17,12 @@ import grpc
 
 from cascade.core.proposers import ProposerContext, new_proposer
 from cascade.core.runner import ModelRunner
-from cascade.pod.messages import draft_to_pb, round_from_verdict
+from cascade.pod.messages import (
+    draft_to_pb,
+    features_from_pb,
+    num_open_replies,
+    round_from_verdict,
+)
 from cascade.protocol.wire import draft_settings_from_pb, sampling_from_pb
 from cascade.serving import metrics
 from cascade.serving.errors import StaleEpoch
@@ -42,9 +47,21 @@ class DraftLoop:
 
     def _open_message(self) -> verifier_pb2.VerifyRequest:
         r = self.request
+        layers = self.proposer.feature_layers if self.proposer.wants_target_features else ()
         return verifier_pb2.VerifyRequest(open=verifier_pb2.SessionOpen(
             session_id=r.session_id, epoch=r.epoch, context_tokens=r.context_tokens,
-            prompt_len=r.prompt_len, sampling=r.sampling, acceptance=r.acceptance))
+            prompt_len=r.prompt_len, sampling=r.sampling, acceptance=r.acceptance,
+            feature_layers=layers))
+
+    async def _read(self, call) -> verifier_pb2.Verdict:
+        verdict = await call.read()
+        if verdict is grpc.aio.EOF:
+            raise ConnectionError("verifier closed the stream")
+        if verdict.is_stale:
+            raise StaleEpoch(f"session {self.request.session_id} moved on at the verifier")
+        if verdict.HasField("features"):
+            self.proposer.observe(features_from_pb(verdict.features))
+        return verdict
 
     async def _draft(self, round_number: int) -> verifier_pb2.DraftBlock:
         started = time.perf_counter()
@@ -66,16 +83,15 @@ class DraftLoop:
         call = verifier_pb2_grpc.VerifierStub(channel).Verify(timeout=timeout)
         try:
             await call.write(self._open_message())
+            if self.proposer.wants_target_features:  # the context's features come first
+                for _ in range(num_open_replies(len(self.committed))):
+                    await self._read(call)
             round_number = 0
             while True:
                 block = await self._draft(round_number)
                 sent = time.perf_counter()
                 await call.write(verifier_pb2.VerifyRequest(block=block))
-                verdict = await call.read()
-                if verdict is grpc.aio.EOF:
-                    raise ConnectionError("verifier closed the stream")
-                if verdict.is_stale:
-                    raise StaleEpoch(f"session {self.request.session_id} moved on at the verifier")
+                verdict = await self._read(call)
                 self.committed.extend(verdict.tokens)
                 yield round_from_verdict(verdict, len(block.tokens), block.draft_us,
                                          _micros(sent) + block.draft_us)

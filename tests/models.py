@@ -59,3 +59,19 @@ def hf_greedy(runner: ModelRunner, prompt: list[int], num_new: int = 24) -> list
         eos_token_id=None,
     )
     return output[0, len(prompt) :].tolist()
+
+
+def feature_pair(root) -> tuple[ModelRunner, "Path", "Path"]:
+    """A tiny Llama target saved to ``root/target`` and a random (not near-uniform) feature
+    drafter for it in ``root/drafter``; returns (target runner, target dir, drafter dir)."""
+    from cascade.core.feature_runner import write_feature_drafter
+    from cascade.distill.feature_run import build_drafter
+
+    target = tiny_llama(seed=21, num_layers=4)
+    target.model.save_pretrained(root / "target")
+    drafter, vocab_map = build_drafter(target.model, list(range(0, VOCAB_SIZE, 2)), seed=5)
+    with torch.no_grad():
+        for p in drafter.parameters():
+            p.normal_(0, 0.3) if p.dim() > 1 else p.fill_(1.0)
+    write_feature_drafter(drafter, vocab_map, root / "drafter", "tiny")
+    return target, root / "target", root / "drafter"

@@ -18,6 +18,9 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
             async for request in request_iterator:
                 if request.HasField("open"):
                     session = self.sessions.open(request.open)
+                    if session.sequence.feature_layers:
+                        for reply in await self.sessions.open_replies(session):
+                            yield reply
                 elif session is None:
                     raise ValueError("send a SessionOpen message before draft blocks")
                 else:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from cascade.core.blocks import Draft, RoundOutcome
 from cascade.core.runner import ModelRunner
 from cascade.core.verification import SequenceVerifier
-from cascade.pod.messages import draft_from_pb, verdict_to_pb
+from cascade.pod.messages import context_feature_chunks, draft_from_pb, verdict_to_pb
 from cascade.protocol.wire import acceptance_from_pb, sampling_from_pb
 from cascade.serving import metrics
 from cascade.serving.errors import StaleEpoch
@@ -57,11 +57,23 @@ class SessionTable:
         policy = acceptance_from_pb(msg.acceptance, params)
         sequence = SequenceVerifier(self.runner, list(msg.context_tokens), params, msg.prompt_len,
                                     policy)
+        sequence.feature_layers = tuple(msg.feature_layers)
         session = OpenSession(msg.session_id, msg.epoch, sequence, trace_context=current_context())
         self.highest_epoch[msg.session_id] = msg.epoch
         self.sessions[msg.session_id] = session
         metrics.VERIFIER_SESSIONS.set(len(self.sessions))
         return session
+
+    async def open_replies(self, session: OpenSession) -> list[verifier_pb2.Verdict]:
+        """For a session that asked for features: the context's features (prefilled on the
+        model thread), in verdicts that commit nothing."""
+        loop = asyncio.get_running_loop()
+        sequence = session.sequence
+        features = await loop.run_in_executor(self.executor, sequence.prefill_features)
+        nothing = RoundOutcome(0, [], len(sequence.committed))
+        return [verdict_to_pb(nothing, 0, chunk, session_id=session.session_id,
+                              epoch=session.epoch)
+                for chunk in context_feature_chunks(features, len(sequence.committed))]
 
     def close(self, session: OpenSession) -> None:
         """Drop the KV cache when its stream ends (unless a newer epoch replaced it)."""
@@ -90,6 +102,7 @@ class SessionTable:
         metrics.observe_round(draft.num_tokens, outcome.num_accepted, len(outcome.tokens))
         session.last_round = block.round
         session.last_verdict = verdict_to_pb(outcome, int(seconds * 1e6),
+                                             session.sequence.last_features,
                                              session_id=session.session_id, epoch=session.epoch,
                                              round=block.round)
         return session.last_verdict

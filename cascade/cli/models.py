@@ -74,16 +74,29 @@ def distill(target: Path = typer.Option(..., help="Target model folder (its toke
             threads: int = typer.Option(0, help="torch threads (0 keeps the default)."),
             init: Path = typer.Option(None, help="Start from this drafter folder (an earlier "
                                       "export) instead of a fresh student; its shape and "
-                                      "vocabulary are kept.")) -> None:
+                                      "vocabulary are kept."),
+            kind: str = typer.Option("model", help="model (a small LM of its own) or feature "
+                                     "(one layer on the target's hidden states, EAGLE-3 style; "
+                                     "--hidden and --layers do not apply).")) -> None:
     """Train a drafter for TARGET by self-distillation on its own answers (resumable)."""
     import torch
 
+    if threads:
+        torch.set_num_threads(threads)
+    if kind not in ("model", "feature"):
+        raise typer.BadParameter(f"--kind must be model or feature, got {kind!r}")
+    if kind == "feature":
+        from cascade.distill.feature_run import FeatureDistillConfig, run_feature_distillation
+
+        folder = run_feature_distillation(FeatureDistillConfig(
+            target=target, out=out, minutes=minutes, seed=seed, vocab_size=vocab_size,
+            init=init))
+        console.print(f"feature drafter written to {folder}")
+        return
     from cascade.distill.run import run_distillation
     from cascade.distill.student import StudentShape
     from cascade.distill.train import DistillConfig
 
-    if threads:
-        torch.set_num_threads(threads)
     shape = StudentShape(vocab_size=vocab_size, hidden_size=hidden, num_layers=layers,
                          intermediate_size=3 * hidden)
     folder = run_distillation(DistillConfig(target=target, out=out, minutes=minutes, seed=seed,

@@ -1,4 +1,5 @@
-"""What one round moves: the drafter's ``Draft`` and the verifier's ``RoundOutcome``."""
+"""What one round moves: the drafter's ``Draft``, the verifier's ``RoundOutcome`` and, for
+feature drafters, the ``TargetFeatures`` of the positions it committed."""
 
 from __future__ import annotations
 
@@ -40,3 +41,14 @@ class RoundOutcome:
     committed_len: int
     """Total committed length (prompt included) after this round."""
     finish_reason: FinishReason | None = None
+
+
+@dataclass(frozen=True)
+class TargetFeatures:
+    """Per-position data from the verifier: the target's hidden states at some positions."""
+
+    start: int
+    """Position (in the committed sequence) of the first row."""
+    hidden_states: torch.Tensor
+    """[n, layers * hidden] for positions start .. start + n - 1 (the requested layers side by
+    side)."""

@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from cascade.core.blocks import Draft, RoundOutcome
+from cascade.core.blocks import Draft, RoundOutcome, TargetFeatures
 from cascade.core.proposers import Proposer, ProposerContext, load, new_proposer
 from cascade.core.runner import ModelRunner
 from cascade.core.verification import SequenceVerifier
@@ -60,6 +60,9 @@ def speculative_rounds(
     policy = policy or AcceptancePolicy.default_for(params, config)
     verifier = SequenceVerifier(target, prompt, params, policy=policy)
     proposer = _proposer(drafter, params, config)
+    if proposer is not None and proposer.wants_target_features:
+        verifier.feature_layers = proposer.feature_layers
+        _pass_features(proposer, verifier.prefill_features())
     while not verifier.is_finished:
         started = time.perf_counter()
         budget = config.budget(params, len(verifier.generated))
@@ -68,7 +71,13 @@ def speculative_rounds(
         outcome = verifier.verify(draft)
         timing.draft_s += drafted - started
         timing.verify_s += time.perf_counter() - drafted
+        _pass_features(proposer, verifier.last_features)
         yield draft, outcome, verifier
+
+
+def _pass_features(proposer: Proposer | None, features: TargetFeatures | None) -> None:
+    if proposer is not None and features is not None:
+        proposer.observe(features)
 
 
 def generate(

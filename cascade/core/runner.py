@@ -127,9 +127,11 @@ class SequenceCache:
 
     @torch.inference_mode()
     def extend(self, token_ids: list[int], num_logits: int = 0,
-               hidden_layers: tuple[int, ...] = ()) -> ForwardOutput:
-        """Feed tokens; returns the output of the last ``num_logits`` positions (0 = all), with
-        the hidden states of ``hidden_layers`` for the same positions."""
+               hidden_layers: tuple[int, ...] = (), num_hidden: int | None = None
+               ) -> ForwardOutput:
+        """Feed tokens; returns the logits of the last ``num_logits`` positions (0 = all) and
+        the hidden states of ``hidden_layers`` for the last ``num_hidden`` (default: the same
+        positions as the logits; 0 = all)."""
         assert token_ids, "extend needs at least one token"
         start, count = len(self.tokens), len(token_ids)
         device, vocab_map = self.runner.device, self.runner.vocab_map
@@ -149,7 +151,8 @@ class SequenceCache:
         self.tokens.extend(token_ids)
         logits = output.logits[0].float().cpu()
         logits = logits if vocab_map is None else vocab_map.expand(logits)
-        rows = slice(-num_logits if num_logits else None, None)
+        num_hidden = num_logits if num_hidden is None else num_hidden
+        rows = slice(-num_hidden if num_hidden else None, None)
         hidden = tuple(output.hidden_states[i][0, rows].cpu() for i in hidden_layers)
         return ForwardOutput(logits, hidden)
 
@@ -161,7 +164,8 @@ class SequenceCache:
             del self.tokens[length:]
 
     def forward_to(self, token_ids: list[int], num_logits: int = 1,
-                   hidden_layers: tuple[int, ...] = ()) -> ForwardOutput:
+                   hidden_layers: tuple[int, ...] = (), num_hidden: int | None = None
+                   ) -> ForwardOutput:
         """Make the cache hold exactly ``token_ids`` in one forward pass and return the output
         (logits [num_logits, vocab], hidden states) of its last ``num_logits`` positions.
 
@@ -171,7 +175,7 @@ class SequenceCache:
         assert 1 <= num_logits <= len(token_ids), "need logits for 1..len(token_ids) positions"
         reuse = min(_common_prefix_len(self.tokens, token_ids), len(token_ids) - num_logits)
         self.rollback(reuse)
-        return self.extend(token_ids[reuse:], num_logits, hidden_layers)
+        return self.extend(token_ids[reuse:], num_logits, hidden_layers, num_hidden)
 
 
 def _common_prefix_len(a: list[int], b: list[int]) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from cascade.core.acceptance import AcceptanceInput, AcceptResult, accept
-from cascade.core.blocks import Draft, RoundOutcome
+from cascade.core.blocks import Draft, RoundOutcome, TargetFeatures
 from cascade.core.runner import ForwardOutput, ModelRunner
 from cascade.core.sampling import STREAM_ACCEPT, STREAM_SAMPLE, position_uniforms, sparse_to_dense
 from cascade.protocol.settings import (
@@ -63,8 +63,10 @@ class SequenceVerifier:
         self.finish_reason: FinishReason | None = None
         self.stats = SpecStats()
         self.last_forward: ForwardOutput | None = None
-        """The last pass's output (its hidden states when ``hidden_layers`` asks for them)."""
-        self.hidden_layers: tuple[int, ...] = ()
+        self.feature_layers: tuple[int, ...] = ()
+        """The target layers whose hidden states the drafter asked for (none by default)."""
+        self.last_features: TargetFeatures | None = None
+        """The features of the positions the last round committed and fed (when asked)."""
 
     @property
     def generated(self) -> list[int]:
@@ -86,12 +88,29 @@ class SequenceVerifier:
         self._check(draft)
         k = draft.num_tokens
         self.last_forward = self.cache.forward_to(self.committed + draft.tokens, k + 1,
-                                                  self.hidden_layers)
+                                                  self.feature_layers)
         num_accepted, next_token = (int(x) for x in self._accept(draft, self.last_forward.logits))
+        self.last_features = self._features(len(self.committed) - 1, num_accepted + 1)
         emitted = self._apply_limits(draft.tokens[:num_accepted] + [next_token])
         self.committed += emitted
         self.stats.observe(k, num_accepted, len(emitted))
         return RoundOutcome(num_accepted, emitted, len(self.committed), self.finish_reason)
+
+    def prefill_features(self) -> TargetFeatures | None:
+        """Feed the context but its last token and return their features (positions 0 ..
+        len - 2): a feature drafter drafts its first block from them."""
+        if not self.feature_layers or len(self.committed) < 2:
+            return None
+        self.last_forward = self.cache.forward_to(self.committed[:-1], 1, self.feature_layers,
+                                                  num_hidden=0)
+        return self._features(0, len(self.committed) - 1)
+
+    def _features(self, start: int, count: int) -> TargetFeatures | None:
+        """The first ``count`` rows of the last pass's features, for positions from ``start``."""
+        if not self.feature_layers:
+            return None
+        stacked = torch.cat(self.last_forward.hidden_states, dim=-1)  # [rows, layers * d]
+        return TargetFeatures(start, stacked[:count])
 
     def _accept(self, draft: Draft, logits: torch.Tensor) -> AcceptResult:
         """logits: [k+1, vocab] for the last committed token and each drafted token."""

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import typer
 
+from cascade.core.feature_runner import load_model
 from cascade.core.runner import ModelRunner, ModelSpec
 from cascade.pod.process import setup_pod
 from cascade.serving.metrics import serve_metrics
@@ -32,11 +33,13 @@ def model_server_cli(role: str, default_port: int, summary: str,
         grace_s: float = typer.Option(10.0, help="Seconds in-flight streams get when draining."),
         threads: int = typer.Option(0, help="torch threads (0 keeps torch's default)."),
         metrics_port: int = typer.Option(0, help="Serve Prometheus /metrics here (0: off)."),
+        target_model: str = typer.Option(None, help="When --model is a feature drafter: the "
+                                         "target's folder, whose embedding and head it shares."),
     ) -> None:
         setup_pod(threads)
         setup_telemetry(f"cascade-{role}")
         serve_metrics(metrics_port)
-        runner = ModelRunner.load(ModelSpec(model, dtype, device))
+        runner = load_model(ModelSpec(model, dtype, device), target_model)
         service, sessions = build(runner, host, port, grace_s)
         asyncio.run(serve_forever(service, role, redis_url, advertise, lambda: sessions.num_active))
 

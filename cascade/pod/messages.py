@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from cascade.core.blocks import Draft, RoundOutcome
+from cascade.core.blocks import Draft, RoundOutcome, TargetFeatures
 from cascade.protocol.wire import FINISH_TO_PB
 from cascade.v1 import common_pb2, verifier_pb2
 
@@ -40,12 +40,50 @@ def draft_from_pb(msg: verifier_pb2.DraftBlock) -> Draft:
     return Draft(tokens=tokens, q_ids=ids, q_probs=probs)
 
 
-def verdict_to_pb(outcome: RoundOutcome, verify_us: int, **fields) -> verifier_pb2.Verdict:
+FEATURE_CHUNK_POSITIONS = 2048
+"""Positions of context features per reply to SessionOpen (2048 x 1728 float16 = 7 MB for
+SmolLM2-135M, inside the 16 MB message limit)."""
+
+
+def verdict_to_pb(outcome: RoundOutcome, verify_us: int, features: TargetFeatures | None = None,
+                  **fields) -> verifier_pb2.Verdict:
     """``fields``: session_id, epoch, round."""
     return verifier_pb2.Verdict(
         tokens=outcome.tokens, num_accepted=outcome.num_accepted,
         committed_len=outcome.committed_len, finish_reason=FINISH_TO_PB[outcome.finish_reason],
-        verify_us=verify_us, **fields)
+        verify_us=verify_us, features=features_to_pb(features), **fields)
+
+
+def features_to_pb(features: TargetFeatures | None) -> verifier_pb2.TargetFeatures | None:
+    if features is None:
+        return None
+    values = features.hidden_states.detach().to(torch.float16).contiguous()
+    return verifier_pb2.TargetFeatures(start=features.start, shape=list(values.shape),
+                                       dtype="float16", data=values.numpy().tobytes())
+
+
+def features_from_pb(msg: verifier_pb2.TargetFeatures) -> TargetFeatures:
+    if msg.dtype != "float16" or len(msg.shape) != 2:
+        raise ValueError(f"features must be 2-D float16, got {msg.dtype} {list(msg.shape)}")
+    rows, columns = msg.shape
+    if len(msg.data) != rows * columns * 2:
+        raise ValueError(f"features: {len(msg.data)} bytes do not hold a {rows}x{columns} block")
+    values = torch.frombuffer(bytearray(msg.data), dtype=torch.float16).reshape(rows, columns)
+    return TargetFeatures(msg.start, values.float())
+
+
+def context_feature_chunks(features: TargetFeatures | None, context_len: int
+                           ) -> list[TargetFeatures | None]:
+    """The replies to a SessionOpen that asked for features: ``num_open_replies`` chunks."""
+    if features is None:
+        return [None] * num_open_replies(context_len)
+    rows = features.hidden_states
+    return [TargetFeatures(start, rows[start : start + FEATURE_CHUNK_POSITIONS])
+            for start in range(0, len(rows), FEATURE_CHUNK_POSITIONS)] or [None]
+
+
+def num_open_replies(context_len: int) -> int:
+    return max(1, -(-(context_len - 1) // FEATURE_CHUNK_POSITIONS))
 
 
 def round_from_verdict(verdict: verifier_pb2.Verdict, num_drafted: int, draft_us: int,

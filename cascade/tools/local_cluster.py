@@ -69,6 +69,7 @@ class LocalCluster:
                                  "--port", str(free_port()), *pod])
         for i in range(c.num_drafters):
             self._spawn(f"drafter-{i}", ["drafter_service", "--model", str(c.drafter),
+                                         "--target-model", str(c.target),
                                          "--port", str(free_port()), *pod])
         self._spawn("gateway", ["gateway", "--model", str(c.target), "--redis-url",
                                 self.redis.url, "--port", str(c.http_port),

@@ -13,9 +13,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar
 
-import torch
-
-from cascade.core.blocks import Draft
+from cascade.core.blocks import Draft, TargetFeatures
 from cascade.core.runner import ModelRunner
 from cascade.protocol.settings import DraftConfig, SamplingParams
 
@@ -30,23 +28,16 @@ class ProposerContext:
     config: DraftConfig
 
 
-@dataclass(frozen=True)
-class TargetFeatures:
-    """Per-position data from the verifier: the target's hidden states at some positions."""
-
-    start: int
-    """Position (in the committed sequence) of the first row."""
-    hidden_states: torch.Tensor
-    """[n, hidden] for positions start .. start + n - 1."""
-
-
 class Proposer(ABC):
     """Drafts blocks for one sequence."""
 
     needs_model: ClassVar[bool] = True
     """Whether the method needs the drafter model (prompt lookup does not)."""
     wants_target_features: ClassVar[bool] = False
-    """Whether the verifier should send the target's hidden states to ``observe``."""
+    """Whether the verifier should send the target's hidden states to ``observe`` (a class
+    may decide per instance, as the model proposer does for a feature drafter)."""
+    feature_layers: tuple[int, ...] = ()
+    """Which of the target's layers (transformers' hidden_states indices) it wants."""
 
     def __init__(self, context: ProposerContext) -> None:
         if self.needs_model and context.runner is None:

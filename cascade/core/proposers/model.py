@@ -1,5 +1,9 @@
 """The drafter model proposes k tokens (and, for sampling, the sparse q each was sampled from).
 
+The drafter model is either a small causal LM (``ModelRunner``) or a feature drafter
+(``FeatureRunner``): both hand out caches that answer ``forward_to`` and ``extend`` with logits,
+and a feature drafter's cache also takes the target's features (``observe``).
+
 Its cache follows the committed tokens by position (``SequenceCache.forward_to``): after a
 verdict, the rejected tail is dropped and the next round starts from the committed sequence, so
 the proposer needs no notion of what the verifier accepted beyond the tokens themselves.
@@ -9,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from cascade.core.blocks import Draft
+from cascade.core.blocks import Draft, TargetFeatures
 from cascade.core.proposers.base import Proposer, ProposerContext
 from cascade.core.sampling import STREAM_DRAFT, position_uniform, process_logits, sample_from, sparsify
 
@@ -20,6 +24,12 @@ class ModelProposer(Proposer):
     def __init__(self, context: ProposerContext) -> None:
         super().__init__(context)
         self.cache = context.runner.new_cache()
+        self.wants_target_features = getattr(self.cache, "wants_target_features", False)
+        self.feature_layers = getattr(context.runner, "feature_layers", ())
+
+    def observe(self, features: TargetFeatures) -> None:
+        if self.wants_target_features:
+            self.cache.observe(features.start, features.hidden_states)
 
     def propose(self, committed: list[int], num_tokens: int) -> Draft:
         if num_tokens <= 0:

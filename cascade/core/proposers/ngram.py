@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cascade.core.blocks import Draft
+from cascade.core.blocks import Draft, TargetFeatures
 from cascade.core.proposers.base import Proposer, ProposerContext
 from cascade.core.proposers.model import ModelProposer
 
@@ -44,6 +44,11 @@ class NgramThenModelProposer(Proposer):
         super().__init__(context)
         self.lookup = NgramProposer(context)
         self.model = ModelProposer(context)
+        self.wants_target_features = self.model.wants_target_features
+        self.feature_layers = self.model.feature_layers
+
+    def observe(self, features: TargetFeatures) -> None:
+        self.model.observe(features)
 
     def propose(self, committed: list[int], num_tokens: int) -> Draft:
         copied = self.lookup.propose(committed, num_tokens)

@@ -1,0 +1,255 @@
+"""Distil a feature drafter for a target (``cascade distill --kind feature``).
+
+Online, like the model drafter's distillation: each cycle the target answers a batch of prompts
+(greedy or sampled; every few cycles real text too) and its features and top-k distribution are
+kept in a replay pool; the drafter then takes a few training-time-test steps on half fresh, half
+replayed sequences. Every ``eval_every_s`` the greedy acceptance at k = 4 is replayed exactly on
+held-out answers, the drafter is exported and the run is checkpointed (``out/work``), so a run
+resumes where it stopped (with a fresh replay pool).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+from safetensors.torch import load_file
+
+from cascade.core.feature_drafter import FeatureDrafter, FeatureDrafterConfig
+from cascade.core.feature_runner import write_feature_drafter
+from cascade.core.runner import VocabMap
+from cascade.distill.feature_data import FeatureSequence, annotate, answer_prompts, text_windows
+from cascade.distill.feature_train import greedy_acceptance, make_batch, ttt_loss
+from cascade.distill.prompts import prompt_set, training_prompts
+from cascade.distill.student import choose_vocabulary
+from cascade.distill.train import _fill_vocabulary
+from cascade.protocol.chat import chat_prompts_ids
+
+CHECKPOINT = "checkpoint.pt"
+
+
+@dataclass(frozen=True)
+class FeatureDistillConfig:
+    target: Path
+    out: Path
+    minutes: float = 60.0
+    seed: int = 0
+    vocab_size: int = 16384
+    num_steps: int = 4
+    """Drafting steps unrolled in training (the training-time test)."""
+    batch_size: int = 8
+    gen_batch: int = 16
+    max_new_tokens: int = 160
+    keep: int = 32
+    lr: float = 1e-3
+    steps_per_chunk: int = 6
+    eval_sequences: int = 12
+    eval_every_s: float = 600.0
+    max_pool_positions: int = 1_500_000
+    text_every: int = 4
+    """Every this many cycles, real-text windows join the pool (teacher forcing)."""
+    dtype: str = "float32"
+    """Teacher and training precision. bfloat16 only pays on CPUs with bf16 instructions
+    (AVX-512 BF16, AMX); on AVX2 a bf16 matmul runs about 7x slower than float32."""
+    init: Path | None = None
+    """Start from an exported feature drafter (its weights and vocabulary, fresh optimiser)."""
+
+
+@dataclass
+class RunState:
+    elapsed_s: float = 0.0
+    chunks: int = 0
+    steps: int = 0
+    history: list[dict] = field(default_factory=list)
+
+
+class FeatureDistiller:
+    def __init__(self, config: FeatureDistillConfig, teacher, tokenizer) -> None:
+        self.config, self.teacher, self.tokenizer = config, teacher, tokenizer
+        self.layers = FeatureDrafterConfig.for_target(teacher.config).feature_layers
+        self.prompts = chat_prompts_ids(tokenizer, training_prompts(config.seed))
+        self.random = random.Random(config.seed)
+        self.pool: list[FeatureSequence] = []
+        self.state = RunState()
+        self.drafter: FeatureDrafter | None = None
+        self.vocab: VocabMap | None = None
+        self.optimizer = None
+        self.held_out = self._held_out()
+
+    def _held_out(self) -> list[FeatureSequence]:
+        c = self.config
+        prompts = chat_prompts_ids(self.tokenizer, prompt_set(held_out=True))[: c.eval_sequences]
+        rows = answer_prompts(self.teacher, self.tokenizer, prompts, c.max_new_tokens, 0.0, 0)
+        return annotate(self.teacher, rows, [len(p) for p in prompts], self.layers, c.keep)
+
+    def teacher_chunk(self) -> list[FeatureSequence]:
+        c, n = self.config, self.state.chunks
+        prompts = self.random.sample(self.prompts, c.gen_batch)
+        temperature = (0.0, 0.7, 1.0)[n % 3]
+        rows = answer_prompts(self.teacher, self.tokenizer, prompts, c.max_new_tokens,
+                              temperature, c.seed + n)
+        chunk = annotate(self.teacher, rows, [len(p) for p in prompts], self.layers, c.keep)
+        if n % c.text_every == c.text_every - 1:
+            windows = text_windows(self.tokenizer, max(1, c.gen_batch // 4), 192, c.seed + n)
+            chunk += annotate(self.teacher, windows, [0] * len(windows), self.layers, c.keep)
+        return chunk
+
+    def start_drafter(self, vocab: list[int] | None = None) -> None:
+        """Build the drafter; its vocabulary comes from the pool's answers unless given."""
+        c = self.config
+        if vocab is None:
+            counts = Counter(t for s in self.pool for t in s.tokens[s.answer_start:].tolist())
+            vocab = choose_vocabulary(counts, list(self.tokenizer.all_special_ids), c.vocab_size)
+            vocab = _fill_vocabulary(vocab, self.tokenizer, c.vocab_size)
+        self.drafter, self.vocab = build_drafter(self.teacher, vocab, c.seed)
+        params = [p for p in self.drafter.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=c.lr, betas=(0.9, 0.95), weight_decay=0.0)
+
+    def start_from(self, folder: Path) -> None:
+        self.start_drafter(VocabMap.load(folder).to_target.tolist())
+        load_weights(self.drafter, folder)
+
+    def add(self, chunk: list[FeatureSequence]) -> None:
+        self.pool += chunk
+        while sum(len(s.tokens) for s in self.pool) > self.config.max_pool_positions:
+            self.pool.pop(0)
+
+    def train_steps(self, fresh: list[FeatureSequence], fraction: float) -> tuple[float, list]:
+        c, half = self.config, self.config.batch_size // 2
+        loss, agreement = torch.tensor(0.0), []
+        for _ in range(c.steps_per_chunk):
+            batch = self.random.sample(fresh, min(half, len(fresh)))
+            batch += self.random.sample(self.pool, min(c.batch_size - len(batch), len(self.pool)))
+            warm = min(1.0, (self.state.steps + 1) / 50)
+            for group in self.optimizer.param_groups:
+                group["lr"] = c.lr * warm * (1.0 if fraction < 0.8 else max(0.1, (1 - fraction) / 0.2))
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=c.dtype == "bfloat16"):
+                loss, agreement = ttt_loss(self.drafter, make_batch(batch, self.vocab.to_local),
+                                           c.num_steps)
+            self.optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(self.optimizer.param_groups[0]["params"], 1.0)
+            self.optimizer.step()
+            self.state.steps += 1
+        return float(loss.detach()), agreement
+
+    def evaluate(self) -> tuple[float, float]:
+        self.drafter.eval()
+        result = greedy_acceptance(self.drafter, self.held_out, self.vocab.to_local, k=4)
+        self.drafter.train()
+        return result
+
+
+def build_drafter(target, vocab: list[int], seed: int) -> tuple[FeatureDrafter, VocabMap]:
+    """A fresh drafter on ``target``'s embedding and head, its head kept to ``vocab``."""
+    embed = target.get_input_embeddings().weight
+    vocab_map = VocabMap(vocab, embed.shape[0])
+    torch.manual_seed(seed)
+    drafter = FeatureDrafter(FeatureDrafterConfig.for_target(target.config), embed.float(),
+                             target.get_output_embeddings().weight.float(), vocab_map.to_target)
+    final_norm = getattr(getattr(target, "model", None), "norm", None)
+    if final_norm is not None:  # an RMSNorm like ours (Llama family): start from the target's
+        drafter.norm.weight.data.copy_(final_norm.weight.float())
+    return drafter, vocab_map
+
+
+def load_weights(drafter: FeatureDrafter, folder: Path) -> None:
+    weights = {k: v.float() for k, v in load_file(folder / "model.safetensors").items()}
+    missing, unexpected = drafter.load_state_dict(weights, strict=False)
+    if unexpected or set(missing) - {"vocab_ids"}:
+        raise ValueError(f"{folder} does not fit this target: missing {missing}, "
+                         f"unexpected {unexpected}")
+
+
+def save_checkpoint(d: FeatureDistiller, folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    payload = {"drafter": d.drafter.state_dict(), "optimizer": d.optimizer.state_dict(),
+               "vocab": d.vocab.to_target.tolist(), "state": asdict(d.state),
+               "random": d.random.getstate()}
+    torch.save(payload, folder / (CHECKPOINT + ".tmp"))
+    (folder / (CHECKPOINT + ".tmp")).replace(folder / CHECKPOINT)  # never a half-written file
+
+
+def load_checkpoint(d: FeatureDistiller, folder: Path) -> bool:
+    path = folder / CHECKPOINT
+    if not path.exists():
+        return False
+    payload = torch.load(path, weights_only=False)
+    d.start_drafter(payload["vocab"])
+    d.drafter.load_state_dict(payload["drafter"])
+    d.optimizer.load_state_dict(payload["optimizer"])
+    d.state = RunState(**payload["state"])
+    d.random.setstate(payload["random"])
+    return True
+
+
+def export(d: FeatureDistiller, out: Path) -> Path:
+    write_feature_drafter(d.drafter, d.vocab, out, Path(d.config.target).name)
+    config = {k: str(v) for k, v in asdict(d.config).items() if k not in ("out", "target")}
+    record = {"config": config, "history": d.state.history}
+    (out / "distill_history.json").write_text(json.dumps(record, indent=1))
+    return out
+
+
+def _cycle(d: FeatureDistiller, fraction: float) -> dict:
+    chunk = d.teacher_chunk()
+    d.add(chunk)
+    if d.drafter is None:
+        d.start_drafter()
+    loss, agreement = d.train_steps(chunk, fraction)
+    positions = sum(len(s.tokens) for s in d.pool)
+    return {"loss": round(loss, 4), "agreement": [round(a, 3) for a in agreement],
+            "pool_positions": positions}
+
+
+def run_feature_distillation(config: FeatureDistillConfig) -> Path:
+    """Trains until the time budget is spent (resuming from ``out/work``), then exports."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(config.seed)
+    tokenizer = AutoTokenizer.from_pretrained(config.target)
+    teacher = AutoModelForCausalLM.from_pretrained(config.target,
+                                                   dtype=getattr(torch, config.dtype)).eval()
+    d = FeatureDistiller(config, teacher, tokenizer)
+    work = config.out / "work"
+    if not load_checkpoint(d, work) and config.init is not None:
+        d.start_from(config.init)
+    budget, last_eval = config.minutes * 60, time.monotonic()
+    columns = [TextColumn("{task.description}"), BarColumn(), TimeRemainingColumn()]
+    with Progress(*columns) as progress:
+        task = progress.add_task("distilling", total=budget, completed=d.state.elapsed_s)
+        while d.state.elapsed_s < budget:
+            started = time.monotonic()
+            record = _cycle(d, d.state.elapsed_s / budget)
+            d.state.elapsed_s += time.monotonic() - started
+            d.state.chunks += 1
+            record.update(elapsed_s=round(d.state.elapsed_s, 1), steps=d.state.steps)
+            d.state.history.append(record)
+            if d.state.elapsed_s >= budget or time.monotonic() - last_eval > config.eval_every_s:
+                record.update(_checkpoint(d, work, config.out))
+                last_eval = time.monotonic()
+            progress.update(task, completed=d.state.elapsed_s, description=_describe(d))
+    return config.out
+
+
+def _checkpoint(d: FeatureDistiller, work: Path, out: Path) -> dict:
+    acceptance, length = d.evaluate()
+    result = {"held_out_acceptance_k4": round(acceptance, 4),
+              "mean_accepted_length": round(length, 3)}
+    save_checkpoint(d, work)
+    export(d, out)
+    return result
+
+
+def _describe(d: FeatureDistiller) -> str:
+    last = d.state.history[-1]
+    held = [h for h in d.state.history if "held_out_acceptance_k4" in h]
+    measured = f", held-out acc@4 {held[-1]['held_out_acceptance_k4']:.3f}" if held else ""
+    return (f"{last['pool_positions']} positions, agreement by step "
+            f"{'/'.join(f'{a:.2f}' for a in last['agreement'])}{measured}")
