@@ -15,6 +15,7 @@ from cascade.bench.measure import Trace, fastest, peak_rss_mb, per_token_ms
 from cascade.bench.prompts import BenchPrompt
 from cascade.protocol.settings import DraftConfig
 from cascade.core.loop import RoundTiming, speculative_rounds
+from cascade.core.feature_runner import FeatureRunner, load_model
 from cascade.core.runner import ModelRunner, ModelSpec
 from cascade.protocol.settings import SamplingParams
 
@@ -33,6 +34,9 @@ class Job:
     repeats: int
     threads: int
     seed: int = 0
+    hf_drafter: Path | None = None
+    """The causal-LM drafter HF assisted generation uses when ``drafter`` is a feature
+    drafter (transformers cannot run one)."""
 
 
 @dataclass
@@ -133,7 +137,10 @@ def run_family(job: Job, progress=None) -> FamilyResult:
     """Child-process entry: load the pair, run the family's methods, report costs and RSS."""
     torch.set_num_threads(job.threads)
     target = ModelRunner.load(ModelSpec(str(job.target)))
-    drafter = ModelRunner.load(ModelSpec(str(job.drafter)))
+    drafter = load_model(ModelSpec(str(job.drafter)), str(job.target))
+    if job.family == "hf" and isinstance(drafter, FeatureRunner):
+        # transformers' assistant must be a causal LM: HF runs with the model drafter
+        drafter = ModelRunner.load(ModelSpec(str(job.hf_drafter)))
     with torch.inference_mode():
         family = _core_family if job.family == "core" else _hf_family
         tick = (lambda: progress.put(1)) if progress is not None else None

@@ -18,6 +18,7 @@ from cascade.protocol.chat import chat_prompts_ids
 from cascade.protocol.methods import DRAFT_METHODS
 from cascade.protocol.settings import DraftConfig
 from cascade.core.loop import generate
+from cascade.core.feature_runner import load_model
 from cascade.core.runner import ModelRunner, ModelSpec
 from cascade.protocol.settings import SamplingParams
 
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(2)
     target = ModelRunner.load(ModelSpec(args.target))
-    drafter = ModelRunner.load(ModelSpec(args.drafter))
+    drafter = load_model(ModelSpec(args.drafter), args.target)
     prompts = chat_prompts_ids(target.tokenizer, copy_prompts())
     params = SamplingParams(max_new_tokens=args.max_tokens,
                             stop_token_ids=(target.tokenizer.eos_token_id,))

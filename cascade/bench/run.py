@@ -24,6 +24,7 @@ from cascade.bench.measure import summarise
 from cascade.bench.prompts import bench_prompts
 from cascade.bench.report import Costs, Row, build_rows
 from cascade.bench.services import ServicesResult, run_services
+from cascade.tools.pairs import MODEL_DRAFTER
 
 FAMILIES = ("core", "hf", "services")
 METHODS_PER_FAMILY = {"core": 3, "hf": 5, "services": 3}
@@ -45,6 +46,9 @@ class BenchConfig:
     seed: int = 1
     families: tuple[str, ...] = FAMILIES
     """Which of core, hf, services to run (each brings its own target-only baseline)."""
+    hf_drafter: Path | None = None
+    """The causal-LM drafter for HF assisted generation when ``drafter`` is a feature drafter
+    (default: the model drafter shipped for SmolLM2)."""
 
     def __post_init__(self) -> None:
         unknown = set(self.families) - set(FAMILIES)
@@ -114,7 +118,8 @@ def measure(config: BenchConfig, console: Console) -> tuple[list[Row], dict]:
     tokenizer = AutoTokenizer.from_pretrained(config.target)
     job = Job("core", config.target, config.drafter,
               tuple(bench_prompts(tokenizer, config.per_domain)), config.max_new_tokens, config.k,
-              config.temperature, config.repeats, config.threads, config.seed)
+              config.temperature, config.repeats, config.threads, config.seed,
+              config.hf_drafter or MODEL_DRAFTER)
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeRemainingColumn()]
     with Progress(*columns, console=console) as progress:

@@ -42,9 +42,10 @@ def models_evaluate(target: Path = typer.Option(..., help="Target model folder."
                     dtype: str = typer.Option("float32", help="Dtype of both models.")) -> None:
     """Greedy acceptance at draft length k, cost per token, and speedup of a pair."""
     from cascade.distill.evaluate import evaluate_pair
-    from cascade.core.runner import ModelRunner, ModelSpec
+    from cascade.core.feature_runner import load_model
+    from cascade.core.runner import ModelSpec
 
-    pair = [ModelRunner.load(ModelSpec(str(path), dtype)) for path in (target, drafter)]
+    pair = [load_model(ModelSpec(str(path), dtype), str(target)) for path in (target, drafter)]
     with console.status("measuring"):
         report = evaluate_pair(*pair, num_prompts=prompts, max_new_tokens=max_tokens, k=k)
     table = Table(title=f"{drafter.name} drafting for {target.name} (k={k}, greedy, {dtype})")
@@ -52,12 +53,14 @@ def models_evaluate(target: Path = typer.Option(..., help="Target model folder."
     table.add_column("value", justify="right")
     for name, value in [
         ("acceptance", f"{report.acceptance:.3f}"),
+        ("mean accepted length", f"{report.mean_accepted_length:.2f}"),
         ("per prompt", " ".join(f"{a:.2f}" for a in report.per_prompt)),
         ("target ms/token", f"{report.target_ms:.2f}"),
         ("drafter ms/token", f"{report.drafter_ms:.2f}"),
         ("cost ratio", f"{report.cost_ratio:.3f}"),
         ("speculative tokens/s", f"{report.speculative_tokens_per_s:.1f}"),
         ("target-only tokens/s", f"{report.target_only_tokens_per_s:.1f}"),
+        ("ideal speedup", f"{report.ideal_speedup:.2f}x"),
         ("speedup", f"{report.speedup:.2f}x"),
     ]:
         table.add_row(name, value)

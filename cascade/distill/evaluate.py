@@ -7,13 +7,14 @@ from dataclasses import dataclass
 
 import torch
 
-from cascade.bench.measure import per_token_ms
+from cascade.bench.measure import ideal_speedup, per_token_ms
 from cascade.distill.prompts import prompt_set
 from cascade.protocol.chat import chat_prompts_ids
 from cascade.protocol.settings import DraftConfig
 from cascade.core.loop import generate
 from cascade.core.runner import ModelRunner
 from cascade.protocol.settings import SamplingParams
+from cascade.protocol.stats import SpecStats
 
 
 @dataclass(frozen=True)
@@ -26,10 +27,20 @@ class PairReport:
     drafter_ms: float
     speculative_tokens_per_s: float
     target_only_tokens_per_s: float
+    mean_accepted_length: float = 1.0
+    """1 + accepted / rounds with drafts (the bonus or recovered token included)."""
+    position_acceptance: float = 0.0
+    """Per-position acceptance alpha = accepted / (accepted + rejections)."""
+    k: int = 4
 
     @property
     def cost_ratio(self) -> float:
         return self.drafter_ms / self.target_ms
+
+    @property
+    def ideal_speedup(self) -> float:
+        """What the measured alpha and cost ratio allow (Leviathan et al., verify cost 1)."""
+        return ideal_speedup(self.position_acceptance, self.k, self.cost_ratio)
 
     @property
     def speedup(self) -> float:
@@ -42,18 +53,18 @@ def evaluate_pair(target: ModelRunner, drafter: ModelRunner, num_prompts: int = 
     eos = target.tokenizer.eos_token_id
     params = SamplingParams(max_new_tokens=max_new_tokens,
                             stop_token_ids=(eos,) if eos is not None else ())
-    per_prompt, accepted, drafted = [], 0, 0
+    per_prompt, stats = [], SpecStats()
     spec_tokens = base_tokens = 0
     spec_s = base_s = 0.0
     for prompt in prompts:
         spec = generate(target, prompt, params, drafter, DraftConfig(k))
         base = generate(target, prompt, params)
-        accepted += spec.stats.num_accepted_tokens
-        drafted += spec.stats.num_draft_tokens
+        stats = stats + spec.stats
         per_prompt.append(spec.stats.acceptance_rate)
         spec_tokens, spec_s = spec_tokens + len(spec.tokens), spec_s + spec.elapsed_s
         base_tokens, base_s = base_tokens + len(base.tokens), base_s + base.elapsed_s
     with torch.inference_mode():
         target_ms, drafter_ms = per_token_ms(target), per_token_ms(drafter)
-    return PairReport(accepted / max(drafted, 1), per_prompt, target_ms, drafter_ms,
-                      spec_tokens / spec_s, base_tokens / base_s)
+    return PairReport(stats.acceptance_rate, per_prompt, target_ms, drafter_ms,
+                      spec_tokens / spec_s, base_tokens / base_s, stats.mean_acceptance_length,
+                      stats.position_acceptance or 0.0, k)

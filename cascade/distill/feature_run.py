@@ -73,7 +73,7 @@ class FeatureDistiller:
     def __init__(self, config: FeatureDistillConfig, teacher, tokenizer) -> None:
         self.config, self.teacher, self.tokenizer = config, teacher, tokenizer
         self.layers = FeatureDrafterConfig.for_target(teacher.config).feature_layers
-        self.prompts = chat_prompts_ids(tokenizer, training_prompts(config.seed))
+        self.prompts = self._fitting(training_prompts(config.seed))
         self.random = random.Random(config.seed)
         self.pool: list[FeatureSequence] = []
         self.state = RunState()
@@ -82,9 +82,16 @@ class FeatureDistiller:
         self.optimizer = None
         self.held_out = self._held_out()
 
+    def _fitting(self, texts: list[str]) -> list[list[int]]:
+        """Encoded prompts that leave room for an answer in the target's context."""
+        config = self.teacher.config
+        context = getattr(config, "max_position_embeddings", None) or config.n_positions
+        return [p for p in chat_prompts_ids(self.tokenizer, texts)
+                if len(p) + self.config.max_new_tokens <= context]
+
     def _held_out(self) -> list[FeatureSequence]:
         c = self.config
-        prompts = chat_prompts_ids(self.tokenizer, prompt_set(held_out=True))[: c.eval_sequences]
+        prompts = self._fitting(prompt_set(held_out=True))[: c.eval_sequences]
         rows = answer_prompts(self.teacher, self.tokenizer, prompts, c.max_new_tokens, 0.0, 0)
         return annotate(self.teacher, rows, [len(p) for p in prompts], self.layers, c.keep)
 
@@ -232,19 +239,19 @@ def run_feature_distillation(config: FeatureDistillConfig) -> Path:
             record.update(elapsed_s=round(d.state.elapsed_s, 1), steps=d.state.steps)
             d.state.history.append(record)
             if d.state.elapsed_s >= budget or time.monotonic() - last_eval > config.eval_every_s:
-                record.update(_checkpoint(d, work, config.out))
+                _checkpoint(d, work, config.out, record)
                 last_eval = time.monotonic()
             progress.update(task, completed=d.state.elapsed_s, description=_describe(d))
     return config.out
 
 
-def _checkpoint(d: FeatureDistiller, work: Path, out: Path) -> dict:
+def _checkpoint(d: FeatureDistiller, work: Path, out: Path, record: dict) -> None:
+    """Measure on the held-out answers (into ``record``), checkpoint, export."""
     acceptance, length = d.evaluate()
-    result = {"held_out_acceptance_k4": round(acceptance, 4),
-              "mean_accepted_length": round(length, 3)}
+    record.update(held_out_acceptance_k4=round(acceptance, 4),
+                  mean_accepted_length=round(length, 3))
     save_checkpoint(d, work)
     export(d, out)
-    return result
 
 
 def _describe(d: FeatureDistiller) -> str:

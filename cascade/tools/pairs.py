@@ -7,7 +7,10 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-DEFAULT_DRAFTER = Path(__file__).resolve().parent.parent / "assets" / "smollm2-135m-drafter"
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+MODEL_DRAFTER = ASSETS / "smollm2-135m-drafter"
+"""The distilled small causal LM for SmolLM2-135M-Instruct (its own 4-layer model)."""
+DEFAULT_DRAFTER = MODEL_DRAFTER
 PAIRS = ("smollm2", "tiny")
 
 
