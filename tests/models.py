@@ -61,7 +61,7 @@ def hf_greedy(runner: ModelRunner, prompt: list[int], num_new: int = 24) -> list
     return output[0, len(prompt) :].tolist()
 
 
-def feature_pair(root) -> tuple[ModelRunner, "Path", "Path"]:
+def feature_pair(root):
     """A tiny Llama target saved to ``root/target`` and a random (not near-uniform) feature
     drafter for it in ``root/drafter``; returns (target runner, target dir, drafter dir)."""
     from cascade.core.feature_runner import write_feature_drafter
@@ -75,3 +75,15 @@ def feature_pair(root) -> tuple[ModelRunner, "Path", "Path"]:
             p.normal_(0, 0.3) if p.dim() > 1 else p.fill_(1.0)
     write_feature_drafter(drafter, vocab_map, root / "drafter", "tiny")
     return target, root / "target", root / "drafter"
+
+
+def tiny_gpt2_folder(folder, num_layers: int = 1):
+    """A random 32-wide GPT-2 with the tests' real tokenizer, saved to ``folder``."""
+    from tokenizers_fixture import build_tokenizer
+
+    tokenizer = build_tokenizer(folder)
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=len(tokenizer), n_positions=256, n_embd=32,
+                        n_layer=num_layers, n_head=2, eos_token_id=tokenizer.eos_token_id)
+    GPT2LMHeadModel(config).save_pretrained(folder)
+    return folder

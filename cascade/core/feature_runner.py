@@ -18,7 +18,14 @@ import torch.nn.functional as F
 from safetensors import safe_open
 
 from cascade.core.feature_drafter import FeatureDrafter, load_config, save_config
-from cascade.core.runner import VOCAB_MAP_FILE, ForwardOutput, ModelRunner, ModelSpec, VocabMap
+from cascade.core.runner import (
+    VOCAB_MAP_FILE,
+    ForwardOutput,
+    ModelRunner,
+    ModelSpec,
+    VocabMap,
+    common_prefix_len,
+)
 
 FEATURE_KIND = "feature"
 
@@ -120,7 +127,7 @@ class FeatureCache:
     def forward_to(self, committed: list[int], num_logits: int = 1) -> ForwardOutput:
         """Entries for positions 0 .. len(committed) - 2; logits for the next token."""
         assert num_logits == 1, "a feature drafter predicts one position at a time"
-        keep = min(self.num_target_entries, _common_prefix(self.entry_tokens, committed[1:]))
+        keep = min(self.num_target_entries, common_prefix_len(self.entry_tokens, committed[1:]))
         self._truncate(keep)
         ready = min(len(self.features), len(committed) - 1)
         if ready > keep:
@@ -181,11 +188,3 @@ def write_feature_drafter(drafter: FeatureDrafter, vocab_map: VocabMap, out: Pat
     vocab_map.save(out)
     meta = {**save_config(drafter.c), "target": target_name, "torch_dtype": "float16"}
     (out / "config.json").write_text(json.dumps(meta, indent=1))
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    limit = min(len(a), len(b))
-    for i in range(limit):
-        if a[i] != b[i]:
-            return i
-    return limit

@@ -173,12 +173,12 @@ class SequenceCache:
         (re)fed so their logits exist.
         """
         assert 1 <= num_logits <= len(token_ids), "need logits for 1..len(token_ids) positions"
-        reuse = min(_common_prefix_len(self.tokens, token_ids), len(token_ids) - num_logits)
+        reuse = min(common_prefix_len(self.tokens, token_ids), len(token_ids) - num_logits)
         self.rollback(reuse)
         return self.extend(token_ids[reuse:], num_logits, hidden_layers, num_hidden)
 
 
-def _common_prefix_len(a: list[int], b: list[int]) -> int:
+def common_prefix_len(a: list[int], b: list[int]) -> int:
     limit = min(len(a), len(b))
     for i in range(limit):
         if a[i] != b[i]:

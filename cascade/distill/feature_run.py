@@ -27,11 +27,11 @@ from cascade.core.runner import VocabMap
 from cascade.distill.feature_data import FeatureSequence, annotate, answer_prompts, text_windows
 from cascade.distill.feature_train import greedy_acceptance, make_batch, ttt_loss
 from cascade.distill.prompts import prompt_set, training_prompts
+from cascade.distill.run import CHECKPOINT, save_atomically
 from cascade.distill.student import choose_vocabulary
 from cascade.distill.train import _fill_vocabulary
 from cascade.protocol.chat import chat_prompts_ids
 
-CHECKPOINT = "checkpoint.pt"
 
 
 @dataclass(frozen=True)
@@ -175,12 +175,9 @@ def load_weights(drafter: FeatureDrafter, folder: Path) -> None:
 
 
 def save_checkpoint(d: FeatureDistiller, folder: Path) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    payload = {"drafter": d.drafter.state_dict(), "optimizer": d.optimizer.state_dict(),
-               "vocab": d.vocab.to_target.tolist(), "state": asdict(d.state),
-               "random": d.random.getstate()}
-    torch.save(payload, folder / (CHECKPOINT + ".tmp"))
-    (folder / (CHECKPOINT + ".tmp")).replace(folder / CHECKPOINT)  # never a half-written file
+    save_atomically({"drafter": d.drafter.state_dict(), "optimizer": d.optimizer.state_dict(),
+                     "vocab": d.vocab.to_target.tolist(), "state": asdict(d.state),
+                     "random": d.random.getstate()}, folder)
 
 
 def load_checkpoint(d: FeatureDistiller, folder: Path) -> bool:

@@ -17,15 +17,20 @@ from cascade.distill.train import DistillConfig, Distiller, agreement, estimated
 CHECKPOINT = "checkpoint.pt"
 
 
-def save_checkpoint(distiller: Distiller, folder: Path) -> None:
+def save_atomically(payload: dict, folder: Path) -> None:
+    """``folder/checkpoint.pt``, replaced in one rename: never a half-written file."""
     folder.mkdir(parents=True, exist_ok=True)
+    torch.save(payload, folder / (CHECKPOINT + ".tmp"))
+    (folder / (CHECKPOINT + ".tmp")).replace(folder / CHECKPOINT)
+
+
+def save_checkpoint(distiller: Distiller, folder: Path) -> None:
     payload = {"model": distiller.model.state_dict() if distiller.model else None,
                "optimizer": distiller.optimizer.state_dict() if distiller.optimizer else None,
                "vocab": distiller.vocab.to_target.tolist() if distiller.vocab else None,
                "state": distiller.state, "buffer": distiller.buffer,
                "random": distiller.random.getstate()}
-    torch.save(payload, folder / (CHECKPOINT + ".tmp"))
-    (folder / (CHECKPOINT + ".tmp")).replace(folder / CHECKPOINT)  # never a half-written file
+    save_atomically(payload, folder)
 
 
 def load_checkpoint(distiller: Distiller, folder: Path) -> bool:

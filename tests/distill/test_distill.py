@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel
 
 from cascade.distill.run import run_distillation
 from cascade.distill.student import StudentShape, choose_vocabulary
@@ -15,7 +14,7 @@ from cascade.protocol.settings import DraftConfig
 from cascade.core.loop import generate
 from cascade.core.runner import ModelRunner, ModelSpec
 from cascade.protocol.settings import SamplingParams
-from tokenizers_fixture import build_tokenizer
+from models import tiny_gpt2_folder
 
 SHAPE = StudentShape(vocab_size=120, hidden_size=32, num_layers=1, intermediate_size=64,
                      num_heads=2, num_kv_heads=1)
@@ -23,13 +22,7 @@ SHAPE = StudentShape(vocab_size=120, hidden_size=32, num_layers=1, intermediate_
 
 @pytest.fixture(scope="module")
 def tiny_target(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("target")
-    tokenizer = build_tokenizer(folder)
-    torch.manual_seed(0)
-    config = GPT2Config(vocab_size=len(tokenizer), n_positions=256, n_embd=32, n_layer=1,
-                        n_head=2, eos_token_id=tokenizer.eos_token_id)
-    GPT2LMHeadModel(config).save_pretrained(folder)
-    return folder
+    return tiny_gpt2_folder(tmp_path_factory.mktemp("target"), num_layers=1)
 
 
 def small_config(target: Path, out: Path, minutes: float) -> DistillConfig:

@@ -5,8 +5,6 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
-from transformers import GPT2Config, GPT2LMHeadModel
 
 from cascade.core.feature_runner import FeatureRunner, load_model
 from cascade.core.loop import generate
@@ -14,18 +12,12 @@ from cascade.core.runner import ModelRunner, ModelSpec
 from cascade.distill.evaluate import evaluate_pair
 from cascade.distill.feature_run import FeatureDistillConfig, run_feature_distillation
 from cascade.protocol.settings import DraftConfig, SamplingParams
-from tokenizers_fixture import build_tokenizer
+from models import tiny_gpt2_folder
 
 
 @pytest.fixture(scope="module")
 def tiny_target(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("target")
-    tokenizer = build_tokenizer(folder)
-    torch.manual_seed(0)
-    config = GPT2Config(vocab_size=len(tokenizer), n_positions=256, n_embd=32, n_layer=2,
-                        n_head=2, eos_token_id=tokenizer.eos_token_id)
-    GPT2LMHeadModel(config).save_pretrained(folder)
-    return folder
+    return tiny_gpt2_folder(tmp_path_factory.mktemp("target"), num_layers=2)
 
 
 def small(target: Path, out: Path, minutes: float) -> FeatureDistillConfig:
