@@ -23,7 +23,7 @@ from cascade.pod.messages import (
     num_open_replies,
     round_from_verdict,
 )
-from cascade.protocol.wire import draft_settings_from_pb, sampling_from_pb
+from cascade.protocol.wire import acceptance_from_pb, draft_settings_from_pb, sampling_from_pb
 from cascade.serving import metrics
 from cascade.serving.errors import StaleEpoch
 from cascade.serving.telemetry import current_context, start_span
@@ -40,7 +40,8 @@ class DraftLoop:
         self.request = request
         self.params = sampling_from_pb(request.sampling)
         self.config = draft_settings_from_pb(request.draft)
-        self.proposer = new_proposer(ProposerContext(runner, self.params, self.config))
+        policy = acceptance_from_pb(request.acceptance, self.params)
+        self.proposer = new_proposer(ProposerContext(runner, self.params, self.config, policy))
         self.executor = executor
         self.committed = list(request.context_tokens)
         self.trace_context = current_context()  # the RunSession span: parent of each `draft`

@@ -21,7 +21,9 @@ recovered or bonus token at position i (inverse CDF). Each function returns ``Ac
 the caller makes the round's single host sync when it serialises them.
 
 Policies: ``ACCEPTANCE_RULES`` maps each ``AcceptanceRule`` to one function over one input type,
-``AcceptanceInput``; ``accept(rule, batch)`` is the only dispatch. Every rule so far is lossless.
+``AcceptanceInput``; ``accept(rule, batch)`` is the only dispatch. Greedy, speculative and
+point-mass are lossless; the speculative-cascade rules (cascade.core.cascades) are lossy by
+design and also count the positions they deferred to the target.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import torch.nn.functional as F
 
 from cascade.protocol.settings import AcceptanceRule, SamplingParams
 
+from cascade.core.cascades import cascade_target
 from cascade.core.sampling import process_logits, sample_from
 
 
@@ -42,6 +45,9 @@ class AcceptResult(NamedTuple):
     """[B] int64: accepted drafted tokens per row."""
     next_token: torch.Tensor
     """[B] int64: the recovered token (after a rejection) or the bonus token (all accepted)."""
+    num_deferred: torch.Tensor | None = None
+    """[B] int64, cascade rules only: verified positions (the accepted ones and the one that
+    decided the next token) whose target was the verifier's."""
 
 
 def _valid_mask(num_draft: torch.Tensor, k: int) -> torch.Tensor:
@@ -137,6 +143,9 @@ class AcceptanceInput(NamedTuple):
     """[B, k+1] float64 uniforms drawing the recovered or bonus token (unused by greedy)."""
     alpha: float = 0.0
     """The policy's knob (lossy rules)."""
+    decision_probs: torch.Tensor | None = None
+    """[B, k, vocab] the drafter's temperature-1 q, which cascade rules decide on; None: they
+    decide on draft_probs."""
 
 
 def _greedy_rule(batch: AcceptanceInput) -> AcceptResult:
@@ -157,10 +166,44 @@ def _speculative_rule(batch: AcceptanceInput) -> AcceptResult:
                               batch.u_accept, batch.u_sample)
 
 
+def _cascade_rule(name: str) -> Callable[[AcceptanceInput], AcceptResult]:
+    """A speculative-cascade rule (cascade.core.cascades): verify against its target pi. At
+    temperature 0 the argmax of pi decides, built from the temperature-1 distributions."""
+
+    def rule(batch: AcceptanceInput) -> AcceptResult:
+        k = batch.draft_tokens.shape[1]
+        if k == 0:  # nothing drafted: the target's own token, as the lossless rules pick it
+            lossless = _greedy_rule if batch.sampling.is_greedy else _point_mass_rule
+            return lossless(batch)._replace(num_deferred=torch.zeros_like(batch.num_draft))
+        if batch.draft_probs is None:
+            raise ValueError(f"acceptance rule {name} needs the drafter's q with every block")
+        p_decide = torch.softmax(batch.target_logits.float(), -1).double()  # [B, k+1, vocab]
+        q_decide = batch.draft_probs if batch.decision_probs is None else batch.decision_probs
+        if batch.sampling.is_greedy:
+            pi, deferred = cascade_target(name, batch.alpha, p_decide[:, :k], q_decide,
+                                          p_decide[:, :k], q_decide, batch.draft_tokens)
+            target = torch.cat([pi, p_decide[:, k:]], 1)
+            result = greedy_accept(batch.draft_tokens, batch.num_draft, target)
+        else:
+            p = process_logits(batch.target_logits, batch.sampling).double()
+            pi, deferred = cascade_target(name, batch.alpha, p_decide[:, :k], q_decide,
+                                          p[:, :k], batch.draft_probs.double(),
+                                          batch.draft_tokens)
+            result = speculative_accept(batch.draft_tokens, batch.num_draft,
+                                        torch.cat([pi, p[:, k:]], 1), batch.draft_probs,
+                                        batch.u_accept, batch.u_sample)
+        verified = torch.minimum(result.num_accepted + 1, batch.num_draft)  # [B]
+        counted = torch.arange(k).unsqueeze(0) < verified.unsqueeze(1)  # [B, k]
+        return result._replace(num_deferred=(deferred & counted).sum(-1))
+
+    return rule
+
+
 ACCEPTANCE_RULES: dict[AcceptanceRule, Callable[[AcceptanceInput], AcceptResult]] = {
     AcceptanceRule.GREEDY: _greedy_rule,
     AcceptanceRule.SPECULATIVE: _speculative_rule,
     AcceptanceRule.POINT_MASS: _point_mass_rule,
+    **{rule: _cascade_rule(rule.value) for rule in AcceptanceRule if not rule.is_lossless},
 }
 """Every rule a session can name, as one function over AcceptanceInput."""
 

@@ -89,11 +89,13 @@ class SequenceVerifier:
         k = draft.num_tokens
         self.last_forward = self.cache.forward_to(self.committed + draft.tokens, k + 1,
                                                   self.feature_layers)
-        num_accepted, next_token = (int(x) for x in self._accept(draft, self.last_forward.logits))
+        result = self._accept(draft, self.last_forward.logits)
+        num_accepted, next_token = int(result.num_accepted), int(result.next_token)
+        deferred = 0 if result.num_deferred is None else int(result.num_deferred)
         self.last_features = self._features(len(self.committed) - 1, num_accepted + 1)
         emitted = self._apply_limits(draft.tokens[:num_accepted] + [next_token])
         self.committed += emitted
-        self.stats.observe(k, num_accepted, len(emitted))
+        self.stats.observe(k, num_accepted, len(emitted), deferred)
         return RoundOutcome(num_accepted, emitted, len(self.committed), self.finish_reason)
 
     def prefill_features(self) -> TargetFeatures | None:

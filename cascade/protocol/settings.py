@@ -114,11 +114,27 @@ class AcceptanceRule(str, Enum):
     POINT_MASS = "point_mass"
     """Speculative sampling with q a point mass on each drafted token; blocks carry no q
     (lossless)."""
+    CHOW = "chow"
+    """Speculative cascade (lossy): keep the drafter's q where max q >= 1 - alpha."""
+    DIFF = "diff"
+    """Speculative cascade (lossy): keep q where max q >= max p - alpha."""
+    OPT = "opt"
+    """Speculative cascade (lossy): keep q where max q >= max p - alpha * TV(q, p)."""
+    TOKEN_V1 = "token_v1"
+    """Token-level cascade (lossy): accepted set {v : q(v) >= max p - alpha}."""
+    TOKEN_V2 = "token_v2"
+    """Token-level cascade (lossy): accepted set {v : p(v) >= max p - alpha}."""
+    TOKEN_V3 = "token_v3"
+    """Token-level cascade (lossy): accepted set {v : p(v) >= (1 - alpha) max p}."""
 
     @property
     def is_lossless(self) -> bool:
-        """Emitted tokens follow the target's distribution exactly (every rule so far)."""
-        return True
+        """Emitted tokens follow the target's distribution exactly."""
+        return self in LOSSLESS_RULES
+
+
+LOSSLESS_RULES = frozenset({AcceptanceRule.GREEDY, AcceptanceRule.SPECULATIVE,
+                            AcceptanceRule.POINT_MASS})
 
 
 @dataclass(frozen=True)
@@ -146,7 +162,10 @@ class AcceptancePolicy:
         return cls(AcceptanceRule.SPECULATIVE)
 
     def check(self, sampling: SamplingParams) -> None:
-        """Raises ValueError when the rule cannot verify at this temperature."""
+        """Raises ValueError when the rule cannot verify at this temperature (the lossy
+        cascade rules work at any temperature)."""
+        if not self.rule.is_lossless:
+            return
         is_greedy_rule = self.rule is AcceptanceRule.GREEDY
         if sampling.is_greedy != is_greedy_rule:
             needs = "temperature 0" if is_greedy_rule else "temperature > 0"

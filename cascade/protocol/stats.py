@@ -24,12 +24,16 @@ class SpecStats:
     num_emitted_tokens: int = 0
     num_rejections: int = 0
     """Rounds in which the verifier rejected a drafted token (the rest accepted all)."""
+    num_deferred_tokens: int = 0
+    """Cascade rules: verified drafted positions whose target was the verifier's."""
     accepted_per_position: list[int] = field(default_factory=list)
     """Accepted drafted tokens by their position in the block (0-based)."""
 
-    def observe(self, num_draft: int, num_accepted: int, num_emitted: int) -> None:
+    def observe(self, num_draft: int, num_accepted: int, num_emitted: int,
+                num_deferred: int = 0) -> None:
         assert 0 <= num_accepted <= num_draft, "accepted tokens are a prefix of the draft"
         self.num_target_passes += 1
+        self.num_deferred_tokens += num_deferred
         self.num_emitted_tokens += num_emitted
         if num_draft == 0:
             return

@@ -22,11 +22,8 @@ FINISH_TO_PB = {
     FinishReason.LENGTH: common_pb2.FINISH_REASON_LENGTH,
 }
 FINISH_FROM_PB = {value: key for key, value in FINISH_TO_PB.items()}
-RULE_TO_PB = {
-    AcceptanceRule.GREEDY: common_pb2.ACCEPTANCE_RULE_GREEDY,
-    AcceptanceRule.SPECULATIVE: common_pb2.ACCEPTANCE_RULE_SPECULATIVE,
-    AcceptanceRule.POINT_MASS: common_pb2.ACCEPTANCE_RULE_POINT_MASS,
-}
+RULE_TO_PB = {rule: common_pb2.AcceptanceRule.Value(f"ACCEPTANCE_RULE_{rule.name}")
+              for rule in AcceptanceRule}
 RULE_FROM_PB = {value: key for key, value in RULE_TO_PB.items()}
 
 

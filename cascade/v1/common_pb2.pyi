@@ -13,6 +13,12 @@ class AcceptanceRule(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ACCEPTANCE_RULE_GREEDY: _ClassVar[AcceptanceRule]
     ACCEPTANCE_RULE_SPECULATIVE: _ClassVar[AcceptanceRule]
     ACCEPTANCE_RULE_POINT_MASS: _ClassVar[AcceptanceRule]
+    ACCEPTANCE_RULE_CHOW: _ClassVar[AcceptanceRule]
+    ACCEPTANCE_RULE_DIFF: _ClassVar[AcceptanceRule]
+    ACCEPTANCE_RULE_OPT: _ClassVar[AcceptanceRule]
+    ACCEPTANCE_RULE_TOKEN_V1: _ClassVar[AcceptanceRule]
+    ACCEPTANCE_RULE_TOKEN_V2: _ClassVar[AcceptanceRule]
+    ACCEPTANCE_RULE_TOKEN_V3: _ClassVar[AcceptanceRule]
 
 class FinishReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -23,6 +29,12 @@ ACCEPTANCE_RULE_UNSPECIFIED: AcceptanceRule
 ACCEPTANCE_RULE_GREEDY: AcceptanceRule
 ACCEPTANCE_RULE_SPECULATIVE: AcceptanceRule
 ACCEPTANCE_RULE_POINT_MASS: AcceptanceRule
+ACCEPTANCE_RULE_CHOW: AcceptanceRule
+ACCEPTANCE_RULE_DIFF: AcceptanceRule
+ACCEPTANCE_RULE_OPT: AcceptanceRule
+ACCEPTANCE_RULE_TOKEN_V1: AcceptanceRule
+ACCEPTANCE_RULE_TOKEN_V2: AcceptanceRule
+ACCEPTANCE_RULE_TOKEN_V3: AcceptanceRule
 FINISH_REASON_UNSPECIFIED: FinishReason
 FINISH_REASON_STOP: FinishReason
 FINISH_REASON_LENGTH: FinishReason

@@ -15,7 +15,7 @@ from typing import ClassVar
 
 from cascade.core.blocks import Draft, TargetFeatures
 from cascade.core.runner import ModelRunner
-from cascade.protocol.settings import DraftConfig, SamplingParams
+from cascade.protocol.settings import AcceptancePolicy, DraftConfig, SamplingParams
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,8 @@ class ProposerContext:
     """The drafter model, when the pod has one (methods with ``needs_model`` require it)."""
     sampling: SamplingParams
     config: DraftConfig
+    policy: AcceptancePolicy | None = None
+    """The session's acceptance policy: lossy rules need q with every block, greedy too."""
 
 
 class Proposer(ABC):
@@ -44,6 +46,7 @@ class Proposer(ABC):
             raise ValueError(f"draft method {context.config.method} needs a drafter model")
         self.sampling = context.sampling
         self.config = context.config
+        self.needs_greedy_q = context.policy is not None and not context.policy.rule.is_lossless
 
     @abstractmethod
     def propose(self, committed: list[int], num_tokens: int) -> Draft:

@@ -53,9 +53,14 @@ class ModelProposer(Proposer):
         return float(torch.softmax(logits, dim=-1).max()) < self.config.min_confidence
 
     def _choose(self, logits: torch.Tensor, position: int):
-        """One drafted token at ``position`` and the sparse q it was drawn from."""
+        """One drafted token at ``position`` and the sparse q it was drawn from (at temperature
+        0: the argmax, and the temperature-1 q when a cascade rule will decide on it)."""
         if self.sampling.is_greedy:
-            return int(logits.argmax()), None, None
+            if not self.needs_greedy_q:
+                return int(logits.argmax()), None, None
+            ids, values = sparsify(torch.softmax(logits.float(), -1)[None],
+                                   self.config.max_proposal_tokens)
+            return int(logits.argmax()), ids[0], values[0]
         probs = process_logits(logits.unsqueeze(0), self.sampling)  # [1, vocab]
         ids, values = sparsify(probs, self.config.max_proposal_tokens)  # [1, K] each
         uniform = position_uniform(self.sampling.seed, position, STREAM_DRAFT)
@@ -63,6 +68,6 @@ class ModelProposer(Proposer):
         return int(ids[0, column]), ids[0], values[0]
 
     def _draft(self, tokens: list[int], q_ids: list, q_probs: list) -> Draft:
-        if self.sampling.is_greedy or not self.config.send_proposal:
+        if not q_ids or q_ids[0] is None or not self.config.send_proposal:
             return Draft(tokens=tokens)
         return Draft(tokens=tokens, q_ids=torch.stack(q_ids), q_probs=torch.stack(q_probs))
