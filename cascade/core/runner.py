@@ -109,10 +109,6 @@ class ModelRunner:
         config = self.model.config
         return getattr(config, "max_position_embeddings", None) or config.n_positions
 
-    @property
-    def num_layers(self) -> int:
-        return self.model.config.num_hidden_layers
-
     def new_cache(self) -> "SequenceCache":
         return SequenceCache(self)
 

@@ -9,7 +9,6 @@ argmax of step j at position n-2+j, and a round keeps the leading matches.
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 
 import torch
@@ -106,8 +105,3 @@ def _walk(guesses: list[list[int]], tokens: list[int], start: int, k: int):
         accepted, drafted, rounds = accepted + run, drafted + budget, rounds + 1
         n += run + 1
     return accepted, drafted, rounds
-
-
-def sample_batch(pool: list[FeatureSequence], size: int, rng: random.Random
-                 ) -> list[FeatureSequence]:
-    return rng.sample(pool, min(size, len(pool)))
