@@ -27,6 +27,7 @@ from cascade.core.runner import VocabMap
 from cascade.distill.feature_data import FeatureSequence, annotate, answer_prompts, text_windows
 from cascade.distill.feature_train import greedy_acceptance, make_batch, ttt_loss
 from cascade.distill.prompts import prompt_set, training_prompts
+from cascade.distill.precision import resolve_dtype
 from cascade.distill.run import CHECKPOINT, save_atomically
 from cascade.distill.student import choose_vocabulary
 from cascade.distill.train import _fill_vocabulary
@@ -54,9 +55,9 @@ class FeatureDistillConfig:
     max_pool_positions: int = 1_500_000
     text_every: int = 4
     """Every this many cycles, real-text windows join the pool (teacher forcing)."""
-    dtype: str = "float32"
-    """Teacher and training precision. bfloat16 only pays on CPUs with bf16 instructions
-    (AVX-512 BF16, AMX); on AVX2 a bf16 matmul runs about 7x slower than float32."""
+    dtype: str = "auto"
+    """Teacher and training precision: auto (bfloat16 only on CPUs with bf16 instructions),
+    float32 or bfloat16 (cascade.distill.precision)."""
     init: Path | None = None
     """Start from an exported feature drafter (its weights and vocabulary, fresh optimiser)."""
 
@@ -136,7 +137,8 @@ class FeatureDistiller:
             warm = min(1.0, (self.state.steps + 1) / 50)
             for group in self.optimizer.param_groups:
                 group["lr"] = c.lr * warm * (1.0 if fraction < 0.8 else max(0.1, (1 - fraction) / 0.2))
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=c.dtype == "bfloat16"):
+            bf16 = self.teacher.dtype == torch.bfloat16
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
                 loss, agreement = ttt_loss(self.drafter, make_batch(batch, self.vocab.to_local),
                                            c.num_steps)
             self.optimizer.zero_grad()
@@ -219,7 +221,7 @@ def run_feature_distillation(config: FeatureDistillConfig) -> Path:
     torch.manual_seed(config.seed)
     tokenizer = AutoTokenizer.from_pretrained(config.target)
     teacher = AutoModelForCausalLM.from_pretrained(config.target,
-                                                   dtype=getattr(torch, config.dtype)).eval()
+                                                   dtype=resolve_dtype(config.dtype)).eval()
     d = FeatureDistiller(config, teacher, tokenizer)
     work = config.out / "work"
     if not load_checkpoint(d, work) and config.init is not None:

@@ -12,6 +12,7 @@ import torch
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from cascade.distill.precision import resolve_dtype
 from cascade.distill.train import DistillConfig, Distiller, agreement, estimated_acceptance
 
 CHECKPOINT = "checkpoint.pt"
@@ -67,7 +68,8 @@ def run_distillation(config: DistillConfig) -> Path:
     torch.manual_seed(config.seed)
     random.seed(config.seed)
     tokenizer = AutoTokenizer.from_pretrained(config.target)
-    teacher = AutoModelForCausalLM.from_pretrained(config.target, dtype=torch.bfloat16).eval()
+    teacher = AutoModelForCausalLM.from_pretrained(config.target,
+                                                   dtype=resolve_dtype(config.dtype)).eval()
     distiller = Distiller(config, teacher, tokenizer)
     work = config.out / "work"
     if not load_checkpoint(distiller, work) and config.init is not None:

@@ -1,6 +1,6 @@
 """Online self-distillation: the target answers prompts, the drafter learns its distributions.
 
-Each cycle: the target (bfloat16) answers a batch of training prompts (greedy or sampled); the
+Each cycle: the target (bfloat16 where the CPU has bf16 instructions, else float32) answers a batch of training prompts (greedy or sampled); the
 drafter's top-1 agreement with the teacher on that fresh batch is measured (the live acceptance
 estimate); then a few AdamW steps train on half new, half replayed sequences. Loss: cross-entropy
 to the teacher's top-k distribution restricted to the drafter's vocabulary, plus extra weight on
@@ -44,6 +44,9 @@ class DistillConfig:
     warmup_chunks: int = 4
     """Chunks answered before the vocabulary is chosen from the answers' token counts."""
     checkpoint_every_s: float = 300.0
+    dtype: str = "auto"
+    """Teacher and training precision: auto (bfloat16 only on CPUs with bf16 instructions),
+    float32 or bfloat16 (cascade.distill.precision)."""
     shape: StudentShape = field(default_factory=StudentShape)
     init: Path | None = None
     """A drafter folder (from an earlier run's export) to start from instead of a fresh
@@ -76,9 +79,10 @@ def _batch(vocab: VocabMap, sequences: list[Sequence]):
             (top_ids, top_logp))
 
 
-def distill_loss(model, vocab: VocabMap, sequences: list[Sequence], top_weight: float):
+def distill_loss(model, vocab: VocabMap, sequences: list[Sequence], top_weight: float,
+                 bf16: bool = False):
     inputs, rows, cols, (top_ids, top_logp) = _batch(vocab, sequences)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
         logits = model(**inputs).logits[rows, cols].float()  # [positions, local vocab]
     logp = torch.log_softmax(logits, -1)
     local = vocab.to_local[top_ids]  # [positions, keep]
@@ -165,7 +169,8 @@ class Distiller:
             batch += self.random.sample(pool, min(half, len(pool)))
             for group in self.optimizer.param_groups:
                 group["lr"] = self.lr_at(fraction)
-            loss = distill_loss(self.model, self.vocab, batch, self.config.top_token_weight)
+            loss = distill_loss(self.model, self.vocab, batch, self.config.top_token_weight,
+                                self.teacher.dtype == torch.bfloat16)
             self.optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)

@@ -1,0 +1,23 @@
+"""Distillation picks bfloat16 only where the CPU has bf16 instructions."""
+
+import pytest
+import torch
+
+from cascade.distill.precision import cpu_has_bf16, resolve_dtype
+
+
+def test_bf16_is_detected_from_the_cpu_flags(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("flags\t\t: fpu sse avx2 fma\n")
+    assert not cpu_has_bf16(info)
+    info.write_text("flags\t\t: fpu avx2 avx512f avx512_bf16\n")
+    assert cpu_has_bf16(info)
+    assert not cpu_has_bf16(tmp_path / "missing")
+
+
+def test_explicit_choices_and_bad_names():
+    assert resolve_dtype("float32") is torch.float32
+    assert resolve_dtype("bfloat16") is torch.bfloat16
+    assert resolve_dtype("auto") in (torch.float32, torch.bfloat16)
+    with pytest.raises(ValueError, match="auto, float32 or bfloat16"):
+        resolve_dtype("int8")
