@@ -37,6 +37,8 @@ class GeneratedChunk:
     """Target forward pass plus acceptance (microseconds)."""
     round_us: int = 0
     """Round wall time seen by the drafter, drafting included (microseconds)."""
+    num_deferred: int = 0
+    """Cascade rules: drafted positions the target's distribution decided."""
 
 
 class Generator(Protocol):

@@ -21,7 +21,7 @@ from gateway.auth import ApiKeys
 from gateway.detokenize import TextStream
 from gateway.generation import Generator
 
-OPTIONAL_FIELDS = ("temperature", "top_p", "top_k", "seed", "num_draft_tokens")
+OPTIONAL_FIELDS = ("temperature", "top_p", "top_k", "seed", "num_draft_tokens", "cascade_alpha")
 """GenerateRequest fields whose absence means "the default" (proto3 presence)."""
 
 
@@ -33,6 +33,9 @@ def options_fields(msg: gateway_pb2.GenerateRequest) -> dict[str, Any]:
         fields["draft_method"] = msg.draft_method
     if msg.stop:
         fields["stop"] = list(msg.stop)
+    for name in ("acceptance", "cascade_rule"):  # empty: the default
+        if getattr(msg, name):
+            fields[name] = getattr(msg, name)
     return fields
 
 
@@ -82,7 +85,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
                     num_drafted=chunk.num_drafted, finish_reason=FINISH_TO_PB[finish],
                     prompt_tokens=len(generation.prompt_tokens),
                     completion_tokens=completion_tokens, draft_us=chunk.draft_us,
-                    verify_us=chunk.verify_us, round_us=chunk.round_us)
+                    verify_us=chunk.verify_us, round_us=chunk.round_us,
+                    num_deferred=chunk.num_deferred)
                 if text.stopped:
                     return  # a stop string ended the text: the rest is not wanted
         finally:

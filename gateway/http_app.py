@@ -132,12 +132,13 @@ class _CompletionsApi:
         request = self._generation_request(body, prompt_tokens, body.max_tokens, "prompt")
         meta = schemas.ResponseMeta.new("cmpl", body.model)
         deltas = generate_text(self.generator, request, self.tokenizer, body.stop)
+        usage = _Usage(len(prompt_tokens), not request.acceptance.rule.is_lossless)
         if body.stream:
-            events = _completion_events(meta, deltas, len(prompt_tokens), body.include_usage)
+            events = _completion_events(meta, deltas, usage, body.include_usage)
             return EventStreamResponse(events)
-        text, finish_reason, completion_tokens = await collect(deltas)
-        usage = schemas.usage(len(prompt_tokens), completion_tokens)
-        return JSONResponse(schemas.completion_response(meta, text, finish_reason, usage))
+        text, last = await collect(deltas)
+        return JSONResponse(schemas.completion_response(meta, text, last.finish_reason,
+                                                        usage.of(last)))
 
     async def chat_completions(self, body: schemas.ChatCompletionRequest) -> Response:
         self._check_model(body.model)
@@ -146,12 +147,12 @@ class _CompletionsApi:
         request = self._generation_request(body, prompt_tokens, max_tokens, "messages")
         meta = schemas.ResponseMeta.new("chatcmpl", body.model)
         deltas = generate_text(self.generator, request, self.tokenizer, body.stop)
+        usage = _Usage(len(prompt_tokens), not request.acceptance.rule.is_lossless)
         if body.stream:
-            events = _chat_events(meta, deltas, len(prompt_tokens), body.include_usage)
+            events = _chat_events(meta, deltas, usage, body.include_usage)
             return EventStreamResponse(events)
-        text, finish_reason, completion_tokens = await collect(deltas)
-        usage = schemas.usage(len(prompt_tokens), completion_tokens)
-        return JSONResponse(schemas.chat_response(meta, text, finish_reason, usage))
+        text, last = await collect(deltas)
+        return JSONResponse(schemas.chat_response(meta, text, last.finish_reason, usage.of(last)))
 
     def _check_model(self, model: str) -> None:
         if model != self.settings.model_name:
@@ -184,20 +185,30 @@ class _CompletionsApi:
             raise bad_request(str(exc), exc.param, code=exc.code) from exc
 
 
+@dataclass(frozen=True)
+class _Usage:
+    num_prompt: int
+    is_cascade: bool
+    """A speculative cascade also reports its deferred positions."""
+
+    def of(self, last: Delta) -> dict[str, int]:
+        deferred = last.num_deferred if self.is_cascade else None
+        return schemas.usage(self.num_prompt, last.completion_tokens, deferred)
+
+
 async def _completion_events(
-    meta: schemas.ResponseMeta, deltas: AsyncIterator[Delta], num_prompt: int, include_usage: bool
+    meta: schemas.ResponseMeta, deltas: AsyncIterator[Delta], usage: _Usage, include_usage: bool
 ) -> AsyncIterator[str]:
     async for delta in deltas:
         if delta.text or delta.finish_reason:
             chunk = schemas.completion_chunk(meta, delta.text, delta.finish_reason, include_usage)
             yield sse_event(chunk)
         if delta.finish_reason and include_usage:
-            usage = schemas.usage(num_prompt, delta.completion_tokens)
-            yield sse_event(schemas.usage_chunk(meta, "text_completion", usage))
+            yield sse_event(schemas.usage_chunk(meta, "text_completion", usage.of(delta)))
 
 
 async def _chat_events(
-    meta: schemas.ResponseMeta, deltas: AsyncIterator[Delta], num_prompt: int, include_usage: bool
+    meta: schemas.ResponseMeta, deltas: AsyncIterator[Delta], usage: _Usage, include_usage: bool
 ) -> AsyncIterator[str]:
     first = True
     async for delta in deltas:
@@ -211,5 +222,5 @@ async def _chat_events(
         if delta.finish_reason:
             yield sse_event(schemas.chat_chunk(meta, {}, delta.finish_reason, include_usage))
             if include_usage:
-                usage = schemas.usage(num_prompt, delta.completion_tokens)
-                yield sse_event(schemas.usage_chunk(meta, "chat.completion.chunk", usage))
+                chunk = schemas.usage_chunk(meta, "chat.completion.chunk", usage.of(delta))
+                yield sse_event(chunk)

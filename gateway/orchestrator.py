@@ -141,7 +141,7 @@ class Orchestrator:
                 finish = FINISH_FROM_PB[result.finish_reason]
                 yield GeneratedChunk(job.record.session_id, tokens, result.num_accepted,
                                      result.num_drafted, finish, result.draft_us,
-                                     result.verify_us, result.round_us)
+                                     result.verify_us, result.round_us, result.num_deferred)
                 if finish is not None:
                     await self.store.finish(job.record.session_id, job.epoch, "finished")
                     return

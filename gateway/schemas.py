@@ -121,12 +121,18 @@ class ResponseMeta:
         return {"id": self.id, "object": object_type, "created": self.created, "model": self.model}
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
-    return {
+def usage(prompt_tokens: int, completion_tokens: int,
+          num_deferred: int | None = None) -> dict[str, int]:
+    """OpenAI's usage; a speculative cascade adds ``num_deferred_tokens`` (the drafted
+    positions the target decided)."""
+    counts = {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
     }
+    if num_deferred is not None:
+        counts["num_deferred_tokens"] = num_deferred
+    return counts
 
 
 def completion_response(

@@ -33,6 +33,8 @@ class Delta:
     finish_reason: str | None
     completion_tokens: int
     """Generated tokens consumed so far (including any the stop string cut off)."""
+    num_deferred: int = 0
+    """Cascade rules: drafted positions so far that the target's distribution decided."""
 
 
 async def generate_text(
@@ -41,21 +43,23 @@ async def generate_text(
     """One Delta per generated chunk; a stop string ends it early and closes the generation."""
     text = TextStream(tokenizer, stops)
     chunks = generator.generate(request)
-    consumed, last = 0, None
+    consumed, deferred, last = 0, 0, None
     try:
         async for chunk in chunks:
             if last is not None:
                 break  # nothing counts after the chunk that carried the finish_reason
             consumed += len(chunk.token_ids)
+            deferred += chunk.num_deferred
             final = chunk.finish_reason is not None
             visible = text.add(chunk.token_ids, final=final)
             if text.stopped:
-                yield Delta(visible, "stop", consumed)
+                yield Delta(visible, "stop", consumed, deferred)
                 return
             if final:  # let the generator run to its end before the last delta goes out
-                last = Delta(visible, FINISH_REASONS[FinishReason(chunk.finish_reason)], consumed)
+                finish = FINISH_REASONS[FinishReason(chunk.finish_reason)]
+                last = Delta(visible, finish, consumed, deferred)
                 continue
-            yield Delta(visible, None, consumed)
+            yield Delta(visible, None, consumed, deferred)
     finally:
         await _close(chunks)
     if last is None:
@@ -71,8 +75,8 @@ async def _close(chunks: Any) -> None:
             await aclose()
 
 
-async def collect(deltas: AsyncIterator[Delta]) -> tuple[str, str, int]:
-    """(text, finish_reason, completion_tokens) of a whole generation, for non-streamed replies."""
+async def collect(deltas: AsyncIterator[Delta]) -> tuple[str, Delta]:
+    """(text, last delta) of a whole generation, for non-streamed replies."""
     parts: list[str] = []
     last: Delta | None = None
     async for delta in deltas:
@@ -80,7 +84,7 @@ async def collect(deltas: AsyncIterator[Delta]) -> tuple[str, str, int]:
         last = delta
     if last is None or last.finish_reason is None:
         raise GenerationFailed("The generation ended without a finish reason.")
-    return "".join(parts), last.finish_reason, last.completion_tokens
+    return "".join(parts), last
 
 
 def sse_event(payload: dict[str, Any]) -> str:

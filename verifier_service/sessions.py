@@ -99,7 +99,8 @@ class SessionTable:
             outcome, seconds = await self._run_model(session, draft)
             span.set_attribute("num_accepted", outcome.num_accepted)
         metrics.VERIFY_SECONDS.observe(seconds)
-        metrics.observe_round(draft.num_tokens, outcome.num_accepted, len(outcome.tokens))
+        metrics.observe_round(draft.num_tokens, outcome.num_accepted, len(outcome.tokens),
+                              outcome.num_deferred)
         session.last_round = block.round
         session.last_verdict = verdict_to_pb(outcome, int(seconds * 1e6),
                                              session.sequence.last_features,

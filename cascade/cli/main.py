@@ -69,7 +69,8 @@ def _report(spec: GenerationSummary, base: GenerationSummary | None, k: int) -> 
             ("tokens/s", lambda s: f"{s.tokens_per_s:.1f}"),
             ("time to first token", lambda s: f"{s.first_token_s * 1000:.0f} ms"),
             ("acceptance rate", lambda s: f"{s.stats.acceptance_rate:.2f}"),
-            ("rounds", lambda s: f"{s.num_rounds}")]
+            ("rounds", lambda s: f"{s.num_rounds}"),
+            ("deferred positions", lambda s: f"{s.stats.num_deferred_tokens}")]
     for name, cell in rows:
         table.add_row(name, cell(spec), *([cell(base)] if base else []))
     console.print(table)
@@ -88,13 +89,18 @@ def generate(prompt: str, gateway: str = typer.Option("127.0.0.1:50050", help="G
              temperature: float = typer.Option(0.0, help="0 = greedy."),
              seed: int = typer.Option(0, help="Sampling seed."),
              chat: bool = typer.Option(True, help="Send the prompt through the chat template."),
-             baseline: bool = typer.Option(True, help="Also run target-only to compare.")) -> None:
+             baseline: bool = typer.Option(True, help="Also run target-only to compare."),
+             rule: str = typer.Option(None, help="A speculative cascade (lossy): chow, diff, opt, "
+                                      "token_v1, token_v2 or token_v3; unset is lossless."),
+             alpha: float = typer.Option(0.0, help="The cascade's quality knob in [0, 1].")
+             ) -> None:
     """Stream a generation: green text was drafted and accepted, plain text the verifier chose."""
     run = dict(prompt=prompt, max_tokens=max_tokens, temperature=temperature, seed=seed,
                chat=chat)
     console.print(prompt, style="bold", end="\n" if chat else "", markup=False, highlight=False)
     spec = stream_generation(gateway, num_draft_tokens=num_draft_tokens,
-                             on_response=_print_round, **run)
+                             on_response=_print_round, cascade_rule=rule, cascade_alpha=alpha,
+                             **run)
     console.print()
     base = stream_generation(gateway, num_draft_tokens=0, **run) if baseline else None
     _report(spec, base, num_draft_tokens)
@@ -116,6 +122,6 @@ def demo(prompt: str = typer.Argument("Explain how a rainbow forms."),
                 stream_generation(cluster.grpc_address, prompt, 4, k)
         generate(prompt, gateway=cluster.grpc_address, max_tokens=max_tokens,
                  num_draft_tokens=num_draft_tokens, temperature=0.0, seed=0, chat=True,
-                 baseline=True)
+                 baseline=True, rule=None, alpha=0.0)
     finally:
         cluster.stop()

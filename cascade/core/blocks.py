@@ -41,6 +41,8 @@ class RoundOutcome:
     committed_len: int
     """Total committed length (prompt included) after this round."""
     finish_reason: FinishReason | None = None
+    num_deferred: int = 0
+    """Cascade rules: verified drafted positions the target's distribution decided."""
 
 
 @dataclass(frozen=True)

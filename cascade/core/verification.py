@@ -96,7 +96,8 @@ class SequenceVerifier:
         emitted = self._apply_limits(draft.tokens[:num_accepted] + [next_token])
         self.committed += emitted
         self.stats.observe(k, num_accepted, len(emitted), deferred)
-        return RoundOutcome(num_accepted, emitted, len(self.committed), self.finish_reason)
+        return RoundOutcome(num_accepted, emitted, len(self.committed), self.finish_reason,
+                            deferred)
 
     def prefill_features(self) -> TargetFeatures | None:
         """Feed the context but its last token and return their features (positions 0 ..

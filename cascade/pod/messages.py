@@ -51,7 +51,8 @@ def verdict_to_pb(outcome: RoundOutcome, verify_us: int, features: TargetFeature
     return verifier_pb2.Verdict(
         tokens=outcome.tokens, num_accepted=outcome.num_accepted,
         committed_len=outcome.committed_len, finish_reason=FINISH_TO_PB[outcome.finish_reason],
-        verify_us=verify_us, features=features_to_pb(features), **fields)
+        verify_us=verify_us, features=features_to_pb(features),
+        num_deferred=outcome.num_deferred, **fields)
 
 
 def features_to_pb(features: TargetFeatures | None) -> verifier_pb2.TargetFeatures | None:
@@ -93,4 +94,4 @@ def round_from_verdict(verdict: verifier_pb2.Verdict, num_drafted: int, draft_us
         round=verdict.round, tokens=verdict.tokens, num_accepted=verdict.num_accepted,
         num_drafted=num_drafted, committed_len=verdict.committed_len,
         finish_reason=verdict.finish_reason, draft_us=draft_us, verify_us=verdict.verify_us,
-        round_us=round_us)
+        round_us=round_us, num_deferred=verdict.num_deferred)

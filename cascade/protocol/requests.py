@@ -17,6 +17,9 @@ Defaults, documented once (OpenAI's where OpenAI has the field):
 | stop | none | up to 4 strings |
 | num_draft_tokens | the server's default k (4) | [0, 32]; 0 decodes on the target alone |
 | draft_method | "model" | cascade.protocol.methods.DRAFT_METHODS |
+| acceptance | "lossless" | "lossless" or "cascade" (a speculative cascade: faster, lossy) |
+| cascade_rule | "chow" | chow, diff, opt, token_v1, token_v2, token_v3 (with "cascade") |
+| cascade_alpha | 0.0 | [0, 1]; larger trades quality for speed (with "cascade") |
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -33,9 +36,12 @@ from cascade.protocol.methods import DEFAULT_DRAFT_METHOD, DRAFT_METHODS
 from cascade.protocol.settings import (
     MAX_DRAFT_TOKENS,
     AcceptancePolicy,
+    AcceptanceRule,
     DraftConfig,
     SamplingParams,
 )
+
+CASCADE_RULE_NAMES = ("chow", "diff", "opt", "token_v1", "token_v2", "token_v3")
 
 MAX_STOP_STRINGS = 4
 MAX_TOP_K = 2**31 - 1
@@ -67,6 +73,12 @@ class GenerationOptions(Lenient):
     """Cascade extension (OpenAI clients send it via extra_body): drafted tokens per round."""
     draft_method: str = DEFAULT_DRAFT_METHOD
     """Cascade extension: model, ngram (prompt lookup) or ngram_then_model."""
+    acceptance: Literal["lossless", "cascade"] = "lossless"
+    """Cascade extension: lossless speculative decoding, or a speculative cascade."""
+    cascade_rule: Literal[CASCADE_RULE_NAMES] = "chow"
+    """Cascade extension: the deferral rule of a speculative cascade."""
+    cascade_alpha: float = Field(0.0, ge=0.0, le=1.0)
+    """Cascade extension: the cascade's quality knob (0 keeps the most quality)."""
 
     @field_validator("stop", mode="before")
     @classmethod
@@ -151,7 +163,10 @@ def build_request(options: GenerationOptions, prompt_tokens: list[int], max_toke
     k = options.num_draft_tokens
     draft = DraftConfig(server.default_num_draft_tokens if k is None else k,
                         method=options.draft_method)
-    return GenerationRequest(list(prompt_tokens), sampling, draft)
+    policy = None
+    if options.acceptance == "cascade":
+        policy = AcceptancePolicy(AcceptanceRule(options.cascade_rule), options.cascade_alpha)
+    return GenerationRequest(list(prompt_tokens), sampling, draft, policy)
 
 
 def describe_validation_error(errors: Sequence[Any]) -> tuple[str, str | None]:

@@ -33,7 +33,9 @@ class SpecStatsCollector:
         for name, doc, value in (
                 ("num_drafts", "Rounds that verified >= 1 drafted token.", s.num_drafts),
                 ("num_draft_tokens", "Drafted tokens verified.", s.num_draft_tokens),
-                ("num_accepted_tokens", "Drafted tokens accepted.", s.num_accepted_tokens)):
+                ("num_accepted_tokens", "Drafted tokens accepted.", s.num_accepted_tokens),
+                ("num_deferred_tokens", "Cascade rules: verified drafted positions the "
+                 "target's distribution decided.", s.num_deferred_tokens)):
             yield CounterMetricFamily(f"cascade:spec_decode_{name}", doc, value=value)
         per_pos = CounterMetricFamily("cascade:spec_decode_num_accepted_tokens_per_pos",
                                       "Accepted drafted tokens by position in the block "
@@ -66,8 +68,9 @@ INTER_TOKEN_LATENCY = Histogram("cascade:inter_token_latency_seconds",
                                 "over its tokens).", buckets=LATENCY_BUCKETS)
 
 
-def observe_round(num_draft: int, num_accepted: int, num_emitted: int) -> None:
-    SPEC_STATS.observe(num_draft, num_accepted, num_emitted)
+def observe_round(num_draft: int, num_accepted: int, num_emitted: int,
+                  num_deferred: int = 0) -> None:
+    SPEC_STATS.observe(num_draft, num_accepted, num_emitted, num_deferred)
 
 
 def serve_metrics(port: int, host: str = "0.0.0.0") -> None:

@@ -34,7 +34,8 @@ class GenerationSummary:
     def observe(self, response: gateway_pb2.GenerateResponse) -> None:
         self.text += response.text
         self.token_ids += response.token_ids
-        self.stats.observe(response.num_drafted, response.num_accepted, len(response.token_ids))
+        self.stats.observe(response.num_drafted, response.num_accepted, len(response.token_ids),
+                           response.num_deferred)
         if response.round_us:
             self.overhead_us.append(response.round_us - response.draft_us - response.verify_us)
 
@@ -42,10 +43,14 @@ class GenerationSummary:
 def stream_generation(address: str, prompt: str, max_tokens: int, num_draft_tokens: int,
                       temperature: float = 0.0, seed: int = 0, chat: bool = True,
                       on_response: Callable[[gateway_pb2.GenerateResponse], None] | None = None,
-                      timeout_s: float = 600.0) -> GenerationSummary:
+                      timeout_s: float = 600.0, cascade_rule: str | None = None,
+                      cascade_alpha: float = 0.0) -> GenerationSummary:
+    """One generation through the gateway; ``cascade_rule`` makes it a speculative cascade."""
+    cascade = {"acceptance": "cascade", "cascade_rule": cascade_rule,
+               "cascade_alpha": cascade_alpha} if cascade_rule else {}
     request = gateway_pb2.GenerateRequest(prompt=prompt, num_draft_tokens=num_draft_tokens,
                                           chat=chat, max_tokens=max_tokens,
-                                          temperature=temperature, seed=seed)
+                                          temperature=temperature, seed=seed, **cascade)
     summary = GenerationSummary()
     started = time.perf_counter()
     with grpc.insecure_channel(address) as channel:

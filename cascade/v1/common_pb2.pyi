@@ -82,7 +82,7 @@ class Acceptance(_message.Message):
     def __init__(self, rule: _Optional[_Union[AcceptanceRule, str]] = ..., alpha: _Optional[float] = ...) -> None: ...
 
 class Round(_message.Message):
-    __slots__ = ("round", "tokens", "num_accepted", "num_drafted", "committed_len", "finish_reason", "draft_us", "verify_us", "round_us")
+    __slots__ = ("round", "tokens", "num_accepted", "num_drafted", "committed_len", "finish_reason", "draft_us", "verify_us", "round_us", "num_deferred")
     ROUND_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     NUM_ACCEPTED_FIELD_NUMBER: _ClassVar[int]
@@ -92,6 +92,7 @@ class Round(_message.Message):
     DRAFT_US_FIELD_NUMBER: _ClassVar[int]
     VERIFY_US_FIELD_NUMBER: _ClassVar[int]
     ROUND_US_FIELD_NUMBER: _ClassVar[int]
+    NUM_DEFERRED_FIELD_NUMBER: _ClassVar[int]
     round: int
     tokens: _containers.RepeatedScalarFieldContainer[int]
     num_accepted: int
@@ -101,4 +102,5 @@ class Round(_message.Message):
     draft_us: int
     verify_us: int
     round_us: int
-    def __init__(self, round: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., num_accepted: _Optional[int] = ..., num_drafted: _Optional[int] = ..., committed_len: _Optional[int] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., draft_us: _Optional[int] = ..., verify_us: _Optional[int] = ..., round_us: _Optional[int] = ...) -> None: ...
+    num_deferred: int
+    def __init__(self, round: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., num_accepted: _Optional[int] = ..., num_drafted: _Optional[int] = ..., committed_len: _Optional[int] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., draft_us: _Optional[int] = ..., verify_us: _Optional[int] = ..., round_us: _Optional[int] = ..., num_deferred: _Optional[int] = ...) -> None: ...

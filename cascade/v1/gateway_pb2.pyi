@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("model", "prompt", "num_draft_tokens", "chat", "max_tokens", "temperature", "top_p", "top_k", "seed", "draft_method", "stop")
+    __slots__ = ("model", "prompt", "num_draft_tokens", "chat", "max_tokens", "temperature", "top_p", "top_k", "seed", "draft_method", "stop", "acceptance", "cascade_rule", "cascade_alpha")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
     NUM_DRAFT_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -20,6 +20,9 @@ class GenerateRequest(_message.Message):
     SEED_FIELD_NUMBER: _ClassVar[int]
     DRAFT_METHOD_FIELD_NUMBER: _ClassVar[int]
     STOP_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTANCE_FIELD_NUMBER: _ClassVar[int]
+    CASCADE_RULE_FIELD_NUMBER: _ClassVar[int]
+    CASCADE_ALPHA_FIELD_NUMBER: _ClassVar[int]
     model: str
     prompt: str
     num_draft_tokens: int
@@ -31,10 +34,13 @@ class GenerateRequest(_message.Message):
     seed: int
     draft_method: str
     stop: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, model: _Optional[str] = ..., prompt: _Optional[str] = ..., num_draft_tokens: _Optional[int] = ..., chat: _Optional[bool] = ..., max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., seed: _Optional[int] = ..., draft_method: _Optional[str] = ..., stop: _Optional[_Iterable[str]] = ...) -> None: ...
+    acceptance: str
+    cascade_rule: str
+    cascade_alpha: float
+    def __init__(self, model: _Optional[str] = ..., prompt: _Optional[str] = ..., num_draft_tokens: _Optional[int] = ..., chat: _Optional[bool] = ..., max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., seed: _Optional[int] = ..., draft_method: _Optional[str] = ..., stop: _Optional[_Iterable[str]] = ..., acceptance: _Optional[str] = ..., cascade_rule: _Optional[str] = ..., cascade_alpha: _Optional[float] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
-    __slots__ = ("session_id", "text", "token_ids", "num_accepted", "num_drafted", "finish_reason", "prompt_tokens", "completion_tokens", "accepted_text", "draft_us", "verify_us", "round_us")
+    __slots__ = ("session_id", "text", "token_ids", "num_accepted", "num_drafted", "finish_reason", "prompt_tokens", "completion_tokens", "accepted_text", "draft_us", "verify_us", "round_us", "num_deferred")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
@@ -47,6 +53,7 @@ class GenerateResponse(_message.Message):
     DRAFT_US_FIELD_NUMBER: _ClassVar[int]
     VERIFY_US_FIELD_NUMBER: _ClassVar[int]
     ROUND_US_FIELD_NUMBER: _ClassVar[int]
+    NUM_DEFERRED_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     text: str
     token_ids: _containers.RepeatedScalarFieldContainer[int]
@@ -59,4 +66,5 @@ class GenerateResponse(_message.Message):
     draft_us: int
     verify_us: int
     round_us: int
-    def __init__(self, session_id: _Optional[str] = ..., text: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., num_accepted: _Optional[int] = ..., num_drafted: _Optional[int] = ..., finish_reason: _Optional[_Union[_common_pb2.FinishReason, str]] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., accepted_text: _Optional[str] = ..., draft_us: _Optional[int] = ..., verify_us: _Optional[int] = ..., round_us: _Optional[int] = ...) -> None: ...
+    num_deferred: int
+    def __init__(self, session_id: _Optional[str] = ..., text: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., num_accepted: _Optional[int] = ..., num_drafted: _Optional[int] = ..., finish_reason: _Optional[_Union[_common_pb2.FinishReason, str]] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., accepted_text: _Optional[str] = ..., draft_us: _Optional[int] = ..., verify_us: _Optional[int] = ..., round_us: _Optional[int] = ..., num_deferred: _Optional[int] = ...) -> None: ...

@@ -72,7 +72,7 @@ class DraftBlock(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., round: _Optional[int] = ..., base_len: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., proposals: _Optional[_Iterable[_Union[SparseDistribution, _Mapping]]] = ..., draft_us: _Optional[int] = ...) -> None: ...
 
 class Verdict(_message.Message):
-    __slots__ = ("session_id", "epoch", "round", "is_stale", "tokens", "num_accepted", "committed_len", "finish_reason", "verify_us", "features")
+    __slots__ = ("session_id", "epoch", "round", "is_stale", "tokens", "num_accepted", "committed_len", "finish_reason", "verify_us", "features", "num_deferred")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
@@ -83,6 +83,7 @@ class Verdict(_message.Message):
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
     VERIFY_US_FIELD_NUMBER: _ClassVar[int]
     FEATURES_FIELD_NUMBER: _ClassVar[int]
+    NUM_DEFERRED_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     epoch: int
     round: int
@@ -93,7 +94,8 @@ class Verdict(_message.Message):
     finish_reason: _common_pb2.FinishReason
     verify_us: int
     features: TargetFeatures
-    def __init__(self, session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., round: _Optional[int] = ..., is_stale: _Optional[bool] = ..., tokens: _Optional[_Iterable[int]] = ..., num_accepted: _Optional[int] = ..., committed_len: _Optional[int] = ..., finish_reason: _Optional[_Union[_common_pb2.FinishReason, str]] = ..., verify_us: _Optional[int] = ..., features: _Optional[_Union[TargetFeatures, _Mapping]] = ...) -> None: ...
+    num_deferred: int
+    def __init__(self, session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., round: _Optional[int] = ..., is_stale: _Optional[bool] = ..., tokens: _Optional[_Iterable[int]] = ..., num_accepted: _Optional[int] = ..., committed_len: _Optional[int] = ..., finish_reason: _Optional[_Union[_common_pb2.FinishReason, str]] = ..., verify_us: _Optional[int] = ..., features: _Optional[_Union[TargetFeatures, _Mapping]] = ..., num_deferred: _Optional[int] = ...) -> None: ...
 
 class DecodeRequest(_message.Message):
     __slots__ = ("session",)

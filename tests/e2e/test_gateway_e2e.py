@@ -97,3 +97,32 @@ async def test_ngram_drafting_through_http_is_exact(cluster):
                 expected, skip_special_tokens=True)
         bad = await http.post("/v1/completions", json={**body, "draft_method": "telepathy"})
         assert bad.status_code == 400 and "draft_method" in bad.text
+
+
+async def test_a_speculative_cascade_through_http(cluster):
+    """Chow at alpha 0 (greedy) is the target's greedy output; a lenient alpha keeps more of
+    the drafter's tokens per round; the usage reports the deferred positions."""
+    prompt = "def main():"
+    body = {"model": "tiny", "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0,
+            "num_draft_tokens": 3, "acceptance": "cascade", "cascade_rule": "chow"}
+    async with httpx.AsyncClient(base_url=cluster.http_url, timeout=60) as http:
+        strict = (await http.post("/v1/completions", json={**body, "cascade_alpha": 0.0})).json()
+        lenient = (await http.post("/v1/completions", json={**body, "cascade_alpha": 1.0})).json()
+        lossless = (await http.post("/v1/completions", json={**body,
+                                                             "acceptance": "lossless"})).json()
+    expected = cluster.target.tokenizer.decode(expected_tokens(cluster, prompt),
+                                               skip_special_tokens=True)
+    assert strict["choices"][0]["text"] == expected
+    assert strict["usage"]["num_deferred_tokens"] > 0
+    assert lenient["usage"]["num_deferred_tokens"] == 0
+    assert "num_deferred_tokens" not in lossless["usage"]
+    async with grpc.aio.insecure_channel(cluster.grpc_address) as channel:
+        stub = gateway_pb2_grpc.GatewayStub(channel)
+        rounds = {}
+        for alpha in (0.0, 1.0):
+            request = gateway_pb2.GenerateRequest(
+                prompt=prompt, num_draft_tokens=3, temperature=0, max_tokens=MAX_TOKENS,
+                acceptance="cascade", cascade_rule="chow", cascade_alpha=alpha)
+            rounds[alpha] = [r async for r in stub.Generate(request, timeout=60)]
+    assert len(rounds[1.0]) < len(rounds[0.0])  # more tokens per round
+    assert sum(r.num_deferred for r in rounds[0.0]) == strict["usage"]["num_deferred_tokens"]

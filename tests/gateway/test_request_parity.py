@@ -15,6 +15,9 @@ SAME = [  # fields as the HTTP API names them; gRPC has the same names
      "num_draft_tokens": 2, "draft_method": "ngram_then_model"},
     {"max_tokens": 3, "temperature": 0.0, "seed": 0},
     {"max_tokens": 9, "temperature": 1.3, "seed": 11, "num_draft_tokens": 0, "stop": ["x"]},
+    {"max_tokens": 4, "temperature": 0.0, "seed": 3, "acceptance": "cascade",
+     "cascade_rule": "token_v2",
+     "cascade_alpha": 0.25},
 ]
 BAD = [
     {"max_tokens": 5, "temperature": 2.5},
@@ -24,6 +27,9 @@ BAD = [
     {"max_tokens": 5, "top_k": 2**31},
     {"max_tokens": 500},
     {"max_tokens": 40},  # prompt + completion exceed the 64-token context
+    {"max_tokens": 5, "acceptance": "fast"},
+    {"max_tokens": 5, "acceptance": "cascade", "cascade_rule": "best"},
+    {"max_tokens": 5, "acceptance": "cascade", "cascade_alpha": 1.5},
 ]
 PROMPT = "Hello world " * 6
 
