@@ -165,6 +165,10 @@ def build_request(options: GenerationOptions, prompt_tokens: list[int], max_toke
                         method=options.draft_method)
     policy = None
     if options.acceptance == "cascade":
+        if options.draft_method != DEFAULT_DRAFT_METHOD:
+            raise RequestInvalid("Invalid value for 'acceptance': a speculative cascade decides "
+                                 "on the drafter model's distribution, so it needs "
+                                 f"draft_method '{DEFAULT_DRAFT_METHOD}'.", "acceptance")
         policy = AcceptancePolicy(AcceptanceRule(options.cascade_rule), options.cascade_alpha)
     return GenerationRequest(list(prompt_tokens), sampling, draft, policy)
 

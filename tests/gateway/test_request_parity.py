@@ -30,6 +30,7 @@ BAD = [
     {"max_tokens": 5, "acceptance": "fast"},
     {"max_tokens": 5, "acceptance": "cascade", "cascade_rule": "best"},
     {"max_tokens": 5, "acceptance": "cascade", "cascade_alpha": 1.5},
+    {"max_tokens": 5, "acceptance": "cascade", "draft_method": "ngram"},
 ]
 PROMPT = "Hello world " * 6
 
