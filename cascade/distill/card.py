@@ -53,3 +53,42 @@ def write_card(folder: Path, report: PairReport, command: str, notes: str) -> Pa
     path = folder / "README.md"
     path.write_text("\n".join(lines))
     return path
+
+
+def write_feature_card(folder: Path, report: PairReport | None, command: str, notes: str
+                       ) -> Path:
+    """The card of a feature drafter: recipe, the held-out curve its exports recorded, and the
+    pair measured with the real loop (when given)."""
+    history = json.loads((folder / "distill_history.json").read_text())
+    curve = [h for h in history["history"] if "held_out_acceptance_k4" in h]
+    lines = [
+        f"# {folder.name}", "",
+        "A feature drafter (EAGLE-3 style: one decoder layer on the target's hidden states) for "
+        "SmolLM2-135M-Instruct, made by `cascade distill --kind feature`. The folder holds the "
+        "drafter's own weights; the embedding and head are read from the target's folder "
+        "(`--target-model` on the drafter pod).", "",
+        "## How it was made", "", "```", command, "```", "", notes, "",
+        "| setting | value |", "|---|---|",
+        *[f"| {k} | {v} |" for k, v in history["config"].items()],
+        "", "## Held-out curve (greedy acceptance at k = 4, replayed exactly on held-out "
+        "greedy answers at each export)", "",
+        "| minutes of training | optimiser steps | acceptance@4 | mean accepted length |",
+        "|---|---|---|---|",
+        *[f"| {h['elapsed_s'] / 60:.0f} | {h['steps']} | {h['held_out_acceptance_k4']:.3f} | "
+          f"{h['mean_accepted_length']:.2f} |" for h in curve],
+    ]
+    if report is not None:
+        lines += [
+            "", "## Measured with the real loop (greedy, k = 4, held-out prompts, float32)", "",
+            "| metric | value |", "|---|---|",
+            f"| acceptance | {report.acceptance:.3f} |",
+            f"| mean accepted length | {report.mean_accepted_length:.2f} |",
+            f"| drafter ms/token | {report.drafter_ms:.2f} |",
+            f"| cost ratio (drafter / target) | {report.cost_ratio:.3f} |",
+            f"| ideal speedup | {report.ideal_speedup:.2f}x |",
+            f"| in-process speedup | {report.speedup:.2f}x |",
+        ]
+    lines += ["", "Licence: derived from SmolLM2-135M-Instruct (Apache-2.0).", ""]
+    path = folder / "README.md"
+    path.write_text("\n".join(lines))
+    return path
