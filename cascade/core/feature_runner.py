@@ -71,8 +71,6 @@ class FeatureRunner:
 
     @classmethod
     def load(cls, folder: Path, target: Path) -> FeatureRunner:
-        from safetensors.torch import load_file
-
         folder, target = Path(folder), Path(target)
         config = load_config(json.loads((folder / "config.json").read_text()))
         vocab_map = VocabMap.load(folder)
@@ -80,11 +78,7 @@ class FeatureRunner:
             raise FileNotFoundError(f"{folder} has no {VOCAB_MAP_FILE}")
         embed, head = _target_embedding(target)
         drafter = FeatureDrafter(config, embed, head, vocab_map.to_target)
-        weights = {k: v.float() for k, v in load_file(folder / "model.safetensors").items()}
-        missing, unexpected = drafter.load_state_dict(weights, strict=False)
-        if unexpected or set(missing) - {"vocab_ids"}:
-            raise ValueError(f"{folder} is not a feature drafter this code can load: missing "
-                             f"{missing}, unexpected {unexpected}")
+        load_weights(drafter, folder)
         target_config = json.loads((target / "config.json").read_text())
         max_length = target_config.get("max_position_embeddings") or target_config["n_positions"]
         return cls(drafter, vocab_map, int(max_length))
@@ -173,6 +167,17 @@ class FeatureCache:
         local = self.runner.drafter.head(self.outputs[-1:])  # [1, V']
         return ForwardOutput(self.runner.vocab_map.expand(torch.cat(
             [local, local.new_full((1, 1), float("-inf"))], -1)))
+
+
+def load_weights(drafter: FeatureDrafter, folder: Path) -> None:
+    """The folder's own weights into ``drafter`` (the embedding and head are the target's)."""
+    from safetensors.torch import load_file
+
+    weights = {k: v.float() for k, v in load_file(folder / "model.safetensors").items()}
+    missing, unexpected = drafter.load_state_dict(weights, strict=False)
+    if unexpected or set(missing) - {"vocab_ids"}:
+        raise ValueError(f"{folder} is not a feature drafter this code can load: missing "
+                         f"{missing}, unexpected {unexpected}")
 
 
 def write_feature_drafter(drafter: FeatureDrafter, vocab_map: VocabMap, out: Path,

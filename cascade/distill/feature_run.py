@@ -19,10 +19,9 @@ from pathlib import Path
 
 import torch
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-from safetensors.torch import load_file
 
 from cascade.core.feature_drafter import FeatureDrafter, FeatureDrafterConfig
-from cascade.core.feature_runner import write_feature_drafter
+from cascade.core.feature_runner import load_weights, write_feature_drafter
 from cascade.core.runner import VocabMap
 from cascade.distill.feature_data import FeatureSequence, annotate, answer_prompts, text_windows
 from cascade.distill.feature_train import greedy_acceptance, make_batch, ttt_loss
@@ -171,14 +170,6 @@ def build_drafter(target, vocab: list[int], seed: int) -> tuple[FeatureDrafter, 
     if final_norm is not None:  # an RMSNorm like ours (Llama family): start from the target's
         drafter.norm.weight.data.copy_(final_norm.weight.float())
     return drafter, vocab_map
-
-
-def load_weights(drafter: FeatureDrafter, folder: Path) -> None:
-    weights = {k: v.float() for k, v in load_file(folder / "model.safetensors").items()}
-    missing, unexpected = drafter.load_state_dict(weights, strict=False)
-    if unexpected or set(missing) - {"vocab_ids"}:
-        raise ValueError(f"{folder} does not fit this target: missing {missing}, "
-                         f"unexpected {unexpected}")
 
 
 def save_checkpoint(d: FeatureDistiller, folder: Path) -> None:
