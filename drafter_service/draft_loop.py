@@ -83,7 +83,7 @@ class DraftLoop:
                   ) -> AsyncIterator[common_pb2.Round]:
         call = verifier_pb2_grpc.VerifierStub(channel).Verify(timeout=timeout)
         try:
-            await call.write(self._open_message())
+            await _send(call, self._open_message())
             if self.proposer.wants_target_features:  # the context's features come first
                 for _ in range(num_open_replies(len(self.committed))):
                     await self._read(call)
@@ -91,7 +91,7 @@ class DraftLoop:
             while True:
                 block = await self._draft(round_number)
                 sent = time.perf_counter()
-                await call.write(verifier_pb2.VerifyRequest(block=block))
+                await _send(call, verifier_pb2.VerifyRequest(block=block))
                 verdict = await self._read(call)
                 self.committed.extend(verdict.tokens)
                 yield round_from_verdict(verdict, len(block.tokens), block.draft_us,
@@ -102,3 +102,14 @@ class DraftLoop:
             await call.done_writing()
         finally:
             call.cancel()
+
+
+async def _send(call, message: verifier_pb2.VerifyRequest) -> None:
+    """Write to the verifier; if it has already ended the stream, raise its status (such as
+    RESOURCE_EXHAUSTED when it had no memory for the session), not a write error."""
+    try:
+        await call.write(message)
+    except asyncio.InvalidStateError:
+        code = await call.code()
+        raise grpc.aio.AioRpcError(code, grpc.aio.Metadata(), await call.trailing_metadata(),
+                                   details=await call.details()) from None

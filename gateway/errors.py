@@ -15,12 +15,12 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cascade.protocol.requests import describe_validation_error
-from gateway.generation import GenerationFailed, Overloaded
+from gateway.generation import AtCapacity, GenerationFailed, Overloaded
 
 log = logging.getLogger(__name__)
 
 DEFAULT_RETRY_AFTER_S = 1
-"""Retry-After sent with 503 when the orchestrator gives no better hint."""
+"""Retry-After sent with 503 and 429 when the orchestrator gives no better hint."""
 
 
 class APIError(Exception):
@@ -68,6 +68,10 @@ def as_api_error(exc: BaseException) -> APIError:
     """Maps any exception to what the client sees; unexpected ones hide their details."""
     if isinstance(exc, APIError):
         return exc
+    if isinstance(exc, AtCapacity):
+        return APIError(429, str(exc) or "The verifiers are at capacity; please retry later.",
+                        type="server_error", code="at_capacity",
+                        headers={"Retry-After": str(DEFAULT_RETRY_AFTER_S)})
     if isinstance(exc, Overloaded):
         retry_after = getattr(exc, "retry_after", None) or DEFAULT_RETRY_AFTER_S
         return APIError(
@@ -110,5 +114,5 @@ def install_error_handlers(app: FastAPI) -> None:
     """Routes every error the HTTP layer raises to an OpenAI-shaped response."""
     app.add_exception_handler(RequestValidationError, _validation_handler)
     app.add_exception_handler(StarletteHTTPException, _http_exception_handler)
-    for exc_type in (APIError, Overloaded, GenerationFailed):
+    for exc_type in (APIError, AtCapacity, Overloaded, GenerationFailed):
         app.add_exception_handler(exc_type, _api_error_handler)

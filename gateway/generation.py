@@ -8,13 +8,20 @@ from typing import Protocol
 
 from cascade.protocol.requests import GenerationRequest
 from cascade.protocol.settings import FinishReason
+from cascade.serving.errors import Overloaded as ResourceExhausted
 from cascade.serving.errors import Unavailable
 
-__all__ = ["GeneratedChunk", "GenerationFailed", "GenerationRequest", "Generator", "Overloaded"]
+__all__ = ["AtCapacity", "GeneratedChunk", "GenerationFailed", "GenerationRequest", "Generator",
+           "Overloaded"]
 
 
 class Overloaded(Unavailable):
     """No drafter or verifier can take the session now (HTTP 503, gRPC UNAVAILABLE)."""
+
+
+class AtCapacity(ResourceExhausted):
+    """Every verifier's KV memory is taken (HTTP 429 with Retry-After, gRPC
+    RESOURCE_EXHAUSTED): the request may succeed later, unchanged."""
 
 
 class GenerationFailed(RuntimeError):

@@ -34,7 +34,7 @@ from cascade.serving.channels import ChannelPool
 from cascade.serving.registry import least_loaded
 from cascade.serving.telemetry import start_span, tracer
 from cascade.v1 import drafter_pb2, drafter_pb2_grpc, verifier_pb2, verifier_pb2_grpc
-from gateway.generation import GeneratedChunk, GenerationFailed, Overloaded
+from gateway.generation import AtCapacity, GeneratedChunk, GenerationFailed, Overloaded
 from gateway.session_store import SessionRecord, SessionStore
 
 log = logging.getLogger(__name__)
@@ -168,13 +168,28 @@ class Orchestrator:
         return stub.RunSession(run, timeout=timeout)
 
     async def _recover(self, request, job: _Assignment, exc: Exception, attempt: int) -> None:
+        """Move the session after a retryable failure; a full verifier (RESOURCE_EXHAUSTED)
+        sends it to another one, and when none has room the client hears 429."""
         code = exc.code() if isinstance(exc, grpc.aio.AioRpcError) else grpc.StatusCode.UNAVAILABLE
         log.warning("session %s attempt %d failed: %s", job.record.session_id, attempt, exc)
-        if code not in RETRYABLE or attempt == self.settings.max_attempts:
+        full = code is grpc.StatusCode.RESOURCE_EXHAUSTED
+        if (code not in RETRYABLE and not full) or attempt == self.settings.max_attempts:
             await self._give_up(job)
+            if full:
+                raise AtCapacity(exc.details()) from exc
             raise GenerationFailed(f"session {job.record.session_id} failed: {code.name}") from exc
-        dead = {a for a in (job.drafter, job.verifier) if a and not await self._is_serving(a)}
-        job.drafter, job.verifier = await self._pick(request, dead)
+        if full:
+            exclude = {job.verifier}
+        else:
+            exclude = {a for a in (job.drafter, job.verifier)
+                       if a and not await self._is_serving(a)}
+        try:
+            job.drafter, job.verifier = await self._pick(request, exclude)
+        except Overloaded:
+            await self._give_up(job)
+            if full:
+                raise AtCapacity(exc.details()) from exc
+            raise
         job.epoch = await self.store.reassign(
             job.record.session_id, job.epoch, job.drafter or "", job.verifier)
 

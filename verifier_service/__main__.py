@@ -1,10 +1,41 @@
-"""python -m verifier_service --model DIR [--port 50051] [--redis-url redis://...]"""
+"""python -m verifier_service --model DIR [--port 50051] [--redis-url redis://...]
+[--kv-tokens N] [--max-batch-tokens N] [--max-wait-ms MS] [--no-batching]"""
 
-from cascade.pod.cli import model_server_cli
+import typer
+
+from cascade.pod.cli import model_server_cli, option
+from verifier_service.scheduler import VerifierSettings
 from verifier_service.server import build_verifier
 
-cli = model_server_cli("verifier", 50051, "Serve the target model: verify draft blocks, or "
-                       "decode alone (k = 0).", build_verifier)
+_DEFAULTS = VerifierSettings()
+OPTIONS = (
+    option("kv_tokens", int, typer.Option(
+        0, help="KV budget in tokens shared by all sessions (0: 40 % of the memory available "
+        "at start-up, at most 64 full-length sequences).")),
+    option("max_batch_tokens", int, typer.Option(
+        _DEFAULTS.max_batch_tokens, help="Most tokens one engine step feeds.")),
+    option("max_wait_ms", float, typer.Option(
+        _DEFAULTS.max_wait_ms, help="How long a free model thread waits for more blocks "
+        "before stepping a partial batch.")),
+    option("batching", bool, typer.Option(
+        True, help="Verify blocks from many sessions in one pass (--no-batching: one block "
+        "per pass).")),
+    option("admission_wait_s", float, typer.Option(
+        _DEFAULTS.admission_wait_s, help="How long a session waits for KV memory before "
+        "RESOURCE_EXHAUSTED.")),
+)
+
+
+def build(runner, host, port, grace_s, *, kv_tokens, max_batch_tokens, max_wait_ms, batching,
+          admission_wait_s):
+    settings = VerifierSettings(kv_tokens or None, admission_wait_s, max_batch_tokens,
+                                max_wait_ms, batching)
+    return build_verifier(runner, host, port, grace_s, settings)
+
+
+cli = model_server_cli("verifier", 50051, "Serve the target model: verify draft blocks from "
+                       "many sessions in batched passes, or decode alone (k = 0).", build,
+                       OPTIONS)
 
 if __name__ == "__main__":
     cli()

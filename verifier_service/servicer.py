@@ -17,7 +17,7 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
         try:
             async for request in request_iterator:
                 if request.HasField("open"):
-                    session = self.sessions.open(request.open)
+                    session = await self.sessions.open(request.open)
                     if session.sequence.feature_layers:
                         for reply in await self.sessions.open_replies(session):
                             yield reply
@@ -27,11 +27,11 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
                     yield await self.sessions.verify(session, request.block)
         finally:
             if session is not None:
-                self.sessions.close(session)
+                await self.sessions.close(session)
 
     async def Decode(self, request, context):
         """Target-only generation: rounds with no drafted tokens until the session finishes."""
-        session = self.sessions.open(request.session)
+        session = await self.sessions.open(request.session)
         try:
             round_number = 0
             while not session.sequence.is_finished:
@@ -45,4 +45,4 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
                 yield round_from_verdict(verdict, num_drafted=0, draft_us=0, round_us=0)
                 round_number += 1
         finally:
-            self.sessions.close(session)
+            await self.sessions.close(session)

@@ -1,5 +1,10 @@
 """The verifier's open sessions: epochs, rounds, and each session's SequenceVerifier.
 
+Admission: a session's KV memory (prompt plus max_new_tokens) is reserved when it opens; when the
+engine's budget has no room, the open waits up to ``admission_wait_s`` for closing sessions to make
+some, then fails with RESOURCE_EXHAUSTED (``Overloaded``), which the gateway turns into HTTP 429.
+Blocks go through the ``StepScheduler``, which batches them across sessions.
+
 Fencing: the highest epoch seen per session wins. A block whose epoch or base_len does not match
 is answered with a stale verdict and changes nothing; a block repeated with the round just
 verified gets the same verdict again (idempotent on (session_id, epoch, round)).
@@ -13,14 +18,16 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 
 from cascade.core.blocks import Draft, RoundOutcome
+from cascade.core.engine import KVBudgetExhausted, VerifyEngine
 from cascade.core.runner import ModelRunner
 from cascade.core.verification import SequenceVerifier
 from cascade.pod.messages import context_feature_chunks, draft_from_pb, verdict_to_pb
 from cascade.protocol.wire import acceptance_from_pb, sampling_from_pb
 from cascade.serving import metrics
-from cascade.serving.errors import StaleEpoch
+from cascade.serving.errors import Overloaded, StaleEpoch
 from cascade.serving.telemetry import current_context, start_span
 from cascade.v1 import verifier_pb2
+from verifier_service.scheduler import StepScheduler, VerifierSettings
 
 
 @dataclass
@@ -37,49 +44,88 @@ class OpenSession:
 
 
 class SessionTable:
-    def __init__(self, runner: ModelRunner, executor: Executor) -> None:
+    def __init__(self, runner: ModelRunner, executor: Executor,
+                 settings: VerifierSettings | None = None) -> None:
         self.runner = runner
-        self.executor = executor
+        self.settings = settings or VerifierSettings()
+        self.engine = VerifyEngine(runner, self.settings.kv_tokens)
+        self.scheduler = StepScheduler(self.engine, executor, self.settings)
         self.sessions: dict[str, OpenSession] = {}
         self.highest_epoch: dict[str, int] = {}
+        self._freed = asyncio.Condition()
 
     @property
     def num_active(self) -> int:
         return len(self.sessions)
 
-    def open(self, msg: verifier_pb2.SessionOpen) -> OpenSession:
+    async def open(self, msg: verifier_pb2.SessionOpen) -> OpenSession:
         if not msg.session_id:
             raise ValueError("session_id must not be empty")
-        seen = self.highest_epoch.get(msg.session_id, 0)
-        if msg.epoch < seen:
-            raise StaleEpoch(f"session {msg.session_id}: epoch {msg.epoch} < current {seen}")
+        self._check_epoch(msg.session_id, msg.epoch)
         params = sampling_from_pb(msg.sampling)
         policy = acceptance_from_pb(msg.acceptance, params)
-        sequence = SequenceVerifier(self.runner, list(msg.context_tokens), params, msg.prompt_len,
-                                    policy)
+        sequence = await self._admit(lambda: SequenceVerifier(
+            self.runner, list(msg.context_tokens), params, msg.prompt_len, policy, self.engine))
+        try:
+            self._check_epoch(msg.session_id, msg.epoch)  # a newer owner may have come meanwhile
+        except StaleEpoch:
+            sequence.close()
+            raise
         sequence.feature_layers = tuple(msg.feature_layers)
         session = OpenSession(msg.session_id, msg.epoch, sequence, trace_context=current_context())
         self.highest_epoch[msg.session_id] = msg.epoch
         self.sessions[msg.session_id] = session
-        metrics.VERIFIER_SESSIONS.set(len(self.sessions))
+        self._observe_memory()
         return session
+
+    def _check_epoch(self, session_id: str, epoch: int) -> None:
+        seen = self.highest_epoch.get(session_id, 0)
+        if epoch < seen:
+            raise StaleEpoch(f"session {session_id}: epoch {epoch} < current {seen}")
+
+    async def _admit(self, build) -> SequenceVerifier:
+        """``build()`` once KV memory allows, waiting up to admission_wait_s for it."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.admission_wait_s
+        metrics.REQUESTS_WAITING.inc()
+        try:
+            while True:
+                try:
+                    return build()
+                except KVBudgetExhausted as exc:
+                    remaining = deadline - loop.time()
+                    if remaining <= 0 or exc.never_fits or not self.sessions:
+                        raise Overloaded(f"{exc}; retry later or on another verifier") from exc
+                    async with self._freed:
+                        try:
+                            await asyncio.wait_for(self._freed.wait(), remaining)
+                        except TimeoutError:
+                            pass
+        finally:
+            metrics.REQUESTS_WAITING.dec()
+
+    def _observe_memory(self) -> None:
+        metrics.VERIFIER_SESSIONS.set(len(self.sessions))
+        metrics.KV_CACHE_USAGE.set(self.engine.store.usage)
 
     async def open_replies(self, session: OpenSession) -> list[verifier_pb2.Verdict]:
         """For a session that asked for features: the context's features (prefilled on the
         model thread), in verdicts that commit nothing."""
-        loop = asyncio.get_running_loop()
         sequence = session.sequence
-        features = await loop.run_in_executor(self.executor, sequence.prefill_features)
+        features = await self.scheduler.submit(sequence, None)
         nothing = RoundOutcome(0, [], len(sequence.committed))
         return [verdict_to_pb(nothing, 0, chunk, session_id=session.session_id,
                               epoch=session.epoch)
                 for chunk in context_feature_chunks(features, len(sequence.committed))]
 
-    def close(self, session: OpenSession) -> None:
-        """Drop the KV cache when its stream ends (unless a newer epoch replaced it)."""
+    async def close(self, session: OpenSession) -> None:
+        """Give the session's KV memory back when its stream ends, and wake waiting opens."""
+        session.sequence.close()
         if self.sessions.get(session.session_id) is session:
             del self.sessions[session.session_id]
-            metrics.VERIFIER_SESSIONS.set(len(self.sessions))
+        self._observe_memory()
+        async with self._freed:
+            self._freed.notify_all()
 
     def _is_stale(self, session: OpenSession, block: verifier_pb2.DraftBlock) -> bool:
         current = self.highest_epoch.get(session.session_id, 0)
@@ -110,15 +156,10 @@ class SessionTable:
 
     async def _run_model(self, session: OpenSession, draft: Draft
                          ) -> tuple[RoundOutcome, float]:
-        """Verify on the model thread; the queue depth counts blocks waiting for or in it."""
-        metrics.VERIFIER_QUEUE_DEPTH.inc()
-        try:
-            started = time.perf_counter()
-            loop = asyncio.get_running_loop()
-            outcome = await loop.run_in_executor(self.executor, session.sequence.verify, draft)
-            return outcome, time.perf_counter() - started
-        finally:
-            metrics.VERIFIER_QUEUE_DEPTH.dec()
+        """Verify in the scheduler's next engine step (batched with other sessions' blocks)."""
+        started = time.perf_counter()
+        outcome = await self.scheduler.submit(session.sequence, draft)
+        return outcome, time.perf_counter() - started
 
     def _stale(self, session: OpenSession, block: verifier_pb2.DraftBlock) -> verifier_pb2.Verdict:
         return verifier_pb2.Verdict(

@@ -63,16 +63,19 @@ def speculative_rounds(
     if proposer is not None and proposer.wants_target_features:
         verifier.feature_layers = proposer.feature_layers
         _pass_features(proposer, verifier.prefill_features())
-    while not verifier.is_finished:
-        started = time.perf_counter()
-        budget = config.budget(params, len(verifier.generated))
-        draft = proposer.propose(verifier.committed, budget) if proposer else Draft([])
-        drafted = time.perf_counter()
-        outcome = verifier.verify(draft)
-        timing.draft_s += drafted - started
-        timing.verify_s += time.perf_counter() - drafted
-        _pass_features(proposer, verifier.last_features)
-        yield draft, outcome, verifier
+    try:
+        while not verifier.is_finished:
+            started = time.perf_counter()
+            budget = config.budget(params, len(verifier.generated))
+            draft = proposer.propose(verifier.committed, budget) if proposer else Draft([])
+            drafted = time.perf_counter()
+            outcome = verifier.verify(draft)
+            timing.draft_s += drafted - started
+            timing.verify_s += time.perf_counter() - drafted
+            _pass_features(proposer, verifier.last_features)
+            yield draft, outcome, verifier
+    finally:
+        verifier.close()
 
 
 def _pass_features(proposer: Proposer | None, features: TargetFeatures | None) -> None:

@@ -1,18 +1,24 @@
 """Verification: the target model scores a draft in one pass and keeps what the policy allows.
 
-A ``SequenceVerifier`` owns the committed tokens of one generation (prompt included) and the
-target's KV cache for them. ``verify`` feeds the last committed token plus the k drafted tokens,
-gets the k+1 target distributions, applies the session's acceptance policy with its per-position
-random numbers, and commits the accepted tokens plus one recovered or bonus token. A draft with no
-tokens is plain target decoding (k = 0).
+A ``SequenceVerifier`` owns the committed tokens of one generation (prompt included) and its
+region of the engine's KV store (``cascade.core.engine``). A round feeds the last committed token
+plus the k drafted tokens, gets the k+1 target distributions, applies the session's acceptance
+policy with its per-position random numbers, and commits the accepted tokens plus one recovered or
+bonus token. A draft with no tokens is plain target decoding (k = 0).
+
+The forward pass is the engine's, shared with other sequences: ``plan`` says what this sequence
+feeds, ``conclude`` applies the policy and limits to its rows. ``verify`` is a step of one item.
 """
 
 from __future__ import annotations
+
+import weakref
 
 import torch
 
 from cascade.core.acceptance import AcceptanceInput, AcceptResult, accept
 from cascade.core.blocks import Draft, RoundOutcome, TargetFeatures
+from cascade.core.engine import Pass, VerifyEngine, engine_for
 from cascade.core.runner import ForwardOutput, ModelRunner
 from cascade.core.sampling import STREAM_ACCEPT, STREAM_SAMPLE, position_uniforms, sparse_to_dense
 from cascade.protocol.settings import (
@@ -38,10 +44,13 @@ class SequenceVerifier:
         params: SamplingParams,
         prompt_len: int | None = None,
         policy: AcceptancePolicy | None = None,
+        engine: VerifyEngine | None = None,
     ) -> None:
         """``context`` is the prompt followed by any tokens already committed (a moved session
         resumes this way); ``prompt_len`` says where the prompt ends (default: all of it);
-        ``policy`` defaults to the one for the temperature."""
+        ``policy`` defaults to the one for the temperature; ``engine`` to the runner's own.
+        Reserves KV memory for prompt plus max_new_tokens (``KVBudgetExhausted`` when it
+        does not fit); ``close`` gives it back (so does garbage collection)."""
         prompt_len = len(context) if prompt_len is None else prompt_len
         if not 0 < prompt_len <= len(context):
             raise ValueError(f"prompt_len must be in [1, {len(context)}], got {prompt_len}")
@@ -59,7 +68,9 @@ class SequenceVerifier:
         self.params = params
         self.prompt_len = prompt_len
         self.committed: list[int] = list(context)
-        self.cache = runner.new_cache()
+        self.engine = engine or engine_for(runner)
+        self.cache = self.engine.admit(prompt_len + params.max_new_tokens)
+        self._release = weakref.finalize(self, self.cache.release)
         self.finish_reason: FinishReason | None = None
         self.stats = SpecStats()
         self.last_forward: ForwardOutput | None = None
@@ -81,15 +92,48 @@ class SequenceVerifier:
         context, so every such position does too)."""
         return self.params.max_drafts_after(len(self.generated))
 
+    def close(self) -> None:
+        """Give the KV region back (idempotent)."""
+        self._release()
+
     def verify(self, draft: Draft) -> RoundOutcome:
         """Score ``draft`` after the committed tokens and commit what the policy keeps."""
+        return _unwrap(self.engine.step([(self, draft)])[0])
+
+    def prefill_features(self) -> TargetFeatures | None:
+        """Feed the context but its last token and return their features (positions 0 ..
+        len - 2): a feature drafter drafts its first block from them."""
+        return _unwrap(self.engine.step([(self, None)])[0])
+
+    def pending_tokens(self, draft: Draft | None) -> int:
+        """About how many tokens this sequence's next row feeds (for batch budgets)."""
+        if draft is None:
+            return max(len(self.committed) - 1, 1)
+        cached = len(self.cache.tokens)
+        return max(len(self.committed) - cached, 1) + draft.num_tokens
+
+    def plan(self, draft: Draft | None) -> Pass | None:
+        """This sequence's row of an engine step (None: nothing to feed). Raises InvalidDraft."""
+        if draft is None:
+            if not self.feature_layers or len(self.committed) < 2:
+                return None
+            return Pass(self.cache, self.committed[:-1], 1, self.feature_layers, num_hidden=0)
         if self.is_finished:
             raise InvalidDraft(f"generation already finished ({self.finish_reason.value})")
         self._check(draft)
+        return Pass(self.cache, self.committed + draft.tokens, draft.num_tokens + 1,
+                    self.feature_layers)
+
+    def conclude(self, draft: Draft | None, output: ForwardOutput | None):
+        """Apply the policy and limits to this sequence's rows of the step's output."""
+        if draft is None:
+            if output is None:
+                return None
+            self.last_forward = output
+            return self._features(0, len(self.committed) - 1)
         k = draft.num_tokens
-        self.last_forward = self.cache.forward_to(self.committed + draft.tokens, k + 1,
-                                                  self.feature_layers)
-        result = self._accept(draft, self.last_forward.logits)
+        self.last_forward = output
+        result = self._accept(draft, output.logits)
         num_accepted, next_token = int(result.num_accepted), int(result.next_token)
         deferred = 0 if result.num_deferred is None else int(result.num_deferred)
         self.last_features = self._features(len(self.committed) - 1, num_accepted + 1)
@@ -98,15 +142,6 @@ class SequenceVerifier:
         self.stats.observe(k, num_accepted, len(emitted), deferred)
         return RoundOutcome(num_accepted, emitted, len(self.committed), self.finish_reason,
                             deferred)
-
-    def prefill_features(self) -> TargetFeatures | None:
-        """Feed the context but its last token and return their features (positions 0 ..
-        len - 2): a feature drafter drafts its first block from them."""
-        if not self.feature_layers or len(self.committed) < 2:
-            return None
-        self.last_forward = self.cache.forward_to(self.committed[:-1], 1, self.feature_layers,
-                                                  num_hidden=0)
-        return self._features(0, len(self.committed) - 1)
 
     def _features(self, start: int, count: int) -> TargetFeatures | None:
         """The first ``count`` rows of the last pass's features, for positions from ``start``."""
@@ -158,6 +193,12 @@ class SequenceVerifier:
             emitted = emitted[:remaining]
             self.finish_reason = self.finish_reason or FinishReason.LENGTH
         return emitted
+
+
+def _unwrap(result):
+    if isinstance(result, Exception):
+        raise result
+    return result
 
 
 def _check_proposal(draft: Draft, vocab: int) -> None:

@@ -4,6 +4,7 @@ default port and how the service is built around the loaded model)."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Callable
 
 import typer
@@ -16,12 +17,19 @@ from cascade.serving.process import serve_forever
 from cascade.serving.telemetry import setup_telemetry
 
 
+def option(name: str, annotation: type, default) -> inspect.Parameter:
+    """A role's own command-line option (``default`` is a ``typer.Option``)."""
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                             annotation=annotation)
+
+
 def model_server_cli(role: str, default_port: int, summary: str,
-                     build: Callable[[ModelRunner, str, int, float], tuple]) -> typer.Typer:
-    """``build(runner, host, port, grace_s)`` returns (GrpcService, object with num_active)."""
+                     build: Callable[..., tuple],
+                     options: tuple[inspect.Parameter, ...] = ()) -> typer.Typer:
+    """``build(runner, host, port, grace_s, **role_options)`` returns (GrpcService, object with
+    num_active); ``options`` are the role's own flags, passed to ``build`` by name."""
     cli = typer.Typer(add_completion=False)
 
-    @cli.command(help=summary)
     def main(
         model: str = typer.Option(..., help=f"The {role}'s model: a local folder or a hub name."),
         dtype: str = typer.Option("float32", help="float32, bfloat16 or float16."),
@@ -35,12 +43,17 @@ def model_server_cli(role: str, default_port: int, summary: str,
         metrics_port: int = typer.Option(0, help="Serve Prometheus /metrics here (0: off)."),
         target_model: str = typer.Option(None, help="When --model is a feature drafter: the "
                                          "target's folder, whose embedding and head it shares."),
+        **role_options,
     ) -> None:
         setup_pod(threads)
         setup_telemetry(f"cascade-{role}")
         serve_metrics(metrics_port)
         runner = load_model(ModelSpec(model, dtype, device), target_model)
-        service, sessions = build(runner, host, port, grace_s)
+        service, sessions = build(runner, host, port, grace_s, **role_options)
         asyncio.run(serve_forever(service, role, redis_url, advertise, lambda: sessions.num_active))
 
+    signature = inspect.signature(main)
+    common = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    main.__signature__ = signature.replace(parameters=common + list(options))
+    cli.command(help=summary)(main)
     return cli

@@ -47,8 +47,16 @@ class SpecStatsCollector:
 
 REGISTRY.register(SpecStatsCollector(SPEC_STATS))
 VERIFIER_QUEUE_DEPTH = Gauge("cascade:verifier_queue_depth",
-                             "Blocks waiting for or in the verifier's target model.")
-VERIFIER_SESSIONS = Gauge("cascade:verifier_active_sessions", "Sessions open on the verifier.")
+                             "Blocks waiting for the verifier's next engine step.")
+VERIFIER_SESSIONS = Gauge("cascade:verifier_active_sessions",
+                          "Sessions open on the verifier, each holding KV memory (vLLM's "
+                          "num_requests_running).")
+REQUESTS_WAITING = Gauge("cascade:num_requests_waiting",
+                         "Sessions waiting for the verifier's KV memory to admit them.")
+KV_CACHE_USAGE = Gauge("cascade:kv_cache_usage_perc",
+                       "Share of the verifier's KV budget reserved by open sessions (0..1).")
+VERIFIER_BATCH_SIZE = Histogram("cascade:verifier_batch_size", "Items per engine step.",
+                                buckets=(1, 2, 4, 8, 16, 32, 64))
 VERIFY_SECONDS = Histogram("cascade:verify_seconds", "Target pass plus acceptance per block.",
                            buckets=LATENCY_BUCKETS)
 # Drafter.

@@ -43,10 +43,11 @@ async def _start_pod(service, role, client, load):
 
 
 @asynccontextmanager
-async def running_cluster(redis_url: str, target_dir: Path, target, drafter, name: str):
+async def running_cluster(redis_url: str, target_dir: Path, target, drafter, name: str,
+                          verifier_settings=None):
     client = redis.from_url(redis_url)
     await client.flushdb()
-    verifier, sessions = build_verifier(target, grace_s=1.0)
+    verifier, sessions = build_verifier(target, grace_s=1.0, settings=verifier_settings)
     draft_service, servicer = build_drafter(drafter, grace_s=1.0)
     await _start_pod(verifier, "verifier", client, lambda: sessions.num_active)
     await _start_pod(draft_service, "drafter", client, lambda: servicer.num_active)
@@ -60,8 +61,10 @@ async def running_cluster(redis_url: str, target_dir: Path, target, drafter, nam
     while not server.started:
         await asyncio.sleep(0.01)
     try:
-        yield Cluster(f"http://127.0.0.1:{port}", gateway_grpc.address, client, target,
-                      {"verifier": verifier, "drafter": draft_service})
+        cluster = Cluster(f"http://127.0.0.1:{port}", gateway_grpc.address, client, target,
+                          {"verifier": verifier, "drafter": draft_service})
+        cluster.verifier_sessions = sessions
+        yield cluster
     finally:
         server.should_exit = True
         await task

@@ -1,0 +1,157 @@
+"""The verification engine: one forward pass of the target verifies blocks from many sequences.
+
+``VerifyEngine.step(items)`` takes ``(sequence, draft)`` pairs from any number of sessions,
+ragged in cached length and in draft length, feeds them all in one packed pass
+(``cascade.core.packed``), then lets each ``SequenceVerifier`` apply its own acceptance policy
+and limits to its rows. An item whose draft is ``None`` asks for the sequence's context features
+instead (a feature drafter's first block). A bad item fails alone: its slot in the result holds
+the exception, the other rows are verified.
+
+Memory: every sequence the engine admits holds a region of the engine's ``KVStore`` for its whole
+life (``admit``); a sequence that does not fit raises ``KVBudgetExhausted``, which servers turn
+into RESOURCE_EXHAUSTED. ``engine_for(runner)`` is the engine the in-process loop uses (default
+budget), so the exactness tests run the same code as the verifier pod.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import NamedTuple
+
+import torch
+
+from cascade.core.kv_store import KVShape, KVStore, Region, default_budget
+from cascade.core.packed import Feed, enable, packed_forward
+from cascade.core.runner import ForwardOutput, ModelRunner, common_prefix_len
+
+
+class KVBudgetExhausted(Exception):
+    """No region of the KV store is large enough for a new sequence now (``never_fits``: not
+    even when the store is empty)."""
+
+    def __init__(self, message: str, never_fits: bool = False) -> None:
+        super().__init__(message)
+        self.never_fits = never_fits
+
+
+class Pass(NamedTuple):
+    """One row of a step: make ``cache`` hold ``tokens`` and return outputs of its tail."""
+
+    cache: RegionCache
+    tokens: list[int]
+    num_logits: int
+    hidden_layers: tuple[int, ...] = ()
+    num_hidden: int | None = None
+    """Positions (from the end) whose hidden states are returned; None = num_logits, 0 = all
+    positions fed."""
+
+
+class RegionCache:
+    """The KV entries of one sequence: ``tokens`` are exactly the positions its region holds."""
+
+    def __init__(self, engine: VerifyEngine, region: Region) -> None:
+        self.engine, self.region = engine, region
+        self.tokens: list[int] = []
+
+    def feed(self, tokens: list[int], num_logits: int) -> Feed:
+        """The row that makes the region hold ``tokens`` (rejected positions are forgotten by
+        shortening, nothing is copied); at least the last ``num_logits`` are fed again."""
+        if len(tokens) > self.region.size:
+            raise ValueError(f"{len(tokens)} tokens exceed the sequence's KV region "
+                             f"({self.region.size})")
+        reuse = min(common_prefix_len(self.tokens, tokens), len(tokens) - num_logits)
+        self.tokens = list(tokens)
+        return Feed(self.region, reuse, tokens[reuse:])
+
+    def release(self) -> None:
+        if self.region is not None:
+            self.engine.store.release(self.region)
+            self.region = None
+            self.tokens = []
+
+
+class VerifyEngine:
+    """The target, its KV store, and the batched pass over many sequences."""
+
+    def __init__(self, runner: ModelRunner, kv_tokens: int | None = None) -> None:
+        self.runner = runner
+        enable(runner.model)
+        shape = KVShape.of(runner.model)
+        capacity = kv_tokens or default_budget(shape, runner.max_length)
+        self.store = KVStore(shape, capacity, runner.device)
+        self.lock = threading.Lock()
+        """Held for a whole step: one model pass at a time."""
+
+    def admit(self, num_positions: int) -> RegionCache:
+        """A cache with room for ``num_positions`` positions, or KVBudgetExhausted."""
+        if num_positions > self.store.capacity:
+            raise KVBudgetExhausted(
+                f"prompt plus max_new_tokens ({num_positions} positions) exceed the verifier's "
+                f"whole KV budget ({self.store.capacity}); lower max_tokens", never_fits=True)
+        region = self.store.reserve(num_positions)
+        if region is None:
+            raise KVBudgetExhausted(
+                f"the verifier's KV budget cannot hold {num_positions} more positions now "
+                f"({self.store.reserved} of {self.store.capacity} reserved)")
+        return RegionCache(self, region)
+
+    def step(self, items: list) -> list:
+        """Verify ``(sequence, draft)`` pairs in one pass; see the module docstring."""
+        results: list = [None] * len(items)
+        passes, owners = [], []
+        for i, (sequence, draft) in enumerate(items):
+            try:
+                planned = sequence.plan(draft)
+                if planned is None:
+                    results[i] = sequence.conclude(draft, None)
+                else:
+                    passes.append(planned)
+                    owners.append(i)
+            except ValueError as exc:
+                results[i] = exc
+        if passes:
+            for i, output in zip(owners, self.run(passes)):
+                sequence, draft = items[i]
+                try:
+                    results[i] = sequence.conclude(draft, output)
+                except ValueError as exc:
+                    results[i] = exc
+        return results
+
+    def run(self, passes: list[Pass]) -> list[ForwardOutput]:
+        """One packed forward pass over every row."""
+        feeds = [p.cache.feed(p.tokens, p.num_logits) for p in passes]
+        keep, ends, end = [], [], 0
+        for p, f in zip(passes, feeds):
+            end += len(f.tokens)
+            keep.append(torch.arange(end - p.num_logits, end))
+            ends.append(end)
+        hidden = any(p.hidden_layers for p in passes)
+        vocab_map = self.runner.vocab_map
+        with self.lock:
+            logits, states = packed_forward(self.runner.model, self.store, feeds,
+                                            torch.cat(keep), hidden,
+                                            None if vocab_map is None else vocab_map.to_local)
+        logits, outputs, first_logit = logits.cpu(), [], 0
+        for p, f, stop in zip(passes, feeds, ends):
+            rows = logits[first_logit : first_logit + p.num_logits]
+            first_logit += p.num_logits
+            if vocab_map is not None:
+                rows = vocab_map.expand(rows)
+            num_hidden = p.num_logits if p.num_hidden is None else p.num_hidden
+            first = stop - (num_hidden or len(f.tokens))
+            hidden = tuple(states[layer][first:stop].cpu() for layer in p.hidden_layers)
+            outputs.append(ForwardOutput(rows, hidden))
+        return outputs
+
+
+_ENGINES_LOCK = threading.Lock()
+
+
+def engine_for(runner: ModelRunner) -> VerifyEngine:
+    """The runner's engine (created with the default budget on first use)."""
+    with _ENGINES_LOCK:
+        engine = getattr(runner, "verify_engine", None)
+        if engine is None:
+            engine = runner.verify_engine = VerifyEngine(runner)
+        return engine

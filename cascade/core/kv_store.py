@@ -1,0 +1,117 @@
+"""KV memory for many sequences: one preallocated store, one contiguous region per sequence.
+
+Layout: per layer, keys and values are ``[kv_heads, capacity, head_dim]``; a sequence owns the
+positions ``region.start .. region.start + region.size - 1`` of that middle axis, so its cached
+keys are a *view* of the store (no gather before attention) and forgetting rejected positions is
+only a shorter length (nothing is copied). A region is sized for the sequence's whole life
+(prompt plus ``max_new_tokens``) when the sequence is admitted, so a running sequence never runs
+out of memory and nothing has to be preempted; the price is that admission counts the worst
+case. Free space is a sorted list of holes, allocated first-fit and merged on release.
+
+The store is allocated with ``torch.empty``: the operating system commits pages only as
+sequences write them, so an idle verifier with a large budget stays small.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import threading
+from dataclasses import dataclass
+
+import torch
+
+DEFAULT_MEMORY_FRACTION = 0.4
+"""Share of the memory available at start-up that the default budget may use."""
+
+
+@dataclass(frozen=True)
+class Region:
+    start: int
+    size: int
+
+
+@dataclass(frozen=True)
+class KVShape:
+    """What one cached position holds, per layer."""
+
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    dtype: torch.dtype
+
+    @classmethod
+    def of(cls, model) -> KVShape:
+        c = model.config
+        heads = c.num_attention_heads
+        kv_heads = getattr(c, "num_key_value_heads", None) or heads
+        head_dim = getattr(c, "head_dim", None) or c.hidden_size // heads
+        return cls(c.num_hidden_layers, kv_heads, head_dim, next(model.parameters()).dtype)
+
+    @property
+    def bytes_per_token(self) -> int:
+        element = torch.empty((), dtype=self.dtype).element_size()
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * element
+
+
+def default_budget(shape: KVShape, max_length: int) -> int:
+    """Tokens the store holds by default: 64 full-length sequences, at most
+    ``DEFAULT_MEMORY_FRACTION`` of the memory available now."""
+    available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return max(max_length, min(64 * max_length,
+                                int(available * DEFAULT_MEMORY_FRACTION) // shape.bytes_per_token))
+
+
+class KVStore:
+    """Keys and values of every admitted sequence, and the allocator of their regions."""
+
+    def __init__(self, shape: KVShape, capacity: int, device: torch.device | str = "cpu") -> None:
+        if capacity < 1:
+            raise ValueError(f"KV budget must be at least one token, got {capacity}")
+        self.shape, self.capacity = shape, capacity
+        dims = (shape.num_layers, shape.num_kv_heads, capacity, shape.head_dim)
+        self.keys = torch.empty(dims, dtype=shape.dtype, device=device)
+        self.values = torch.empty(dims, dtype=shape.dtype, device=device)
+        self._holes: list[tuple[int, int]] = [(0, capacity)]  # (start, size), by start
+        self._lock = threading.Lock()
+        self.reserved = 0
+
+    @property
+    def usage(self) -> float:
+        """Reserved share of the store, 0..1."""
+        return self.reserved / self.capacity
+
+    def reserve(self, size: int) -> Region | None:
+        """A region of ``size`` positions, or None when no hole is large enough."""
+        if size < 1:
+            raise ValueError(f"a region needs at least one position, got {size}")
+        with self._lock:
+            for i, (start, hole) in enumerate(self._holes):
+                if hole >= size:
+                    if hole == size:
+                        del self._holes[i]
+                    else:
+                        self._holes[i] = (start + size, hole - size)
+                    self.reserved += size
+                    return Region(start, size)
+        return None
+
+    def release(self, region: Region) -> None:
+        with self._lock:
+            i = bisect.bisect(self._holes, (region.start, region.size))
+            self._holes.insert(i, (region.start, region.size))
+            self.reserved -= region.size
+            self._merge_around(i)
+
+    def _merge_around(self, i: int) -> None:
+        if i + 1 < len(self._holes) and sum(self._holes[i]) == self._holes[i + 1][0]:
+            self._holes[i] = (self._holes[i][0], self._holes[i][1] + self._holes[i + 1][1])
+            del self._holes[i + 1]
+        if i > 0 and sum(self._holes[i - 1]) == self._holes[i][0]:
+            self._holes[i - 1] = (self._holes[i - 1][0],
+                                  self._holes[i - 1][1] + self._holes[i][1])
+            del self._holes[i]
+
+    def largest_hole(self) -> int:
+        with self._lock:
+            return max((size for _, size in self._holes), default=0)

@@ -1,0 +1,94 @@
+"""The batched engine: one step over many sessions gives each session exactly what it gets
+alone, bad rows fail alone, and KV memory is reserved, bounded and given back."""
+
+import gc
+
+import pytest
+import torch
+
+from cascade.core.blocks import Draft
+from cascade.core.engine import KVBudgetExhausted, VerifyEngine
+from cascade.core.kv_store import KVShape, KVStore
+from cascade.core.loop import speculative_rounds
+from cascade.core.verification import InvalidDraft, SequenceVerifier
+from cascade.protocol.settings import (
+    AcceptancePolicy,
+    AcceptanceRule,
+    DraftConfig,
+    SamplingParams,
+)
+from models import random_prompts, tiny_gpt2, tiny_llama
+
+CASES = [  # (k, sampling, policy)
+    (4, SamplingParams(max_new_tokens=20), None),
+    (2, SamplingParams(temperature=0.8, top_k=20, seed=3, max_new_tokens=16), None),
+    (0, SamplingParams(max_new_tokens=12), None),
+    (3, SamplingParams(max_new_tokens=18), AcceptancePolicy(AcceptanceRule.CHOW, 0.3)),
+    (5, SamplingParams(temperature=1.0, top_p=0.9, seed=8, max_new_tokens=20), None),
+]
+
+
+def _alone(target, drafter, prompt, k, params, policy):
+    """Each round's draft and outcome when the session runs by itself."""
+    config = DraftConfig(num_draft_tokens=k, method="model")
+    return [(draft, outcome) for draft, outcome, _ in
+            speculative_rounds(target, prompt, params, drafter, config, policy=policy)]
+
+
+@pytest.mark.parametrize("make", [tiny_llama, tiny_gpt2])
+def test_a_mixed_batch_gives_every_session_what_it_gets_alone(make):
+    target, drafter = make(0), make(1, num_layers=1)
+    prompts = random_prompts(len(CASES), seed=4, min_len=2, max_len=30)
+    alone = [_alone(target, drafter, p, k, s, pol) for p, (k, s, pol) in zip(prompts, CASES)]
+    engine = VerifyEngine(target, kv_tokens=2048)
+    sequences = [SequenceVerifier(target, p, s, policy=pol or AcceptancePolicy.default_for(s),
+                                  engine=engine) for p, (_, s, pol) in zip(prompts, CASES)]
+    for round_number in range(max(len(rounds) for rounds in alone)):
+        live = [i for i, rounds in enumerate(alone) if round_number < len(rounds)]
+        results = engine.step([(sequences[i], alone[i][round_number][0]) for i in live])
+        for i, result in zip(live, results):
+            assert result == alone[i][round_number][1], f"session {i}, round {round_number}"
+    for sequence in sequences:
+        assert sequence.is_finished
+        sequence.close()
+    assert engine.store.reserved == 0
+
+
+def test_a_bad_row_fails_alone():
+    target = tiny_llama(0)
+    engine = VerifyEngine(target, kv_tokens=512)
+    good = SequenceVerifier(target, [1, 2, 3], SamplingParams(max_new_tokens=8), engine=engine)
+    bad = SequenceVerifier(target, [4, 5], SamplingParams(max_new_tokens=8), engine=engine)
+    results = engine.step([(bad, Draft([10**6])), (good, Draft([]))])
+    assert isinstance(results[0], InvalidDraft)
+    assert results[1].committed_len == 4 and len(good.committed) == 4
+    assert bad.committed == [4, 5]
+
+
+def test_admission_is_bounded_by_the_kv_budget_and_memory_comes_back():
+    target = tiny_llama(0)
+    engine = VerifyEngine(target, kv_tokens=100)
+    first = SequenceVerifier(target, [1] * 10, SamplingParams(max_new_tokens=40), engine=engine)
+    second = SequenceVerifier(target, [2] * 10, SamplingParams(max_new_tokens=40), engine=engine)
+    assert engine.store.usage == 1.0
+    with pytest.raises(KVBudgetExhausted, match="KV budget"):
+        SequenceVerifier(target, [3] * 5, SamplingParams(max_new_tokens=5), engine=engine)
+    first.close()
+    first.close()  # idempotent
+    third = SequenceVerifier(target, [3] * 5, SamplingParams(max_new_tokens=5), engine=engine)
+    assert third.verify(Draft([])).committed_len == 6
+    del second  # garbage collection gives the region back too
+    gc.collect()
+    assert engine.store.reserved == 10
+
+
+def test_the_store_allocates_first_fit_and_merges_holes():
+    shape = KVShape(num_layers=1, num_kv_heads=1, head_dim=2, dtype=torch.float32)
+    store = KVStore(shape, capacity=10)
+    a, b, c = store.reserve(3), store.reserve(3), store.reserve(4)
+    assert (a.start, b.start, c.start) == (0, 3, 6) and store.reserve(1) is None
+    store.release(a)
+    store.release(c)
+    assert store.largest_hole() == 4
+    store.release(b)  # the three holes merge back into one
+    assert store.largest_hole() == 10 and store.reserved == 0

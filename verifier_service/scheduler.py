@@ -1,0 +1,119 @@
+"""The verifier's scheduler: blocks from every session queue, the model thread takes them in
+batches.
+
+Whenever the model thread is free, the scheduler takes queued items in arrival order (FIFO: one
+priority class, so no session can starve) until the next one would push the batch past
+``max_batch_tokens`` (an item larger than that on its own, such as a long prompt's prefill, goes
+alone), optionally waiting ``max_wait_ms`` for more items to arrive while the batch is not full,
+and runs them as one engine step. With batching off every item is a step of its own, which is how
+the verifier worked before the engine (the benchmark's baseline).
+
+A caller that gives up (its stream was cancelled) leaves its item in the queue; the worker drops
+it unrun.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from concurrent.futures import Executor
+from dataclasses import dataclass
+
+from cascade.core.blocks import Draft
+from cascade.core.engine import VerifyEngine
+from cascade.core.verification import SequenceVerifier
+from cascade.serving import metrics
+
+
+@dataclass(frozen=True)
+class VerifierSettings:
+    kv_tokens: int | None = None
+    """KV budget in tokens (None: derived from the memory available at start-up)."""
+    admission_wait_s: float = 10.0
+    """How long a session that does not fit waits for memory before RESOURCE_EXHAUSTED."""
+    max_batch_tokens: int = 2048
+    """Most tokens one engine step feeds (prefills and drafted blocks together)."""
+    max_wait_ms: float = 0.0
+    """How long a free model thread waits for more items before stepping a partial batch."""
+    enabled: bool = True
+    """False: one item per step (no batching across sessions)."""
+
+    def __post_init__(self) -> None:
+        if self.max_batch_tokens < 1:
+            raise ValueError(f"max_batch_tokens must be >= 1, got {self.max_batch_tokens}")
+        if self.kv_tokens is not None and self.kv_tokens < 1:
+            raise ValueError(f"kv_tokens must be >= 1, got {self.kv_tokens}")
+        if self.admission_wait_s < 0:
+            raise ValueError(f"admission_wait_s must be >= 0, got {self.admission_wait_s}")
+        if self.max_wait_ms < 0:
+            raise ValueError(f"max_wait_ms must be >= 0, got {self.max_wait_ms}")
+
+
+@dataclass
+class _Item:
+    sequence: SequenceVerifier
+    draft: Draft | None
+    tokens: int
+    future: asyncio.Future
+
+
+class StepScheduler:
+    def __init__(self, engine: VerifyEngine, executor: Executor,
+                 settings: VerifierSettings | None = None) -> None:
+        self.engine, self.executor = engine, executor
+        self.settings = settings or VerifierSettings()
+        self.queue: deque[_Item] = deque()
+        self._arrived = asyncio.Event()
+        self._worker: asyncio.Task | None = None
+
+    async def submit(self, sequence: SequenceVerifier, draft: Draft | None):
+        """The engine's result for this item (raises the item's own error)."""
+        future = asyncio.get_running_loop().create_future()
+        self.queue.append(_Item(sequence, draft, sequence.pending_tokens(draft), future))
+        metrics.VERIFIER_QUEUE_DEPTH.inc()
+        self._arrived.set()
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.create_task(self._run())
+        result = await future
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self.queue:
+            if self.settings.max_wait_ms and self._queued_tokens() < self.settings.max_batch_tokens:
+                await asyncio.sleep(self.settings.max_wait_ms / 1000)
+            batch = self._take()
+            if not batch:
+                continue
+            metrics.VERIFIER_BATCH_SIZE.observe(len(batch))
+            try:
+                results = await loop.run_in_executor(
+                    self.executor, self.engine.step, [(i.sequence, i.draft) for i in batch])
+            except Exception as exc:  # noqa: BLE001 - a failed pass fails its items, not the loop
+                results = [exc] * len(batch)
+            for item, result in zip(batch, results):
+                if not item.future.done():
+                    item.future.set_result(result)
+
+    def _queued_tokens(self) -> int:
+        return sum(i.tokens for i in self.queue)
+
+    def _take(self) -> list[_Item]:
+        """The next batch, in arrival order, within the token budget."""
+        batch, tokens = [], 0
+        limit = self.settings.max_batch_tokens if self.settings.enabled else 0
+        while self.queue:
+            item = self.queue[0]
+            if item.future.done():  # its caller went away: drop it unrun
+                self.queue.popleft()
+                metrics.VERIFIER_QUEUE_DEPTH.dec()
+                continue
+            if batch and (tokens + item.tokens > limit
+                          or any(i.sequence is item.sequence for i in batch)):
+                break
+            batch.append(self.queue.popleft())
+            metrics.VERIFIER_QUEUE_DEPTH.dec()
+            tokens += item.tokens
+        return batch
