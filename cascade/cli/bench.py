@@ -45,3 +45,38 @@ def bench(target: Path = typer.Option(None, help="Target model folder (default: 
     show(rows, context, console)
     for path in save(rows, context, out):
         console.print(f"wrote {path}")
+
+
+def bench_load(target: Path = typer.Option(None, help="Target model folder (default: from "
+                                           "--pair)."),
+               drafter: Path = typer.Option(None, help="Drafter model folder (default: from "
+                                            "--pair)."),
+               pair: str = typer.Option("smollm2", help="Built-in pair when no folders are "
+                                        "given: smollm2 or tiny."),
+               k: int = typer.Option(4, "--k", min=1, max=32, help="Drafted tokens per round."),
+               sessions: list[int] = typer.Option([1, 2, 4, 8, 16, 32], "--sessions",
+                                                  help="Concurrent clients (repeat the flag)."),
+               max_tokens: int = typer.Option(32, min=1, help="Tokens per request."),
+               window_s: float = typer.Option(20.0, min=1, help="Seconds measured per point."),
+               soak_s: float = typer.Option(60.0, min=0, help="Seconds of the soak run with the "
+                                            "most sessions (batched speculative mode)."),
+               out: Path = typer.Option(Path("runs/bench-load"), help="Where load.json, "
+                                        "load.md and load.png go.")) -> None:
+    """The verifier under 1..32 concurrent streaming sessions: speculative unbatched,
+    speculative batched and target-only batched, side by side in one run."""
+    from cascade.bench.load import LoadConfig, run_load, save, table
+    from cascade.cli.options import pair_folders
+
+    target, drafter = pair_folders(target, drafter, pair)
+    config = LoadConfig(target, drafter, out, k, tuple(sessions), max_tokens, window_s, soak_s)
+
+    def progress(point) -> None:
+        row = point.row()
+        console.print(f"{row['mode']:<32} sessions {row['sessions']:>3}: "
+                      f"{row['tokens_per_s']:>7} tokens/s, ITL p50 {row['itl_p50_ms']} ms, "
+                      f"errors {row['errors']}")
+
+    result = run_load(config, progress)
+    console.print(table(result))
+    for path in save(result, out):
+        console.print(f"wrote {path}")

@@ -32,6 +32,8 @@ class ClusterConfig:
     """Logs of every process and Redis's working folder."""
     threads_per_pod: int = 1
     """torch threads per drafter and verifier, so pods behave like separate machines."""
+    verifier_args: tuple[str, ...] = ()
+    """Extra flags for the verifier (e.g. --no-batching, --kv-tokens N)."""
     cpu_affinity: dict[str, frozenset[int]] = field(default_factory=dict)
     """CPU cores per process name ("verifier", "drafter-0", "gateway"); unlisted run anywhere
     (Linux only)."""
@@ -66,7 +68,7 @@ class LocalCluster:
         pod = ["--redis-url", self.redis.url, "--dtype", c.dtype, "--threads",
                str(c.threads_per_pod)]
         self._spawn("verifier", ["verifier_service", "--model", str(c.target),
-                                 "--port", str(free_port()), *pod])
+                                 "--port", str(free_port()), *pod, *c.verifier_args])
         for i in range(c.num_drafters):
             self._spawn(f"drafter-{i}", ["drafter_service", "--model", str(c.drafter),
                                          "--target-model", str(c.target),

@@ -1,0 +1,198 @@
+"""``cascade bench-load``: the verifier under concurrent sessions.
+
+For each mode — speculative with the verifier unbatched (one block per pass), speculative batched
+(the engine), target-only batched (k = 0 through the same engine: what a continuous-batching
+server gives) — a local cluster runs as separate processes, verifier and drafter pinned to
+different cores, gateway, Redis and this client on the drafter's core. For each number of
+sessions, that many streaming clients send requests back to back through the gateway's gRPC API
+for a fixed window; the table reports committed tokens per second (tokens that reached clients
+within the window), inter-token latency p50/p99 over every token of every session, time to first
+token and errors. A soak run keeps the largest number of clients going for longer and counts
+errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import platform
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import grpc
+
+from cascade.bench.measure import percentile
+from cascade.bench.prompts import DOMAINS
+from cascade.bench.services import pinning, place_helpers
+from cascade.tools.local_cluster import ClusterConfig, LocalCluster
+from cascade.tools.redis_server import free_port
+from cascade.v1 import gateway_pb2, gateway_pb2_grpc
+
+
+@dataclass(frozen=True)
+class Mode:
+    name: str
+    k: int
+    verifier_args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LoadConfig:
+    target: Path
+    drafter: Path
+    out: Path
+    k: int = 4
+    sessions: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+    max_tokens: int = 32
+    window_s: float = 20.0
+    soak_s: float = 60.0
+
+    def modes(self) -> list[Mode]:
+        return [Mode(f"speculative k={self.k}, unbatched", self.k, ("--no-batching",)),
+                Mode(f"speculative k={self.k}, batched", self.k),
+                Mode("target-only, batched", 0)]
+
+
+@dataclass
+class Point:
+    mode: str
+    sessions: int
+    window_s: float
+    tokens: int = 0
+    requests: int = 0
+    errors: list[str] = field(default_factory=list)
+    itl_s: list[float] = field(default_factory=list)
+    ttft_s: list[float] = field(default_factory=list)
+    soak: bool = False
+
+    def row(self) -> dict:
+        return {"mode": self.mode, "sessions": self.sessions, "soak": self.soak,
+                "window_s": self.window_s,
+                "tokens_per_s": round(self.tokens / self.window_s, 2),
+                "itl_p50_ms": round(1000 * percentile(self.itl_s, 0.5), 1),
+                "itl_p99_ms": round(1000 * percentile(self.itl_s, 0.99), 1),
+                "ttft_p50_ms": round(1000 * percentile(self.ttft_s, 0.5), 1),
+                "requests": self.requests, "errors": len(self.errors)}
+
+
+def _prompts() -> list[tuple[str, bool]]:
+    return [(text, d.chat) for d in DOMAINS for text in d.prompts]
+
+
+async def _client(stub, point: Point, index: int, k: int, max_tokens: int, stop_at: float,
+                  window_end: float) -> None:
+    prompts = _prompts()
+    while time.perf_counter() < stop_at:
+        text, chat = prompts[(index + point.requests) % len(prompts)]
+        request = gateway_pb2.GenerateRequest(prompt=text, chat=chat, num_draft_tokens=k,
+                                              temperature=0.0, max_tokens=max_tokens)
+        started = last = time.perf_counter()
+        try:
+            async for response in stub.Generate(request, timeout=300):
+                now, count = time.perf_counter(), len(response.token_ids)
+                if not count:
+                    continue
+                if last == started:
+                    point.ttft_s.append(now - started)
+                else:
+                    point.itl_s.extend([(now - last) / count] * count)
+                if now <= window_end:
+                    point.tokens += count
+                last = now
+            point.requests += 1
+        except grpc.aio.AioRpcError as exc:
+            point.errors.append(f"{exc.code().name}: {exc.details()}")
+
+
+async def measure_point(address: str, mode: Mode, sessions: int, window_s: float,
+                        max_tokens: int, soak: bool = False) -> Point:
+    """``sessions`` clients for ``window_s`` (requests in flight at the end finish, uncounted)."""
+    point = Point(mode.name, sessions, window_s, soak=soak)
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = gateway_pb2_grpc.GatewayStub(channel)
+        start = time.perf_counter()
+        end = start + window_s
+        await asyncio.gather(*(_client(stub, point, i, mode.k, max_tokens, end, end)
+                               for i in range(sessions)))
+    return point
+
+
+def run_mode(config: LoadConfig, mode: Mode, soak: bool, progress) -> list[Point]:
+    pins = pinning()
+    cluster_config = ClusterConfig(config.target, config.drafter, http_port=free_port(),
+                                   grpc_port=free_port(), workdir=config.out / "cluster",
+                                   cpu_affinity=pins, verifier_args=mode.verifier_args)
+    cluster = LocalCluster(cluster_config).start()
+    try:
+        place_helpers(cluster, pins, speculative=False)  # helpers share the drafter's core
+        asyncio.run(measure_point(cluster.grpc_address, mode, 1, 2.0, 8))  # warm up
+        points = []
+        for sessions in config.sessions:
+            points.append(asyncio.run(measure_point(cluster.grpc_address, mode, sessions,
+                                                    config.window_s, config.max_tokens)))
+            progress(points[-1])
+        if soak:
+            points.append(asyncio.run(measure_point(cluster.grpc_address, mode,
+                                                    max(config.sessions), config.soak_s,
+                                                    config.max_tokens, soak=True)))
+            progress(points[-1])
+        return points
+    finally:
+        cluster.stop()
+
+
+def run_load(config: LoadConfig, progress=lambda point: None) -> dict:
+    points = []
+    for mode in config.modes():
+        soak = mode.k > 0 and "--no-batching" not in mode.verifier_args
+        points += run_mode(config, mode, soak, progress)
+    return {"cpu": platform.processor() or platform.machine(), "config": {
+        k: str(v) for k, v in asdict(config).items()}, "points": [p.row() for p in points],
+        "errors": sorted({e for p in points for e in p.errors})[:20]}
+
+
+def table(result: dict) -> str:
+    lines = ["| mode | sessions | tokens/s | ITL p50 ms | ITL p99 ms | TTFT p50 ms | requests "
+             "| errors |", "|---|---|---|---|---|---|---|---|"]
+    for p in result["points"]:
+        sessions = f"{p['sessions']} (soak, {p['window_s']:.0f} s)" if p["soak"] else p["sessions"]
+        lines.append(f"| {p['mode']} | {sessions} | {p['tokens_per_s']} | {p['itl_p50_ms']}"
+                     f" | {p['itl_p99_ms']} | {p['ttft_p50_ms']} | {p['requests']} "
+                     f"| {p['errors']} |")
+    return "\n".join(lines)
+
+
+def plot(result: dict, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for mode in dict.fromkeys(p["mode"] for p in result["points"]):
+        rows = [p for p in result["points"] if p["mode"] == mode and not p["soak"]]
+        left.plot([p["sessions"] for p in rows], [p["tokens_per_s"] for p in rows], "o-",
+                  label=mode)
+        right.plot([p["sessions"] for p in rows], [p["itl_p50_ms"] for p in rows], "o-",
+                   label=mode)
+    for ax, label in ((left, "committed tokens/s (verifier)"), (right, "ITL p50 (ms)")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("concurrent streaming sessions")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    left.legend(fontsize=8)
+    fig.suptitle(f"Verifier under load ({result['cpu']})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def save(result: dict, out: Path) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "load.json", out / "load.md", out / "load.png"]
+    paths[0].write_text(json.dumps(result, indent=1))
+    paths[1].write_text(table(result) + "\n")
+    plot(result, paths[2])
+    return paths
