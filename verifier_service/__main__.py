@@ -15,8 +15,8 @@ OPTIONS = (
     option("max_batch_tokens", int, typer.Option(
         _DEFAULTS.max_batch_tokens, help="Most tokens one engine step feeds.")),
     option("max_wait_ms", float, typer.Option(
-        _DEFAULTS.max_wait_ms, help="How long a free model thread waits for more blocks "
-        "before stepping a partial batch.")),
+        _DEFAULTS.max_wait_ms, help="How long a free model thread waits for the last step's "
+        "sessions to send their next blocks before stepping without them.")),
     option("batching", bool, typer.Option(
         True, help="Verify blocks from many sessions in one pass (--no-batching: one block "
         "per pass).")),

@@ -4,8 +4,11 @@ batches.
 Whenever the model thread is free, the scheduler takes queued items in arrival order (FIFO: one
 priority class, so no session can starve) until the next one would push the batch past
 ``max_batch_tokens`` (an item larger than that on its own, such as a long prompt's prefill, goes
-alone), optionally waiting ``max_wait_ms`` for more items to arrive while the batch is not full,
-and runs them as one engine step. With batching off every item is a step of its own, which is how
+alone), and runs them as one engine step. Before taking a batch it waits, at most
+``max_wait_ms``, for the sessions of the previous step that are still running to send their next
+block (a target-only session does so at once, a drafter after drafting): without that wait the
+first session back would take the model alone and the others would queue behind it, and the
+batches would fragment into ones and twos. With batching off every item is a step of its own, which is how
 the verifier worked before the engine (the benchmark's baseline).
 
 A caller that gives up (its stream was cancelled) leaves its item in the queue; the worker drops
@@ -15,6 +18,7 @@ it unrun.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -33,8 +37,9 @@ class VerifierSettings:
     """How long a session that does not fit waits for memory before RESOURCE_EXHAUSTED."""
     max_batch_tokens: int = 2048
     """Most tokens one engine step feeds (prefills and drafted blocks together)."""
-    max_wait_ms: float = 0.0
-    """How long a free model thread waits for more items before stepping a partial batch."""
+    max_wait_ms: float = 20.0
+    """How long a free model thread waits for the last step's sessions to send their next
+    blocks before stepping without them."""
     enabled: bool = True
     """False: one item per step (no batching across sessions)."""
 
@@ -65,6 +70,8 @@ class StepScheduler:
         self.queue: deque[_Item] = deque()
         self._arrived = asyncio.Event()
         self._worker: asyncio.Task | None = None
+        self._expected: set[int] = set()
+        """ids of the sequences of the last step that have not finished."""
 
     async def submit(self, sequence: SequenceVerifier, draft: Draft | None):
         """The engine's result for this item (raises the item's own error)."""
@@ -82,20 +89,39 @@ class StepScheduler:
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         while self.queue:
-            if self.settings.max_wait_ms and self._queued_tokens() < self.settings.max_batch_tokens:
-                await asyncio.sleep(self.settings.max_wait_ms / 1000)
+            await self._gather()
             batch = self._take()
             if not batch:
                 continue
             metrics.VERIFIER_BATCH_SIZE.observe(len(batch))
+            started = time.perf_counter()
             try:
                 results = await loop.run_in_executor(
                     self.executor, self.engine.step, [(i.sequence, i.draft) for i in batch])
             except Exception as exc:  # noqa: BLE001 - a failed pass fails its items, not the loop
                 results = [exc] * len(batch)
+            metrics.VERIFIER_STEP_SECONDS.observe(time.perf_counter() - started)
             for item, result in zip(batch, results):
                 if not item.future.done():
                     item.future.set_result(result)
+            self._expected = {id(i.sequence) for i in batch if not i.sequence.is_finished}
+            await asyncio.sleep(0)  # the callers resume and may queue their next items
+
+    async def _gather(self) -> None:
+        """Wait (at most max_wait_ms) until the last step's sessions are back in the queue."""
+        if not self.settings.enabled or not self.settings.max_wait_ms:
+            return
+        deadline = time.perf_counter() + self.settings.max_wait_ms / 1000
+        while self._queued_tokens() < self.settings.max_batch_tokens:
+            waiting_for = self._expected - {id(i.sequence) for i in self.queue}
+            remaining = deadline - time.perf_counter()
+            if not waiting_for or remaining <= 0:
+                return
+            self._arrived.clear()
+            try:
+                await asyncio.wait_for(self._arrived.wait(), remaining)
+            except TimeoutError:
+                return
 
     def _queued_tokens(self) -> int:
         return sum(i.tokens for i in self.queue)

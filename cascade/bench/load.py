@@ -5,8 +5,8 @@ For each mode — speculative with the verifier unbatched (one block per pass), 
 server gives) — a local cluster runs as separate processes, verifier and drafter pinned to
 different cores, gateway, Redis and this client on the drafter's core. For each number of
 sessions, that many streaming clients send requests back to back through the gateway's gRPC API
-for a fixed window; the table reports committed tokens per second (tokens that reached clients
-within the window), inter-token latency p50/p99 over every token of every session, time to first
+for a fixed window, after which requests still running are cancelled; the table reports
+committed tokens per second (tokens that reached clients within the window), inter-token latency p50/p99 over every token of every session, time to first
 token and errors. A soak run keeps the largest number of clients going for longer and counts
 errors.
 """
@@ -32,6 +32,7 @@ from cascade.v1 import gateway_pb2, gateway_pb2_grpc
 
 @dataclass(frozen=True)
 class Mode:
+    key: str
     name: str
     k: int
     verifier_args: tuple[str, ...] = ()
@@ -47,11 +48,22 @@ class LoadConfig:
     max_tokens: int = 32
     window_s: float = 20.0
     soak_s: float = 60.0
+    max_wait_ms: float | None = None
+    """The batched verifier's --max-wait-ms (None: its default)."""
+    only: tuple[str, ...] = ()
+    """Run only these modes: unbatched, batched, target-only (all when empty)."""
 
     def modes(self) -> list[Mode]:
-        return [Mode(f"speculative k={self.k}, unbatched", self.k, ("--no-batching",)),
-                Mode(f"speculative k={self.k}, batched", self.k),
-                Mode("target-only, batched", 0)]
+        batched = () if self.max_wait_ms is None else ("--max-wait-ms", str(self.max_wait_ms))
+        modes = [Mode("unbatched", f"speculative k={self.k}, unbatched", self.k,
+                      ("--no-batching",)),
+                 Mode("batched", f"speculative k={self.k}, batched", self.k, batched),
+                 Mode("target-only", "target-only, batched", 0, batched)]
+        unknown = set(self.only) - {m.key for m in modes}
+        if unknown:
+            raise ValueError(f"unknown modes {sorted(unknown)}; use unbatched, batched, "
+                             "target-only")
+        return [m for m in modes if not self.only or m.key in self.only]
 
 
 @dataclass
@@ -80,10 +92,10 @@ def _prompts() -> list[tuple[str, bool]]:
     return [(text, d.chat) for d in DOMAINS for text in d.prompts]
 
 
-async def _client(stub, point: Point, index: int, k: int, max_tokens: int, stop_at: float,
-                  window_end: float) -> None:
+async def _client(stub, point: Point, index: int, k: int, max_tokens: int) -> None:
+    """Requests back to back until cancelled."""
     prompts = _prompts()
-    while time.perf_counter() < stop_at:
+    while True:
         text, chat = prompts[(index + point.requests) % len(prompts)]
         request = gateway_pb2.GenerateRequest(prompt=text, chat=chat, num_draft_tokens=k,
                                               temperature=0.0, max_tokens=max_tokens)
@@ -97,8 +109,7 @@ async def _client(stub, point: Point, index: int, k: int, max_tokens: int, stop_
                     point.ttft_s.append(now - started)
                 else:
                     point.itl_s.extend([(now - last) / count] * count)
-                if now <= window_end:
-                    point.tokens += count
+                point.tokens += count
                 last = now
             point.requests += 1
         except grpc.aio.AioRpcError as exc:
@@ -107,14 +118,18 @@ async def _client(stub, point: Point, index: int, k: int, max_tokens: int, stop_
 
 async def measure_point(address: str, mode: Mode, sessions: int, window_s: float,
                         max_tokens: int, soak: bool = False) -> Point:
-    """``sessions`` clients for ``window_s`` (requests in flight at the end finish, uncounted)."""
+    """``sessions`` clients for ``window_s``; requests still running then are cancelled (their
+    tokens so far count, as they reached the client within the window)."""
     point = Point(mode.name, sessions, window_s, soak=soak)
     async with grpc.aio.insecure_channel(address) as channel:
         stub = gateway_pb2_grpc.GatewayStub(channel)
-        start = time.perf_counter()
-        end = start + window_s
-        await asyncio.gather(*(_client(stub, point, i, mode.k, max_tokens, end, end)
-                               for i in range(sessions)))
+        clients = [asyncio.create_task(_client(stub, point, i, mode.k, max_tokens))
+                   for i in range(sessions)]
+        await asyncio.sleep(window_s)
+        for client in clients:
+            client.cancel()
+        await asyncio.gather(*clients, return_exceptions=True)
+    await asyncio.sleep(1.0)  # let the pods finish the cancelled sessions' last steps
     return point
 
 
@@ -145,7 +160,7 @@ def run_mode(config: LoadConfig, mode: Mode, soak: bool, progress) -> list[Point
 def run_load(config: LoadConfig, progress=lambda point: None) -> dict:
     points = []
     for mode in config.modes():
-        soak = mode.k > 0 and "--no-batching" not in mode.verifier_args
+        soak = mode.key == "batched"
         points += run_mode(config, mode, soak, progress)
     return {"cpu": platform.processor() or platform.machine(), "config": {
         k: str(v) for k, v in asdict(config).items()}, "points": [p.row() for p in points],

@@ -60,6 +60,10 @@ def bench_load(target: Path = typer.Option(None, help="Target model folder (defa
                window_s: float = typer.Option(20.0, min=1, help="Seconds measured per point."),
                soak_s: float = typer.Option(60.0, min=0, help="Seconds of the soak run with the "
                                             "most sessions (batched speculative mode)."),
+               max_wait_ms: float = typer.Option(None, help="The batched verifiers' "
+                                                 "--max-wait-ms (default: theirs)."),
+               only: list[str] = typer.Option([], "--only", help="Run only this mode (repeat):"
+                                              " unbatched, batched, target-only."),
                out: Path = typer.Option(Path("runs/bench-load"), help="Where load.json, "
                                         "load.md and load.png go.")) -> None:
     """The verifier under 1..32 concurrent streaming sessions: speculative unbatched,
@@ -68,7 +72,12 @@ def bench_load(target: Path = typer.Option(None, help="Target model folder (defa
     from cascade.cli.options import pair_folders
 
     target, drafter = pair_folders(target, drafter, pair)
-    config = LoadConfig(target, drafter, out, k, tuple(sessions), max_tokens, window_s, soak_s)
+    try:
+        config = LoadConfig(target, drafter, out, k, tuple(sessions), max_tokens, window_s,
+                            soak_s, max_wait_ms, tuple(only))
+        config.modes()
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
 
     def progress(point) -> None:
         row = point.row()

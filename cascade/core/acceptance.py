@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from cascade.protocol.settings import AcceptanceRule, SamplingParams
 
 from cascade.core.cascades import cascade_target
-from cascade.core.sampling import process_logits, sample_from
+from cascade.core.sampling import RowSampling, process_logits, sample_from
 
 
 class AcceptResult(NamedTuple):
@@ -133,8 +133,9 @@ class AcceptanceInput(NamedTuple):
     """[B] int64 real drafted tokens per row."""
     target_logits: torch.Tensor
     """[B, k+1, vocab] float32 raw logits for the last committed token and each drafted one."""
-    sampling: SamplingParams
-    """Temperature, top-k and top-p applied to the logits (giving p)."""
+    sampling: SamplingParams | RowSampling
+    """Temperature, top-k and top-p applied to the logits (giving p): one setting for the batch,
+    or one per row."""
     draft_probs: torch.Tensor | None = None
     """[B, k, vocab] the proposal q each token was sampled from; None: no q was sent."""
     u_accept: torch.Tensor | None = None

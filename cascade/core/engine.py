@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 import torch
 
+from cascade.core.batch_accept import accept_rows
 from cascade.core.kv_store import KVShape, KVStore, Region, default_budget
 from cascade.core.packed import Feed, enable, packed_forward
 from cascade.core.runner import ForwardOutput, ModelRunner, common_prefix_len
@@ -110,13 +111,18 @@ class VerifyEngine:
             except ValueError as exc:
                 results[i] = exc
         if passes:
-            for i, output in zip(owners, self.run(passes)):
-                sequence, draft = items[i]
-                try:
-                    results[i] = sequence.conclude(draft, output)
-                except ValueError as exc:
-                    results[i] = exc
+            self._conclude([items[i] for i in owners], self.run(passes), owners, results)
         return results
+
+    @staticmethod
+    def _conclude(items: list, outputs: list[ForwardOutput], owners: list[int],
+                  results: list) -> None:
+        """Each row's acceptance (batched across sequences by rule), then its commit."""
+        verifying = [j for j, (_, draft) in enumerate(items) if draft is not None]
+        decided = dict(zip(verifying, accept_rows(
+            [items[j][0].acceptance_row(items[j][1], outputs[j]) for j in verifying])))
+        for j, ((sequence, draft), output) in enumerate(zip(items, outputs)):
+            results[owners[j]] = sequence.conclude(draft, output, decided.get(j))
 
     def run(self, passes: list[Pass]) -> list[ForwardOutput]:
         """One packed forward pass over every row."""

@@ -12,6 +12,8 @@ draw consumes exactly one number.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from cascade.protocol.settings import SamplingParams
@@ -45,12 +47,38 @@ def position_uniforms(seed: int, start: int, count: int, stream: int) -> torch.T
     return torch.tensor(values, dtype=torch.float64)
 
 
-def process_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+class RowSampling(NamedTuple):
+    """Sampling settings per row, as tensors: one batch mixes sessions with different settings
+    (as vLLM's sampler does)."""
+
+    temperature: torch.Tensor
+    """[B] float32 (0 = greedy)."""
+    top_k: torch.Tensor
+    """[B] int64 (0 = off)."""
+    top_p: torch.Tensor
+    """[B] float32 (1 = off)."""
+
+    @classmethod
+    def of(cls, params: list[SamplingParams]) -> RowSampling:
+        return cls(torch.tensor([p.temperature for p in params], dtype=torch.float32),
+                   torch.tensor([p.top_k for p in params], dtype=torch.long),
+                   torch.tensor([p.top_p for p in params], dtype=torch.float32))
+
+    @property
+    def is_greedy(self) -> bool:
+        """Every row greedy (a batch never mixes greedy and sampled rows in one rule call)."""
+        return bool((self.temperature == 0).all())
+
+
+def process_logits(logits: torch.Tensor, params: SamplingParams | RowSampling) -> torch.Tensor:
     """Temperature, top-k and top-p applied to logits; returns probabilities.
 
-    logits: [..., vocab]. Returns float32 probabilities of the same shape that sum to 1 over the
-    kept tokens. Requires temperature > 0 (greedy decoding never needs probabilities).
+    logits: [..., vocab] ([B, ...] with ``RowSampling``, one setting per leading row). Returns
+    float32 probabilities of the same shape that sum to 1 over the kept tokens. Requires
+    temperature > 0 (greedy decoding never needs probabilities).
     """
+    if isinstance(params, RowSampling):
+        return _process_rows(logits, params)
     assert params.temperature > 0, "greedy decoding works on logits, not probabilities"
     scaled = logits.float() / params.temperature
     if 0 < params.top_k < scaled.shape[-1]:
@@ -62,7 +90,28 @@ def process_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor
     return probs
 
 
-def _apply_top_p(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+def _process_rows(logits: torch.Tensor, rows: RowSampling) -> torch.Tensor:
+    """``process_logits`` with per-row settings; each row gets what its own settings give."""
+    assert bool((rows.temperature > 0).all()), "greedy rows work on logits, not probabilities"
+    per_row = (-1,) + (1,) * (logits.dim() - 1)  # broadcast [B] over the other dimensions
+    scaled = logits.float() / rows.temperature.view(per_row)
+    vocab = scaled.shape[-1]
+    active = (rows.top_k > 0) & (rows.top_k < vocab)
+    if bool(active.any()):
+        widest = int(rows.top_k[active].max())
+        top = scaled.topk(widest, dim=-1).values
+        index = (rows.top_k.clamp(1, widest) - 1).view(per_row).expand(*top.shape[:-1], 1)
+        kth = torch.where(active.view(per_row), top.gather(-1, index), float("-inf"))
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    probs = torch.softmax(scaled, dim=-1)
+    nucleus = rows.top_p < 1.0
+    if bool(nucleus.any()):
+        kept = _apply_top_p(probs, rows.top_p.view(per_row))
+        probs = torch.where(nucleus.view(per_row), kept, probs)
+    return probs
+
+
+def _apply_top_p(probs: torch.Tensor, top_p: float | torch.Tensor) -> torch.Tensor:
     """Keep the smallest set of most likely tokens whose mass reaches top_p."""
     sorted_probs, order = probs.sort(dim=-1, descending=True)
     mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs

@@ -16,7 +16,7 @@ import weakref
 
 import torch
 
-from cascade.core.acceptance import AcceptanceInput, AcceptResult, accept
+from cascade.core.batch_accept import AcceptRow, RowResult
 from cascade.core.blocks import Draft, RoundOutcome, TargetFeatures
 from cascade.core.engine import Pass, VerifyEngine, engine_for
 from cascade.core.runner import ForwardOutput, ModelRunner
@@ -124,24 +124,29 @@ class SequenceVerifier:
         return Pass(self.cache, self.committed + draft.tokens, draft.num_tokens + 1,
                     self.feature_layers)
 
-    def conclude(self, draft: Draft | None, output: ForwardOutput | None):
-        """Apply the policy and limits to this sequence's rows of the step's output."""
-        if draft is None:
-            if output is None:
-                return None
-            self.last_forward = output
-            return self._features(0, len(self.committed) - 1)
-        k = draft.num_tokens
+    def conclude(self, draft: Draft | None, output: ForwardOutput | None,
+                 result: RowResult | None = None):
+        """Commit this sequence's part of a step: ``output`` is its rows of the pass, ``result``
+        what its acceptance policy decided on them (``acceptance_row``)."""
         self.last_forward = output
-        result = self._accept(draft, output.logits)
-        num_accepted, next_token = int(result.num_accepted), int(result.next_token)
-        deferred = 0 if result.num_deferred is None else int(result.num_deferred)
+        if draft is None:
+            return None if output is None else self._features(0, len(self.committed) - 1)
+        num_accepted, next_token, deferred = result
         self.last_features = self._features(len(self.committed) - 1, num_accepted + 1)
         emitted = self._apply_limits(draft.tokens[:num_accepted] + [next_token])
         self.committed += emitted
-        self.stats.observe(k, num_accepted, len(emitted), deferred)
+        self.stats.observe(draft.num_tokens, num_accepted, len(emitted), deferred)
         return RoundOutcome(num_accepted, emitted, len(self.committed), self.finish_reason,
                             deferred)
+
+    def acceptance_row(self, draft: Draft, output: ForwardOutput) -> AcceptRow:
+        """What this sequence's policy needs to judge ``draft`` (its k+1 logits rows, its q,
+        the random numbers of its positions)."""
+        k, base, seed = draft.num_tokens, len(self.committed), self.params.seed
+        return AcceptRow(self.policy, self.params, list(draft.tokens), output.logits,
+                         self._dense_proposal(draft, output.logits.shape[-1]),
+                         position_uniforms(seed, base, k, STREAM_ACCEPT),
+                         position_uniforms(seed, base, k + 1, STREAM_SAMPLE))
 
     def _features(self, start: int, count: int) -> TargetFeatures | None:
         """The first ``count`` rows of the last pass's features, for positions from ``start``."""
@@ -150,25 +155,10 @@ class SequenceVerifier:
         stacked = torch.cat(self.last_forward.hidden_states, dim=-1)  # [rows, layers * d]
         return TargetFeatures(start, stacked[:count])
 
-    def _accept(self, draft: Draft, logits: torch.Tensor) -> AcceptResult:
-        """logits: [k+1, vocab] for the last committed token and each drafted token."""
-        k, base, seed = draft.num_tokens, len(self.committed), self.params.seed
-        batch = AcceptanceInput(
-            draft_tokens=torch.tensor([draft.tokens], dtype=torch.long).reshape(1, k),
-            num_draft=torch.tensor([k]),
-            target_logits=logits.unsqueeze(0),  # [1, k+1, vocab]
-            sampling=self.params,
-            draft_probs=self._dense_proposal(draft, logits.shape[-1]),
-            u_accept=position_uniforms(seed, base, k, STREAM_ACCEPT).unsqueeze(0),
-            u_sample=position_uniforms(seed, base, k + 1, STREAM_SAMPLE).unsqueeze(0),
-            alpha=self.policy.alpha,
-        )
-        return accept(self.policy.rule, batch)
-
     def _dense_proposal(self, draft: Draft, vocab: int) -> torch.Tensor | None:
         if not draft.has_proposal or self.policy.rule is AcceptanceRule.GREEDY:
             return None
-        return sparse_to_dense(draft.q_ids, draft.q_probs, vocab).unsqueeze(0)  # [1, k, vocab]
+        return sparse_to_dense(draft.q_ids, draft.q_probs, vocab)  # [k, vocab]
 
     def _check(self, draft: Draft) -> None:
         k, vocab = draft.num_tokens, self.runner.vocab_size
@@ -178,6 +168,9 @@ class SequenceVerifier:
             raise InvalidDraft(f"drafted token ids must be in [0, {vocab})")
         if draft.has_proposal and self.policy.rule is AcceptanceRule.POINT_MASS:
             raise InvalidDraft("the session's acceptance rule is point_mass: send no proposal")
+        if k and not draft.has_proposal and not self.policy.rule.is_lossless:
+            raise InvalidDraft(f"acceptance rule {self.policy.rule.value} needs the drafter's "
+                               "q with every block")
         if draft.has_proposal:
             _check_proposal(draft, vocab)
 

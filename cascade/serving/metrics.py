@@ -57,6 +57,9 @@ KV_CACHE_USAGE = Gauge("cascade:kv_cache_usage_perc",
                        "Share of the verifier's KV budget reserved by open sessions (0..1).")
 VERIFIER_BATCH_SIZE = Histogram("cascade:verifier_batch_size", "Items per engine step.",
                                 buckets=(1, 2, 4, 8, 16, 32, 64))
+VERIFIER_STEP_SECONDS = Histogram("cascade:verifier_step_seconds",
+                                  "One engine step: the packed pass and every row's acceptance.",
+                                  buckets=LATENCY_BUCKETS)
 VERIFY_SECONDS = Histogram("cascade:verify_seconds", "Target pass plus acceptance per block.",
                            buckets=LATENCY_BUCKETS)
 # Drafter.

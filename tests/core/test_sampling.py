@@ -5,6 +5,7 @@ from scipy.stats import kstest
 from cascade.protocol.settings import DraftConfig
 from cascade.core.loop import generate
 from cascade.core.sampling import (
+    RowSampling,
     position_uniform,
     position_uniforms,
     process_logits,
@@ -35,6 +36,18 @@ def test_top_p_keeps_smallest_set_reaching_mass():
     torch.testing.assert_close(probs[0], torch.tensor([0.625, 0.375, 0.0, 0.0]))
     probs = process_logits(probs_in.log(), SamplingParams(temperature=1.0, top_p=0.81))
     torch.testing.assert_close(probs[0], torch.tensor([0.5, 0.3, 0.15, 0.0]) / 0.95)
+
+
+def test_per_row_settings_give_each_row_its_own_processing():
+    logits = torch.randn(4, 3, 50, generator=torch.Generator().manual_seed(2)) * 3
+    settings = [SamplingParams(temperature=0.7), SamplingParams(temperature=1.3, top_k=5),
+                SamplingParams(temperature=1.0, top_p=0.8),
+                SamplingParams(temperature=0.5, top_k=12, top_p=0.6)]
+    batched = process_logits(logits, RowSampling.of(settings))
+    for row, logits_row, params in zip(batched, logits, settings):
+        alone = process_logits(logits_row, params)
+        assert torch.allclose(row, alone, atol=1e-7), params
+        assert int((row[0] > 0).sum()) == int((alone[0] > 0).sum())
 
 
 def test_sparsify_and_dense_round_trip():

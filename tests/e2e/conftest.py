@@ -74,6 +74,14 @@ async def running_cluster(redis_url: str, target_dir: Path, target, drafter, nam
 
 
 @pytest.fixture
+def cluster_with(redis_server, tiny_pair_dirs, tiny_runners):
+    """``async with cluster_with(verifier_settings) as cluster``: a tiny cluster whose verifier
+    has the given settings."""
+    return lambda settings: running_cluster(redis_server.url, tiny_pair_dirs[0], *tiny_runners,
+                                            "tiny", verifier_settings=settings)
+
+
+@pytest.fixture
 async def cluster(redis_server, tiny_pair_dirs, tiny_runners):
     target, drafter = tiny_runners
     async with running_cluster(redis_server.url, tiny_pair_dirs[0], target, drafter, "tiny") as c:

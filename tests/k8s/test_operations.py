@@ -83,12 +83,17 @@ def test_autoscalers(rendered, target):
         assert not hpa_for(objects, "verifier"), "gpu overlay still has the verifier HPA"
         (scaled,) = scaled_objects_for(objects, "verifier")
         triggers = scaled["spec"]["triggers"]
-        assert any(t["type"] == "prometheus"
-                   and "cascade:verifier_queue_depth" in t["metadata"]["query"]
-                   and float(t["metadata"]["threshold"]) > 0 for t in triggers)
+        for metric in VERIFIER_SIGNALS:
+            assert any(t["type"] == "prometheus" and metric in t["metadata"]["query"]
+                       and float(t["metadata"]["threshold"]) > 0 for t in triggers), metric
     else:
         (verifier,) = hpa_for(objects, "verifier")
-        assert pods_metric_names(verifier) == {"cascade:verifier_queue_depth"}
+        assert pods_metric_names(verifier) == set(VERIFIER_SIGNALS)
+
+
+VERIFIER_SIGNALS = ("cascade:verifier_queue_depth", "cascade:num_requests_waiting",
+                    "cascade:kv_cache_usage_perc")
+"""What scales verifiers: queued blocks, sessions waiting for KV memory, KV usage."""
 
 
 # ----------------------------------------------------------------------------- other files
