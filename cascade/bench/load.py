@@ -3,7 +3,8 @@
 For each mode — speculative with the verifier unbatched (one block per pass), speculative batched
 (the engine), target-only batched (k = 0 through the same engine: what a continuous-batching
 server gives) — a local cluster runs as separate processes, verifier and drafter pinned to
-different cores, gateway, Redis and this client on the drafter's core. For each number of
+different cores, gateway, Redis and this client on the drafter's core; the modes take turns at
+each number of sessions. For each number of
 sessions, that many streaming clients send requests back to back through the gateway's gRPC API
 for a fixed window, after which requests still running are cancelled; the table reports
 committed tokens per second (tokens that reached clients within the window), inter-token latency p50/p99 over every token of every session, time to first
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import platform
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -24,6 +24,7 @@ import grpc
 
 from cascade.bench.measure import percentile
 from cascade.bench.prompts import DOMAINS
+from cascade.bench.run import machine
 from cascade.bench.services import pinning, place_helpers
 from cascade.tools.local_cluster import ClusterConfig, LocalCluster
 from cascade.tools.redis_server import free_port
@@ -133,36 +134,44 @@ async def measure_point(address: str, mode: Mode, sessions: int, window_s: float
     return point
 
 
-def run_mode(config: LoadConfig, mode: Mode, soak: bool, progress) -> list[Point]:
-    pins = pinning()
-    cluster_config = ClusterConfig(config.target, config.drafter, http_port=free_port(),
-                                   grpc_port=free_port(), workdir=config.out / "cluster",
-                                   cpu_affinity=pins, verifier_args=mode.verifier_args)
-    cluster = LocalCluster(cluster_config).start()
-    try:
-        place_helpers(cluster, pins, speculative=False)  # helpers share the drafter's core
-        asyncio.run(measure_point(cluster.grpc_address, mode, 1, 2.0, 8))  # warm up
-        points = []
-        for sessions in config.sessions:
-            points.append(asyncio.run(measure_point(cluster.grpc_address, mode, sessions,
-                                                    config.window_s, config.max_tokens)))
-            progress(points[-1])
-        if soak:
-            points.append(asyncio.run(measure_point(cluster.grpc_address, mode,
-                                                    max(config.sessions), config.soak_s,
-                                                    config.max_tokens, soak=True)))
-            progress(points[-1])
-        return points
-    finally:
-        cluster.stop()
+def _start(config: LoadConfig, mode: Mode, pins: dict) -> LocalCluster:
+    cluster = LocalCluster(ClusterConfig(
+        config.target, config.drafter, http_port=free_port(), grpc_port=free_port(),
+        workdir=config.out / f"cluster-{mode.key}", cpu_affinity=pins,
+        verifier_args=mode.verifier_args)).start()
+    place_helpers(cluster, pins, speculative=False)  # helpers share the drafter's core
+    asyncio.run(measure_point(cluster.grpc_address, mode, 1, 2.0, 8))  # warm up
+    return cluster
 
 
 def run_load(config: LoadConfig, progress=lambda point: None) -> dict:
-    points = []
-    for mode in config.modes():
-        soak = mode.key == "batched"
-        points += run_mode(config, mode, soak, progress)
-    return {"cpu": platform.processor() or platform.machine(), "config": {
+    """Every mode's cluster runs at once (idle ones cost nothing but memory) and the modes take
+    turns at each number of sessions, so the rows of one size are measured minutes apart at
+    most, not a whole sweep apart."""
+    modes, pins = config.modes(), pinning()
+    clusters: dict[str, LocalCluster] = {}
+    points: list[Point] = []
+    try:
+        for mode in modes:
+            clusters[mode.key] = _start(config, mode, pins)
+        for sessions in config.sessions:
+            for mode in modes:
+                points.append(asyncio.run(measure_point(
+                    clusters[mode.key].grpc_address, mode, sessions, config.window_s,
+                    config.max_tokens)))
+                progress(points[-1])
+        for mode in modes:
+            if mode.key == "batched" and config.soak_s > 0:
+                points.append(asyncio.run(measure_point(
+                    clusters[mode.key].grpc_address, mode, max(config.sessions), config.soak_s,
+                    config.max_tokens, soak=True)))
+                progress(points[-1])
+    finally:
+        for cluster in clusters.values():
+            cluster.stop()
+    order = {m.name: i for i, m in enumerate(modes)}
+    points.sort(key=lambda p: (order[p.mode], p.soak, p.sessions))
+    return {"cpu": machine(), "config": {
         k: str(v) for k, v in asdict(config).items()}, "points": [p.row() for p in points],
         "errors": sorted({e for p in points for e in p.errors})[:20]}
 

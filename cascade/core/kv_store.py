@@ -18,6 +18,7 @@ import bisect
 import os
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -54,12 +55,28 @@ class KVShape:
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * element
 
 
+def available_memory(cgroup: Path = Path("/sys/fs/cgroup")) -> int:
+    """Bytes this process can still use: the machine's available memory, or less when a
+    container's memory limit (cgroup v2 or v1) leaves less."""
+    available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    for limit_file, usage_file in (("memory.max", "memory.current"),
+                                   ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes")):
+        try:
+            limit = (cgroup / limit_file).read_text().strip()
+            usage = int((cgroup / usage_file).read_text())
+        except (OSError, ValueError):
+            continue
+        if limit.isdigit():
+            available = min(available, max(0, int(limit) - usage))
+        break
+    return available
+
+
 def default_budget(shape: KVShape, max_length: int) -> int:
     """Tokens the store holds by default: 64 full-length sequences, at most
-    ``DEFAULT_MEMORY_FRACTION`` of the memory available now."""
-    available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    return max(max_length, min(64 * max_length,
-                                int(available * DEFAULT_MEMORY_FRACTION) // shape.bytes_per_token))
+    ``DEFAULT_MEMORY_FRACTION`` of the memory available now (container limits included)."""
+    budget = int(available_memory() * DEFAULT_MEMORY_FRACTION) // shape.bytes_per_token
+    return max(max_length, min(64 * max_length, budget))
 
 
 class KVStore:

@@ -54,6 +54,8 @@ class SequenceVerifier:
         prompt_len = len(context) if prompt_len is None else prompt_len
         if not 0 < prompt_len <= len(context):
             raise ValueError(f"prompt_len must be in [1, {len(context)}], got {prompt_len}")
+        if any(not 0 <= t < runner.vocab_size for t in context):
+            raise ValueError(f"context token ids must be in [0, {runner.vocab_size})")
         if len(context) >= runner.max_length:
             raise ValueError(
                 f"context has {len(context)} tokens; the model's context is {runner.max_length}"

@@ -8,7 +8,7 @@ import torch
 
 from cascade.core.blocks import Draft
 from cascade.core.engine import KVBudgetExhausted, VerifyEngine
-from cascade.core.kv_store import KVShape, KVStore
+from cascade.core.kv_store import KVShape, KVStore, available_memory
 from cascade.core.loop import speculative_rounds
 from cascade.core.verification import InvalidDraft, SequenceVerifier
 from cascade.protocol.settings import (
@@ -65,6 +65,14 @@ def test_a_bad_row_fails_alone():
     assert bad.committed == [4, 5]
 
 
+def test_context_ids_outside_the_vocabulary_are_refused_before_any_pass():
+    target = tiny_llama(0)
+    engine = VerifyEngine(target, kv_tokens=512)
+    with pytest.raises(ValueError, match="context token ids"):
+        SequenceVerifier(target, [1, 2, 10**6], SamplingParams(max_new_tokens=8), engine=engine)
+    assert engine.store.reserved == 0
+
+
 def test_admission_is_bounded_by_the_kv_budget_and_memory_comes_back():
     target = tiny_llama(0)
     engine = VerifyEngine(target, kv_tokens=100)
@@ -92,3 +100,11 @@ def test_the_store_allocates_first_fit_and_merges_holes():
     assert store.largest_hole() == 4
     store.release(b)  # the three holes merge back into one
     assert store.largest_hole() == 10 and store.reserved == 0
+
+
+def test_the_default_budget_respects_a_container_memory_limit(tmp_path):
+    (tmp_path / "memory.max").write_text("1000000\n")
+    (tmp_path / "memory.current").write_text("400000\n")
+    assert available_memory(tmp_path) <= 600_000
+    (tmp_path / "memory.max").write_text("max\n")  # no limit: the machine's memory counts
+    assert available_memory(tmp_path) > 600_000

@@ -1,0 +1,25 @@
+"""The load benchmark on the tiny pair in seconds (no speed assertions): both batched modes run
+against real processes, every point streams tokens without errors, and the table and the plot
+are written."""
+
+import json
+
+from cascade.bench.load import LoadConfig, run_load, save
+from cascade.tools.tiny_models import build_tiny_pair
+
+
+def test_load_points_stream_tokens_and_are_saved(tmp_path):
+    target, drafter = build_tiny_pair(tmp_path / "models")
+    config = LoadConfig(target, drafter, tmp_path / "out", k=3, sessions=(1, 3), max_tokens=8,
+                        window_s=1.5, soak_s=1.5, only=("batched", "target-only"))
+    result = run_load(config)
+    points = result["points"]
+    assert [(p["mode"], p["sessions"], p["soak"]) for p in points] == [
+        ("speculative k=3, batched", 1, False), ("speculative k=3, batched", 3, False),
+        ("speculative k=3, batched", 3, True), ("target-only, batched", 1, False),
+        ("target-only, batched", 3, False)]
+    assert all(p["tokens_per_s"] > 0 and p["errors"] == 0 for p in points), points
+    paths = save(result, tmp_path / "out")
+    assert json.loads(paths[0].read_text())["points"] == points
+    assert "| target-only, batched | 3 |" in paths[1].read_text()
+    assert paths[2].stat().st_size > 10_000
