@@ -108,3 +108,37 @@ def test_the_default_budget_respects_a_container_memory_limit(tmp_path):
     assert available_memory(tmp_path) <= 600_000
     (tmp_path / "memory.max").write_text("max\n")  # no limit: the machine's memory counts
     assert available_memory(tmp_path) > 600_000
+
+
+def test_batched_speculative_sampling_emits_each_rows_own_target_distribution():
+    """Rows with different settings share every step; each row's first emitted token follows
+    the target distribution under its own settings (lossless sampling, batched)."""
+    from cascade.core.sampling import process_logits
+    from test_acceptance_stats import assert_matches
+
+    target = tiny_llama(0)
+    prompt = [3, 14, 15, 92, 65]
+    groups = {"t1": SamplingParams(temperature=1.0, max_new_tokens=3),
+              "t07p": SamplingParams(temperature=0.7, top_p=0.9, max_new_tokens=3)}
+    logits = target.new_cache().extend(prompt, 1).logits[0]
+    vocab = logits.shape[-1]
+    q = torch.softmax(torch.randn(2, vocab, generator=torch.Generator().manual_seed(1)), -1)
+    drafted = torch.multinomial(q, 4000, replacement=True,
+                                generator=torch.Generator().manual_seed(2))  # [2, 4000]
+    engine = VerifyEngine(target, kv_tokens=600 * 16)
+    firsts: dict[str, list[int]] = {name: [] for name in groups}
+    for start in range(0, 4000, 500):
+        items = []
+        for i in range(start, start + 500):
+            name = "t1" if i % 2 else "t07p"
+            params = SamplingParams(**{**groups[name].__dict__, "seed": i})
+            sequence = SequenceVerifier(target, prompt, params, engine=engine)
+            draft = Draft(drafted[:, i].tolist(), torch.arange(vocab).expand(2, vocab), q.float())
+            items.append((name, sequence, draft))
+        results = engine.step([(s, d) for _, s, d in items])
+        for (name, sequence, _), outcome in zip(items, results):
+            firsts[name].append(outcome.tokens[0])
+            sequence.close()
+    for name, params in groups.items():
+        assert_matches(torch.tensor(firsts[name]), process_logits(logits, params).double())
+    assert engine.store.reserved == 0
