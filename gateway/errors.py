@@ -12,6 +12,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cascade.protocol.requests import describe_validation_error
@@ -68,6 +69,11 @@ def as_api_error(exc: BaseException) -> APIError:
     """Maps any exception to what the client sees; unexpected ones hide their details."""
     if isinstance(exc, APIError):
         return exc
+    if isinstance(exc, RedisError):
+        log.warning("session store unavailable: %s", exc)
+        return APIError(503, "The session store is unavailable; please retry later.",
+                        type="server_error", code="store_unavailable",
+                        headers={"Retry-After": str(DEFAULT_RETRY_AFTER_S)})
     if isinstance(exc, AtCapacity):
         return APIError(429, str(exc) or "The verifiers are at capacity; please retry later.",
                         type="server_error", code="at_capacity",
@@ -114,5 +120,5 @@ def install_error_handlers(app: FastAPI) -> None:
     """Routes every error the HTTP layer raises to an OpenAI-shaped response."""
     app.add_exception_handler(RequestValidationError, _validation_handler)
     app.add_exception_handler(StarletteHTTPException, _http_exception_handler)
-    for exc_type in (APIError, AtCapacity, Overloaded, GenerationFailed):
+    for exc_type in (APIError, AtCapacity, Overloaded, GenerationFailed, RedisError):
         app.add_exception_handler(exc_type, _api_error_handler)

@@ -12,7 +12,7 @@ from cascade.serving.errors import Overloaded as ResourceExhausted
 from cascade.serving.errors import Unavailable
 
 __all__ = ["AtCapacity", "GeneratedChunk", "GenerationFailed", "GenerationRequest", "Generator",
-           "Overloaded"]
+           "Overloaded", "StopGeneration", "stop_early"]
 
 
 class Overloaded(Unavailable):
@@ -22,6 +22,23 @@ class Overloaded(Unavailable):
 class AtCapacity(ResourceExhausted):
     """Every verifier's KV memory is taken (HTTP 429 with Retry-After, gRPC
     RESOURCE_EXHAUSTED): the request may succeed later, unchanged."""
+
+
+class StopGeneration(Exception):
+    """Thrown into a generation's stream by a consumer that ends it on purpose (a stop string
+    matched): the session is recorded as finished with reason stop. A stream that is only closed
+    was abandoned (the client went away) and is recorded as cancelled."""
+
+
+async def stop_early(chunks: AsyncIterator) -> None:
+    """End a generation the consumer has all it wants of (see ``StopGeneration``)."""
+    athrow = getattr(chunks, "athrow", None)
+    if athrow is None:
+        return
+    try:
+        await athrow(StopGeneration())
+    except (StopGeneration, StopAsyncIteration):
+        pass
 
 
 class GenerationFailed(RuntimeError):

@@ -19,7 +19,7 @@ from cascade.serving.errors import Unauthenticated
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc
 from gateway.auth import ApiKeys
 from gateway.detokenize import TextStream
-from gateway.generation import Generator
+from gateway.generation import Generator, stop_early
 
 OPTIONAL_FIELDS = ("temperature", "top_p", "top_k", "seed", "num_draft_tokens", "cascade_alpha")
 """GenerateRequest fields whose absence means "the default" (proto3 presence)."""
@@ -87,7 +87,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
                     completion_tokens=completion_tokens, draft_us=chunk.draft_us,
                     verify_us=chunk.verify_us, round_us=chunk.round_us,
                     num_deferred=chunk.num_deferred)
-                if text.stopped:
-                    return  # a stop string ended the text: the rest is not wanted
+                if text.stopped:  # a stop string ended the text: the rest is not wanted
+                    await stop_early(chunks)
+                    return
         finally:
             await chunks.aclose()

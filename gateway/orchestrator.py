@@ -10,9 +10,11 @@ other pods; what the client already has is a prefix of the final output.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass
 
 import grpc
@@ -34,7 +36,13 @@ from cascade.serving.channels import ChannelPool
 from cascade.serving.registry import least_loaded
 from cascade.serving.telemetry import start_span, tracer
 from cascade.v1 import drafter_pb2, drafter_pb2_grpc, verifier_pb2, verifier_pb2_grpc
-from gateway.generation import AtCapacity, GeneratedChunk, GenerationFailed, Overloaded
+from gateway.generation import (
+    AtCapacity,
+    GeneratedChunk,
+    GenerationFailed,
+    Overloaded,
+    StopGeneration,
+)
 from gateway.session_store import SessionRecord, SessionStore
 
 log = logging.getLogger(__name__)
@@ -83,6 +91,7 @@ class Orchestrator:
     def __init__(self, client: redis.Redis, store: SessionStore, channels: ChannelPool,
                  settings: OrchestratorSettings = OrchestratorSettings()) -> None:
         self.client, self.store, self.channels, self.settings = client, store, channels, settings
+        self._tasks: set[asyncio.Task] = set()
 
     async def _pick(self, request: GenerationRequest, exclude: set[str]) -> tuple[str | None, str]:
         verifier = await least_loaded(self.client, "verifier", exclude)
@@ -99,30 +108,61 @@ class Orchestrator:
             "num_draft_tokens": request.num_draft_tokens})
         metrics.REQUESTS_RUNNING.inc()
         metrics.PROMPT_TOKENS.inc(len(request.prompt_tokens))
-        finish = "error"
+        finish, ending = "error", {"status": "cancelled"}
+        inner = self._generate(request, trace.set_span_in_context(span), ending)
         try:
-            async for chunk in self._generate(request, trace.set_span_in_context(span)):
-                yield chunk
+            async for chunk in inner:
+                try:
+                    yield chunk
+                except StopGeneration:  # the consumer ended it on purpose (a stop string)
+                    finish, ending["status"] = "stop", "finished"
+                    return
                 finish = chunk.finish_reason.value if chunk.finish_reason else finish
+        except (GeneratorExit, asyncio.CancelledError):
+            finish = "abort"  # the client went away
+            raise
         finally:
+            await inner.aclose()  # a session ended early records its final status here
             metrics.REQUESTS_RUNNING.dec()
             metrics.REQUESTS_FINISHED.labels(finish_reason=finish).inc()
             span.end()
 
-    async def _generate(self, request, trace_context) -> AsyncIterator[GeneratedChunk]:
+    async def _generate(self, request, trace_context, ending: dict
+                        ) -> AsyncIterator[GeneratedChunk]:
         drafter, verifier = await self._pick(request, set())
         record = await self.store.create(request, drafter or "", verifier)
         job = _Assignment(record, record.epoch, drafter, verifier, trace_context)
         generated: list[int] = []
         clock = _LatencyClock()
-        for attempt in range(1, self.settings.max_attempts + 1):
-            try:
-                async for chunk in self._run(request, job, generated):
-                    clock.observe(len(chunk.token_ids))
-                    yield chunk
-                return
-            except (grpc.aio.AioRpcError, ConnectionError) as exc:
-                await self._recover(request, job, exc, attempt)
+        try:
+            for attempt in range(1, self.settings.max_attempts + 1):
+                try:
+                    async with aclosing(self._run(request, job, generated)) as rounds:
+                        async for chunk in rounds:
+                            clock.observe(len(chunk.token_ids))
+                            yield chunk
+                    return
+                except (grpc.aio.AioRpcError, ConnectionError) as exc:
+                    await self._recover(request, job, exc, attempt)
+        except GeneratorExit:  # closed before its last round: stopped or abandoned
+            await self._mark(job, ending["status"])
+            raise
+        except asyncio.CancelledError:  # the request's task was cancelled (client went away)
+            self._background(self._mark(job, "cancelled"))
+            raise
+
+    def _background(self, work) -> None:
+        """Run ``work`` to its end even though the caller is being cancelled."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _mark(self, job: _Assignment, status: str) -> None:
+        """Record a final status; a Redis error only costs the record its status (logged)."""
+        try:
+            await self.store.finish(job.record.session_id, job.epoch, status)
+        except Exception as exc:  # noqa: BLE001 - the tokens are stored; the stream must not fail
+            log.warning("could not mark session %s %s: %s", job.record.session_id, status, exc)
 
     async def _run(self, request, job: _Assignment, generated: list[int]):
         token = otel_context.attach(job.trace_context)  # the call carries the trace downstream
@@ -143,7 +183,7 @@ class Orchestrator:
                                      result.num_drafted, finish, result.draft_us,
                                      result.verify_us, result.round_us, result.num_deferred)
                 if finish is not None:
-                    await self.store.finish(job.record.session_id, job.epoch, "finished")
+                    await self._mark(job, "finished")
                     return
         finally:
             call.cancel()  # the client went away, or the stream failed: free the pods' work
@@ -194,10 +234,7 @@ class Orchestrator:
             job.record.session_id, job.epoch, job.drafter or "", job.verifier)
 
     async def _give_up(self, job: _Assignment) -> None:
-        try:
-            await self.store.finish(job.record.session_id, job.epoch, "failed")
-        except Exception as exc:  # noqa: BLE001 - the original failure is what matters
-            log.warning("could not mark session failed: %s", exc)
+        await self._mark(job, "failed")
 
     async def _is_serving(self, address: str) -> bool:
         stub = health_pb2_grpc.HealthStub(self.channels.get(address))

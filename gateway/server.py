@@ -20,7 +20,7 @@ from gateway.auth import ApiKeys
 from gateway.grpc_api import GatewayServicer
 from gateway.http_app import HttpSettings, create_app
 from gateway.orchestrator import Orchestrator
-from gateway.session_store import SessionStore
+from gateway.session_store import SessionStore, connect
 
 log = logging.getLogger("gateway")
 SERVICE_NAME = gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].full_name
@@ -85,7 +85,7 @@ def build_gateway(config: GatewayConfig, client: redis.Redis):
 
 
 async def serve(config: GatewayConfig) -> None:
-    client = redis.from_url(config.redis_url)
+    client = connect(config.redis_url)
     app, grpc_service = build_gateway(config, client)
     await grpc_service.start()
     server = uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port,

@@ -8,7 +8,13 @@ both atomically):
 
 Every write goes through a Lua script that first checks the epoch, so an owner that was paused
 and replaced cannot write after the new one took over. Appends also check the expected length,
-so a chunk is never stored twice or out of order. Everything carries a TTL.
+so a chunk is never stored twice or out of order, and a repeated append of the chunk just stored
+succeeds without writing (so redis-py may retry appends after a lost reply). Everything carries
+a TTL.
+
+``connect`` makes the client every gateway uses: explicit timeouts, and redis-py's retries with
+exponential backoff on connection errors and timeouts (a stream pauses for a Redis blip instead
+of failing).
 """
 
 from __future__ import annotations
@@ -18,18 +24,33 @@ import secrets
 from dataclasses import asdict, dataclass
 
 import redis.asyncio as redis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from cascade.protocol.requests import GenerationRequest
 from cascade.serving.errors import StaleEpoch
 
 APPEND_SCRIPT = """
 if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return -1 end
-if redis.call('LLEN', KEYS[2]) ~= tonumber(ARGV[2]) then return -2 end
+local stored, expected, count = redis.call('LLEN', KEYS[2]), tonumber(ARGV[2]), #ARGV - 3
+if stored == expected + count and count > 0 then
+  local tail = redis.call('LRANGE', KEYS[2], expected, -1)
+  local same = true
+  for i = 1, count do
+    if tail[i] ~= ARGV[3 + i] then same = false break end
+  end
+  if same then return stored end
+end
+if stored ~= expected then return -2 end
 redis.call('RPUSH', KEYS[2], unpack(ARGV, 4))
 redis.call('EXPIRE', KEYS[1], ARGV[3])
 redis.call('EXPIRE', KEYS[2], ARGV[3])
 return redis.call('LLEN', KEYS[2])
 """
+"""Idempotent: an append whose exact tokens already follow the expected length (a retry whose
+first reply was lost) changes nothing and succeeds."""
 
 SET_IF_EPOCH_SCRIPT = """
 if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return 0 end
@@ -44,6 +65,13 @@ local epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
 redis.call('HSET', KEYS[1], 'drafter', ARGV[2], 'verifier', ARGV[3])
 return epoch
 """
+
+
+def connect(url: str, timeout_s: float = 2.0, retries: int = 5) -> redis.Redis:
+    """A client with timeouts and backoff retries (about 3 s of retrying in all)."""
+    return redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
+                          retry=Retry(ExponentialBackoff(cap=1.0, base=0.1), retries),
+                          retry_on_error=[RedisConnectionError, RedisTimeoutError])
 
 
 class LengthMismatch(RuntimeError):

@@ -15,7 +15,7 @@ from starlette.types import Send
 from cascade.protocol.settings import FinishReason
 from gateway.detokenize import Decoder, TextStream
 from gateway.errors import as_api_error, error_body, error_response
-from gateway.generation import GenerationFailed, GenerationRequest, Generator
+from gateway.generation import GenerationFailed, GenerationRequest, Generator, stop_early
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,7 @@ async def generate_text(
             final = chunk.finish_reason is not None
             visible = text.add(chunk.token_ids, final=final)
             if text.stopped:
+                await stop_early(chunks)
                 yield Delta(visible, "stop", consumed, deferred)
                 return
             if final:  # let the generator run to its end before the last delta goes out

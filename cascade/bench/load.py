@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -25,7 +26,7 @@ import grpc
 from cascade.bench.measure import percentile
 from cascade.bench.prompts import DOMAINS
 from cascade.bench.run import machine
-from cascade.bench.services import pinning, place_helpers
+from cascade.bench.services import pin_all_threads, pinning, place_helpers
 from cascade.tools.local_cluster import ClusterConfig, LocalCluster
 from cascade.tools.redis_server import free_port
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc
@@ -151,6 +152,7 @@ def run_load(config: LoadConfig, progress=lambda point: None) -> dict:
     modes, pins = config.modes(), pinning()
     clusters: dict[str, LocalCluster] = {}
     points: list[Point] = []
+    everything = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     try:
         for mode in modes:
             clusters[mode.key] = _start(config, mode, pins)
@@ -169,6 +171,8 @@ def run_load(config: LoadConfig, progress=lambda point: None) -> dict:
     finally:
         for cluster in clusters.values():
             cluster.stop()
+        if everything:  # place_helpers pinned this process to one core: give it all back
+            pin_all_threads(os.getpid(), everything)
     order = {m.name: i for i, m in enumerate(modes)}
     points.sort(key=lambda p: (order[p.mode], p.soak, p.sessions))
     return {"cpu": machine(), "config": {

@@ -35,7 +35,7 @@ def pinning() -> dict[str, frozenset[int]]:
     return {"verifier": frozenset({cores[0]}), "drafter-0": frozenset({cores[1]})}
 
 
-def _pin_all_threads(pid: int, cores: frozenset[int]) -> None:
+def pin_all_threads(pid: int, cores: frozenset[int]) -> None:
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
             os.sched_setaffinity(int(tid), cores)
@@ -54,7 +54,7 @@ def place_helpers(cluster: LocalCluster, pins: dict[str, frozenset[int]], specul
     if cluster.redis and cluster.redis.process:
         pids.append(cluster.redis.process.pid)
     for pid in pids:
-        _pin_all_threads(pid, core)
+        pin_all_threads(pid, core)
     return f"gateway, redis and client on core {sorted(core)}"
 
 
@@ -109,7 +109,7 @@ def run_services(job: Job, workdir: Path, progress: Callable[[], None] | None = 
                                                                     m.sampling), progress)
         rss = _cluster_rss(cluster)
     finally:
-        _pin_all_threads(os.getpid(), frozenset(everything))
+        pin_all_threads(os.getpid(), frozenset(everything))
         cluster.stop()
     described = ", ".join(f"{name} on core {sorted(cores)}" for name, cores in pins.items())
     if pins:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 
 import grpc
+from redis.exceptions import RedisError
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,7 @@ STATUS_FOR = (
     (ValueError, grpc.StatusCode.INVALID_ARGUMENT),
     (Overloaded, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (Unavailable, grpc.StatusCode.UNAVAILABLE),
+    (RedisError, grpc.StatusCode.UNAVAILABLE),  # Redis down or unreachable: retry later
 )
 
 

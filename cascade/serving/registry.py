@@ -1,8 +1,15 @@
-"""The registry of live pods in Redis: heartbeat keys with a TTL, read by the gateway.
+"""The registry of live pods in Redis: one hash per role, read by the gateway.
 
-A pod writes ``cascade:pod:<role>:<address>`` = {"address", "load"} every ``interval_s`` with a
-TTL of ``ttl_s``; a pod that dies disappears when its key expires. The gateway picks the pod
-with the least load (active sessions).
+A pod keeps the field ``<address>`` of the hash ``cascade:pods:<role>`` set to
+``{"load": n, "expires_ms": t}`` every ``interval_s``, where ``t`` is Redis's own clock plus
+``ttl_s`` (one clock for every pod and gateway, so skew between machines does not matter). A pod
+that dies stops renewing and counts as gone once its expiry passes; readers delete such fields
+as they meet them. Reading a role is one ``HGETALL`` (no keyspace scan); a malformed field is
+logged and skipped, never fatal. The gateway picks the least-loaded pod (active sessions), ties
+broken at random so that bursts from several gateways spread out.
+
+A pod starts and serves while Redis is down: its heartbeat keeps trying, and it registers when
+Redis comes back.
 """
 
 from __future__ import annotations
@@ -10,13 +17,27 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import redis.asyncio as redis
 
 log = logging.getLogger(__name__)
-KEY_PREFIX = "cascade:pod:"
+KEY_PREFIX = "cascade:pods:"
+
+_FORGET = """
+for i = 1, #ARGV, 2 do
+  if redis.call('HGET', KEYS[1], ARGV[i]) == ARGV[i + 1] then redis.call('HDEL', KEYS[1], ARGV[i]) end
+end
+"""
+"""Delete expired entries unless a renewal replaced them since they were read."""
+_BEAT = """
+local now = redis.call('TIME')
+local expires = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + tonumber(ARGV[3])
+redis.call('HSET', KEYS[1], ARGV[1], cjson.encode({load = tonumber(ARGV[2]), expires_ms = expires}))
+return expires
+"""
 
 
 @dataclass(frozen=True)
@@ -26,33 +47,39 @@ class PodInfo:
     load: int
 
 
-def pod_key(role: str, address: str) -> str:
-    return f"{KEY_PREFIX}{role}:{address}"
+def role_key(role: str) -> str:
+    return f"{KEY_PREFIX}{role}"
 
 
 class Heartbeat:
-    """Keeps one pod's registry key alive while the pod serves."""
+    """Keeps one pod's registry entry alive while the pod serves."""
 
     def __init__(self, client: redis.Redis, role: str, address: str,
                  load: Callable[[], int], interval_s: float = 1.0, ttl_s: float = 5.0) -> None:
         self.client, self.role, self.address, self.load = client, role, address, load
         self.interval_s, self.ttl_s = interval_s, ttl_s
         self._task: asyncio.Task | None = None
+        self._script = client.register_script(_BEAT)
 
     async def beat(self) -> None:
-        value = json.dumps({"address": self.address, "load": self.load()})
-        await self.client.set(pod_key(self.role, self.address), value, px=int(self.ttl_s * 1000))
+        await self._script(keys=[role_key(self.role)],
+                           args=[self.address, int(self.load()), int(self.ttl_s * 1000)])
+
+    async def _beat_logged(self) -> None:
+        try:
+            await self.beat()
+        except redis.RedisError as exc:  # keep serving; the entry lapses if Redis stays down
+            log.warning("heartbeat failed: %s", exc)
 
     async def _run(self) -> None:
         while True:
-            try:
-                await self.beat()
-            except redis.RedisError as exc:  # keep serving; the key lapses if Redis stays down
-                log.warning("heartbeat failed: %s", exc)
             await asyncio.sleep(self.interval_s)
+            await self._beat_logged()
 
     async def start(self) -> None:
-        await self.beat()
+        """Register now (when Redis answers) and keep beating; never fails because Redis is
+        down: the pod registers once it is back."""
+        await self._beat_logged()
         self._task = asyncio.create_task(self._run())
 
     async def stop(self) -> None:
@@ -60,24 +87,39 @@ class Heartbeat:
         if self._task:
             self._task.cancel()
         try:
-            await self.client.delete(pod_key(self.role, self.address))
+            await self.client.hdel(role_key(self.role), self.address)
         except redis.RedisError as exc:
             log.warning("could not unregister: %s", exc)
 
 
 async def live_pods(client: redis.Redis, role: str) -> list[PodInfo]:
-    keys = [key async for key in client.scan_iter(match=f"{KEY_PREFIX}{role}:*", count=100)]
-    if not keys:
-        return []
-    pods = []
-    for raw in await client.mget(keys):
-        if raw is not None:
+    """The pods of ``role`` whose entries have not expired (expired ones are deleted)."""
+    key = role_key(role)
+    async with client.pipeline(transaction=False) as pipe:
+        entries, (seconds, micros) = await pipe.hgetall(key).time().execute()
+    now_ms = seconds * 1000 + micros // 1000
+    pods, expired = [], []
+    for field, raw in entries.items():
+        address = field.decode() if isinstance(field, bytes) else field
+        try:
             value = json.loads(raw)
-            pods.append(PodInfo(role, value["address"], int(value["load"])))
+            load, expires_ms = int(value["load"]), int(value["expires_ms"])
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("skipping malformed registry entry %s[%s]: %s", key, address, exc)
+            continue
+        if expires_ms < now_ms:
+            expired += [field, raw]
+        else:
+            pods.append(PodInfo(role, address, load))
+    if expired:
+        await client.eval(_FORGET, 1, key, *expired)
     return pods
 
 
 async def least_loaded(client: redis.Redis, role: str, exclude: set[str] = frozenset()) -> str | None:
-    """Address of the live pod of ``role`` with the least load, or None."""
+    """Address of a live pod of ``role`` with the least load (random among equals), or None."""
     pods = [p for p in await live_pods(client, role) if p.address not in exclude]
-    return min(pods, key=lambda p: (p.load, p.address)).address if pods else None
+    if not pods:
+        return None
+    lowest = min(p.load for p in pods)
+    return random.choice([p.address for p in pods if p.load == lowest])

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import httpx
 
+from cascade.serving.registry import role_key
 from cascade.tools.redis_server import RedisServer, free_port
 
 
@@ -64,7 +65,7 @@ class LocalCluster:
     def start(self, timeout_s: float = 180.0) -> "LocalCluster":
         c = self.config
         c.workdir.mkdir(parents=True, exist_ok=True)
-        self.redis = RedisServer(c.workdir / "redis").start()
+        self.redis = RedisServer(c.workdir / "redis", persistent=True).start()
         pod = ["--redis-url", self.redis.url, "--dtype", c.dtype, "--threads",
                str(c.threads_per_pod)]
         self._spawn("verifier", ["verifier_service", "--model", str(c.target),
@@ -90,7 +91,7 @@ class LocalCluster:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             self._check_alive()
-            num_drafters = len(client.keys("cascade:pod:drafter:*"))
+            num_drafters = client.hlen(role_key("drafter"))
             if num_drafters == self.config.num_drafters and self._gateway_ready():
                 return
             time.sleep(0.2)

@@ -30,11 +30,12 @@ def free_port() -> int:
 
 
 class RedisServer:
-    """A loopback-only Redis with no persistence, stopped with ``stop()``."""
+    """A loopback-only Redis, stopped with ``stop()``; ``persistent`` keeps an append-only file
+    in ``data_dir`` (fsync every second), so a restart keeps the session state."""
 
-    def __init__(self, data_dir: Path, port: int | None = None) -> None:
+    def __init__(self, data_dir: Path, port: int | None = None, persistent: bool = False) -> None:
         self.port = port or free_port()
-        self.data_dir = data_dir
+        self.data_dir, self.persistent = data_dir, persistent
         self.process: subprocess.Popen | None = None
 
     @property
@@ -44,7 +45,8 @@ class RedisServer:
     def start(self, timeout_s: float = 10.0) -> "RedisServer":
         self.data_dir.mkdir(parents=True, exist_ok=True)
         args = [redis_server_binary(), "--port", str(self.port), "--bind", "127.0.0.1",
-                "--save", "", "--appendonly", "no", "--dir", str(self.data_dir)]
+                "--save", "", "--appendonly", "yes" if self.persistent else "no",
+                "--appendfsync", "everysec", "--dir", str(self.data_dir)]
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + timeout_s
         client = redis.Redis(port=self.port, socket_connect_timeout=0.2)

@@ -3,6 +3,7 @@ against real processes, every point streams tokens without errors, and the table
 are written."""
 
 import json
+import os
 
 from cascade.bench.load import LoadConfig, run_load, save
 from cascade.tools.tiny_models import build_tiny_pair
@@ -12,7 +13,9 @@ def test_load_points_stream_tokens_and_are_saved(tmp_path):
     target, drafter = build_tiny_pair(tmp_path / "models")
     config = LoadConfig(target, drafter, tmp_path / "out", k=3, sessions=(1, 3), max_tokens=8,
                         window_s=1.5, soak_s=1.5, only=("batched", "target-only"))
+    cores = os.sched_getaffinity(0)
     result = run_load(config)
+    assert os.sched_getaffinity(0) == cores  # the client's pinning is undone
     points = result["points"]
     assert [(p["mode"], p["sessions"], p["soak"]) for p in points] == [
         ("speculative k=3, batched", 1, False), ("speculative k=3, batched", 3, False),

@@ -11,7 +11,7 @@ import httpx
 import openai
 
 from cascade.protocol.settings import FinishReason
-from gateway.generation import GeneratedChunk, GenerationRequest
+from gateway.generation import GeneratedChunk, GenerationRequest, StopGeneration
 from gateway.http_app import HttpSettings, create_app
 
 MODEL = "tiny-model"
@@ -29,6 +29,8 @@ class FakeGenerator:
         self.requests: list[GenerationRequest] = []
         self.yielded = 0
         self.closed_early = False
+        self.stopped = False
+        """The consumer ended the stream on purpose (StopGeneration thrown in)."""
         self.completed = False
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GeneratedChunk]:
@@ -44,6 +46,8 @@ class FakeGenerator:
                 yield GeneratedChunk("s-1", ids, num_accepted=len(ids) - 1, num_drafted=3,
                                      finish_reason=self.finish if last else None)
             self.completed = True
+        except StopGeneration:
+            self.stopped = True
         except (GeneratorExit, asyncio.CancelledError):
             self.closed_early = True
             raise

@@ -116,7 +116,7 @@ async def test_stop_string_cuts_text_and_closes_generator(tokenizer, stream):
             text, finish = result["choices"][0]["text"], result["choices"][0]["finish_reason"]
             usage = result["usage"]
     assert text == OUTPUT[:OUTPUT.index("café")] and finish == "stop"
-    assert generator.closed_early and not generator.completed
+    assert generator.stopped and not generator.completed  # ended as a stop, not abandoned
     assert generator.yielded < len(chunks)
     assert usage["completion_tokens"] == sum(len(c) for c in chunks[:generator.yielded])
 

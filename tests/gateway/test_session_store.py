@@ -14,8 +14,11 @@ async def test_append_checks_epoch_and_length(redis_client):
     store = SessionStore(redis_client, ttl_s=60)
     record = await store.create(REQUEST, "d:1", "v:1")
     assert await store.append(record.session_id, 1, 0, [1, 2]) == 2
+    assert await store.append(record.session_id, 1, 0, [1, 2]) == 2  # a retry: no-op success
     with pytest.raises(LengthMismatch):
-        await store.append(record.session_id, 1, 0, [1, 2])  # a replayed chunk
+        await store.append(record.session_id, 1, 0, [1, 3])  # another chunk at that length
+    with pytest.raises(LengthMismatch):
+        await store.append(record.session_id, 1, 1, [7])  # a stale length, other tokens
     with pytest.raises(StaleEpoch):
         await store.append(record.session_id, 0, 2, [3])
     assert await store.tokens(record.session_id) == [1, 2]
@@ -45,3 +48,30 @@ async def test_everything_expires(redis_client):
     assert len(keys) == 2
     for key in keys:
         assert 0 < await redis_client.ttl(key) <= 30
+
+
+async def test_a_client_survives_a_redis_restart_within_its_retries(tmp_path):
+    """connect(): timeouts plus backoff retries carry a call across a short Redis outage."""
+    import asyncio
+
+    from cascade.tools.redis_server import RedisServer, free_port
+    from gateway.session_store import connect
+
+    port = free_port()
+    server = RedisServer(tmp_path / "a", port=port).start()
+    client = connect(f"redis://127.0.0.1:{port}/0")
+    try:
+        await client.set("k", "1")
+        server.stop()
+
+        async def restart_soon():
+            await asyncio.sleep(0.5)
+            return RedisServer(tmp_path / "b", port=port).start()
+
+        restarting = asyncio.create_task(restart_soon())
+        await client.set("k", "2")  # retried with backoff until Redis is back
+        server = await restarting
+        assert await client.get("k") == b"2"
+    finally:
+        await client.aclose()
+        server.stop()
