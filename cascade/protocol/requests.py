@@ -9,7 +9,7 @@ Defaults, documented once (OpenAI's where OpenAI has the field):
 
 | field | default | range |
 |---|---|---|
-| temperature | 1.0 | [0, 2]; 0 is greedy |
+| temperature | 1.0 | [0, 2]; 0 is greedy, and so is anything below 1e-5 |
 | top_p | 1.0 | (0, 1] |
 | top_k | 0 (all tokens) | [0, 2^31 - 1] |
 | seed | random | any integer (taken mod 2^64) |
@@ -35,6 +35,7 @@ from cascade.protocol.limits import RequestInvalid, fit_lengths
 from cascade.protocol.methods import DEFAULT_DRAFT_METHOD, DRAFT_METHODS
 from cascade.protocol.settings import (
     MAX_DRAFT_TOKENS,
+    MIN_TEMPERATURE,
     AcceptancePolicy,
     AcceptanceRule,
     DraftConfig,
@@ -79,6 +80,12 @@ class GenerationOptions(Lenient):
     """Cascade extension: the deferral rule of a speculative cascade."""
     cascade_alpha: float = Field(0.0, ge=0.0, le=1.0)
     """Cascade extension: the cascade's quality knob (0 keeps the most quality)."""
+
+    @field_validator("temperature")
+    @classmethod
+    def _tiny_is_greedy(cls, value: float) -> float:
+        """Below MIN_TEMPERATURE sampling is numerically greedy anyway (and NaN in float32)."""
+        return 0.0 if value < MIN_TEMPERATURE else value
 
     @field_validator("stop", mode="before")
     @classmethod

@@ -22,6 +22,11 @@ class FinishReason(str, Enum):
     """max_new_tokens was reached."""
 
 
+MIN_TEMPERATURE = 1e-5
+"""Smallest positive temperature: below it logits / temperature can overflow float32 and the
+probabilities become NaN. The request mapping turns smaller ones into 0 (greedy)."""
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """How tokens are chosen; applied identically to the target (p) and the drafter (q)."""
@@ -40,8 +45,9 @@ class SamplingParams:
     """Generation ends after any of these tokens (it is kept in the output)."""
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.temperature <= 100.0:
-            raise ValueError(f"temperature must be in [0, 100], got {self.temperature}")
+        if not (self.temperature == 0.0 or MIN_TEMPERATURE <= self.temperature <= 100.0):
+            raise ValueError(f"temperature must be 0 (greedy) or in [{MIN_TEMPERATURE}, 100], "
+                             f"got {self.temperature}")
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0 (0 disables it), got {self.top_k}")
         if not 0.0 < self.top_p <= 1.0:

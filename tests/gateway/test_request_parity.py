@@ -82,3 +82,14 @@ async def test_the_same_bad_request_gets_the_same_message(both, fields):
 def test_defaults_documented_once_agree_with_the_limits():
     assert SETTINGS.server_defaults(None) == ServerDefaults(
         SETTINGS.context_length, SETTINGS.max_tokens_limit, SETTINGS.default_num_draft_tokens)
+
+
+def test_a_tiny_positive_temperature_is_greedy_and_the_core_refuses_it_raw():
+    """1e-40 used to give NaN probabilities (k = 0: the last vocabulary id every round)."""
+    from cascade.protocol.requests import validate_options
+    from cascade.protocol.settings import SamplingParams
+
+    assert validate_options({"temperature": 1e-40}).temperature == 0.0
+    assert validate_options({"temperature": 1e-5}).temperature == 1e-5
+    with pytest.raises(ValueError, match="temperature must be 0"):
+        SamplingParams(temperature=1e-40)
