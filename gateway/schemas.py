@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from cascade.protocol.requests import GenerationOptions, Lenient
+from cascade.protocol.requests import GenerationOptions, Lenient, valid_text
 
 
 class StreamOptions(Lenient):
@@ -64,7 +64,7 @@ class CompletionRequest(GenerationFields):
             )
         if not value:
             raise ValueError("must not be empty")
-        return value
+        return valid_text(value)
 
 
 class ChatMessage(Lenient):
@@ -75,11 +75,13 @@ class ChatMessage(Lenient):
     @field_validator("content", mode="before")
     @classmethod
     def _join_text_parts(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return valid_text(value)
         if not isinstance(value, list):
             return value
         if all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
                for p in value):
-            return "".join(part["text"] for part in value)
+            return valid_text("".join(part["text"] for part in value))
         raise ValueError('must be a string or a list of {"type": "text", "text": ...} parts')
 
 

@@ -61,6 +61,16 @@ class Lenient(BaseModel):
         return data
 
 
+def valid_text(value: str) -> str:
+    """``value`` if it is valid Unicode text (JSON can carry lone surrogates such as \\ud800,
+    which no tokenizer accepts)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("must be valid Unicode text (it contains a lone surrogate)") from None
+    return value
+
+
 class GenerationOptions(Lenient):
     """How to generate, as either API states it (the table above)."""
 
@@ -91,9 +101,9 @@ class GenerationOptions(Lenient):
     @classmethod
     def _stop_as_list(cls, value: Any) -> Any:
         if isinstance(value, str):
-            return [value]
+            return [valid_text(value)]
         if isinstance(value, list) and all(isinstance(item, str) for item in value):
-            return value
+            return [valid_text(item) for item in value]
         raise ValueError(f"must be a string or a list of up to {MAX_STOP_STRINGS} strings")
 
     @field_validator("draft_method")
