@@ -132,12 +132,17 @@ class VerifyEngine:
             end += len(f.tokens)
             keep.append(torch.arange(end - p.num_logits, end))
             ends.append(end)
-        hidden = any(p.hidden_layers for p in passes)
+        want_hidden = any(p.hidden_layers for p in passes)
         vocab_map = self.runner.vocab_map
-        with self.lock:
-            logits, states = packed_forward(self.runner.model, self.store, feeds,
-                                            torch.cat(keep), hidden,
-                                            None if vocab_map is None else vocab_map.to_local)
+        try:
+            with self.lock:
+                logits, states = packed_forward(self.runner.model, self.store, feeds,
+                                                torch.cat(keep), want_hidden,
+                                                None if vocab_map is None else vocab_map.to_local)
+        except BaseException:  # nothing was cached: the regions hold only what they held
+            for p, f in zip(passes, feeds):
+                p.cache.tokens = p.cache.tokens[: f.start]
+            raise
         logits, outputs, first_logit = logits.cpu(), [], 0
         for p, f, stop in zip(passes, feeds, ends):
             rows = logits[first_logit : first_logit + p.num_logits]

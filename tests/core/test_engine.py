@@ -142,3 +142,29 @@ def test_batched_speculative_sampling_emits_each_rows_own_target_distribution():
     for name, params in groups.items():
         assert_matches(torch.tensor(firsts[name]), process_logits(logits, params).double())
     assert engine.store.reserved == 0
+
+
+def test_a_failed_pass_leaves_every_cache_as_it_was(monkeypatch):
+    import cascade.core.engine as engine_module
+
+    target = tiny_llama(0)
+    engine = VerifyEngine(target, kv_tokens=512)
+    params = SamplingParams(max_new_tokens=8)
+    sequence = SequenceVerifier(target, [1, 2, 3], params, engine=engine)
+    reference = SequenceVerifier(target, [1, 2, 3], params, engine=engine)
+    first = sequence.verify(Draft([]))
+    cached = list(sequence.cache.tokens)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("device lost")
+
+    monkeypatch.setattr(engine_module, "packed_forward", broken)
+    with pytest.raises(RuntimeError):
+        engine.step([(sequence, Draft([5, 6]))])
+    assert sequence.cache.tokens == cached and sequence.committed == [1, 2, 3, *first.tokens]
+    monkeypatch.undo()
+    assert [sequence.verify(Draft([])), sequence.verify(Draft([]))][-1].committed_len == 6
+    reference.verify(Draft([]))
+    reference.verify(Draft([]))
+    reference.verify(Draft([]))
+    assert sequence.committed == reference.committed  # nothing stale was reused
