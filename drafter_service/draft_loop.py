@@ -94,7 +94,7 @@ class DraftLoop:
                 await _send(call, verifier_pb2.VerifyRequest(block=block))
                 verdict = await self._read(call)
                 self.committed.extend(verdict.tokens)
-                yield round_from_verdict(verdict, len(block.tokens), block.draft_us,
+                yield round_from_verdict(verdict, block.tokens, block.draft_us,
                                          _micros(sent) + block.draft_us)
                 if verdict.finish_reason != common_pb2.FINISH_REASON_UNSPECIFIED:
                     break

@@ -26,13 +26,15 @@ def main(
     api_keys: str = typer.Option("", envvar="CASCADE_API_KEYS",
                                  help="Comma-separated bearer keys; empty leaves the API open."),
     grace_s: float = typer.Option(30.0, help="Seconds in-flight requests get after SIGTERM."),
+    playground: bool = typer.Option(True, help="Serve the playground page at /playground/ "
+                                    "(turn it off in production)."),
 ) -> None:
     """Serve the OpenAI-compatible HTTP API and the gRPC Generate stream."""
     setup_logging()
     setup_telemetry("cascade-gateway")
     keys = tuple(k.strip() for k in api_keys.split(",") if k.strip())
     config = GatewayConfig(model, redis_url, model_name, host, port, grpc_port,
-                           num_draft_tokens, max_tokens_limit, keys, grace_s)
+                           num_draft_tokens, max_tokens_limit, keys, grace_s, playground)
     asyncio.run(serve(config))
 
 

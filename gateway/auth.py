@@ -1,4 +1,5 @@
-"""API keys at the edge: ``Authorization: Bearer <key>`` on every route but the public ones.
+"""API keys at the edge: ``Authorization: Bearer <key>`` on every route but the public ones
+(probes, metrics, the playground page; the page's own API calls send the key).
 
 Keys are compared by SHA-256 digest with ``secrets.compare_digest``; no keys configured means no
 check (local use). The same check guards the gRPC Generate stream (metadata ``authorization``).
@@ -12,6 +13,7 @@ import secrets
 from fastapi import FastAPI, Request
 
 from gateway.errors import APIError, error_response
+from gateway.playground import is_playground
 
 PUBLIC_PATHS = frozenset({"/health", "/ready", "/metrics"})
 
@@ -45,6 +47,8 @@ def install_api_keys(app: FastAPI, keys: ApiKeys) -> None:
 
     @app.middleware("http")
     async def check_api_key(request: Request, call_next):
-        if request.url.path in PUBLIC_PATHS or keys.allows(request.headers.get("authorization")):
+        path = request.url.path
+        public = path in PUBLIC_PATHS or is_playground(path)
+        if public or keys.allows(request.headers.get("authorization")):
             return await call_next(request)
         return error_response(invalid_key())

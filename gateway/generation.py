@@ -63,6 +63,8 @@ class GeneratedChunk:
     """Round wall time seen by the drafter, drafting included (microseconds)."""
     num_deferred: int = 0
     """Cascade rules: drafted positions the target's distribution decided."""
+    drafted_tokens: tuple[int, ...] = ()
+    """The round's drafted tokens, rejected ones included (empty when the target decoded alone)."""
 
 
 class Generator(Protocol):

@@ -25,6 +25,7 @@ from gateway import schemas
 from gateway.auth import ApiKeys, install_api_keys
 from gateway.errors import bad_request, install_error_handlers, model_not_found
 from gateway.generation import Generator
+from gateway.playground import install_playground, page_settings
 from gateway.streaming import Delta, EventStreamResponse, collect, generate_text, sse_event
 
 ReadyCheck = Callable[[], bool | Awaitable[bool]]
@@ -44,6 +45,8 @@ class HttpSettings:
     """Drafted tokens per round when a request does not set num_draft_tokens."""
     api_keys: tuple[str, ...] = ()
     """Accepted bearer keys; empty leaves the API open (local use)."""
+    playground: bool = True
+    """Serve the playground page at /playground/ (gateway.playground)."""
 
     def __post_init__(self) -> None:
         self.server_defaults(None)  # the one mapping checks the limits
@@ -76,6 +79,10 @@ def create_app(
         return await api.chat_completions(body)
 
     _add_info_routes(app, settings, ready, registry)
+    if settings.playground:
+        install_playground(app, page_settings(settings.model_name,
+                                              settings.default_num_draft_tokens,
+                                              settings.max_tokens_limit))
     return app
 
 
@@ -131,7 +138,8 @@ class _CompletionsApi:
         prompt_tokens = list(self.tokenizer(body.prompt).input_ids)
         request = self._generation_request(body, prompt_tokens, body.max_tokens, "prompt")
         meta = schemas.ResponseMeta.new("cmpl", body.model)
-        deltas = generate_text(self.generator, request, self.tokenizer, body.stop)
+        deltas = generate_text(self.generator, request, self.tokenizer, body.stop,
+                               rounds=body.cascade_rounds)
         usage = _Usage(len(prompt_tokens), not request.acceptance.rule.is_lossless)
         if body.stream:
             events = _completion_events(meta, deltas, usage, body.include_usage)
@@ -146,7 +154,8 @@ class _CompletionsApi:
         max_tokens = body.requested_max_tokens
         request = self._generation_request(body, prompt_tokens, max_tokens, "messages")
         meta = schemas.ResponseMeta.new("chatcmpl", body.model)
-        deltas = generate_text(self.generator, request, self.tokenizer, body.stop)
+        deltas = generate_text(self.generator, request, self.tokenizer, body.stop,
+                               rounds=body.cascade_rounds)
         usage = _Usage(len(prompt_tokens), not request.acceptance.rule.is_lossless)
         if body.stream:
             events = _chat_events(meta, deltas, usage, body.include_usage)
@@ -200,9 +209,9 @@ async def _completion_events(
     meta: schemas.ResponseMeta, deltas: AsyncIterator[Delta], usage: _Usage, include_usage: bool
 ) -> AsyncIterator[str]:
     async for delta in deltas:
-        if delta.text or delta.finish_reason:
+        if delta.text or delta.finish_reason or delta.round:
             chunk = schemas.completion_chunk(meta, delta.text, delta.finish_reason, include_usage)
-            yield sse_event(chunk)
+            yield sse_event(schemas.with_round(chunk, _round_json(delta)))
         if delta.finish_reason and include_usage:
             yield sse_event(schemas.usage_chunk(meta, "text_completion", usage.of(delta)))
 
@@ -216,11 +225,16 @@ async def _chat_events(
             role = {"role": "assistant", "content": ""}
             yield sse_event(schemas.chat_chunk(meta, role, None, include_usage))
             first = False
-        if delta.text:
+        if delta.text or delta.round:
             content = {"content": delta.text}
-            yield sse_event(schemas.chat_chunk(meta, content, None, include_usage))
+            chunk = schemas.chat_chunk(meta, content, None, include_usage)
+            yield sse_event(schemas.with_round(chunk, _round_json(delta)))
         if delta.finish_reason:
             yield sse_event(schemas.chat_chunk(meta, {}, delta.finish_reason, include_usage))
             if include_usage:
                 chunk = schemas.usage_chunk(meta, "chat.completion.chunk", usage.of(delta))
                 yield sse_event(chunk)
+
+
+def _round_json(delta: Delta) -> dict[str, Any] | None:
+    return delta.round.to_json() if delta.round else None

@@ -181,7 +181,8 @@ class Orchestrator:
                 finish = FINISH_FROM_PB[result.finish_reason]
                 yield GeneratedChunk(job.record.session_id, tokens, result.num_accepted,
                                      result.num_drafted, finish, result.draft_us,
-                                     result.verify_us, result.round_us, result.num_deferred)
+                                     result.verify_us, result.round_us, result.num_deferred,
+                                     tuple(result.drafted_tokens))
                 if finish is not None:
                     await self._mark(job, "finished")
                     return

@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from cascade.protocol.requests import GenerationOptions, Lenient, valid_text
 
@@ -31,6 +31,15 @@ class GenerationFields(GenerationOptions):
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int = 1
+    cascade_rounds: bool = False
+    """Cascade extension: each streamed chunk carries what its round did (gateway.rounds)."""
+
+    @field_validator("cascade_rounds")
+    @classmethod
+    def _rounds_need_stream(cls, value: bool, info: ValidationInfo) -> bool:
+        if value and not info.data.get("stream"):
+            raise ValueError("needs \"stream\": true (rounds are described per streamed chunk)")
+        return value
 
     @field_validator("n")
     @classmethod
@@ -169,6 +178,11 @@ def chat_chunk(
     """delta is {"role": "assistant", "content": ""} first, then {"content": ...}, and {} last."""
     choice = {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}
     return _chunk(meta.header("chat.completion.chunk"), choice, include_usage)
+
+
+def with_round(chunk: dict[str, Any], round_json: dict[str, Any] | None) -> dict[str, Any]:
+    """The chunk with the ``cascade`` round extension, when the request asked for it."""
+    return chunk if round_json is None else {**chunk, "cascade": round_json}
 
 
 def usage_chunk(meta: ResponseMeta, object_type: str, usage_: dict[str, int]) -> dict[str, Any]:

@@ -42,6 +42,8 @@ class GatewayConfig:
     """Bearer keys clients must send; empty leaves the API open."""
     grace_s: float = 30.0
     """Seconds in-flight requests get after SIGTERM before the servers stop."""
+    playground: bool = True
+    """Serve the playground page at /playground/."""
 
 
 def context_length(model: str) -> int:
@@ -69,7 +71,7 @@ def build_gateway(config: GatewayConfig, client: redis.Redis):
     settings = HttpSettings(model_name=name, context_length=context_length(config.model),
                             max_tokens_limit=config.max_tokens_limit,
                             default_num_draft_tokens=config.default_num_draft_tokens,
-                            api_keys=config.api_keys)
+                            api_keys=config.api_keys, playground=config.playground)
     orchestrator = Orchestrator(client, SessionStore(client), ChannelPool())
 
     async def ready() -> bool:

@@ -16,6 +16,7 @@ from cascade.protocol.settings import FinishReason
 from gateway.detokenize import Decoder, TextStream
 from gateway.errors import as_api_error, error_body, error_response
 from gateway.generation import GenerationFailed, GenerationRequest, Generator, stop_early
+from gateway.rounds import RoundReader, RoundView
 
 log = logging.getLogger(__name__)
 
@@ -35,13 +36,18 @@ class Delta:
     """Generated tokens consumed so far (including any the stop string cut off)."""
     num_deferred: int = 0
     """Cascade rules: drafted positions so far that the target's distribution decided."""
+    round: RoundView | None = None
+    """What the chunk's round did, when the request asked for rounds (gateway.rounds)."""
 
 
 async def generate_text(
-    generator: Generator, request: GenerationRequest, tokenizer: Decoder, stops: Sequence[str]
+    generator: Generator, request: GenerationRequest, tokenizer: Decoder, stops: Sequence[str],
+    rounds: bool = False,
 ) -> AsyncIterator[Delta]:
-    """One Delta per generated chunk; a stop string ends it early and closes the generation."""
+    """One Delta per generated chunk; a stop string ends it early and closes the generation.
+    With ``rounds`` each Delta also describes its round, token by token."""
     text = TextStream(tokenizer, stops)
+    reader = RoundReader(text, tokenizer) if rounds else None
     chunks = generator.generate(request)
     consumed, deferred, last = 0, 0, None
     try:
@@ -51,16 +57,17 @@ async def generate_text(
             consumed += len(chunk.token_ids)
             deferred += chunk.num_deferred
             final = chunk.finish_reason is not None
-            visible = text.add(chunk.token_ids, final=final)
+            view = reader.read(chunk, final) if reader else None
+            visible = view.text if view else text.add(chunk.token_ids, final=final)
             if text.stopped:
                 await stop_early(chunks)
-                yield Delta(visible, "stop", consumed, deferred)
+                yield Delta(visible, "stop", consumed, deferred, view)
                 return
             if final:  # let the generator run to its end before the last delta goes out
                 finish = FINISH_REASONS[FinishReason(chunk.finish_reason)]
-                last = Delta(visible, finish, consumed, deferred)
+                last = Delta(visible, finish, consumed, deferred, view)
                 continue
-            yield Delta(visible, None, consumed, deferred)
+            yield Delta(visible, None, consumed, deferred, view)
     finally:
         await _close(chunks)
     if last is None:

@@ -6,4 +6,8 @@ bash scripts/install.sh
 # kubectl renders the Kubernetes manifests in the tests (they skip, saying so, without it).
 command -v kubectl >/dev/null || { apt-get install -y -q kubectl >/dev/null 2>&1 || \
   echo "kubectl could not be installed: the manifest tests will be skipped"; }
+# Chromium runs the playground's browser tests (they skip, saying so, without it).
+command -v chromium >/dev/null || { apt-get install -y -q chromium >/dev/null 2>&1 || \
+  { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1; } || \
+  echo "chromium could not be installed: the playground browser tests will be skipped"; }
 .venv/bin/python -m pytest -q "$@"

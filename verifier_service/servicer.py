@@ -42,7 +42,7 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
                 if verdict.is_stale:
                     raise StaleEpoch(f"session {session.session_id} was taken over by a newer "
                                      "epoch")
-                yield round_from_verdict(verdict, num_drafted=0, draft_us=0, round_us=0)
+                yield round_from_verdict(verdict, drafted=(), draft_us=0, round_us=0)
                 round_number += 1
         finally:
             await self.sessions.close(session)

@@ -7,6 +7,8 @@ gateway.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from cascade.core.blocks import Draft, RoundOutcome, TargetFeatures
@@ -87,11 +89,12 @@ def num_open_replies(context_len: int) -> int:
     return max(1, -(-(context_len - 1) // FEATURE_CHUNK_POSITIONS))
 
 
-def round_from_verdict(verdict: verifier_pb2.Verdict, num_drafted: int, draft_us: int,
+def round_from_verdict(verdict: verifier_pb2.Verdict, drafted: Sequence[int], draft_us: int,
                        round_us: int) -> common_pb2.Round:
-    """What the drafter streams to the gateway for one verified block."""
+    """What the drafter streams to the gateway for one verified block (``drafted``: the
+    block's tokens, rejected ones included)."""
     return common_pb2.Round(
         round=verdict.round, tokens=verdict.tokens, num_accepted=verdict.num_accepted,
-        num_drafted=num_drafted, committed_len=verdict.committed_len,
+        num_drafted=len(drafted), committed_len=verdict.committed_len,
         finish_reason=verdict.finish_reason, draft_us=draft_us, verify_us=verdict.verify_us,
-        round_us=round_us, num_deferred=verdict.num_deferred)
+        round_us=round_us, num_deferred=verdict.num_deferred, drafted_tokens=drafted)

@@ -44,7 +44,9 @@ class FakeGenerator:
                     await asyncio.sleep(self.delay)
                 self.yielded += 1
                 yield GeneratedChunk("s-1", ids, num_accepted=len(ids) - 1, num_drafted=3,
-                                     finish_reason=self.finish if last else None)
+                                     finish_reason=self.finish if last else None,
+                                     draft_us=1500, verify_us=2500, round_us=4200,
+                                     drafted_tokens=drafted_block(ids, 3))
             self.completed = True
         except StopGeneration:
             self.stopped = True
@@ -58,13 +60,24 @@ class FakeGenerator:
         return self.requests[0]
 
 
+REJECTED_TOKEN = 7
+"""Stands for the drafted tokens the scripted verifier rejected."""
+
+
+def drafted_block(ids: list[int], num_drafted: int) -> tuple[int, ...]:
+    """A block whose first len(ids) - 1 tokens are the accepted ones."""
+    accepted = tuple(ids[:len(ids) - 1])
+    return (accepted + (REJECTED_TOKEN,) * num_drafted)[:num_drafted]
+
+
 def script(tokenizer, text: str, per_chunk: int = 3, eos: bool = False) -> list[list[int]]:
     ids = tokenizer(text).input_ids + ([tokenizer.eos_token_id] if eos else [])
     return [ids[i:i + per_chunk] for i in range(0, len(ids), per_chunk)]
 
 
-def make_client(tokenizer, generator, **app_kwargs) -> httpx.AsyncClient:
-    app = create_app(SETTINGS, tokenizer, generator, **app_kwargs)
+def make_client(tokenizer, generator, settings: HttpSettings = SETTINGS,
+                **app_kwargs) -> httpx.AsyncClient:
+    app = create_app(settings, tokenizer, generator, **app_kwargs)
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test")
 
 

@@ -1,0 +1,285 @@
+// Cascade playground: streams a request with "cascade_rounds": true and draws each round's tokens
+// by origin. Plain browser JavaScript, no build step, no dependencies.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const NUMBER_FIELDS = ["max_tokens", "num_draft_tokens", "temperature", "top_p", "cascade_alpha"];
+const CHOICE_FIELDS = ["draft_method", "acceptance", "cascade_rule"];
+let modelName = null;
+
+async function loadSettings() {
+  const response = await fetch("settings.json");
+  const settings = await response.json();
+  modelName = settings.model;
+  $("model-name").textContent = settings.model;
+  $("num_draft_tokens").value = settings.default_num_draft_tokens;
+  $("num_draft_tokens").max = settings.max_draft_tokens;
+  $("max_tokens").max = settings.max_tokens_limit;
+  fillSelect($("draft_method"), settings.draft_methods, settings.default_draft_method);
+  fillSelect($("cascade_rule"), settings.cascade_rules, settings.cascade_rules[0]);
+}
+
+function fillSelect(select, values, chosen) {
+  select.replaceChildren(...values.map((value) => new Option(value, value, false, value === chosen)));
+}
+
+function requestBody(overrides) {
+  const body = { model: modelName, stream: true, cascade_rounds: true };
+  for (const name of NUMBER_FIELDS) {
+    const raw = $(name).value.trim();
+    if (raw !== "") body[name] = Number(raw);
+  }
+  for (const name of CHOICE_FIELDS) body[name] = $(name).value;
+  if (body.acceptance !== "cascade") { delete body.cascade_rule; delete body.cascade_alpha; }
+  const prompt = $("prompt").value;
+  if ($("mode").value === "chat") body.messages = [{ role: "user", content: prompt }];
+  else body.prompt = prompt;
+  return Object.assign(body, overrides);
+}
+
+function endpoint() {
+  return $("mode").value === "chat" ? "/v1/chat/completions" : "/v1/completions";
+}
+
+// The data of each server-sent event, as the stream delivers it.
+async function* sseData(response) {
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buffer += decoder.decode(value, { stream: true });
+    let end;
+    while ((end = buffer.indexOf("\n\n")) >= 0) {
+      const event = buffer.slice(0, end);
+      buffer = buffer.slice(end + 2);
+      for (const line of event.split("\n")) {
+        if (line.startsWith("data: ")) yield line.slice(6);
+      }
+    }
+  }
+}
+
+async function errorMessage(response) {
+  try {
+    const body = await response.json();
+    if (body && body.error && body.error.message) return body.error.message;
+  } catch (_) { /* not JSON */ }
+  return `HTTP ${response.status} ${response.statusText}`;
+}
+
+// One run's output, figures and chart in its pane.
+class Pane {
+  constructor(element) {
+    this.element = element;
+    this.output = element.querySelector(".output");
+    this.figures = element.querySelector(".figures");
+    this.chart = element.querySelector(".chart");
+    this.reset();
+  }
+
+  reset() {
+    this.rounds = [];
+    this.tokens = 0;
+    this.accepted = 0;
+    this.drafted = 0;
+    this.ttftMs = null;
+    this.elapsedMs = 0;
+    this.output.replaceChildren();
+    this.chart.replaceChildren();
+    this.showFigures();
+  }
+
+  addRound(round, elapsedMs) {
+    this.rounds.push(round);
+    this.tokens += round.tokens.length;
+    this.accepted += round.num_accepted;
+    this.drafted += round.num_drafted;
+    this.elapsedMs = elapsedMs;
+    if (this.ttftMs === null && round.tokens.length > 0) this.ttftMs = elapsedMs;
+    this.output.append(roundElement(round));
+    this.showFigures();
+    this.drawChart();
+  }
+
+  get tokensPerSecond() {
+    return this.elapsedMs > 0 ? (1000 * this.tokens) / this.elapsedMs : 0;
+  }
+
+  showFigures() {
+    const n = this.rounds.length;
+    const figures = {
+      "tokens": this.tokens,
+      "rounds": n,
+      "tokens/s": this.tokensPerSecond.toFixed(1),
+      "acceptance rate": this.drafted ? (this.accepted / this.drafted).toFixed(2) : "–",
+      "mean accepted length": n ? (this.tokens / n).toFixed(2) : "–",
+      "time to first token": this.ttftMs === null ? "–" : `${Math.round(this.ttftMs)} ms`,
+    };
+    this.figures.replaceChildren(...Object.entries(figures).map(([name, value]) => {
+      const item = document.createElement("div");
+      item.dataset.figure = name;
+      const term = document.createElement("dt");
+      term.textContent = name;
+      const detail = document.createElement("dd");
+      detail.textContent = value;
+      item.append(term, detail);
+      return item;
+    }));
+  }
+
+  // Tokens committed per round, the accepted part in the accepted colour.
+  drawChart() {
+    const svgNs = "http://www.w3.org/2000/svg";
+    const height = 70;
+    const tallest = Math.max(2, ...this.rounds.map((r) => Math.max(r.tokens.length, r.num_drafted + 1)));
+    const width = Math.max(1, this.chart.clientWidth || 600);
+    const step = Math.min(14, width / Math.max(1, this.rounds.length));
+    this.chart.setAttribute("viewBox", `0 0 ${width} ${height}`);
+    const bars = [];
+    this.rounds.forEach((round, i) => {
+      const unit = (height - 4) / tallest;
+      const accepted = round.num_accepted;
+      const other = round.tokens.length - accepted;
+      const x = i * step;
+      const bar = (cls, count, below) => {
+        const rect = document.createElementNS(svgNs, "rect");
+        rect.setAttribute("class", cls);
+        rect.setAttribute("x", x);
+        rect.setAttribute("width", Math.max(1, step - 1));
+        rect.setAttribute("y", height - (below + count) * unit);
+        rect.setAttribute("height", count * unit);
+        return rect;
+      };
+      const otherClass = round.num_drafted ? "bar-other" : "bar-target";
+      if (accepted) bars.push(bar("bar-accepted", accepted, 0));
+      if (other) bars.push(bar(otherClass, other, accepted));
+    });
+    this.chart.replaceChildren(...bars);
+  }
+}
+
+function roundElement(round) {
+  const element = document.createElement("span");
+  element.className = "round";
+  element.tabIndex = 0;
+  element.dataset.round = round.round;
+  for (const token of round.tokens) {
+    const span = document.createElement("span");
+    span.className = `tok ${token.kind}`;
+    span.textContent = token.text;
+    element.append(span);
+  }
+  const describe = () => showRoundInfo(element, round);
+  element.addEventListener("mouseenter", describe);
+  element.addEventListener("focus", describe);
+  element.addEventListener("mouseleave", hideRoundInfo);
+  element.addEventListener("blur", hideRoundInfo);
+  return element;
+}
+
+function visible(text) {
+  return JSON.stringify(text).slice(1, -1);
+}
+
+function showRoundInfo(element, round) {
+  document.querySelectorAll(".round.active").forEach((e) => e.classList.remove("active"));
+  element.classList.add("active");
+  const info = $("round-info");
+  const drafted = round.drafted.length
+    ? round.drafted.map((t) => `<code>${escapeHtml(visible(t))}</code>`).join(" ")
+    : "none (the target decoded alone)";
+  const last = round.tokens[round.tokens.length - 1];
+  const verifierToken = last && last.kind !== "accepted"
+    ? `<br>verifier's token (${last.kind}): <code>${escapeHtml(visible(last.text))}</code>` : "";
+  info.innerHTML = `<strong>Round ${round.round}</strong><br>drafted: ${drafted}` +
+    `<br>accepted ${round.num_accepted} of ${round.num_drafted}${verifierToken}` +
+    `<br>draft ${round.draft_ms.toFixed(1)} ms · verify ${round.verify_ms.toFixed(1)} ms` +
+    ` · round ${round.round_ms.toFixed(1)} ms`;
+  info.hidden = false;
+}
+
+function hideRoundInfo() {
+  document.querySelectorAll(".round.active").forEach((e) => e.classList.remove("active"));
+  $("round-info").hidden = true;
+}
+
+function escapeHtml(text) {
+  const div = document.createElement("div");
+  div.textContent = text;
+  return div.innerHTML;
+}
+
+async function stream(pane, body) {
+  pane.reset();
+  const headers = { "Content-Type": "application/json" };
+  const key = $("api-key").value.trim();
+  if (key) headers.Authorization = `Bearer ${key}`;
+  const started = performance.now();
+  const response = await fetch(endpoint(), { method: "POST", headers, body: JSON.stringify(body) });
+  if (!response.ok) throw new Error(await errorMessage(response));
+  for await (const data of sseData(response)) {
+    if (data === "[DONE]") break;
+    const chunk = JSON.parse(data);
+    if (chunk.error) throw new Error(chunk.error.message);
+    if (chunk.cascade) pane.addRound(chunk.cascade, performance.now() - started);
+  }
+  pane.element.dataset.done = "true";
+  return pane;
+}
+
+let panes = null;
+
+function setBusy(busy, text) {
+  $("run").disabled = busy;
+  $("compare").disabled = busy;
+  $("status").textContent = text;
+}
+
+function showError(message) {
+  $("error").textContent = message;
+  $("error").hidden = !message;
+}
+
+async function run(compare) {
+  showError("");
+  $("speedup").hidden = true;
+  $("panes").classList.toggle("compare", compare);
+  panes.target.element.hidden = !compare;
+  for (const pane of [panes.speculative, panes.target]) delete pane.element.dataset.done;
+  try {
+    setBusy(true, "Running…");
+    const fast = await stream(panes.speculative, requestBody({}));
+    if (compare) {
+      setBusy(true, "Running the same request on the target alone…");
+      const slow = await stream(panes.target, requestBody({ num_draft_tokens: 0 }));
+      showSpeedup(fast, slow);
+    }
+    setBusy(false, "Done.");
+  } catch (error) {
+    showError(error.message);
+    setBusy(false, "Failed.");
+  }
+}
+
+function showSpeedup(fast, slow) {
+  const element = $("speedup");
+  const ratio = slow.tokensPerSecond > 0 ? fast.tokensPerSecond / slow.tokensPerSecond : 0;
+  element.dataset.speedup = ratio.toFixed(3);
+  element.textContent = `Speedup over the target alone: ${ratio.toFixed(2)}× ` +
+    `(${fast.tokensPerSecond.toFixed(1)} vs ${slow.tokensPerSecond.toFixed(1)} tokens/s)`;
+  element.hidden = false;
+}
+
+window.addEventListener("DOMContentLoaded", async () => {
+  panes = { speculative: new Pane($("pane-speculative")), target: new Pane($("pane-target")) };
+  $("request-form").addEventListener("submit", (event) => { event.preventDefault(); run(false); });
+  $("compare").addEventListener("click", () => run(true));
+  try {
+    await loadSettings();
+    document.body.dataset.ready = "true";
+  } catch (error) {
+    showError(`Could not load the gateway's settings: ${error.message}`);
+  }
+});
