@@ -5,9 +5,11 @@ models, scrape annotations, GPUs only on the gpu overlay's verifier."""
 
 from __future__ import annotations
 
+import importlib
 import re
 
 import pytest
+import typer
 
 from k8s_helpers import (
     CRD_GROUPS,
@@ -273,3 +275,26 @@ def test_drafters_and_gateway_stay_on_cpu_nodes(rendered, target):
 
 
 # ----------------------------------------------------------------------------- network
+
+
+ENTRY_POINTS = {"gateway": "gateway.__main__", "drafter_service": "drafter_service.__main__",
+                "verifier_service": "verifier_service.__main__"}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_container_flags_parse_with_the_services_own_command_lines(rendered, target):
+    """Every service container's args are flags its entry point really has (a renamed or
+    removed flag would crash-loop the pod); the gateway's manifests turn the playground off."""
+    checked = set()
+    for obj in of_kind(rendered[target], *POD_KINDS):
+        for container in containers(obj):
+            command = container.get("command", [])
+            if command[:2] != ["python", "-m"] or command[2] not in ENTRY_POINTS:
+                continue
+            cli = importlib.import_module(ENTRY_POINTS[command[2]]).cli
+            click_command = typer.main.get_command(cli)
+            context = click_command.make_context(command[2], list(container.get("args", [])))
+            if command[2] == "gateway":
+                assert context.params["playground"] is False
+            checked.add(command[2])
+    assert checked == set(ENTRY_POINTS)
