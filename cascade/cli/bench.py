@@ -89,3 +89,72 @@ def bench_load(target: Path = typer.Option(None, help="Target model folder (defa
     console.print(table(result))
     for path in save(result, out):
         console.print(f"wrote {path}")
+
+
+def bench_cascades(target: Path = typer.Option(None, help="Target model folder (default: from "
+                                               "--pair)."),
+                   drafter: Path = typer.Option(None, help="Drafter model folder (default: "
+                                                "from --pair)."),
+                   pair: str = typer.Option("smollm2", help="Built-in pair when no folders are "
+                                            "given: smollm2 or tiny."),
+                   k: int = typer.Option(4, "--k", min=1, max=32, help="Drafted tokens per "
+                                         "round."),
+                   max_tokens: int = typer.Option(48, min=1, help="Tokens per prompt."),
+                   prompts_per_domain: int = typer.Option(2, min=1, max=4, help="Prompts from "
+                                                          "each of prose, chat, code."),
+                   rules: list[str] = typer.Option(["chow", "diff", "opt", "token_v1",
+                                                    "token_v2", "token_v3"], "--rule",
+                                                   help="Cascade rules to sweep (repeat)."),
+                   alphas: list[float] = typer.Option([0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0],
+                                                      "--alpha", help="Alphas to sweep "
+                                                      "(repeat)."),
+                   threads: int = typer.Option(2, min=1, help="torch threads."),
+                   out: Path = typer.Option(Path("runs/bench-cascades"), help="Where "
+                                            "cascades.json, cascades.md and cascades.png go.")
+                   ) -> None:
+    """Quality vs cost of the speculative cascade rules over alpha, beside lossless speculative
+    decoding and a classic cascade (greedy; one process)."""
+    import json
+
+    import torch
+
+    from cascade.bench import cascades_eval as ev
+    from cascade.bench.prompts import bench_prompts
+    from cascade.bench.run import machine
+    from cascade.cli.options import pair_folders
+    from cascade.core.runner import ModelRunner, ModelSpec
+    from cascade.protocol.settings import SamplingParams
+
+    unknown = sorted(set(rules) - set(ev.RULES))
+    if unknown or not all(0.0 <= a <= 1.0 for a in alphas):
+        raise typer.BadParameter(f"--rule must be among {ev.RULES} (got {unknown}) and --alpha "
+                                 "in [0, 1]")
+    torch.set_num_threads(threads)
+    target, drafter = pair_folders(target, drafter, pair)
+    target_runner, drafter_runner = (ModelRunner.load(ModelSpec(str(f))) for f in (target,
+                                                                                    drafter))
+    prompts = bench_prompts(target_runner.tokenizer, prompts_per_domain)
+    stops = () if target_runner.tokenizer.eos_token_id is None else (
+        target_runner.tokenizer.eos_token_id,)
+    params = SamplingParams(temperature=0.0, max_new_tokens=max_tokens, stop_token_ids=stops)
+    chosen = ev.methods(tuple(rules), tuple(alphas))
+    console.print(f"{len(chosen)} methods x {len(prompts)} prompts, {machine()}")
+
+    def progress(score) -> None:
+        row = score.row()
+        console.print(f"{row['method']:>9} {row['knob']:<5} passes/token "
+                      f"{row['passes_per_token']:.3f}  {row['tokens_per_s']:>6} tokens/s  "
+                      f"log-lik {row['mean_log_likelihood']:.3f}  argmax "
+                      f"{row['target_argmax_fraction']:.3f}")
+
+    rows = [score.row() for score in ev.evaluate(target_runner, drafter_runner, prompts, params,
+                                                 k, chosen, progress)]
+    out.mkdir(parents=True, exist_ok=True)
+    context = {"machine": machine(), "k": k, "max_tokens": max_tokens, "prompts": len(prompts),
+               "target": str(target.name), "drafter": str(drafter.name)}
+    (out / "cascades.json").write_text(json.dumps({"context": context, "rows": rows}, indent=1))
+    (out / "cascades.md").write_text(ev.rows_markdown(rows))
+    ev.plot(rows, out / "cascades.png", f"greedy, k={k}, {len(prompts)} prompts x "
+            f"{max_tokens} tokens")
+    console.print(ev.rows_markdown(rows))
+    console.print(f"wrote {out}/cascades.json, cascades.md, cascades.png")

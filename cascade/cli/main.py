@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cascade.cli.bench import bench, bench_load
+from cascade.cli.bench import bench, bench_cascades, bench_load
 from cascade.cli.models import distill, models_app
 from cascade.cli.options import DRAFTER_OPT, PAIR_OPT, TARGET_OPT, pair_folders
 from cascade.tools.client import GenerationSummary, stream_generation
@@ -20,6 +20,7 @@ app.add_typer(models_app, name="models")
 app.command()(distill)
 app.command()(bench)
 app.command("bench-load")(bench_load)
+app.command("bench-cascades")(bench_cascades)
 console = Console()
 
 
