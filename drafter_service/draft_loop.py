@@ -41,7 +41,8 @@ class DraftLoop:
         self.params = sampling_from_pb(request.sampling)
         self.config = draft_settings_from_pb(request.draft)
         policy = acceptance_from_pb(request.acceptance, self.params)
-        self.proposer = new_proposer(ProposerContext(runner, self.params, self.config, policy))
+        self.proposer = new_proposer(ProposerContext(runner, self.params, self.config, policy,
+                                                     request.prompt_len))
         self.executor = executor
         self.committed = list(request.context_tokens)
         self.trace_context = current_context()  # the RunSession span: parent of each `draft`

@@ -21,7 +21,8 @@ from gateway.auth import ApiKeys
 from gateway.detokenize import TextStream
 from gateway.generation import Generator, stop_early
 
-OPTIONAL_FIELDS = ("temperature", "top_p", "top_k", "seed", "num_draft_tokens", "cascade_alpha")
+OPTIONAL_FIELDS = ("temperature", "top_p", "top_k", "seed", "num_draft_tokens", "cascade_alpha",
+                   "draft_min_confidence", "draft_max_entropy")
 """GenerateRequest fields whose absence means "the default" (proto3 presence)."""
 
 
@@ -33,7 +34,7 @@ def options_fields(msg: gateway_pb2.GenerateRequest) -> dict[str, Any]:
         fields["draft_method"] = msg.draft_method
     if msg.stop:
         fields["stop"] = list(msg.stop)
-    for name in ("acceptance", "cascade_rule"):  # empty: the default
+    for name in ("acceptance", "cascade_rule", "draft_schedule"):  # empty: the default
         if getattr(msg, name):
             fields[name] = getattr(msg, name)
     return fields

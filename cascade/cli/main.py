@@ -71,6 +71,7 @@ def _report(spec: GenerationSummary, base: GenerationSummary | None, k: int) -> 
             ("tokens/s", lambda s: f"{s.tokens_per_s:.1f}"),
             ("time to first token", lambda s: f"{s.first_token_s * 1000:.0f} ms"),
             ("acceptance rate", lambda s: f"{s.stats.acceptance_rate:.2f}"),
+            ("mean drafted length", lambda s: f"{s.stats.mean_draft_length:.2f}"),
             ("rounds", lambda s: f"{s.num_rounds}"),
             ("deferred positions", lambda s: f"{s.stats.num_deferred_tokens}")]
     for name, cell in rows:
@@ -94,7 +95,9 @@ def generate(prompt: str, gateway: str = typer.Option("127.0.0.1:50050", help="G
              baseline: bool = typer.Option(True, help="Also run target-only to compare."),
              rule: str = typer.Option(None, help="A speculative cascade (lossy): chow, diff, opt, "
                                       "token_v1, token_v2 or token_v3; unset is lossless."),
-             alpha: float = typer.Option(0.0, help="The cascade's quality knob in [0, 1].")
+             alpha: float = typer.Option(0.0, help="The cascade's quality knob in [0, 1]."),
+             adaptive: bool = typer.Option(False, help="Adapt k to the drafter's success "
+                                           "(between 1 and 2k).")
              ) -> None:
     """Stream a generation: green text was drafted and accepted, plain text the verifier chose."""
     run = dict(prompt=prompt, max_tokens=max_tokens, temperature=temperature, seed=seed,
@@ -102,7 +105,7 @@ def generate(prompt: str, gateway: str = typer.Option("127.0.0.1:50050", help="G
     console.print(prompt, style="bold", end="\n" if chat else "", markup=False, highlight=False)
     spec = stream_generation(gateway, num_draft_tokens=num_draft_tokens,
                              on_response=_print_round, cascade_rule=rule, cascade_alpha=alpha,
-                             **run)
+                             adaptive=adaptive, **run)
     console.print()
     base = stream_generation(gateway, num_draft_tokens=0, **run) if baseline else None
     _report(spec, base, num_draft_tokens)

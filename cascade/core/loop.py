@@ -38,11 +38,11 @@ class Generation:
 
 
 def _proposer(drafter: ModelRunner | None, params: SamplingParams, config: DraftConfig,
-              policy: AcceptancePolicy) -> Proposer | None:
+              policy: AcceptancePolicy, prompt_len: int) -> Proposer | None:
     """The proposer for this run, or None when the target decodes alone."""
     if config.num_draft_tokens == 0 or (drafter is None and load(config.method).needs_model):
         return None
-    return new_proposer(ProposerContext(drafter, params, config, policy))
+    return new_proposer(ProposerContext(drafter, params, config, policy, prompt_len))
 
 
 def speculative_rounds(
@@ -59,7 +59,7 @@ def speculative_rounds(
     timing = timing if timing is not None else RoundTiming()
     policy = policy or AcceptancePolicy.default_for(params, config)
     verifier = SequenceVerifier(target, prompt, params, policy=policy)
-    proposer = _proposer(drafter, params, config, policy)
+    proposer = _proposer(drafter, params, config, policy, len(prompt))
     if proposer is not None and proposer.wants_target_features:
         verifier.feature_layers = proposer.feature_layers
         _pass_features(proposer, verifier.prefill_features())

@@ -20,6 +20,9 @@ Defaults, documented once (OpenAI's where OpenAI has the field):
 | acceptance | "lossless" | "lossless" or "cascade" (a speculative cascade: faster, lossy) |
 | cascade_rule | "chow" | chow, diff, opt, token_v1, token_v2, token_v3 (with "cascade") |
 | cascade_alpha | 0.0 | [0, 1]; larger trades quality for speed (with "cascade") |
+| draft_schedule | "fixed" | "fixed" or "adaptive" (k moves in [1, 2k] with the drafter's success; draft_method "model") |
+| draft_min_confidence | 0.0 (off) | [0, 1): a block stops where the drafter's top probability is below it |
+| draft_max_entropy | 0.0 (off) | [0, 20] nats: a block stops where the drafter's entropy is above it |
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from cascade.protocol.limits import RequestInvalid, fit_lengths
 from cascade.protocol.methods import DEFAULT_DRAFT_METHOD, DRAFT_METHODS
 from cascade.protocol.settings import (
     MAX_DRAFT_TOKENS,
+    MAX_ENTROPY,
     MIN_TEMPERATURE,
     AcceptancePolicy,
     AcceptanceRule,
@@ -90,6 +94,12 @@ class GenerationOptions(Lenient):
     """Cascade extension: the deferral rule of a speculative cascade."""
     cascade_alpha: float = Field(0.0, ge=0.0, le=1.0)
     """Cascade extension: the cascade's quality knob (0 keeps the most quality)."""
+    draft_schedule: Literal["fixed", "adaptive"] = "fixed"
+    """Cascade extension: a fixed k, or k adapted to the drafter's recent success."""
+    draft_min_confidence: float = Field(0.0, ge=0.0, lt=1.0)
+    """Cascade extension: end a block where the drafter's top probability is below this."""
+    draft_max_entropy: float = Field(0.0, ge=0.0, le=MAX_ENTROPY)
+    """Cascade extension: end a block where the drafter's entropy (nats) is above this."""
 
     @field_validator("temperature")
     @classmethod
@@ -177,9 +187,7 @@ def build_request(options: GenerationOptions, prompt_tokens: list[int], max_toke
         seed=secrets.randbits(63) if options.seed is None else options.seed % 2**64,
         max_new_tokens=max_new_tokens,
         stop_token_ids=() if server.eos_token_id is None else (server.eos_token_id,))
-    k = options.num_draft_tokens
-    draft = DraftConfig(server.default_num_draft_tokens if k is None else k,
-                        method=options.draft_method)
+    draft = _draft_config(options, server)
     policy = None
     if options.acceptance == "cascade":
         if options.draft_method != DEFAULT_DRAFT_METHOD:
@@ -188,6 +196,19 @@ def build_request(options: GenerationOptions, prompt_tokens: list[int], max_toke
                                  f"draft_method '{DEFAULT_DRAFT_METHOD}'.", "acceptance")
         policy = AcceptancePolicy(AcceptanceRule(options.cascade_rule), options.cascade_alpha)
     return GenerationRequest(list(prompt_tokens), sampling, draft, policy)
+
+
+def _draft_config(options: GenerationOptions, server: ServerDefaults) -> DraftConfig:
+    adaptive = options.draft_schedule == "adaptive"
+    if adaptive and options.draft_method != DEFAULT_DRAFT_METHOD:
+        raise RequestInvalid("Invalid value for 'draft_schedule': the adaptive schedule follows "
+                             f"the drafter model, so it needs draft_method "
+                             f"'{DEFAULT_DRAFT_METHOD}'.", "draft_schedule")
+    k = options.num_draft_tokens
+    return DraftConfig(server.default_num_draft_tokens if k is None else k,
+                       min_confidence=options.draft_min_confidence,
+                       max_entropy=options.draft_max_entropy, adaptive=adaptive,
+                       method=options.draft_method)
 
 
 def describe_validation_error(errors: Sequence[Any]) -> tuple[str, str | None]:

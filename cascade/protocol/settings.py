@@ -12,6 +12,8 @@ from enum import Enum
 from cascade.protocol.methods import DEFAULT_DRAFT_METHOD, DRAFT_METHODS
 
 MAX_DRAFT_TOKENS = 32
+MAX_ENTROPY = 20.0
+"""Bound of DraftConfig.max_entropy (nats; a 2^28-token vocabulary has ln(2^28) = 19.4)."""
 """Largest draft length (k) any request, drafter or verifier accepts."""
 
 
@@ -77,6 +79,11 @@ class DraftConfig:
     """Send q with sampled drafts; without it the verifier treats q as a point mass."""
     min_confidence: float = 0.0
     """Stop a block early when the drafter's top probability falls below this, in [0, 1)."""
+    max_entropy: float = 0.0
+    """Stop a block early when the entropy of the drafter's temperature-1 distribution (nats)
+    rises above this, in [0, 20]; 0 turns the check off."""
+    adaptive: bool = False
+    """Adapt k to the drafter's recent success, within ``adaptive_bounds`` (model drafters)."""
     method: str = DEFAULT_DRAFT_METHOD
     """The proposer, by name: one of cascade.protocol.methods.DRAFT_METHODS."""
     ngram_max_n: int = 4
@@ -95,6 +102,8 @@ class DraftConfig:
             )
         if not 0.0 <= self.min_confidence < 1.0:
             raise ValueError(f"min_confidence must be in [0, 1), got {self.min_confidence}")
+        if not 0.0 <= self.max_entropy <= MAX_ENTROPY:
+            raise ValueError(f"max_entropy must be in [0, {MAX_ENTROPY}], got {self.max_entropy}")
         if not 1 <= self.ngram_min_n <= self.ngram_max_n:
             raise ValueError(f"need 1 <= ngram_min_n <= ngram_max_n, got "
                              f"{self.ngram_min_n} and {self.ngram_max_n}")
@@ -103,10 +112,17 @@ class DraftConfig:
             raise ValueError(f"draft method must be one of {sorted(DRAFT_METHODS)}, got {method!r}")
         object.__setattr__(self, "method", method)
 
+    @property
+    def adaptive_bounds(self) -> tuple[int, int]:
+        """The range an adaptive block length moves in: [1, min(2k, MAX_DRAFT_TOKENS)]."""
+        return 1, min(2 * self.num_draft_tokens, MAX_DRAFT_TOKENS)
+
     def budget(self, sampling: SamplingParams, num_generated: int) -> int:
-        """The one draft-length rule: at most k, and only drafts that can still be emitted
-        (the request mapping already keeps prompt + max_new_tokens inside the context)."""
-        return min(self.num_draft_tokens, sampling.max_drafts_after(num_generated))
+        """The one draft-length rule: at most k (at most the adaptive bound when adaptive; the
+        proposer's schedule picks within it), and only drafts that can still be emitted (the
+        request mapping already keeps prompt + max_new_tokens inside the context)."""
+        most = self.adaptive_bounds[1] if self.adaptive else self.num_draft_tokens
+        return min(most, sampling.max_drafts_after(num_generated))
 
 
 class AcceptanceRule(str, Enum):

@@ -63,6 +63,11 @@ class SpecStats:
         return 1.0 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else 1.0
 
     @property
+    def mean_draft_length(self) -> float:
+        """Drafted tokens per drafted block (k, or less with early stops and schedules)."""
+        return self.num_draft_tokens / self.num_drafts if self.num_drafts else 0.0
+
+    @property
     def tokens_per_target_pass(self) -> float:
         return self.num_emitted_tokens / self.num_target_passes if self.num_target_passes else 0.0
 

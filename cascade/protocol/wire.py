@@ -51,6 +51,8 @@ def draft_settings_to_pb(config: DraftConfig) -> common_pb2.DraftSettings:
         method=config.method,
         ngram_max_n=config.ngram_max_n,
         ngram_min_n=config.ngram_min_n,
+        max_entropy=config.max_entropy,
+        adaptive=config.adaptive,
     )
 
 
@@ -64,6 +66,8 @@ def draft_settings_from_pb(msg: common_pb2.DraftSettings) -> DraftConfig:
         method=msg.method or DEFAULT_DRAFT_METHOD,
         ngram_max_n=msg.ngram_max_n or defaults.ngram_max_n,
         ngram_min_n=msg.ngram_min_n or defaults.ngram_min_n,
+        max_entropy=msg.max_entropy,
+        adaptive=msg.adaptive,
     )
 
 

@@ -44,13 +44,16 @@ def stream_generation(address: str, prompt: str, max_tokens: int, num_draft_toke
                       temperature: float = 0.0, seed: int = 0, chat: bool = True,
                       on_response: Callable[[gateway_pb2.GenerateResponse], None] | None = None,
                       timeout_s: float = 600.0, cascade_rule: str | None = None,
-                      cascade_alpha: float = 0.0) -> GenerationSummary:
-    """One generation through the gateway; ``cascade_rule`` makes it a speculative cascade."""
+                      cascade_alpha: float = 0.0, adaptive: bool = False) -> GenerationSummary:
+    """One generation through the gateway; ``cascade_rule`` makes it a speculative cascade,
+    ``adaptive`` adapts k to the drafter's success."""
     cascade = {"acceptance": "cascade", "cascade_rule": cascade_rule,
                "cascade_alpha": cascade_alpha} if cascade_rule else {}
+    schedule = {"draft_schedule": "adaptive"} if adaptive else {}
     request = gateway_pb2.GenerateRequest(prompt=prompt, num_draft_tokens=num_draft_tokens,
                                           chat=chat, max_tokens=max_tokens,
-                                          temperature=temperature, seed=seed, **cascade)
+                                          temperature=temperature, seed=seed, **cascade,
+                                          **schedule)
     summary = GenerationSummary()
     started = time.perf_counter()
     with grpc.insecure_channel(address) as channel:

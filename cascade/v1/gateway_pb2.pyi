@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("model", "prompt", "num_draft_tokens", "chat", "max_tokens", "temperature", "top_p", "top_k", "seed", "draft_method", "stop", "acceptance", "cascade_rule", "cascade_alpha")
+    __slots__ = ("model", "prompt", "num_draft_tokens", "chat", "max_tokens", "temperature", "top_p", "top_k", "seed", "draft_method", "stop", "acceptance", "cascade_rule", "cascade_alpha", "draft_schedule", "draft_min_confidence", "draft_max_entropy")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
     NUM_DRAFT_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -23,6 +23,9 @@ class GenerateRequest(_message.Message):
     ACCEPTANCE_FIELD_NUMBER: _ClassVar[int]
     CASCADE_RULE_FIELD_NUMBER: _ClassVar[int]
     CASCADE_ALPHA_FIELD_NUMBER: _ClassVar[int]
+    DRAFT_SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    DRAFT_MIN_CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
+    DRAFT_MAX_ENTROPY_FIELD_NUMBER: _ClassVar[int]
     model: str
     prompt: str
     num_draft_tokens: int
@@ -37,7 +40,10 @@ class GenerateRequest(_message.Message):
     acceptance: str
     cascade_rule: str
     cascade_alpha: float
-    def __init__(self, model: _Optional[str] = ..., prompt: _Optional[str] = ..., num_draft_tokens: _Optional[int] = ..., chat: _Optional[bool] = ..., max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., seed: _Optional[int] = ..., draft_method: _Optional[str] = ..., stop: _Optional[_Iterable[str]] = ..., acceptance: _Optional[str] = ..., cascade_rule: _Optional[str] = ..., cascade_alpha: _Optional[float] = ...) -> None: ...
+    draft_schedule: str
+    draft_min_confidence: float
+    draft_max_entropy: float
+    def __init__(self, model: _Optional[str] = ..., prompt: _Optional[str] = ..., num_draft_tokens: _Optional[int] = ..., chat: _Optional[bool] = ..., max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., seed: _Optional[int] = ..., draft_method: _Optional[str] = ..., stop: _Optional[_Iterable[str]] = ..., acceptance: _Optional[str] = ..., cascade_rule: _Optional[str] = ..., cascade_alpha: _Optional[float] = ..., draft_schedule: _Optional[str] = ..., draft_min_confidence: _Optional[float] = ..., draft_max_entropy: _Optional[float] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
     __slots__ = ("session_id", "text", "token_ids", "num_accepted", "num_drafted", "finish_reason", "prompt_tokens", "completion_tokens", "accepted_text", "draft_us", "verify_us", "round_us", "num_deferred")

@@ -126,3 +126,18 @@ async def test_a_speculative_cascade_through_http(cluster):
             rounds[alpha] = [r async for r in stub.Generate(request, timeout=60)]
     assert len(rounds[1.0]) < len(rounds[0.0])  # more tokens per round
     assert sum(r.num_deferred for r in rounds[0.0]) == strict["usage"]["num_deferred_tokens"]
+
+
+async def test_adaptive_draft_length_through_grpc_is_exact(cluster):
+    """The tiny pair's drafter is random, so the schedule shrinks k from 3 towards 1, and the
+    greedy output stays the target's own."""
+    prompt = "The quick brown fox"
+    async with grpc.aio.insecure_channel(cluster.grpc_address) as channel:
+        stub = gateway_pb2_grpc.GatewayStub(channel)
+        request = gateway_pb2.GenerateRequest(prompt=prompt, num_draft_tokens=3, temperature=0,
+                                              max_tokens=24, draft_schedule="adaptive")
+        responses = [r async for r in stub.Generate(request, timeout=60)]
+    tokens = [t for r in responses for t in r.token_ids]
+    assert tokens == expected_tokens(cluster, prompt, 24)
+    drafted = [r.num_drafted for r in responses]
+    assert drafted[0] == 3 and len(set(drafted)) > 1, drafted

@@ -28,6 +28,9 @@ class ProposerContext:
     config: DraftConfig
     policy: AcceptancePolicy | None = None
     """The session's acceptance policy: lossy rules need q with every block, greedy too."""
+    prompt_len: int = 0
+    """Where the generated tokens start in ``committed`` (the adaptive schedule counts from
+    there)."""
 
 
 class Proposer(ABC):

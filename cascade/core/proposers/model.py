@@ -15,7 +15,12 @@ import torch
 
 from cascade.core.blocks import Draft, TargetFeatures
 from cascade.core.proposers.base import Proposer, ProposerContext
+from cascade.core.proposers.schedule import AdaptiveSchedule
 from cascade.core.sampling import STREAM_DRAFT, position_uniform, process_logits, sample_from, sparsify
+
+
+CATCH_UP_CHUNK = 256
+"""Positions fed per forward pass when the adaptive schedule catches up on a long context."""
 
 
 class ModelProposer(Proposer):
@@ -26,6 +31,17 @@ class ModelProposer(Proposer):
         self.cache = context.runner.new_cache()
         self.wants_target_features = getattr(self.cache, "wants_target_features", False)
         self.feature_layers = getattr(context.runner, "feature_layers", ())
+        self.first_generated = max(context.prompt_len, 1)
+        self.greedy_choices: list[int] = []
+        """The drafter's argmax at each generated position given the committed tokens before
+        it (adaptive schedule only), from ``first_generated`` on."""
+        self.schedule = None
+        if self.config.adaptive and self.wants_target_features:
+            raise ValueError("adaptive draft length needs a model drafter; a feature drafter "
+                             "predicts one position at a time")
+        if self.config.adaptive:
+            self.schedule = AdaptiveSchedule(self.config.num_draft_tokens,
+                                             *self.config.adaptive_bounds)
 
     def observe(self, features: TargetFeatures) -> None:
         if self.wants_target_features:
@@ -34,7 +50,11 @@ class ModelProposer(Proposer):
     def propose(self, committed: list[int], num_tokens: int) -> Draft:
         if num_tokens <= 0:
             return Draft(tokens=[])
-        logits = self.cache.forward_to(committed).logits[-1]  # [vocab]
+        if self.schedule is None:
+            logits = self.cache.forward_to(committed).logits[-1]  # [vocab]
+        else:
+            logits = self._catch_up(committed)
+            num_tokens = min(num_tokens, self._scheduled_length(committed))
         tokens, q_ids, q_probs = [], [], []
         for i in range(num_tokens):
             if i > 0 and self._is_unsure(logits):
@@ -47,10 +67,34 @@ class ModelProposer(Proposer):
                 logits = self.cache.extend([token]).logits[-1]
         return self._draft(tokens, q_ids, q_probs)
 
+    def _catch_up(self, committed: list[int]) -> torch.Tensor:
+        """The last position's logits, after noting the drafter's greedy choice at every
+        generated position that has none yet (a few per round; the whole generation, in chunks,
+        when a moved session arrives)."""
+        start = self.first_generated + len(self.greedy_choices) - 1
+        logits = None
+        while logits is None or start < len(committed):
+            end = min(start + CATCH_UP_CHUNK, len(committed))
+            rows = self.cache.forward_to(committed[:end], num_logits=end - start).logits
+            # row i holds the logits after committed[start + i]: the choice for start + i + 1
+            self.greedy_choices.extend(rows[:len(committed) - start - 1].argmax(-1).tolist())
+            logits, start = rows[-1], end
+        return logits
+
+    def _scheduled_length(self, committed: list[int]) -> int:
+        generated = committed[self.first_generated:]
+        matches = [c == g for c, g in zip(self.greedy_choices, generated, strict=True)]
+        return self.schedule.advance(matches)
+
     def _is_unsure(self, logits: torch.Tensor) -> bool:
-        if self.config.min_confidence <= 0.0:
+        config = self.config
+        if config.min_confidence <= 0.0 and config.max_entropy <= 0.0:
             return False
-        return float(torch.softmax(logits, dim=-1).max()) < self.config.min_confidence
+        probs = torch.softmax(logits.float(), dim=-1)
+        if float(probs.max()) < config.min_confidence:
+            return True
+        entropy = -float(torch.special.xlogy(probs, probs).sum())
+        return config.max_entropy > 0.0 and entropy > config.max_entropy
 
     def _choose(self, logits: torch.Tensor, position: int):
         """One drafted token at ``position`` and the sparse q it was drawn from (at temperature
