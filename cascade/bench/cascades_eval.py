@@ -167,9 +167,9 @@ def plot(rows: list[dict], path, title: str):
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
     names = list(dict.fromkeys(r["method"] for r in rows))
     for name in names:
-        points = sorted((r for r in rows if r["method"] == name), key=lambda r: r["knob"])
         style = {"marker": "*", "markersize": 14} if name == "lossless" else {"marker": "o"}
         for ax, cost in zip(axes, ("passes_per_token", "tokens_per_s"), strict=True):
+            points = sorted((r for r in rows if r["method"] == name), key=lambda r: r[cost])
             ax.plot([p[cost] for p in points], [p["mean_log_likelihood"] for p in points],
                     label=name, **style)
     axes[0].set_xlabel("target passes per generated token (lower is cheaper)")

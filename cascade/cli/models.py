@@ -39,6 +39,8 @@ def models_evaluate(target: Path = typer.Option(..., help="Target model folder."
                     prompts: int = typer.Option(12, help="Held-out prompts to use."),
                     max_tokens: int = typer.Option(64, help="Tokens per prompt."),
                     k: int = typer.Option(4, help="Draft length."),
+                    adaptive: bool = typer.Option(False, help="Adapt the draft length (start "
+                                                  "at k, within [1, 2k])."),
                     dtype: str = typer.Option("float32", help="Dtype of both models.")) -> None:
     """Greedy acceptance at draft length k, cost per token, and speedup of a pair."""
     from cascade.distill.evaluate import evaluate_pair
@@ -47,13 +49,17 @@ def models_evaluate(target: Path = typer.Option(..., help="Target model folder."
 
     pair = [load_model(ModelSpec(str(path), dtype), str(target)) for path in (target, drafter)]
     with console.status("measuring"):
-        report = evaluate_pair(*pair, num_prompts=prompts, max_new_tokens=max_tokens, k=k)
-    table = Table(title=f"{drafter.name} drafting for {target.name} (k={k}, greedy, {dtype})")
+        report = evaluate_pair(*pair, num_prompts=prompts, max_new_tokens=max_tokens, k=k,
+                               adaptive=adaptive)
+    schedule = "adaptive from " if adaptive else ""
+    table = Table(title=f"{drafter.name} drafting for {target.name} ({schedule}k={k}, greedy, "
+                  f"{dtype})")
     table.add_column("metric")
     table.add_column("value", justify="right")
     for name, value in [
         ("acceptance", f"{report.acceptance:.3f}"),
         ("mean accepted length", f"{report.mean_accepted_length:.2f}"),
+        ("mean drafted length", f"{report.mean_draft_length:.2f}"),
         ("per prompt", " ".join(f"{a:.2f}" for a in report.per_prompt)),
         ("target ms/token", f"{report.target_ms:.2f}"),
         ("drafter ms/token", f"{report.drafter_ms:.2f}"),

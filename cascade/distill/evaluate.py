@@ -32,6 +32,8 @@ class PairReport:
     position_acceptance: float = 0.0
     """Per-position acceptance alpha = accepted / (accepted + rejections)."""
     k: int = 4
+    mean_draft_length: float = 0.0
+    """Drafted tokens per block (k, unless blocks were cut short or the length adapted)."""
 
     @property
     def cost_ratio(self) -> float:
@@ -48,7 +50,7 @@ class PairReport:
 
 
 def evaluate_pair(target: ModelRunner, drafter: ModelRunner, num_prompts: int = 12,
-                  max_new_tokens: int = 64, k: int = 4) -> PairReport:
+                  max_new_tokens: int = 64, k: int = 4, adaptive: bool = False) -> PairReport:
     prompts = chat_prompts_ids(target.tokenizer, prompt_set(held_out=True)[:num_prompts])
     eos = target.tokenizer.eos_token_id
     params = SamplingParams(max_new_tokens=max_new_tokens,
@@ -57,7 +59,7 @@ def evaluate_pair(target: ModelRunner, drafter: ModelRunner, num_prompts: int = 
     spec_tokens = base_tokens = 0
     spec_s = base_s = 0.0
     for prompt in prompts:
-        spec = generate(target, prompt, params, drafter, DraftConfig(k))
+        spec = generate(target, prompt, params, drafter, DraftConfig(k, adaptive=adaptive))
         base = generate(target, prompt, params)
         stats = stats + spec.stats
         per_prompt.append(spec.stats.acceptance_rate)
@@ -67,4 +69,4 @@ def evaluate_pair(target: ModelRunner, drafter: ModelRunner, num_prompts: int = 
         target_ms, drafter_ms = per_token_ms(target), per_token_ms(drafter)
     return PairReport(stats.acceptance_rate, per_prompt, target_ms, drafter_ms,
                       spec_tokens / spec_s, base_tokens / base_s, stats.mean_acceptance_length,
-                      stats.position_acceptance or 0.0, k)
+                      stats.position_acceptance or 0.0, k, stats.mean_draft_length)

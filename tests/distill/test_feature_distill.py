@@ -46,6 +46,9 @@ def test_feature_distillation_resumes_exports_and_drafts_exactly(tiny_target, tm
     report = evaluate_pair(target, drafter, num_prompts=2, max_new_tokens=8, k=3)
     assert 0.0 <= report.acceptance <= 1.0 and report.drafter_ms > 0
     assert report.mean_accepted_length >= 1.0 and report.ideal_speedup > 0
+    assert 0 < report.mean_draft_length <= 3
+    with pytest.raises(ValueError, match="needs a model drafter"):
+        evaluate_pair(target, drafter, num_prompts=1, max_new_tokens=4, k=3, adaptive=True)
 
 
 def test_a_feature_drafter_without_its_target_is_refused(tiny_target, tmp_path):
