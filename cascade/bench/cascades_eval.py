@@ -148,12 +148,26 @@ def evaluate(target: ModelRunner, drafter: ModelRunner, prompts: list[BenchPromp
         yield score
 
 
+def add_services(rows: list[dict], scores: list[Score], runs: dict) -> None:
+    """Each row's tokens/s on the services and whether they emitted the in-process tokens."""
+    for row, score in zip(rows, scores, strict=True):
+        run = runs.get(score.method)
+        if run is not None:
+            row["services_tokens_per_s"] = run.tokens_per_s
+            row["services_same_tokens"] = run.outputs == score.outputs
+
+
 def rows_markdown(rows: list[dict]) -> str:
-    header = ("| method | knob | passes/token | tokens/s | mean log-lik | = target argmax |\n"
-              "|---|---|---|---|---|---|\n")
+    header = ("| method | knob | passes/token | tokens/s (1 process) | tokens/s (services) | "
+              "same tokens | mean log-lik | = target argmax |\n|---|---|---|---|---|---|---|---|\n")
     return header + "".join(
         f"| {r['method']} | {r['knob']} | {r['passes_per_token']:.3f} | {r['tokens_per_s']} | "
+        f"{r.get('services_tokens_per_s', '–')} | {_yes_no(r.get('services_same_tokens'))} | "
         f"{r['mean_log_likelihood']:.3f} | {r['target_argmax_fraction']:.3f} |\n" for r in rows)
+
+
+def _yes_no(value: bool | None) -> str:
+    return "–" if value is None else ("yes" if value else "no")
 
 
 def plot(rows: list[dict], path, title: str):

@@ -109,6 +109,9 @@ def bench_cascades(target: Path = typer.Option(None, help="Target model folder (
                                                       "--alpha", help="Alphas to sweep "
                                                       "(repeat)."),
                    threads: int = typer.Option(2, min=1, help="torch threads."),
+                   services: bool = typer.Option(True, help="Also run every speculative "
+                                                 "method on a local cluster (tokens/s on the "
+                                                 "services, same tokens as in one process)."),
                    out: Path = typer.Option(Path("runs/bench-cascades"), help="Where "
                                             "cascades.json, cascades.md and cascades.png go.")
                    ) -> None:
@@ -147,8 +150,18 @@ def bench_cascades(target: Path = typer.Option(None, help="Target model folder (
                       f"log-lik {row['mean_log_likelihood']:.3f}  argmax "
                       f"{row['target_argmax_fraction']:.3f}")
 
-    rows = [score.row() for score in ev.evaluate(target_runner, drafter_runner, prompts, params,
-                                                 k, chosen, progress)]
+    scores = list(ev.evaluate(target_runner, drafter_runner, prompts, params, k, chosen,
+                              progress))
+    rows = [score.row() for score in scores]
+    if services:
+        from cascade.bench.cascades_services import run_on_services
+
+        del target_runner, drafter_runner  # the cluster's pods load their own copies
+        speculative = [s.method for s in scores if s.method.name != "classic"]
+        runs = run_on_services(target, drafter, prompts, k, max_tokens, speculative, out,
+                               lambda m, r: console.print(f"services {m.name} {m.knob}: "
+                                                          f"{r.tokens_per_s} tokens/s"))
+        ev.add_services(rows, scores, runs)
     out.mkdir(parents=True, exist_ok=True)
     context = {"machine": machine(), "k": k, "max_tokens": max_tokens, "prompts": len(prompts),
                "target": str(target.name), "drafter": str(drafter.name)}

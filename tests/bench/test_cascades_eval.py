@@ -53,3 +53,28 @@ def test_rule_limits_and_costs(gpt2_pair):
     row = chow_one.row()
     assert row["passes_per_token"] == round(chow_one.target_passes / 36, 4)
     assert row["target_argmax_fraction"] < 1.0
+
+
+def test_the_services_emit_the_in_process_tokens(tmp_path):
+    """Through a real local cluster (processes, gRPC, Redis) a cascade rule and lossless
+    decoding give the tokens of the in-process loop, and the table shows both speeds."""
+    from cascade.bench.cascades_eval import add_services, rows_markdown
+    from cascade.bench.cascades_services import run_on_services
+    from cascade.bench.prompts import bench_prompts
+    from cascade.core.runner import ModelRunner, ModelSpec
+    from cascade.tools.tiny_models import build_tiny_pair
+
+    target_dir, drafter_dir = build_tiny_pair(tmp_path / "models")
+    target, drafter = (ModelRunner.load(ModelSpec(str(d))) for d in (target_dir, drafter_dir))
+    prompts = bench_prompts(target.tokenizer, 1, ["prose"])
+    eos = target.tokenizer.eos_token_id
+    params = SamplingParams(temperature=0.0, max_new_tokens=8,
+                            stop_token_ids=() if eos is None else (eos,))
+    chosen = [Method("lossless", 0.0), Method("token_v2", 0.5)]
+    scores = [run_method(m, target, drafter, prompts, params, k=3) for m in chosen]
+    runs = run_on_services(target_dir, drafter_dir, prompts, 3, 8, chosen, tmp_path / "run")
+    rows = [score.row() for score in scores]
+    add_services(rows, scores, runs)
+    assert all(row["services_same_tokens"] for row in rows), rows
+    assert all(row["services_tokens_per_s"] > 0 for row in rows)
+    assert "| token_v2 | 0.5 |" in rows_markdown(rows)
