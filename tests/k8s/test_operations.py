@@ -79,9 +79,12 @@ def test_autoscalers(rendered, target):
     assert pods_metric_names(drafter) == {"cascade:drafter_active_sessions"}
     assert any(m["type"] == "Resource" and m["resource"]["name"] == "cpu"
                for m in drafter["spec"]["metrics"])
+    # a single verifier makes every node drain or crash a full outage
+    assert named(objects, "Deployment", "verifier")["spec"]["replicas"] >= 2
     if target == "gpu":
         assert not hpa_for(objects, "verifier"), "gpu overlay still has the verifier HPA"
         (scaled,) = scaled_objects_for(objects, "verifier")
+        assert scaled["spec"]["minReplicaCount"] >= 2
         triggers = scaled["spec"]["triggers"]
         for metric in VERIFIER_SIGNALS:
             assert any(t["type"] == "prometheus" and metric in t["metadata"]["query"]
@@ -89,6 +92,7 @@ def test_autoscalers(rendered, target):
     else:
         (verifier,) = hpa_for(objects, "verifier")
         assert pods_metric_names(verifier) == set(VERIFIER_SIGNALS)
+        assert verifier["spec"]["minReplicas"] >= 2
 
 
 VERIFIER_SIGNALS = ("cascade:verifier_queue_depth", "cascade:num_requests_waiting",
