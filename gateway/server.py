@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import signal
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,8 +67,28 @@ def load_tokenizer(model: str) -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast.from_pretrained(model)
 
 
-def build_gateway(config: GatewayConfig, client: redis.Redis):
+class Lifecycle:
+    """Whether the gateway is draining: readiness turns 503 first, so load balancers stop
+    sending it work while in-flight streams finish."""
+
+    def __init__(self) -> None:
+        self.draining = False
+
+
+class _SignalFreeServer(uvicorn.Server):
+    """uvicorn without its own signal handling: it would restore the default SIGTERM handler
+    and re-raise the signal when it returns, killing the process before the gRPC side has
+    drained. ``serve`` below handles the signals for both servers."""
+
+    @contextmanager
+    def capture_signals(self):
+        yield
+
+
+def build_gateway(config: GatewayConfig, client: redis.Redis,
+                  lifecycle: Lifecycle | None = None):
     """Returns (FastAPI app, GrpcService) sharing one orchestrator."""
+    lifecycle = lifecycle or Lifecycle()
     tokenizer = load_tokenizer(config.model)
     name = config.model_name or config.model.rstrip("/").split("/")[-1]
     settings = HttpSettings(model_name=name, context_length=context_length(config.model),
@@ -75,7 +98,7 @@ def build_gateway(config: GatewayConfig, client: redis.Redis):
     orchestrator = Orchestrator(client, SessionStore(client), ChannelPool())
 
     async def ready() -> bool:
-        return bool(await live_pods(client, "verifier"))
+        return not lifecycle.draining and bool(await live_pods(client, "verifier"))
 
     app = create_app(settings, tokenizer, orchestrator, ready=ready)
     servicer = GatewayServicer(tokenizer, orchestrator, name,
@@ -87,15 +110,32 @@ def build_gateway(config: GatewayConfig, client: redis.Redis):
 
 
 async def serve(config: GatewayConfig) -> None:
+    """Serve HTTP and gRPC until SIGTERM or SIGINT, then drain both: readiness and gRPC health
+    turn off, new connections are refused, in-flight requests and streams get ``grace_s`` to
+    finish, and the process exits 0."""
     client = connect(config.redis_url)
-    app, grpc_service = build_gateway(config, client)
+    lifecycle = Lifecycle()
+    app, grpc_service = build_gateway(config, client, lifecycle)
     await grpc_service.start()
-    server = uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port,
-                                           log_level="warning", lifespan="off",
-                                           timeout_graceful_shutdown=config.grace_s))
+    server = _SignalFreeServer(uvicorn.Config(app, host=config.host, port=config.port,
+                                              log_level="warning", lifespan="off",
+                                              timeout_graceful_shutdown=config.grace_s))
+    drained: list[asyncio.Task] = []
+
+    def begin_drain() -> None:
+        if lifecycle.draining:
+            return
+        log.info("draining (grace %.1fs)", config.grace_s)
+        lifecycle.draining = True
+        server.should_exit = True  # uvicorn stops accepting, then waits for in-flight requests
+        drained.append(asyncio.create_task(grpc_service.drain()))
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, begin_drain)
     log.info("gateway HTTP on %s:%d, gRPC on %s", config.host, config.port, grpc_service.address)
     try:
-        await server.serve()  # returns after SIGINT/SIGTERM, once in-flight requests ended
+        await server.serve()  # returns once draining and in-flight requests ended
     finally:
-        await grpc_service.drain()
+        await (drained[0] if drained else grpc_service.drain())
         await client.aclose()

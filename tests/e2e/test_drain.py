@@ -1,0 +1,72 @@
+"""A real SIGTERM to a real gateway process mid-stream: the HTTP and gRPC streams in flight
+finish whole, new connections are refused, and the process exits 0."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+
+import grpc
+import httpx
+
+from cascade.tools.local_cluster import ClusterConfig, LocalCluster
+from cascade.tools.redis_server import free_port
+from cascade.v1 import gateway_pb2, gateway_pb2_grpc
+
+MAX_TOKENS = 400
+
+
+def http_stream(url: str, started: threading.Event, result: dict) -> None:
+    body = {"model": "target", "prompt": "import os", "max_tokens": MAX_TOKENS,
+            "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
+    events = []
+    with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=120) as response:
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                events.append(line[6:])
+                started.set()
+    result["events"] = events
+
+
+def grpc_stream(address: str, result: dict) -> None:
+    with grpc.insecure_channel(address) as channel:
+        stub = gateway_pb2_grpc.GatewayStub(channel)
+        request = gateway_pb2.GenerateRequest(prompt="def main():", temperature=0,
+                                              max_tokens=MAX_TOKENS, num_draft_tokens=3)
+        result["responses"] = list(stub.Generate(request, timeout=120))
+
+
+def test_sigterm_drains_streams_in_flight_and_exits_zero(tiny_pair_dirs, tmp_path):
+    target, drafter = tiny_pair_dirs
+    config = ClusterConfig(target, drafter, http_port=free_port(), grpc_port=free_port(),
+                           workdir=tmp_path)
+    cluster = LocalCluster(config).start()
+    try:
+        started, http_result, grpc_result = threading.Event(), {}, {}
+        threads = [threading.Thread(target=http_stream, args=(cluster.http_url, started,
+                                                              http_result)),
+                   threading.Thread(target=grpc_stream, args=(cluster.grpc_address,
+                                                              grpc_result))]
+        for thread in threads:
+            thread.start()
+        assert started.wait(60), "no stream started"
+        gateway = cluster.processes["gateway"]
+        gateway.send_signal(signal.SIGTERM)
+        for thread in threads:
+            thread.join(120)
+        assert gateway.wait(60) == 0
+        events = http_result["events"]
+        assert events[-1] == "[DONE]"
+        usage = json.loads(events[-2])["usage"]
+        assert usage["completion_tokens"] == MAX_TOKENS
+        responses = grpc_result["responses"]
+        assert responses[-1].finish_reason != 0
+        assert sum(len(r.token_ids) for r in responses) == MAX_TOKENS
+        try:  # nobody listens any more
+            httpx.get(f"{cluster.http_url}/health", timeout=2)
+            raise AssertionError("the drained gateway still accepts connections")
+        except httpx.ConnectError:
+            pass
+    finally:
+        cluster.stop()
