@@ -8,6 +8,7 @@ import typer
 
 from cascade.serving.process import setup_logging
 from cascade.serving.telemetry import setup_telemetry
+from gateway.orchestrator import OrchestratorSettings
 from gateway.server import GatewayConfig, serve
 
 cli = typer.Typer(add_completion=False)
@@ -28,13 +29,20 @@ def main(
     grace_s: float = typer.Option(30.0, help="Seconds in-flight requests get after SIGTERM."),
     playground: bool = typer.Option(True, help="Serve the playground page at /playground/ "
                                     "(turn it off in production)."),
+    round_timeout_s: float = typer.Option(30.0, help="Silence between rounds after which the "
+                                          "session's pods are presumed hung and it moves (grows "
+                                          "with the session's slowest round)."),
+    first_round_timeout_s: float = typer.Option(120.0, help="The same for the first round "
+                                                "(prefill and KV admission wait)."),
 ) -> None:
     """Serve the OpenAI-compatible HTTP API and the gRPC Generate stream."""
     setup_logging()
     setup_telemetry("cascade-gateway")
     keys = tuple(k.strip() for k in api_keys.split(",") if k.strip())
     config = GatewayConfig(model, redis_url, model_name, host, port, grpc_port,
-                           num_draft_tokens, max_tokens_limit, keys, grace_s, playground)
+                           num_draft_tokens, max_tokens_limit, keys, grace_s, playground,
+                           OrchestratorSettings(first_round_timeout_s=first_round_timeout_s,
+                                                round_timeout_s=round_timeout_s))
     asyncio.run(serve(config))
 
 

@@ -54,8 +54,23 @@ RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusC
 class OrchestratorSettings:
     max_attempts: int = 3
     """Assignments tried per session (the first one plus moves after failures)."""
-    session_timeout_s: float = 600.0
-    """Deadline for one assignment's stream."""
+    first_round_timeout_s: float = 120.0
+    """Longest wait for an assignment's first round (prefill, KV admission wait included)."""
+    round_timeout_s: float = 30.0
+    """Longest silence between later rounds before the pods are presumed hung; it grows to
+    ``round_timeout_factor`` times the slowest round the session has seen. No deadline bounds a
+    whole generation that keeps making progress."""
+    round_timeout_factor: float = 10.0
+    cooldown_s: float = 30.0
+    """How long pods that hung are passed over when others can take the session."""
+
+
+class RoundTimeout(ConnectionError):
+    """No round arrived in time: the drafter or the verifier is hung (both are suspects)."""
+
+    def __init__(self, waited_s: float, pods: tuple[str, ...]) -> None:
+        super().__init__(f"no round for {waited_s:.1f}s from {', '.join(pods)}")
+        self.pods = pods
 
 
 @dataclass
@@ -92,15 +107,31 @@ class Orchestrator:
                  settings: OrchestratorSettings = OrchestratorSettings()) -> None:
         self.client, self.store, self.channels, self.settings = client, store, channels, settings
         self._tasks: set[asyncio.Task] = set()
+        self._cooling: dict[str, float] = {}
+        """Pods that hung -> when (monotonic) they may be picked again."""
 
     async def _pick(self, request: GenerationRequest, exclude: set[str]) -> tuple[str | None, str]:
-        verifier = await least_loaded(self.client, "verifier", exclude)
+        """The least-loaded pods, passing over those cooling down after a hang: a verifier that
+        is cooling is still used when no other one is left; a drafter is not (the verifier
+        then decodes alone, which is exact too)."""
+        cooling = self._cooling_now()
+        verifier = (await least_loaded(self.client, "verifier", exclude | cooling)
+                    or await least_loaded(self.client, "verifier", exclude))
         if verifier is None:
             raise Overloaded("no verifier is available")
         drafter = None
         if request.num_draft_tokens > 0:
-            drafter = await least_loaded(self.client, "drafter", exclude)
+            drafter = await least_loaded(self.client, "drafter", exclude | cooling)
         return drafter, verifier
+
+    def _cooling_now(self) -> set[str]:
+        now = time.monotonic()
+        self._cooling = {pod: until for pod, until in self._cooling.items() if until > now}
+        return set(self._cooling)
+
+    def _cool_down(self, pods: tuple[str, ...]) -> None:
+        until = time.monotonic() + self.settings.cooldown_s
+        self._cooling.update({pod: until for pod in pods})
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GeneratedChunk]:
         span = tracer.start_span("generate", attributes={
@@ -171,7 +202,7 @@ class Orchestrator:
         finally:
             otel_context.detach(token)
         try:
-            async for result in call:
+            async for result in self._timed(call, job):
                 tokens = list(result.tokens)
                 with start_span("commit", job.trace_context, session_id=job.record.session_id,
                                 round=result.round, num_tokens=len(tokens)):
@@ -190,23 +221,39 @@ class Orchestrator:
             call.cancel()  # the client went away, or the stream failed: free the pods' work
         raise ConnectionError("the session stream ended before the generation finished")
 
+    async def _timed(self, call, job: _Assignment):
+        """The call's rounds; RoundTimeout when the next one is overdue (see the settings)."""
+        rounds, limit, slowest = aiter(call), self.settings.first_round_timeout_s, 0.0
+        while True:
+            started = time.monotonic()
+            try:
+                result = await asyncio.wait_for(anext(rounds), limit)
+            except StopAsyncIteration:
+                return
+            except TimeoutError:
+                pods = tuple(p for p in (job.drafter, job.verifier) if p)
+                raise RoundTimeout(limit, pods) from None
+            slowest = max(slowest, time.monotonic() - started)
+            limit = max(self.settings.round_timeout_s,
+                        self.settings.round_timeout_factor * slowest)
+            yield result
+
     def _rounds(self, request: GenerationRequest, job: _Assignment, generated: list[int]):
         session = verifier_pb2.SessionOpen(
             session_id=job.record.session_id, epoch=job.epoch,
             context_tokens=request.prompt_tokens + generated, prompt_len=job.record.prompt_len,
             sampling=sampling_to_pb(request.sampling),
             acceptance=acceptance_to_pb(request.acceptance))
-        timeout = self.settings.session_timeout_s
         if job.drafter is None:
             stub = verifier_pb2_grpc.VerifierStub(self.channels.get(job.verifier))
-            return stub.Decode(verifier_pb2.DecodeRequest(session=session), timeout=timeout)
+            return stub.Decode(verifier_pb2.DecodeRequest(session=session))
         run = drafter_pb2.RunSessionRequest(
             session_id=session.session_id, epoch=session.epoch,
             context_tokens=session.context_tokens, prompt_len=session.prompt_len,
             sampling=session.sampling, draft=draft_settings_to_pb(request.draft),
             verifier_address=job.verifier, acceptance=session.acceptance)
         stub = drafter_pb2_grpc.DrafterStub(self.channels.get(job.drafter))
-        return stub.RunSession(run, timeout=timeout)
+        return stub.RunSession(run)
 
     async def _recover(self, request, job: _Assignment, exc: Exception, attempt: int) -> None:
         """Move the session after a retryable failure; a full verifier (RESOURCE_EXHAUSTED)
@@ -221,6 +268,9 @@ class Orchestrator:
             raise GenerationFailed(f"session {job.record.session_id} failed: {code.name}") from exc
         if full:
             exclude = {job.verifier}
+        elif isinstance(exc, RoundTimeout):  # hung pods still answer health: cool them down
+            self._cool_down(exc.pods)
+            exclude = set()
         else:
             exclude = {a for a in (job.drafter, job.verifier)
                        if a and not await self._is_serving(a)}

@@ -22,7 +22,7 @@ from cascade.v1 import gateway_pb2, gateway_pb2_grpc
 from gateway.auth import ApiKeys
 from gateway.grpc_api import GatewayServicer
 from gateway.http_app import HttpSettings, create_app
-from gateway.orchestrator import Orchestrator
+from gateway.orchestrator import Orchestrator, OrchestratorSettings
 from gateway.session_store import SessionStore, connect
 
 log = logging.getLogger("gateway")
@@ -47,6 +47,8 @@ class GatewayConfig:
     """Seconds in-flight requests get after SIGTERM before the servers stop."""
     playground: bool = True
     """Serve the playground page at /playground/."""
+    orchestrator: OrchestratorSettings = OrchestratorSettings()
+    """Retries, round timeouts and cool-downs of sessions."""
 
 
 def context_length(model: str) -> int:
@@ -95,7 +97,7 @@ def build_gateway(config: GatewayConfig, client: redis.Redis,
                             max_tokens_limit=config.max_tokens_limit,
                             default_num_draft_tokens=config.default_num_draft_tokens,
                             api_keys=config.api_keys, playground=config.playground)
-    orchestrator = Orchestrator(client, SessionStore(client), ChannelPool())
+    orchestrator = Orchestrator(client, SessionStore(client), ChannelPool(), config.orchestrator)
 
     async def ready() -> bool:
         return not lifecycle.draining and bool(await live_pods(client, "verifier"))

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import grpc
 
-from cascade.serving.server import MAX_MESSAGE_BYTES
+from cascade.serving.server import KEEPALIVE_OPTIONS, MAX_MESSAGE_BYTES
 
 CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.keepalive_time_ms", 30_000),
+    *KEEPALIVE_OPTIONS,
 ]
 
 

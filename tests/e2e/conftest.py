@@ -3,6 +3,7 @@ the gateway's HTTP app under uvicorn and its gRPC service. Models: the tiny defa
 
 import asyncio
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -44,7 +45,7 @@ async def _start_pod(service, role, client, load):
 
 @asynccontextmanager
 async def running_cluster(redis_url: str, target_dir: Path, target, drafter, name: str,
-                          verifier_settings=None):
+                          verifier_settings=None, orchestrator=None):
     client = redis.from_url(redis_url)
     await client.flushdb()
     verifier, sessions = build_verifier(target, grace_s=1.0, settings=verifier_settings)
@@ -52,6 +53,8 @@ async def running_cluster(redis_url: str, target_dir: Path, target, drafter, nam
     await _start_pod(verifier, "verifier", client, lambda: sessions.num_active)
     await _start_pod(draft_service, "drafter", client, lambda: servicer.num_active)
     config = GatewayConfig(str(target_dir), redis_url, name, grpc_port=0, max_tokens_limit=256)
+    if orchestrator is not None:
+        config = replace(config, orchestrator=orchestrator)
     app, gateway_grpc = build_gateway(config, client)
     await gateway_grpc.start()
     port = free_port()
@@ -76,9 +79,10 @@ async def running_cluster(redis_url: str, target_dir: Path, target, drafter, nam
 @pytest.fixture
 def cluster_with(redis_server, tiny_pair_dirs, tiny_runners):
     """``async with cluster_with(verifier_settings) as cluster``: a tiny cluster whose verifier
-    has the given settings."""
-    return lambda settings: running_cluster(redis_server.url, tiny_pair_dirs[0], *tiny_runners,
-                                            "tiny", verifier_settings=settings)
+    (and gateway orchestrator, ``orchestrator=``) has the given settings."""
+    return lambda settings, orchestrator=None: running_cluster(
+        redis_server.url, tiny_pair_dirs[0], *tiny_runners, "tiny", verifier_settings=settings,
+        orchestrator=orchestrator)
 
 
 @pytest.fixture
