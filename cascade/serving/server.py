@@ -19,6 +19,7 @@ from grpc_reflection.v1alpha import reflection
 
 from cascade.serving.errors import ErrorInterceptor
 from cascade.serving.registry import Heartbeat
+from cascade.serving.watchdog import ExecutorWatchdog
 
 log = logging.getLogger(__name__)
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
@@ -49,12 +50,15 @@ class ServiceBinding:
 
 class GrpcService:
     def __init__(self, bindings: list[ServiceBinding], host: str = "127.0.0.1", port: int = 0,
-                 grace_s: float = 10.0) -> None:
+                 grace_s: float = 10.0, watchdog: ExecutorWatchdog | None = None) -> None:
         self.bindings, self.host, self.port, self.grace_s = bindings, host, port, grace_s
         self.heartbeat: Heartbeat | None = None
         self.health: health.aio.HealthServicer | None = None
         self.server: grpc.aio.Server | None = None
         self.is_draining = False
+        self.watchdog = watchdog
+        """Watches the model thread (pods): a stuck one turns health off (see watchdog)."""
+        self._watch: asyncio.Task | None = None
 
     @property
     def address(self) -> str:
@@ -75,17 +79,37 @@ class GrpcService:
              reflection.SERVICE_NAME], self.server)
         self.port = self.server.add_insecure_port(f"{self.host}:{self.port}")
         await self.server.start()
-        for name in ["", *names]:
-            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        await self._set_health(health_pb2.HealthCheckResponse.SERVING)
         if self.heartbeat:
             await self.heartbeat.start()
+        if self.watchdog:
+            self._watch = asyncio.create_task(self.watchdog.run(self._stalled, self._recovered))
         return self.port
+
+    async def _set_health(self, status: int) -> None:
+        for name in ["", *(b.name for b in self.bindings)]:
+            await self.health.set(name, status)
+
+    async def _stalled(self) -> None:
+        """The model thread is stuck: health NOT_SERVING and out of the registry."""
+        await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
+        if self.heartbeat:
+            await self.heartbeat.stop()
+
+    async def _recovered(self) -> None:
+        if self.is_draining:
+            return
+        await self._set_health(health_pb2.HealthCheckResponse.SERVING)
+        if self.heartbeat:
+            await self.heartbeat.start()
 
     async def drain(self) -> None:
         """Stop taking work, let in-flight streams finish within the grace period, stop."""
         if self.is_draining or self.server is None:
             return
         self.is_draining = True
+        if self._watch:
+            self._watch.cancel()
         await self.health.enter_graceful_shutdown()
         if self.heartbeat:
             await self.heartbeat.stop()
