@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 import redis.asyncio as redis
@@ -43,7 +43,7 @@ from gateway.generation import (
     Overloaded,
     StopGeneration,
 )
-from gateway.session_store import SessionRecord, SessionStore
+from gateway.session_store import LengthMismatch, SessionLost, SessionRecord, SessionStore
 
 log = logging.getLogger(__name__)
 RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN,
@@ -80,6 +80,9 @@ class _Assignment:
     drafter: str | None
     verifier: str
     trace_context: otel_context.Context
+    excluded: set[str] = field(default_factory=set)
+    """Pods that failed this session's health checks (a dead pod stays in the registry until
+    its entry expires: it must not be picked again by a later move)."""
 
 
 class _LatencyClock:
@@ -206,8 +209,7 @@ class Orchestrator:
                 tokens = list(result.tokens)
                 with start_span("commit", job.trace_context, session_id=job.record.session_id,
                                 round=result.round, num_tokens=len(tokens)):
-                    await self.store.append(job.record.session_id, job.epoch, len(generated),
-                                            tokens)
+                    await self._commit(request, job, generated, tokens)
                 generated.extend(tokens)
                 finish = FINISH_FROM_PB[result.finish_reason]
                 yield GeneratedChunk(job.record.session_id, tokens, result.num_accepted,
@@ -220,6 +222,19 @@ class Orchestrator:
         finally:
             call.cancel()  # the client went away, or the stream failed: free the pods' work
         raise ConnectionError("the session stream ended before the generation finished")
+
+    async def _commit(self, request, job: _Assignment, generated: list[int],
+                      tokens: list[int]) -> None:
+        """Store a round's tokens; when Redis lost earlier writes (restarted without the last
+        second of its append-only file), write back everything the gateway holds."""
+        session_id = job.record.session_id
+        try:
+            await self.store.append(session_id, job.epoch, len(generated), tokens)
+        except (SessionLost, LengthMismatch) as exc:
+            log.warning("session %s: %s; re-writing the %d tokens the gateway holds", session_id,
+                        exc, len(generated) + len(tokens))
+            await self.store.restore(session_id, request, job.epoch, job.drafter or "",
+                                     job.verifier, generated + tokens)
 
     async def _timed(self, call, job: _Assignment):
         """The call's rounds; RoundTimeout when the next one is overdue (see the settings)."""
@@ -272,8 +287,9 @@ class Orchestrator:
             self._cool_down(exc.pods)
             exclude = set()
         else:
-            exclude = {a for a in (job.drafter, job.verifier)
-                       if a and not await self._is_serving(a)}
+            job.excluded |= {a for a in (job.drafter, job.verifier)
+                             if a and not await self._is_serving(a)}
+            exclude = job.excluded
         try:
             job.drafter, job.verifier = await self._pick(request, exclude)
         except Overloaded:

@@ -33,7 +33,9 @@ from cascade.protocol.requests import GenerationRequest
 from cascade.serving.errors import StaleEpoch
 
 APPEND_SCRIPT = """
-if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return -1 end
+local epoch = redis.call('HGET', KEYS[1], 'epoch')
+if not epoch then return -3 end
+if epoch ~= ARGV[1] then return -1 end
 local stored, expected, count = redis.call('LLEN', KEYS[2]), tonumber(ARGV[2]), #ARGV - 3
 if stored == expected + count and count > 0 then
   local tail = redis.call('LRANGE', KEYS[2], expected, -1)
@@ -50,7 +52,29 @@ redis.call('EXPIRE', KEYS[2], ARGV[3])
 return redis.call('LLEN', KEYS[2])
 """
 """Idempotent: an append whose exact tokens already follow the expected length (a retry whose
-first reply was lost) changes nothing and succeeds."""
+first reply was lost) changes nothing and succeeds. -3: the record is gone (a Redis restart lost
+it); -1: another epoch owns the session; -2: the stored length differs."""
+
+RESTORE_SCRIPT = """
+local epoch = redis.call('HGET', KEYS[1], 'epoch')
+if epoch and tonumber(epoch) > tonumber(ARGV[1]) then return -1 end
+local num_fields = tonumber(ARGV[3])
+redis.call('HSET', KEYS[1], unpack(ARGV, 4, 3 + num_fields))
+local first = 4 + num_fields
+local stored = redis.call('LRANGE', KEYS[2], 0, -1)
+local count = #ARGV - first + 1
+if #stored > count then return -2 end
+for i = 1, #stored do
+  if stored[i] ~= ARGV[first + i - 1] then return -2 end
+end
+if count > #stored then redis.call('RPUSH', KEYS[2], unpack(ARGV, first + #stored)) end
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+redis.call('EXPIRE', KEYS[2], ARGV[2])
+return count
+"""
+"""Re-writes a session the gateway holds after Redis lost writes (a restart without the last
+second of its append-only file): the record's fields, and the tokens missing after the stored
+ones, which must be a prefix of the gateway's. Refused (-1) when a later epoch owns it."""
 
 SET_IF_EPOCH_SCRIPT = """
 if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return 0 end
@@ -78,11 +102,23 @@ class LengthMismatch(RuntimeError):
     """The stored token count differs from what the writer expected (nothing was written)."""
 
 
+class SessionLost(RuntimeError):
+    """The session's record is gone from Redis (nothing was written)."""
+
+
 @dataclass(frozen=True)
 class SessionRecord:
     session_id: str
     epoch: int
     prompt_len: int
+
+
+def _record_fields(request: GenerationRequest, epoch: int, drafter: str, verifier: str
+                   ) -> dict[str, str | int]:
+    body = {"prompt_tokens": request.prompt_tokens, "sampling": asdict(request.sampling),
+            "draft": asdict(request.draft), "acceptance": asdict(request.acceptance)}
+    return {"request": json.dumps(body), "status": "running", "epoch": epoch,
+            "prompt_len": len(request.prompt_tokens), "drafter": drafter, "verifier": verifier}
 
 
 def _keys(session_id: str) -> tuple[str, str]:
@@ -96,15 +132,12 @@ class SessionStore:
         self._append = client.register_script(APPEND_SCRIPT)
         self._set_if_epoch = client.register_script(SET_IF_EPOCH_SCRIPT)
         self._reassign = client.register_script(REASSIGN_SCRIPT)
+        self._restore = client.register_script(RESTORE_SCRIPT)
 
     async def create(self, request: GenerationRequest, drafter: str, verifier: str) -> SessionRecord:
         session_id = secrets.token_hex(12)
         record_key, _ = _keys(session_id)
-        body = {"prompt_tokens": request.prompt_tokens, "sampling": asdict(request.sampling),
-                "draft": asdict(request.draft), "acceptance": asdict(request.acceptance)}
-        mapping = {"request": json.dumps(body), "status": "running", "epoch": 1,
-                   "prompt_len": len(request.prompt_tokens), "drafter": drafter,
-                   "verifier": verifier}
+        mapping = _record_fields(request, 1, drafter, verifier)
         async with self.client.pipeline(transaction=True) as pipe:
             pipe.hset(record_key, mapping=mapping).expire(record_key, self.ttl_s)
             await pipe.execute()
@@ -118,7 +151,22 @@ class SessionStore:
             raise StaleEpoch(f"session {session_id}: epoch {epoch} is no longer current")
         if result == -2:
             raise LengthMismatch(f"session {session_id}: expected {expected_len} stored tokens")
+        if result == -3:
+            raise SessionLost(f"session {session_id}: its record is gone")
         return int(result)
+
+    async def restore(self, session_id: str, request: GenerationRequest, epoch: int,
+                      drafter: str, verifier: str, tokens: list[int]) -> None:
+        """Write back the record and the tokens the gateway holds (see RESTORE_SCRIPT)."""
+        fields = [item for pair in _record_fields(request, epoch, drafter, verifier).items()
+                  for item in pair]
+        result = await self._restore(keys=_keys(session_id),
+                                     args=[epoch, self.ttl_s, len(fields), *fields, *tokens])
+        if result == -1:
+            raise StaleEpoch(f"session {session_id}: epoch {epoch} is no longer current")
+        if result == -2:
+            raise LengthMismatch(f"session {session_id}: stored tokens are not a prefix of "
+                                 "the gateway's")
 
     async def finish(self, session_id: str, epoch: int, status: str) -> None:
         record_key, _ = _keys(session_id)

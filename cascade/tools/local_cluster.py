@@ -26,6 +26,8 @@ class ClusterConfig:
     target: Path
     drafter: Path
     num_drafters: int = 1
+    num_verifiers: int = 1
+    """Verifier processes: "verifier", then "verifier-1", "verifier-2", ..."""
     http_port: int = 8000
     grpc_port: int = 50050
     dtype: str = "float32"
@@ -45,6 +47,7 @@ class LocalCluster:
     config: ClusterConfig
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
     redis: RedisServer | None = None
+    _args: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def http_url(self) -> str:
@@ -55,8 +58,9 @@ class LocalCluster:
         return f"127.0.0.1:{self.config.grpc_port}"
 
     def _spawn(self, name: str, args: list[str]) -> None:
+        self._args[name] = args
         log_path = self.config.workdir / f"{name}.log"
-        log = log_path.open("w")
+        log = log_path.open("a")
         cores = self.config.cpu_affinity.get(name)
         pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None
         self.processes[name] = subprocess.Popen(
@@ -68,8 +72,10 @@ class LocalCluster:
         self.redis = RedisServer(c.workdir / "redis", persistent=True).start()
         pod = ["--redis-url", self.redis.url, "--dtype", c.dtype, "--threads",
                str(c.threads_per_pod)]
-        self._spawn("verifier", ["verifier_service", "--model", str(c.target),
-                                 "--port", str(free_port()), *pod, *c.verifier_args])
+        for i in range(c.num_verifiers):
+            self._spawn("verifier" if i == 0 else f"verifier-{i}",
+                        ["verifier_service", "--model", str(c.target),
+                         "--port", str(free_port()), *pod, *c.verifier_args])
         for i in range(c.num_drafters):
             self._spawn(f"drafter-{i}", ["drafter_service", "--model", str(c.drafter),
                                          "--target-model", str(c.target),
@@ -84,18 +90,60 @@ class LocalCluster:
             raise
         return self
 
-    def _wait_ready(self, timeout_s: float) -> None:
+    def _wait_ready(self, timeout_s: float, port: str | None = None) -> None:
+        """Until every pod is registered (or the one on ``port``) and the gateway is ready."""
         import redis as redis_sync
 
         client = redis_sync.Redis.from_url(self.redis.url)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             self._check_alive()
-            num_drafters = client.hlen(role_key("drafter"))
-            if num_drafters == self.config.num_drafters and self._gateway_ready():
+            registered = (self._all_registered(client) if port is None
+                          else self._registered(client, port))
+            if registered and self._gateway_ready():
                 return
             time.sleep(0.2)
         raise TimeoutError(f"cluster not ready after {timeout_s}s; see {self.config.workdir}")
+
+    @staticmethod
+    def _registered(client, port: str) -> bool:
+        return any(address.decode().endswith(f":{port}")
+                   for role in ("drafter", "verifier") for address in client.hkeys(role_key(role)))
+
+    def _all_registered(self, client) -> bool:
+        return (client.hlen(role_key("drafter")) >= self.config.num_drafters
+                and client.hlen(role_key("verifier")) >= self.config.num_verifiers)
+
+    def name_of(self, address: str) -> str:
+        """The process serving ``address`` (host:port of a drafter or verifier)."""
+        port = address.rsplit(":", 1)[1]
+        for name, args in self._args.items():
+            if "--port" in args and args[args.index("--port") + 1] == port and name != "gateway":
+                return name
+        raise KeyError(f"no process of this cluster serves {address}")
+
+    def restart(self, name: str, timeout_s: float = 120.0) -> None:
+        """Start process ``name`` again with its first arguments (after it died or was
+        killed), and wait until it is registered again (pods) or ready (the gateway)."""
+        process = self.processes[name]
+        if process.poll() is None:
+            raise RuntimeError(f"{name} is still running")
+        args = self._args[name]
+        port = None if name == "gateway" else args[args.index("--port") + 1]
+        if port is not None:  # the dead pod's entry lives on until it expires
+            self._unregister(port)
+        self._spawn(name, args)
+        self._wait_ready(timeout_s, port)
+
+    def _unregister(self, port: str) -> None:
+        import redis as redis_sync
+
+        client = redis_sync.Redis.from_url(self.redis.url)
+        for role in ("drafter", "verifier"):
+            for address in client.hkeys(role_key(role)):
+                if address.decode().endswith(f":{port}"):
+                    client.hdel(role_key(role), address)
+        client.close()
 
     def _gateway_ready(self) -> bool:
         try:
@@ -110,7 +158,8 @@ class LocalCluster:
                 raise RuntimeError(f"{name} exited with code {process.returncode}:\n{log}")
 
     def stop(self, timeout_s: float = 20.0) -> None:
-        order = ["gateway", *[n for n in self.processes if n.startswith("drafter")], "verifier"]
+        order = ["gateway", *[n for n in self.processes if n.startswith("drafter")],
+                 *[n for n in self.processes if n.startswith("verifier")]]
         for name in order:
             process = self.processes.get(name)
             if process and process.poll() is None:

@@ -75,3 +75,35 @@ async def test_a_client_survives_a_redis_restart_within_its_retries(tmp_path):
     finally:
         await client.aclose()
         server.stop()
+
+
+async def test_writes_lost_by_a_redis_restart_are_written_back(redis_client):
+    """A restart without the last second of the append-only file loses a tail of tokens, or
+    the whole record; the gateway's restore writes back what it holds, and refuses when a later
+    epoch owns the session or the stored tokens are not a prefix of its own."""
+    from gateway.session_store import SessionLost, _keys
+
+    store = SessionStore(redis_client, ttl_s=60)
+    record = await store.create(REQUEST, "d:1", "v:1")
+    await store.append(record.session_id, 1, 0, [1, 2, 3])
+    record_key, tokens_key = _keys(record.session_id)
+    await redis_client.rpop(tokens_key)  # the lost tail
+    with pytest.raises(LengthMismatch):
+        await store.append(record.session_id, 1, 3, [4])
+    await store.restore(record.session_id, REQUEST, 1, "d:1", "v:1", [1, 2, 3, 4])
+    assert await store.tokens(record.session_id) == [1, 2, 3, 4]
+
+    await redis_client.delete(record_key, tokens_key)  # the whole session lost
+    with pytest.raises(SessionLost):
+        await store.append(record.session_id, 1, 4, [5])
+    await store.restore(record.session_id, REQUEST, 1, "d:1", "v:1", [1, 2, 3, 4, 5])
+    saved = await store.record(record.session_id)
+    assert saved["epoch"] == "1" and saved["status"] == "running" and saved["prompt_len"] == "3"
+    assert await store.append(record.session_id, 1, 5, [6]) == 6
+
+    with pytest.raises(LengthMismatch):  # Redis holds tokens the gateway never sent
+        await store.restore(record.session_id, REQUEST, 1, "d:1", "v:1", [1, 2, 9])
+    await store.reassign(record.session_id, 1, "d:2", "v:2")
+    with pytest.raises(StaleEpoch):  # another gateway took over meanwhile
+        await store.restore(record.session_id, REQUEST, 1, "d:1", "v:1", [1, 2, 3, 4, 5, 6, 7])
+    assert await store.tokens(record.session_id) == [1, 2, 3, 4, 5, 6]

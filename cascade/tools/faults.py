@@ -1,0 +1,179 @@
+"""Fault injection on a local cluster of real processes (two verifiers, two drafters, a gateway
+and Redis with its append-only file): during a streaming generation, kill -9 the drafter or the
+verifier serving it, or kill -9 Redis and start it again, after a random round. The client
+reads on; every trial must complete with exactly the tokens of the same request without a fault
+(greedy, and seeded sampling). The killed pod is started again before the next trial.
+
+    python -m cascade.tools.faults --pair tiny --trials 30 --out docs/reliability.md
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import redis as redis_sync
+
+from cascade.tools.local_cluster import LocalCluster
+from cascade.v1 import gateway_pb2, gateway_pb2_grpc
+
+ROLES = ("drafter", "verifier", "redis")
+REDIS_DOWN_S = 0.5
+"""How long Redis stays dead before it starts again (its clients retry for about 3 s)."""
+
+
+@dataclass
+class Trial:
+    role: str
+    sampled: bool
+    kill_after: int
+    """Rounds the client had received when the fault hit."""
+    tokens: list[int] = field(default_factory=list)
+    identical: bool = False
+    recovery_s: float | None = None
+    """From the fault to the next round the client received."""
+    error: str = ""
+
+    @property
+    def completed(self) -> bool:
+        return not self.error
+
+
+class FaultRunner:
+    def __init__(self, cluster: LocalCluster, prompt: str = "def fibonacci(n):",
+                 max_tokens: int = 48, k: int = 3, seed: int = 7) -> None:
+        self.cluster, self.prompt, self.max_tokens, self.k, self.seed = (
+            cluster, prompt, max_tokens, k, seed)
+        self.references: dict[bool, list[int]] = {}
+        self.channel = grpc.insecure_channel(cluster.grpc_address)
+        self.stub = gateway_pb2_grpc.GatewayStub(self.channel)
+        self.redis = redis_sync.Redis.from_url(cluster.redis.url)
+
+    def request(self, sampled: bool) -> gateway_pb2.GenerateRequest:
+        return gateway_pb2.GenerateRequest(
+            prompt=self.prompt, num_draft_tokens=self.k, max_tokens=self.max_tokens,
+            temperature=0.8 if sampled else 0.0, seed=self.seed, chat=False)
+
+    def reference(self, sampled: bool) -> list[int]:
+        if sampled not in self.references:
+            responses = self.stub.Generate(self.request(sampled), timeout=300)
+            self.references[sampled] = [t for r in responses for t in r.token_ids]
+        return self.references[sampled]
+
+    def trial(self, role: str, sampled: bool, rng: random.Random) -> Trial:
+        expected = self.reference(sampled)
+        trial = Trial(role, sampled, kill_after=rng.randint(1, 4))
+        victim, fault_at = None, None
+        try:
+            for i, response in enumerate(self.stub.Generate(self.request(sampled), timeout=300)):
+                trial.tokens += response.token_ids
+                if fault_at is not None and trial.recovery_s is None:
+                    trial.recovery_s = time.monotonic() - fault_at
+                if i + 1 == trial.kill_after:
+                    victim, fault_at = self._inject(role, response.session_id), time.monotonic()
+        except grpc.RpcError as exc:
+            trial.error = f"{exc.code().name}: {exc.details()}"
+        finally:
+            if victim is not None:
+                self._heal(victim)
+        trial.identical = trial.tokens == expected
+        return trial
+
+    def _inject(self, role: str, session_id: str) -> str:
+        """Kill the role's process serving ``session_id`` (Redis: kill it, start it again
+        in the background); returns what to heal."""
+        if role == "redis":
+            threading.Thread(target=self._restart_redis, daemon=True).start()
+            return "redis"
+        address = self.redis.hget(f"cascade:session:{{{session_id}}}", role).decode()
+        name = self.cluster.name_of(address)
+        self.cluster.processes[name].kill()
+        return name
+
+    def _restart_redis(self) -> None:
+        server = self.cluster.redis
+        server.process.kill()
+        server.process.wait()
+        time.sleep(REDIS_DOWN_S)
+        server.start()
+
+    def _heal(self, victim: str) -> None:
+        if victim == "redis":
+            while self.cluster.redis.process.poll() is not None:
+                time.sleep(0.1)
+            return
+        self.cluster.processes[victim].wait()
+        self.cluster.restart(victim)
+
+    def close(self) -> None:
+        self.channel.close()
+        self.redis.close()
+
+
+def run_trials(runner: FaultRunner, roles: tuple[str, ...], trials: int, seed: int = 0,
+               progress=lambda trial: None) -> list[Trial]:
+    rng = random.Random(seed)
+    done = []
+    for i in range(trials):
+        for role in roles:
+            trial = runner.trial(role, sampled=i % 2 == 1, rng=rng)
+            progress(trial)
+            done.append(trial)
+    return done
+
+
+def table(trials: list[Trial]) -> str:
+    """role, trials, completed, identical, mean and max recovery (markdown)."""
+    lines = ["| fault | trials | completed | identical to the no-fault run | recovery mean s | "
+             "recovery max s |", "|---|---|---|---|---|---|"]
+    for role in dict.fromkeys(t.role for t in trials):
+        mine = [t for t in trials if t.role == role]
+        times = [t.recovery_s for t in mine if t.recovery_s is not None]
+        mean = f"{statistics.mean(times):.2f}" if times else "–"
+        worst = f"{max(times):.2f}" if times else "–"
+        lines.append(f"| kill -9 {role} | {len(mine)} | {sum(t.completed for t in mine)} | "
+                     f"{sum(t.identical for t in mine)} | {mean} | {worst} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    import argparse
+
+    from cascade.bench.run import machine
+    from cascade.tools.local_cluster import ClusterConfig
+    from cascade.tools.pairs import default_pair
+    from cascade.tools.redis_server import free_port
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pair", default="tiny", help="tiny or smollm2")
+    parser.add_argument("--trials", type=int, default=30, help="Trials per fault.")
+    parser.add_argument("--out", type=Path, help="Write the table into this markdown file.")
+    parser.add_argument("--workdir", type=Path, default=Path("runs/faults"))
+    args = parser.parse_args()
+    target, drafter = default_pair(None, None, args.pair)
+    config = ClusterConfig(target, drafter, num_drafters=2, num_verifiers=2,
+                           http_port=free_port(), grpc_port=free_port(), workdir=args.workdir)
+    cluster = LocalCluster(config).start()
+    runner = FaultRunner(cluster)
+    try:
+        trials = run_trials(runner, ROLES, args.trials, progress=lambda t: print(
+            f"{t.role:<8} {'sampled' if t.sampled else 'greedy ':<7} after round "
+            f"{t.kill_after}: {'ok' if t.completed and t.identical else 'FAILED ' + t.error}"
+            f", recovery {t.recovery_s}"))
+    finally:
+        runner.close()
+        cluster.stop()
+    result = f"Machine: {machine()}; pair: {args.pair}.\n\n" + table(trials)
+    print(result)
+    if args.out:
+        args.out.write_text(args.out.read_text().split("<!-- faults -->")[0]
+                            + "<!-- faults -->\n" + result)
+
+
+if __name__ == "__main__":
+    main()
