@@ -26,7 +26,8 @@ console = Console()
 
 def _cluster_config(target, drafter, pair, drafters, port, grpc_port, dtype) -> ClusterConfig:
     target, drafter = pair_folders(target, drafter, pair)
-    return ClusterConfig(target, drafter, drafters, port, grpc_port, dtype)
+    return ClusterConfig(target, drafter, num_drafters=drafters, http_port=port,
+                         grpc_port=grpc_port, dtype=dtype)
 
 
 @app.command()

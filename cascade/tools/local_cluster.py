@@ -21,13 +21,14 @@ from cascade.serving.registry import role_key
 from cascade.tools.redis_server import RedisServer, free_port
 
 
+MAX_PROCESSES_PER_ROLE = 16
+
+
 @dataclass(frozen=True)
 class ClusterConfig:
     target: Path
     drafter: Path
     num_drafters: int = 1
-    num_verifiers: int = 1
-    """Verifier processes: "verifier", then "verifier-1", "verifier-2", ..."""
     http_port: int = 8000
     grpc_port: int = 50050
     dtype: str = "float32"
@@ -40,6 +41,14 @@ class ClusterConfig:
     cpu_affinity: dict[str, frozenset[int]] = field(default_factory=dict)
     """CPU cores per process name ("verifier", "drafter-0", "gateway"); unlisted run anywhere
     (Linux only)."""
+    num_verifiers: int = 1
+    """Verifier processes: "verifier", then "verifier-1", "verifier-2", ..."""
+
+    def __post_init__(self) -> None:
+        for name in ("num_drafters", "num_verifiers"):
+            if not 1 <= getattr(self, name) <= MAX_PROCESSES_PER_ROLE:
+                raise ValueError(f"{name} must be in [1, {MAX_PROCESSES_PER_ROLE}], "
+                                 f"got {getattr(self, name)}")
 
 
 @dataclass

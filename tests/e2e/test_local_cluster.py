@@ -50,3 +50,12 @@ def test_demo_runs_both_generations_and_compares_them(tiny_pair_dirs, tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert "identical output: True" in result.stdout
     assert "per-round overhead" in result.stdout
+
+
+def test_process_counts_are_bounded(tiny_pair_dirs):
+    import pytest
+
+    target, drafter = tiny_pair_dirs
+    for bad in ({"num_drafters": 0}, {"num_verifiers": 8000}):
+        with pytest.raises(ValueError, match="must be in"):
+            ClusterConfig(target, drafter, **bad)
