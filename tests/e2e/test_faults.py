@@ -2,13 +2,13 @@
 append-only file): kill -9 the drafter or verifier serving a streaming generation, or Redis,
 mid-stream; the session completes with exactly the no-fault tokens (greedy and seeded
 sampling). Three trials per fault in CI; thirty in the slow version (its table is in
-docs/reliability.md, made by ``python -m cascade.tools.faults``)."""
+docs/reliability.md, made by ``python -m cascade.bench.faults``)."""
 
 from __future__ import annotations
 
 import pytest
 
-from cascade.tools.faults import ROLES, FaultRunner, run_trials, table
+from cascade.bench.faults import ROLES, FaultRunner, run_trials, table
 from cascade.tools.local_cluster import ClusterConfig, LocalCluster
 from cascade.tools.redis_server import free_port
 

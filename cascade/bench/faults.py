@@ -4,7 +4,7 @@ verifier serving it, or kill -9 Redis and start it again, after a random round. 
 reads on; every trial must complete with exactly the tokens of the same request without a fault
 (greedy, and seeded sampling). The killed pod is started again before the next trial.
 
-    python -m cascade.tools.faults --pair tiny --trials 30 --out docs/reliability.md
+    python -m cascade.bench.faults --pair tiny --trials 30 --out docs/reliability.md
 """
 
 from __future__ import annotations
