@@ -23,7 +23,8 @@ from cascade.pod.messages import (
     num_open_replies,
     round_from_verdict,
 )
-from cascade.protocol.wire import acceptance_from_pb, draft_settings_from_pb, sampling_from_pb
+from cascade.protocol.settings import DraftConfig
+from cascade.protocol.validation import SessionSettings
 from cascade.serving import metrics
 from cascade.serving.errors import StaleEpoch
 from cascade.serving.telemetry import current_context, start_span
@@ -36,13 +37,13 @@ def _micros(since: float) -> int:
 
 class DraftLoop:
     def __init__(self, runner: ModelRunner, executor: Executor,
-                 request: drafter_pb2.RunSessionRequest) -> None:
+                 request: drafter_pb2.RunSessionRequest, settings: SessionSettings,
+                 config: DraftConfig) -> None:
+        """``settings`` and ``config``: what the request carries, checked by the servicer."""
         self.request = request
-        self.params = sampling_from_pb(request.sampling)
-        self.config = draft_settings_from_pb(request.draft)
-        policy = acceptance_from_pb(request.acceptance, self.params)
-        self.proposer = new_proposer(ProposerContext(runner, self.params, self.config, policy,
-                                                     request.prompt_len))
+        self.params, self.config = settings.sampling, config
+        self.proposer = new_proposer(ProposerContext(runner, self.params, self.config,
+                                                     settings.policy, request.prompt_len))
         self.executor = executor
         self.committed = list(request.context_tokens)
         self.trace_context = current_context()  # the RunSession span: parent of each `draft`

@@ -5,21 +5,29 @@ from __future__ import annotations
 from concurrent.futures import Executor
 
 from cascade.core.runner import ModelRunner
+from cascade.pod.messages import model_limits
+from cascade.protocol.validation import check_verifier_address, draft_config, session_settings
 from cascade.serving import metrics
 from cascade.serving.channels import ChannelPool
-from cascade.v1 import drafter_pb2_grpc
+from cascade.v1 import drafter_pb2, drafter_pb2_grpc
 from drafter_service.draft_loop import DraftLoop
 
 
 class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
     def __init__(self, runner: ModelRunner, executor: Executor, channels: ChannelPool) -> None:
         self.runner, self.executor, self.channels = runner, executor, channels
+        self.limits = model_limits(runner)
         self.num_active = 0
 
+    def _draft_loop(self, request: drafter_pb2.RunSessionRequest) -> DraftLoop:
+        """Checks every field (RequestInvalid names it) before a proposer is built."""
+        settings = session_settings(request, self.limits)
+        config = draft_config(request.draft, settings.policy)
+        check_verifier_address(request.verifier_address)
+        return DraftLoop(self.runner, self.executor, request, settings, config)
+
     async def RunSession(self, request, context):
-        if not request.verifier_address:
-            raise ValueError("verifier_address must name the verifier (host:port)")
-        loop = DraftLoop(self.runner, self.executor, request)
+        loop = self._draft_loop(request)
         channel = self.channels.get(request.verifier_address)
         self.num_active += 1
         metrics.DRAFTER_SESSIONS.set(self.num_active)

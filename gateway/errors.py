@@ -62,6 +62,9 @@ def model_not_found(model: str) -> APIError:
 def error_body(
     message: str, type: str, param: str | None = None, code: str | None = None
 ) -> dict[str, Any]:
+    """OpenAI's error object. The message may quote what the client sent, so a lone surrogate
+    in it (JSON can carry one, UTF-8 cannot) is escaped rather than failing the response."""
+    message = message.encode("utf-8", "backslashreplace").decode("utf-8")
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
 
 
@@ -108,7 +111,10 @@ async def _validation_handler(_: Request, exc: Exception) -> JSONResponse:
 
 async def _http_exception_handler(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
-    body = error_body(str(exc.detail), "invalid_request_error")
+    message = str(exc.detail)
+    if exc.status_code == 400:  # FastAPI could not read the body (not UTF-8, nested too deep)
+        message = f"The request body could not be parsed as JSON ({message})."
+    body = error_body(message, "invalid_request_error")
     return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
 
 

@@ -50,8 +50,9 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         """The generation and its stop strings; RequestInvalid (INVALID_ARGUMENT) says what to
         fix, with the same message the HTTP API gives."""
         if msg.model and msg.model != self.model_name:
-            raise RequestInvalid(f"The model '{msg.model}' does not exist; use "
-                                 f"'{self.model_name}'.", "model", code="model_not_found")
+            raise RequestInvalid(f"Invalid value for 'model': the model '{msg.model}' does not "
+                                 f"exist; use '{self.model_name}'.", "model",
+                                 code="model_not_found")
         options = validate_options(options_fields(msg))
         prompt = self._tokenize(msg.prompt, msg.chat)
         max_tokens = msg.max_tokens if msg.HasField("max_tokens") else None

@@ -152,7 +152,8 @@ class _CompletionsApi:
         self._check_model(body.model)
         prompt_tokens = self._apply_chat_template(body)
         max_tokens = body.requested_max_tokens
-        request = self._generation_request(body, prompt_tokens, max_tokens, "messages")
+        max_field = "max_tokens" if body.max_completion_tokens is None else "max_completion_tokens"
+        request = self._generation_request(body, prompt_tokens, max_tokens, "messages", max_field)
         meta = schemas.ResponseMeta.new("chatcmpl", body.model)
         deltas = generate_text(self.generator, request, self.tokenizer, body.stop,
                                rounds=body.cascade_rounds)
@@ -186,10 +187,12 @@ class _CompletionsApi:
         prompt_tokens: list[int],
         max_tokens: int | None,
         prompt_field: str,
+        max_field: str = "max_tokens",
     ) -> GenerationRequest:
         """The one mapping's settings; 400 when the prompt or the completion cannot fit."""
         try:
-            return build_request(body, prompt_tokens, max_tokens, self.server, prompt_field)
+            return build_request(body, prompt_tokens, max_tokens, self.server, prompt_field,
+                                 max_field)
         except RequestInvalid as exc:
             raise bad_request(str(exc), exc.param, code=exc.code) from exc
 

@@ -22,7 +22,7 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
                         for reply in await self.sessions.open_replies(session):
                             yield reply
                 elif session is None:
-                    raise ValueError("send a SessionOpen message before draft blocks")
+                    raise ValueError("open: send a SessionOpen message before draft blocks")
                 else:
                     yield await self.sessions.verify(session, request.block)
         finally:

@@ -21,8 +21,13 @@ from cascade.core.blocks import Draft, RoundOutcome
 from cascade.core.engine import KVBudgetExhausted, VerifyEngine
 from cascade.core.runner import ModelRunner
 from cascade.core.verification import SequenceVerifier
-from cascade.pod.messages import context_feature_chunks, draft_from_pb, verdict_to_pb
-from cascade.protocol.wire import acceptance_from_pb, sampling_from_pb
+from cascade.pod.messages import (
+    context_feature_chunks,
+    draft_from_pb,
+    model_limits,
+    verdict_to_pb,
+)
+from cascade.protocol.validation import check_feature_layers, session_settings
 from cascade.serving import metrics
 from cascade.serving.errors import Overloaded, StaleEpoch
 from cascade.serving.telemetry import current_context, start_span
@@ -47,6 +52,7 @@ class SessionTable:
     def __init__(self, runner: ModelRunner, executor: Executor,
                  settings: VerifierSettings | None = None) -> None:
         self.runner = runner
+        self.limits = model_limits(runner)
         self.settings = settings or VerifierSettings()
         self.engine = VerifyEngine(runner, self.settings.kv_tokens)
         self.scheduler = StepScheduler(self.engine, executor, self.settings)
@@ -59,13 +65,13 @@ class SessionTable:
         return len(self.sessions)
 
     async def open(self, msg: verifier_pb2.SessionOpen) -> OpenSession:
-        if not msg.session_id:
-            raise ValueError("session_id must not be empty")
+        """Checks every field (RequestInvalid), then reserves the session's KV memory."""
+        settings = session_settings(msg, self.limits)
+        check_feature_layers(msg.feature_layers, self.limits.num_layers)
         self._check_epoch(msg.session_id, msg.epoch)
-        params = sampling_from_pb(msg.sampling)
-        policy = acceptance_from_pb(msg.acceptance, params)
         sequence = await self._admit(lambda: SequenceVerifier(
-            self.runner, list(msg.context_tokens), params, msg.prompt_len, policy, self.engine))
+            self.runner, list(msg.context_tokens), settings.sampling, msg.prompt_len,
+            settings.policy, self.engine))
         try:
             self._check_epoch(msg.session_id, msg.epoch)  # a newer owner may have come meanwhile
         except StaleEpoch:
@@ -134,12 +140,12 @@ class SessionTable:
 
     async def verify(self, session: OpenSession, block: verifier_pb2.DraftBlock
                      ) -> verifier_pb2.Verdict:
+        draft = draft_from_pb(block, self.limits.vocab_size)  # checks the block first
         if (block.epoch == session.epoch and block.round == session.last_round
                 and session.last_verdict):
             return session.last_verdict  # a resent block: answer again, change nothing
         if self._is_stale(session, block):
             return self._stale(session, block)
-        draft = draft_from_pb(block)
         with start_span("verify", session.trace_context, session_id=session.session_id,
                         round=block.round, num_draft=draft.num_tokens) as span:
             outcome, seconds = await self._run_model(session, draft)

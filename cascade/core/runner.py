@@ -109,6 +109,11 @@ class ModelRunner:
         config = self.model.config
         return getattr(config, "max_position_embeddings", None) or config.n_positions
 
+    @property
+    def num_layers(self) -> int:
+        """Decoder layers (transformers' hidden_states has num_layers + 1 entries)."""
+        return self.model.config.num_hidden_layers
+
     def new_cache(self) -> "SequenceCache":
         return SequenceCache(self)
 

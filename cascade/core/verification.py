@@ -121,7 +121,8 @@ class SequenceVerifier:
                 return None
             return Pass(self.cache, self.committed[:-1], 1, self.feature_layers, num_hidden=0)
         if self.is_finished:
-            raise InvalidDraft(f"generation already finished ({self.finish_reason.value})")
+            raise InvalidDraft(f"block: the generation already finished "
+                               f"({self.finish_reason.value})")
         self._check(draft)
         return Pass(self.cache, self.committed + draft.tokens, draft.num_tokens + 1,
                     self.feature_layers)
@@ -165,14 +166,16 @@ class SequenceVerifier:
     def _check(self, draft: Draft) -> None:
         k, vocab = draft.num_tokens, self.runner.vocab_size
         if k > self.max_draft_len():
-            raise InvalidDraft(f"block has {k} tokens; at most {self.max_draft_len()} fit now")
+            raise InvalidDraft(f"tokens: block has {k} tokens; at most {self.max_draft_len()} "
+                               "fit now")
         if any(not 0 <= t < vocab for t in draft.tokens):
-            raise InvalidDraft(f"drafted token ids must be in [0, {vocab})")
+            raise InvalidDraft(f"tokens: drafted token ids must be in [0, {vocab})")
         if draft.has_proposal and self.policy.rule is AcceptanceRule.POINT_MASS:
-            raise InvalidDraft("the session's acceptance rule is point_mass: send no proposal")
+            raise InvalidDraft("proposals: the session's acceptance rule is point_mass: send no "
+                               "proposal")
         if k and not draft.has_proposal and not self.policy.rule.is_lossless:
-            raise InvalidDraft(f"acceptance rule {self.policy.rule.value} needs the drafter's "
-                               "q with every block")
+            raise InvalidDraft(f"proposals: acceptance rule {self.policy.rule.value} needs the "
+                               "drafter's q with every block")
         if draft.has_proposal:
             _check_proposal(draft, vocab)
 
@@ -199,12 +202,13 @@ def _unwrap(result):
 def _check_proposal(draft: Draft, vocab: int) -> None:
     ids, probs = draft.q_ids, draft.q_probs
     if probs is None or ids.shape != probs.shape or ids.shape[0] != draft.num_tokens:
-        raise InvalidDraft("proposal ids and probs must both be [k, K] for the k drafted tokens")
+        raise InvalidDraft("proposals: ids and probs must both be [k, K] for the k drafted tokens")
     if bool((ids < 0).any() or (ids >= vocab).any()):
-        raise InvalidDraft(f"proposal token ids must be in [0, {vocab})")
+        raise InvalidDraft(f"proposals: token ids must be in [0, {vocab})")
     if bool((probs < 0).any()) or not bool(torch.isfinite(probs).all()):
-        raise InvalidDraft("proposal probabilities must be finite and non-negative")
+        raise InvalidDraft("proposals: probabilities must be finite and non-negative")
     drafted = torch.tensor(draft.tokens).unsqueeze(-1)
     mass_on_drafted = ((ids == drafted) * probs).sum(-1)  # [k]
     if bool((mass_on_drafted <= 0).any()):
-        raise InvalidDraft("each drafted token must have positive probability in its proposal")
+        raise InvalidDraft("proposals: each drafted token must have positive probability in its "
+                           "proposal")

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import torch
 
 from cascade.core.blocks import Draft, RoundOutcome, TargetFeatures
+from cascade.protocol.validation import ModelLimits, check_block
 from cascade.protocol.wire import FINISH_TO_PB
 from cascade.v1 import common_pb2, verifier_pb2
 
@@ -26,17 +27,22 @@ def draft_to_pb(draft: Draft, **fields) -> verifier_pb2.DraftBlock:
     return msg
 
 
-def draft_from_pb(msg: verifier_pb2.DraftBlock) -> Draft:
-    """Ragged proposals are padded with probability 0 into [k, K] tensors."""
+def model_limits(runner) -> ModelLimits:
+    """What the pod's model (a ModelRunner or a FeatureRunner) accepts on the wire."""
+    return ModelLimits(runner.vocab_size, runner.max_length, getattr(runner, "num_layers", 0))
+
+
+def draft_from_pb(msg: verifier_pb2.DraftBlock, vocab_size: int) -> Draft:
+    """Checks the block's sizes and values (``check_block``), then pads ragged proposals with
+    probability 0 into [k, K] tensors."""
+    check_block(msg, vocab_size)
     tokens = list(msg.tokens)
     if not msg.proposals:
         return Draft(tokens=tokens)
     width = max(len(p.token_ids) for p in msg.proposals)
-    ids = torch.zeros(len(msg.proposals), width, dtype=torch.long)
-    probs = torch.zeros(len(msg.proposals), width, dtype=torch.float32)
+    ids = torch.zeros(len(msg.proposals), width, dtype=torch.long)  # [k, K]
+    probs = torch.zeros(len(msg.proposals), width, dtype=torch.float32)  # [k, K]
     for row, proposal in enumerate(msg.proposals):
-        if len(proposal.token_ids) != len(proposal.probs):
-            raise ValueError(f"proposal {row}: token_ids and probs differ in length")
         ids[row, : len(proposal.token_ids)] = torch.tensor(proposal.token_ids, dtype=torch.long)
         probs[row, : len(proposal.probs)] = torch.tensor(proposal.probs, dtype=torch.float32)
     return Draft(tokens=tokens, q_ids=ids, q_probs=probs)

@@ -178,10 +178,12 @@ def validate_options(fields: dict[str, Any]) -> GenerationOptions:
 
 
 def build_request(options: GenerationOptions, prompt_tokens: list[int], max_tokens: int | None,
-                  server: ServerDefaults, prompt_field: str = "prompt") -> GenerationRequest:
-    """The settings of one generation; RequestInvalid when the prompt or completion can't fit."""
+                  server: ServerDefaults, prompt_field: str = "prompt",
+                  max_field: str = "max_tokens") -> GenerationRequest:
+    """The settings of one generation; RequestInvalid when the prompt or completion can't fit
+    (naming ``prompt_field`` or ``max_field``, the fields the client sent them in)."""
     max_new_tokens = fit_lengths(len(prompt_tokens), max_tokens, server.context_length,
-                                 server.max_tokens_limit, prompt_field)
+                                 server.max_tokens_limit, prompt_field, max_field)
     sampling = SamplingParams(
         temperature=options.temperature, top_k=options.top_k, top_p=options.top_p,
         seed=secrets.randbits(63) if options.seed is None else options.seed % 2**64,
@@ -190,11 +192,11 @@ def build_request(options: GenerationOptions, prompt_tokens: list[int], max_toke
     draft = _draft_config(options, server)
     policy = None
     if options.acceptance == "cascade":
-        if options.draft_method != DEFAULT_DRAFT_METHOD:
-            raise RequestInvalid("Invalid value for 'acceptance': a speculative cascade decides "
-                                 "on the drafter model's distribution, so it needs "
-                                 f"draft_method '{DEFAULT_DRAFT_METHOD}'.", "acceptance")
         policy = AcceptancePolicy(AcceptanceRule(options.cascade_rule), options.cascade_alpha)
+        try:
+            draft.check(policy)
+        except ValueError as exc:
+            raise RequestInvalid(f"Invalid value for 'acceptance': {exc}.", "acceptance") from exc
     return GenerationRequest(list(prompt_tokens), sampling, draft, policy)
 
 

@@ -12,9 +12,15 @@ from enum import Enum
 from cascade.protocol.methods import DEFAULT_DRAFT_METHOD, DRAFT_METHODS
 
 MAX_DRAFT_TOKENS = 32
+"""Largest draft length (k) any request, drafter or verifier accepts."""
 MAX_ENTROPY = 20.0
 """Bound of DraftConfig.max_entropy (nats; a 2^28-token vocabulary has ln(2^28) = 19.4)."""
-"""Largest draft length (k) any request, drafter or verifier accepts."""
+MAX_PROPOSAL_TOKENS = 4096
+"""Largest support of one sparse proposal q (DraftConfig.max_proposal_tokens, and what a
+verifier accepts per drafted token)."""
+MAX_NGRAM_N = 16
+"""Longest suffix prompt lookup may try (DraftConfig.ngram_max_n). A lookup compares every
+window of each length it tries with the suffix, so unbounded it costs O(context^3)."""
 
 
 class FinishReason(str, Enum):
@@ -74,7 +80,8 @@ class DraftConfig:
     num_draft_tokens: int = 4
     """Tokens drafted per round (k), in [0, 32]; 0 means the target decodes alone."""
     max_proposal_tokens: int = 64
-    """Cap on the support of the sparse proposal q sent per drafted token (top-K), in [1, 4096]."""
+    """Cap on the support of the sparse proposal q sent per drafted token (top-K), in
+    [1, MAX_PROPOSAL_TOKENS]."""
     send_proposal: bool = True
     """Send q with sampled drafts; without it the verifier treats q as a point mass."""
     min_confidence: float = 0.0
@@ -87,7 +94,7 @@ class DraftConfig:
     method: str = DEFAULT_DRAFT_METHOD
     """The proposer, by name: one of cascade.protocol.methods.DRAFT_METHODS."""
     ngram_max_n: int = 4
-    """Longest context suffix prompt lookup tries to match."""
+    """Longest context suffix prompt lookup tries to match, in [ngram_min_n, MAX_NGRAM_N]."""
     ngram_min_n: int = 2
     """Shortest suffix it accepts as a match, in [1, ngram_max_n]."""
 
@@ -96,21 +103,30 @@ class DraftConfig:
             raise ValueError(
                 f"num_draft_tokens must be in [0, {MAX_DRAFT_TOKENS}], got {self.num_draft_tokens}"
             )
-        if not 1 <= self.max_proposal_tokens <= 4096:
-            raise ValueError(
-                f"max_proposal_tokens must be in [1, 4096], got {self.max_proposal_tokens}"
-            )
+        if not 1 <= self.max_proposal_tokens <= MAX_PROPOSAL_TOKENS:
+            raise ValueError(f"max_proposal_tokens must be in [1, {MAX_PROPOSAL_TOKENS}], "
+                             f"got {self.max_proposal_tokens}")
         if not 0.0 <= self.min_confidence < 1.0:
             raise ValueError(f"min_confidence must be in [0, 1), got {self.min_confidence}")
         if not 0.0 <= self.max_entropy <= MAX_ENTROPY:
             raise ValueError(f"max_entropy must be in [0, {MAX_ENTROPY}], got {self.max_entropy}")
-        if not 1 <= self.ngram_min_n <= self.ngram_max_n:
-            raise ValueError(f"need 1 <= ngram_min_n <= ngram_max_n, got "
-                             f"{self.ngram_min_n} and {self.ngram_max_n}")
+        if not 1 <= self.ngram_min_n <= self.ngram_max_n <= MAX_NGRAM_N:
+            raise ValueError(f"need 1 <= ngram_min_n <= ngram_max_n <= {MAX_NGRAM_N}, got "
+                             f"ngram_min_n {self.ngram_min_n} and ngram_max_n "
+                             f"{self.ngram_max_n}")
         method = getattr(self.method, "value", self.method)
         if method not in DRAFT_METHODS:
             raise ValueError(f"draft method must be one of {sorted(DRAFT_METHODS)}, got {method!r}")
         object.__setattr__(self, "method", method)
+
+    def check(self, policy: AcceptancePolicy) -> None:
+        """Raises ValueError when this drafting cannot serve ``policy``: a speculative cascade
+        (a lossy rule) decides on the drafter model's distribution, which only the model method
+        sends with every block."""
+        if not policy.rule.is_lossless and self.method != DEFAULT_DRAFT_METHOD:
+            raise ValueError(f"a speculative cascade decides on the drafter model's "
+                             f"distribution, so it needs draft method '{DEFAULT_DRAFT_METHOD}', "
+                             f"got '{self.method}'")
 
     @property
     def adaptive_bounds(self) -> tuple[int, int]:

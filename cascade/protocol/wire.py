@@ -76,11 +76,13 @@ def acceptance_to_pb(policy: AcceptancePolicy) -> common_pb2.Acceptance:
 
 
 def acceptance_from_pb(msg: common_pb2.Acceptance, sampling: SamplingParams) -> AcceptancePolicy:
-    """The session's policy; an unspecified rule is the default for its temperature."""
+    """The session's policy; an unspecified rule is the default for its temperature (alpha is
+    checked either way)."""
     if msg.rule == common_pb2.ACCEPTANCE_RULE_UNSPECIFIED:
-        return AcceptancePolicy.default_for(sampling)
+        return AcceptancePolicy(AcceptancePolicy.default_for(sampling).rule, msg.alpha)
     if msg.rule not in RULE_FROM_PB:
-        raise ValueError(f"acceptance.rule: unknown rule {msg.rule}")
+        raise ValueError(f"rule must be one of {sorted(RULE_FROM_PB)} (0: chosen by "
+                         f"temperature), got {msg.rule}")
     policy = AcceptancePolicy(RULE_FROM_PB[msg.rule], msg.alpha)
     policy.check(sampling)
     return policy

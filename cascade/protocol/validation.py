@@ -1,0 +1,193 @@
+"""Checks on what reaches a pod's gRPC port, made on the protobuf message before anything is
+allocated or a model runs.
+
+The gateway validates what clients send (``cascade.protocol.requests``), but a drafter's or a
+verifier's port can be reached by anything on the network, so each pod checks every field it
+reads again, against its own model. Sizes are read from the message before any list or tensor is
+built from it. A failure is a ``RequestInvalid`` (a ValueError: INVALID_ARGUMENT through the
+error interceptor) whose message starts with the field's path, such as
+``proposals[2].probs: ...``.
+
+Bounds, documented once (V: the model's vocabulary, L: its context length in tokens):
+
+| field | bound |
+|---|---|
+| session_id | 1 to MAX_SESSION_ID_CHARS (128) characters |
+| context_tokens | 1 to L - 1 ids, each in [0, V) |
+| prompt_len | [1, len(context_tokens)]; prompt_len + sampling.max_new_tokens <= L, and the tokens after the prompt at most max_new_tokens |
+| sampling | SamplingParams' ranges; stop_token_ids: at most MAX_STOP_TOKEN_IDS (16) ids in [0, V) |
+| acceptance | a known rule that fits the temperature; alpha in [0, 1] |
+| draft (drafter) | DraftConfig's ranges: num_draft_tokens <= MAX_DRAFT_TOKENS (32), ngram_max_n <= MAX_NGRAM_N (16), a known method, one that can serve the acceptance rule |
+| verifier_address (drafter) | host:port (port 1-65535), at most 255 characters |
+| feature_layers (verifier) | at most (layers + 1) indices in [0, layers] |
+| block tokens (verifier) | at most MAX_DRAFT_TOKENS (32) ids in [0, V) |
+| block proposals (verifier) | none, or one per drafted token: 1 to min(MAX_PROPOSAL_TOKENS, V) distinct ids in [0, V), as many probs, each in [0, 1], summing to at most 1 + PROBABILITY_SUM_SLACK |
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from cascade.protocol.limits import RequestInvalid
+from cascade.protocol.settings import (
+    MAX_DRAFT_TOKENS,
+    MAX_PROPOSAL_TOKENS,
+    AcceptancePolicy,
+    DraftConfig,
+    SamplingParams,
+)
+from cascade.protocol.wire import acceptance_from_pb, draft_settings_from_pb, sampling_from_pb
+from cascade.v1 import common_pb2, verifier_pb2
+
+MAX_SESSION_ID_CHARS = 128
+MAX_STOP_TOKEN_IDS = 16
+MAX_ADDRESS_CHARS = 255
+PROBABILITY_SUM_SLACK = 1e-3
+"""A proposal's probabilities may sum to a little more than 1 (float32 renormalisation)."""
+
+ADDRESS_PATTERN = re.compile(r"(?:[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]):(\d{1,5})")
+"""host:port, the host a name, an IPv4 address or a bracketed IPv6 address."""
+
+
+@dataclass(frozen=True)
+class ModelLimits:
+    """What a pod's model accepts."""
+
+    vocab_size: int
+    """Token ids must be below it."""
+    max_length: int
+    """The model's context in tokens."""
+    num_layers: int = 0
+    """Decoder layers: hidden-state indices go from 0 (embeddings) to it."""
+
+
+@dataclass(frozen=True)
+class SessionSettings:
+    """A session's settings as a pod received them, checked."""
+
+    sampling: SamplingParams
+    policy: AcceptancePolicy
+
+
+def invalid(field: str, problem: str) -> RequestInvalid:
+    """The error for one field: its path, then what is wrong and what is allowed."""
+    return RequestInvalid(f"{field}: {problem}", field)
+
+
+@contextmanager
+def field_errors(field: str) -> Iterator[None]:
+    """Names ``field`` in a ValueError raised by a conversion (a dataclass's own checks)."""
+    try:
+        yield
+    except RequestInvalid:
+        raise
+    except ValueError as exc:
+        raise invalid(field, str(exc)) from exc
+
+
+def session_settings(msg: verifier_pb2.SessionOpen, limits: ModelLimits) -> SessionSettings:
+    """Checks the fields a SessionOpen and a RunSessionRequest share (session, context, sampling,
+    acceptance) and returns the settings they carry."""
+    check_session_id(msg.session_id)
+    check_context(msg.context_tokens, msg.prompt_len, limits)
+    check_token_ids("sampling.stop_token_ids", msg.sampling.stop_token_ids, limits.vocab_size,
+                    MAX_STOP_TOKEN_IDS)
+    with field_errors("sampling"):
+        sampling = sampling_from_pb(msg.sampling)
+    check_lengths(len(msg.context_tokens), msg.prompt_len, sampling.max_new_tokens, limits)
+    with field_errors("acceptance"):
+        policy = acceptance_from_pb(msg.acceptance, sampling)
+    return SessionSettings(sampling, policy)
+
+
+def draft_config(msg: common_pb2.DraftSettings, policy: AcceptancePolicy) -> DraftConfig:
+    """The drafter's settings for a session (DraftConfig checks every range), able to serve
+    the session's acceptance ``policy``."""
+    with field_errors("draft"):
+        config = draft_settings_from_pb(msg)
+    with field_errors("draft.method"):
+        config.check(policy)
+    return config
+
+
+def check_session_id(session_id: str) -> None:
+    if not 1 <= len(session_id) <= MAX_SESSION_ID_CHARS:
+        raise invalid("session_id", f"must have 1 to {MAX_SESSION_ID_CHARS} characters, got "
+                                    f"{len(session_id)}")
+
+
+def check_token_ids(field: str, ids: Sequence[int], vocab_size: int, most: int) -> None:
+    """At most ``most`` ids, each in [0, vocab_size) (the wire's ids are unsigned)."""
+    if len(ids) > most:
+        raise invalid(field, f"at most {most} token ids, got {len(ids)}")
+    if ids and max(ids) >= vocab_size:
+        raise invalid(field, f"token ids must be in [0, {vocab_size}), got {max(ids)}")
+
+
+def check_context(context: Sequence[int], prompt_len: int, limits: ModelLimits) -> None:
+    if not context:
+        raise invalid("context_tokens", "must hold the prompt (at least 1 token)")
+    check_token_ids("context_tokens", context, limits.vocab_size, limits.max_length - 1)
+    if not 1 <= prompt_len <= len(context):
+        raise invalid("prompt_len", f"must be in [1, {len(context)}] (the context's length), "
+                                    f"got {prompt_len}")
+
+
+def check_lengths(num_context: int, prompt_len: int, max_new_tokens: int,
+                  limits: ModelLimits) -> None:
+    """The prompt plus max_new_tokens fit the model, and the context holds no more generated
+    tokens than max_new_tokens allows."""
+    if prompt_len + max_new_tokens > limits.max_length:
+        raise invalid("sampling.max_new_tokens",
+                      f"prompt_len ({prompt_len}) plus max_new_tokens ({max_new_tokens}) "
+                      f"exceed the model's context ({limits.max_length} tokens)")
+    if num_context - prompt_len > max_new_tokens:
+        raise invalid("context_tokens", f"{num_context - prompt_len} tokens after the prompt; "
+                                        f"max_new_tokens allows {max_new_tokens}")
+
+
+def check_feature_layers(layers: Sequence[int], num_layers: int) -> None:
+    """Hidden-state indices of the target: 0 (embeddings) to num_layers."""
+    check_token_ids("feature_layers", layers, num_layers + 1, num_layers + 1)
+
+
+def check_verifier_address(address: str) -> None:
+    """``host:port`` (the form the pod registry holds)."""
+    match = ADDRESS_PATTERN.fullmatch(address) if len(address) <= MAX_ADDRESS_CHARS else None
+    if match is None or not 1 <= int(match.group(1)) <= 65535:
+        shown = address if len(address) <= 80 else address[:77] + "..."
+        raise invalid("verifier_address", f"must be host:port (at most {MAX_ADDRESS_CHARS} "
+                                          f"characters, port 1-65535), got {shown!r}")
+
+
+def check_block(msg: verifier_pb2.DraftBlock, vocab_size: int) -> None:
+    """A block's sizes and values, before any tensor is built from it."""
+    check_token_ids("tokens", msg.tokens, vocab_size, MAX_DRAFT_TOKENS)
+    if msg.proposals and len(msg.proposals) != len(msg.tokens):
+        raise invalid("proposals", f"one per drafted token or none; got {len(msg.proposals)} "
+                                   f"for {len(msg.tokens)} tokens")
+    widest = min(MAX_PROPOSAL_TOKENS, vocab_size)
+    for row, proposal in enumerate(msg.proposals):
+        check_proposal(f"proposals[{row}]", proposal, vocab_size, widest)
+
+
+def check_proposal(field: str, proposal: verifier_pb2.SparseDistribution, vocab_size: int,
+                   widest: int) -> None:
+    """A sparse distribution: distinct ids in range, one probability each, in [0, 1], summing
+    to at most 1 (plus float32 slack)."""
+    ids, probs = proposal.token_ids, proposal.probs
+    if not 1 <= len(ids) <= widest:
+        raise invalid(f"{field}.token_ids", f"must hold 1 to {widest} token ids, got {len(ids)}")
+    check_token_ids(f"{field}.token_ids", ids, vocab_size, widest)
+    if len(set(ids)) != len(ids):
+        raise invalid(f"{field}.token_ids", "must be distinct")
+    if len(probs) != len(ids):
+        raise invalid(f"{field}.probs", f"must hold one probability per token id ({len(ids)}), "
+                                        f"got {len(probs)}")
+    if not all(0.0 <= p <= 1.0 for p in probs):  # NaN fails both comparisons
+        raise invalid(f"{field}.probs", "must be finite probabilities in [0, 1]")
+    if sum(probs) > 1.0 + PROBABILITY_SUM_SLACK:
+        raise invalid(f"{field}.probs", f"must sum to at most 1, got {sum(probs):.6g}")
