@@ -32,6 +32,9 @@ class AcceptRow(NamedTuple):
     """[k] float64."""
     u_sample: torch.Tensor
     """[k+1] float64."""
+    decision_probs: torch.Tensor | None = None
+    """Cascade rules when sampling: [k, vocab] the drafter's temperature-1 q the rule decides
+    on (None: it decides on draft_probs)."""
 
 
 class RowResult(NamedTuple):
@@ -45,7 +48,7 @@ def accept_rows(rows: list[AcceptRow]) -> list[RowResult]:
     groups: dict[tuple, list[int]] = {}
     for i, row in enumerate(rows):
         key = (row.policy.rule, row.policy.alpha, row.draft_probs is None,
-               row.sampling.is_greedy)
+               row.sampling.is_greedy, row.decision_probs is None)
         groups.setdefault(key, []).append(i)
     results: list[RowResult | None] = [None] * len(rows)
     for members in groups.values():
@@ -66,6 +69,8 @@ def _collate(rows: list[AcceptRow]) -> AcceptanceInput:
     u_accept = torch.full((len(rows), widest), 0.5, dtype=torch.float64)
     u_sample = torch.full((len(rows), widest + 1), 0.5, dtype=torch.float64)
     q = None if rows[0].draft_probs is None else _point_masses(len(rows), widest, vocab)
+    decision = (None if rows[0].decision_probs is None
+                else _point_masses(len(rows), widest, vocab))
     for i, r in enumerate(rows):
         k = len(r.draft_tokens)
         tokens[i, :k] = torch.tensor(r.draft_tokens, dtype=torch.long)
@@ -73,9 +78,12 @@ def _collate(rows: list[AcceptRow]) -> AcceptanceInput:
         u_accept[i, :k], u_sample[i, : k + 1] = r.u_accept, r.u_sample
         if q is not None:
             q[i, :k] = r.draft_probs
+        if decision is not None:
+            decision[i, :k] = r.decision_probs
     sampling = RowSampling.of([r.sampling for r in rows])
     return AcceptanceInput(tokens, torch.tensor([len(r.draft_tokens) for r in rows]), logits,
-                           sampling, q, u_accept, u_sample, rows[0].policy.alpha)
+                           sampling, q, u_accept, u_sample, rows[0].policy.alpha,
+                           decision_probs=decision)
 
 
 def _point_masses(count: int, width: int, vocab: int) -> torch.Tensor:

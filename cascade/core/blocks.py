@@ -19,6 +19,11 @@ class Draft:
     """[k, K] int64 token ids of the proposal support, most likely first."""
     q_probs: torch.Tensor | None = None
     """[k, K] float32 probabilities matching q_ids (zeros pad a smaller support)."""
+    decision_ids: torch.Tensor | None = None
+    """Speculative cascades when sampling: [k, K] the support of the drafter's temperature-1
+    distribution, which the deferral rules decide on (None: they decide on q)."""
+    decision_probs: torch.Tensor | None = None
+    """[k, K] float32 probabilities matching decision_ids."""
 
     @property
     def num_tokens(self) -> int:

@@ -146,10 +146,12 @@ class SequenceVerifier:
         """What this sequence's policy needs to judge ``draft`` (its k+1 logits rows, its q,
         the random numbers of its positions)."""
         k, base, seed = draft.num_tokens, len(self.committed), self.params.seed
+        vocab = output.logits.shape[-1]
         return AcceptRow(self.policy, self.params, list(draft.tokens), output.logits,
-                         self._dense_proposal(draft, output.logits.shape[-1]),
+                         self._dense_proposal(draft, vocab),
                          position_uniforms(seed, base, k, STREAM_ACCEPT),
-                         position_uniforms(seed, base, k + 1, STREAM_SAMPLE))
+                         position_uniforms(seed, base, k + 1, STREAM_SAMPLE),
+                         self._dense_decision(draft, vocab))
 
     def _features(self, start: int, count: int) -> TargetFeatures | None:
         """The first ``count`` rows of the last pass's features, for positions from ``start``."""
@@ -162,6 +164,13 @@ class SequenceVerifier:
         if not draft.has_proposal or self.policy.rule is AcceptanceRule.GREEDY:
             return None
         return sparse_to_dense(draft.q_ids, draft.q_probs, vocab)  # [k, vocab]
+
+    def _dense_decision(self, draft: Draft, vocab: int) -> torch.Tensor | None:
+        """The temperature-1 q a cascade rule decides on, when the block carries one apart
+        from q (sampling); None: the rule decides on q."""
+        if draft.decision_ids is None or self.policy.rule.is_lossless or not draft.has_proposal:
+            return None
+        return sparse_to_dense(draft.decision_ids, draft.decision_probs, vocab)  # [k, vocab]
 
     def _check(self, draft: Draft) -> None:
         k, vocab = draft.num_tokens, self.runner.vocab_size

@@ -21,10 +21,17 @@ def draft_to_pb(draft: Draft, **fields) -> verifier_pb2.DraftBlock:
     """``fields``: session_id, epoch, round, base_len, draft_us."""
     msg = verifier_pb2.DraftBlock(tokens=draft.tokens, **fields)
     if draft.has_proposal:
-        for ids, probs in zip(draft.q_ids.tolist(), draft.q_probs.tolist()):
-            support = [(i, p) for i, p in zip(ids, probs) if p > 0]
-            msg.proposals.add(token_ids=[i for i, _ in support], probs=[p for _, p in support])
+        _add_sparse(msg.proposals, draft.q_ids, draft.q_probs)
+    if draft.decision_ids is not None:
+        _add_sparse(msg.decision_proposals, draft.decision_ids, draft.decision_probs)
     return msg
+
+
+def _add_sparse(rows, ids: torch.Tensor, probs: torch.Tensor) -> None:
+    """One SparseDistribution per row of [k, K] ids and probs, without the zero padding."""
+    for row_ids, row_probs in zip(ids.tolist(), probs.tolist()):
+        support = [(i, p) for i, p in zip(row_ids, row_probs) if p > 0]
+        rows.add(token_ids=[i for i, _ in support], probs=[p for _, p in support])
 
 
 def model_limits(runner) -> ModelLimits:
@@ -36,16 +43,22 @@ def draft_from_pb(msg: verifier_pb2.DraftBlock, vocab_size: int) -> Draft:
     """Checks the block's sizes and values (``check_block``), then pads ragged proposals with
     probability 0 into [k, K] tensors."""
     check_block(msg, vocab_size)
-    tokens = list(msg.tokens)
-    if not msg.proposals:
-        return Draft(tokens=tokens)
-    width = max(len(p.token_ids) for p in msg.proposals)
-    ids = torch.zeros(len(msg.proposals), width, dtype=torch.long)  # [k, K]
-    probs = torch.zeros(len(msg.proposals), width, dtype=torch.float32)  # [k, K]
-    for row, proposal in enumerate(msg.proposals):
+    q_ids, q_probs = _padded(msg.proposals)
+    decision_ids, decision_probs = _padded(msg.decision_proposals)
+    return Draft(list(msg.tokens), q_ids, q_probs, decision_ids, decision_probs)
+
+
+def _padded(rows) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """[k, K] ids and probs of checked sparse rows, padded with probability 0 (None: no rows)."""
+    if not rows:
+        return None, None
+    width = max(len(p.token_ids) for p in rows)
+    ids = torch.zeros(len(rows), width, dtype=torch.long)  # [k, K]
+    probs = torch.zeros(len(rows), width, dtype=torch.float32)  # [k, K]
+    for row, proposal in enumerate(rows):
         ids[row, : len(proposal.token_ids)] = torch.tensor(proposal.token_ids, dtype=torch.long)
         probs[row, : len(proposal.probs)] = torch.tensor(proposal.probs, dtype=torch.float32)
-    return Draft(tokens=tokens, q_ids=ids, q_probs=probs)
+    return ids, probs
 
 
 FEATURE_CHUNK_POSITIONS = 2048

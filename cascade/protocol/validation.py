@@ -21,7 +21,7 @@ Bounds, documented once (V: the model's vocabulary, L: its context length in tok
 | verifier_address (drafter) | host:port (port 1-65535), at most 255 characters |
 | feature_layers (verifier) | at most (layers + 1) indices in [0, layers] |
 | block tokens (verifier) | at most MAX_DRAFT_TOKENS (32) ids in [0, V) |
-| block proposals (verifier) | none, or one per drafted token: 1 to min(MAX_PROPOSAL_TOKENS, V) distinct ids in [0, V), as many probs, each in [0, 1], summing to at most 1 + PROBABILITY_SUM_SLACK |
+| block proposals and decision_proposals (verifier) | none, or one per drafted token: 1 to min(MAX_PROPOSAL_TOKENS, V) distinct ids in [0, V), as many probs, each in [0, 1], summing to at most 1 + PROBABILITY_SUM_SLACK |
 """
 
 from __future__ import annotations
@@ -166,12 +166,14 @@ def check_verifier_address(address: str) -> None:
 def check_block(msg: verifier_pb2.DraftBlock, vocab_size: int) -> None:
     """A block's sizes and values, before any tensor is built from it."""
     check_token_ids("tokens", msg.tokens, vocab_size, MAX_DRAFT_TOKENS)
-    if msg.proposals and len(msg.proposals) != len(msg.tokens):
-        raise invalid("proposals", f"one per drafted token or none; got {len(msg.proposals)} "
-                                   f"for {len(msg.tokens)} tokens")
     widest = min(MAX_PROPOSAL_TOKENS, vocab_size)
-    for row, proposal in enumerate(msg.proposals):
-        check_proposal(f"proposals[{row}]", proposal, vocab_size, widest)
+    for name in ("proposals", "decision_proposals"):
+        rows = getattr(msg, name)
+        if rows and len(rows) != len(msg.tokens):
+            raise invalid(name, f"one per drafted token or none; got {len(rows)} "
+                                f"for {len(msg.tokens)} tokens")
+        for row, proposal in enumerate(rows):
+            check_proposal(f"{name}[{row}]", proposal, vocab_size, widest)
 
 
 def check_proposal(field: str, proposal: verifier_pb2.SparseDistribution, vocab_size: int,

@@ -55,17 +55,16 @@ class ModelProposer(Proposer):
         else:
             logits = self._catch_up(committed)
             num_tokens = min(num_tokens, self._scheduled_length(committed))
-        tokens, q_ids, q_probs = [], [], []
+        tokens, rows = [], []
         for i in range(num_tokens):
             if i > 0 and self._is_unsure(logits):
                 break
-            token, ids, probs = self._choose(logits, len(committed) + i)
+            token, *row = self._choose(logits, len(committed) + i)
             tokens.append(token)
-            q_ids.append(ids)
-            q_probs.append(probs)
+            rows.append(row)
             if i < num_tokens - 1:
                 logits = self.cache.extend([token]).logits[-1]
-        return self._draft(tokens, q_ids, q_probs)
+        return self._draft(tokens, rows)
 
     def _catch_up(self, committed: list[int]) -> torch.Tensor:
         """The last position's logits, after noting the drafter's greedy choice at every
@@ -97,21 +96,41 @@ class ModelProposer(Proposer):
         return config.max_entropy > 0.0 and entropy > config.max_entropy
 
     def _choose(self, logits: torch.Tensor, position: int):
-        """One drafted token at ``position`` and the sparse q it was drawn from (at temperature
-        0: the argmax, and the temperature-1 q when a cascade rule will decide on it)."""
+        """One drafted token at ``position``, the sparse q it was drawn from, and the sparse
+        temperature-1 distribution a cascade rule decides on when that differs from q (at
+        temperature 0: the argmax, with the temperature-1 q when a cascade rule will decide)."""
         if self.sampling.is_greedy:
             if not self.needs_greedy_q:
-                return int(logits.argmax()), None, None
-            ids, values = sparsify(torch.softmax(logits.float(), -1)[None],
-                                   self.config.max_proposal_tokens)
-            return int(logits.argmax()), ids[0], values[0]
+                return int(logits.argmax()), None, None, None, None
+            ids, values = self._temperature_one(logits)
+            return int(logits.argmax()), ids, values, None, None
         probs = process_logits(logits.unsqueeze(0), self.sampling)  # [1, vocab]
         ids, values = sparsify(probs, self.config.max_proposal_tokens)  # [1, K] each
         uniform = position_uniform(self.sampling.seed, position, STREAM_DRAFT)
         column = int(sample_from(values, torch.tensor([uniform], dtype=torch.float64))[0])
-        return int(ids[0, column]), ids[0], values[0]
+        decision = (None, None)
+        if self.needs_greedy_q and not self._q_is_temperature_one:
+            decision = self._temperature_one(logits)
+        return int(ids[0, column]), ids[0], values[0], *decision
 
-    def _draft(self, tokens: list[int], q_ids: list, q_probs: list) -> Draft:
-        if not q_ids or q_ids[0] is None or not self.config.send_proposal:
+    @property
+    def _q_is_temperature_one(self) -> bool:
+        s = self.sampling
+        return s.temperature == 1.0 and s.top_k == 0 and s.top_p >= 1.0
+
+    def _temperature_one(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """[K] ids and probs of the drafter's raw (temperature-1) distribution's top K."""
+        ids, values = sparsify(torch.softmax(logits.float(), -1)[None],
+                               self.config.max_proposal_tokens)
+        return ids[0], values[0]
+
+    def _draft(self, tokens: list[int], rows: list) -> Draft:
+        """``rows``: per token (q ids, q probs, decision ids, decision probs), None when absent."""
+        if not rows or rows[0][0] is None or not self.config.send_proposal:
             return Draft(tokens=tokens)
-        return Draft(tokens=tokens, q_ids=torch.stack(q_ids), q_probs=torch.stack(q_probs))
+        q_ids, q_probs, decision_ids, decision_probs = (list(column) for column in zip(*rows))
+        draft = Draft(tokens, torch.stack(q_ids), torch.stack(q_probs))
+        if decision_ids[0] is not None:
+            draft.decision_ids, draft.decision_probs = (torch.stack(decision_ids),
+                                                        torch.stack(decision_probs))
+        return draft
