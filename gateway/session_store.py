@@ -121,7 +121,8 @@ def _record_fields(request: GenerationRequest, epoch: int, drafter: str, verifie
             "prompt_len": len(request.prompt_tokens), "drafter": drafter, "verifier": verifier}
 
 
-def _keys(session_id: str) -> tuple[str, str]:
+def session_keys(session_id: str) -> tuple[str, str]:
+    """(record hash, token list) keys of a session."""
     base = f"cascade:session:{{{session_id}}}"
     return base, f"{base}:tokens"
 
@@ -136,7 +137,7 @@ class SessionStore:
 
     async def create(self, request: GenerationRequest, drafter: str, verifier: str) -> SessionRecord:
         session_id = secrets.token_hex(12)
-        record_key, _ = _keys(session_id)
+        record_key, _ = session_keys(session_id)
         mapping = _record_fields(request, 1, drafter, verifier)
         async with self.client.pipeline(transaction=True) as pipe:
             pipe.hset(record_key, mapping=mapping).expire(record_key, self.ttl_s)
@@ -145,7 +146,7 @@ class SessionStore:
 
     async def append(self, session_id: str, epoch: int, expected_len: int, tokens: list[int]) -> int:
         """Append generated tokens if the epoch and length match; returns the new length."""
-        result = await self._append(keys=_keys(session_id),
+        result = await self._append(keys=session_keys(session_id),
                                     args=[epoch, expected_len, self.ttl_s, *tokens])
         if result == -1:
             raise StaleEpoch(f"session {session_id}: epoch {epoch} is no longer current")
@@ -160,7 +161,7 @@ class SessionStore:
         """Write back the record and the tokens the gateway holds (see RESTORE_SCRIPT)."""
         fields = [item for pair in _record_fields(request, epoch, drafter, verifier).items()
                   for item in pair]
-        result = await self._restore(keys=_keys(session_id),
+        result = await self._restore(keys=session_keys(session_id),
                                      args=[epoch, self.ttl_s, len(fields), *fields, *tokens])
         if result == -1:
             raise StaleEpoch(f"session {session_id}: epoch {epoch} is no longer current")
@@ -169,21 +170,21 @@ class SessionStore:
                                  "the gateway's")
 
     async def finish(self, session_id: str, epoch: int, status: str) -> None:
-        record_key, _ = _keys(session_id)
+        record_key, _ = session_keys(session_id)
         if not await self._set_if_epoch(keys=[record_key], args=[epoch, self.ttl_s, "status", status]):
             raise StaleEpoch(f"session {session_id}: epoch {epoch} is no longer current")
 
     async def reassign(self, session_id: str, epoch: int, drafter: str, verifier: str) -> int:
         """Bump the epoch (fencing out the old assignment) and record the new pods."""
-        record_key, _ = _keys(session_id)
+        record_key, _ = session_keys(session_id)
         result = await self._reassign(keys=[record_key], args=[epoch, drafter, verifier])
         if result == -1:
             raise StaleEpoch(f"session {session_id}: epoch {epoch} is no longer current")
         return int(result)
 
     async def tokens(self, session_id: str) -> list[int]:
-        return [int(t) for t in await self.client.lrange(_keys(session_id)[1], 0, -1)]
+        return [int(t) for t in await self.client.lrange(session_keys(session_id)[1], 0, -1)]
 
     async def record(self, session_id: str) -> dict[str, str]:
-        raw = await self.client.hgetall(_keys(session_id)[0])
+        raw = await self.client.hgetall(session_keys(session_id)[0])
         return {k.decode(): v.decode() for k, v in raw.items()}

@@ -9,7 +9,6 @@ process only.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,9 +18,7 @@ import grpc
 
 from cascade.bench.cascades_eval import Method
 from cascade.bench.prompts import BenchPrompt
-from cascade.bench.services import pin_all_threads, pinning, place_helpers
-from cascade.tools.local_cluster import ClusterConfig, LocalCluster
-from cascade.tools.redis_server import free_port
+from cascade.bench.services import pinned_cluster, place_helpers
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc
 
 
@@ -51,23 +48,15 @@ def run_on_services(target: Path, drafter: Path, prompts: list[BenchPrompt], k: 
                     progress: Callable[[Method, ServiceRun], None] = lambda m, r: None
                     ) -> dict[Method, ServiceRun]:
     """Tokens/s and outputs of every speculative method on a fresh local cluster."""
-    pins = pinning()
-    config = ClusterConfig(target, drafter, http_port=free_port(), grpc_port=free_port(),
-                           workdir=workdir, cpu_affinity=pins)
-    cluster = LocalCluster(config).start()
-    everything = frozenset(os.sched_getaffinity(0))
     runs = {}
-    try:
+    with pinned_cluster(target, drafter, workdir) as (cluster, pins), \
+            grpc.insecure_channel(cluster.grpc_address) as channel:
         place_helpers(cluster, pins, speculative=True)
-        with grpc.insecure_channel(cluster.grpc_address) as channel:
-            stub = gateway_pb2_grpc.GatewayStub(channel)
-            generate(stub, request_for(Method("lossless", 0.0), prompts[0], k, max_tokens))
-            for method in methods:
-                runs[method] = _measure(stub, method, prompts, k, max_tokens)
-                progress(method, runs[method])
-    finally:
-        pin_all_threads(os.getpid(), everything)
-        cluster.stop()
+        stub = gateway_pb2_grpc.GatewayStub(channel)
+        generate(stub, request_for(Method("lossless", 0.0), prompts[0], k, max_tokens))
+        for method in methods:
+            runs[method] = _measure(stub, method, prompts, k, max_tokens)
+            progress(method, runs[method])
     return runs
 
 

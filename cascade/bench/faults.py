@@ -21,6 +21,7 @@ import redis as redis_sync
 
 from cascade.tools.local_cluster import LocalCluster
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc
+from gateway.session_store import session_keys
 
 ROLES = ("drafter", "verifier", "redis")
 REDIS_DOWN_S = 0.5
@@ -90,7 +91,7 @@ class FaultRunner:
         if role == "redis":
             threading.Thread(target=self._restart_redis, daemon=True).start()
             return "redis"
-        address = self.redis.hget(f"cascade:session:{{{session_id}}}", role).decode()
+        address = self.redis.hget(session_keys(session_id)[0], role).decode()
         name = self.cluster.name_of(address)
         self.cluster.processes[name].kill()
         return name

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,30 +88,40 @@ def _cluster_rss(cluster: LocalCluster) -> dict[str, float | None]:
     return rss
 
 
+@contextmanager
+def pinned_cluster(target: Path, drafter: Path, workdir: Path
+                   ) -> Iterator[tuple[LocalCluster, dict[str, frozenset[int]]]]:
+    """A local cluster with the verifier and the drafter on cores of their own (``pinning``);
+    on the way out this process gets all its cores back and the cluster stops."""
+    pins = pinning()
+    config = ClusterConfig(target, drafter, http_port=free_port(), grpc_port=free_port(),
+                           workdir=workdir, cpu_affinity=pins)
+    cluster = LocalCluster(config).start()
+    everything = frozenset(os.sched_getaffinity(0))
+    try:
+        yield cluster, pins
+    finally:
+        pin_all_threads(os.getpid(), everything)
+        cluster.stop()
+
+
 def run_services(job: Job, workdir: Path, progress: Callable[[], None] | None = None
                  ) -> ServicesResult:
-    pins = pinning()
-    config = ClusterConfig(job.target, job.drafter, http_port=free_port(),
-                           grpc_port=free_port(), workdir=workdir, cpu_affinity=pins)
     if not job.k:
         raise ValueError("the services need a draft length (k > 0)")
     methods = [MethodRun("target only (verifier, k=0)", "services", False, 0),
                MethodRun(f"Cascade services (k={job.k})", "services", False, job.k),
                MethodRun(f"Cascade services (k={job.k})", "services", True, job.k)]
-    cluster = LocalCluster(config).start()
-    helpers, everything = {}, sorted(os.sched_getaffinity(0))
-    try:
-        with grpc.insecure_channel(cluster.grpc_address) as channel:
-            stub = gateway_pb2_grpc.GatewayStub(channel)
-            service_trace(stub, job.prompts[0], job, job.k, False)  # warm up
-            for m in methods:
-                helpers[m.k > 0] = place_helpers(cluster, pins, m.k > 0)
-                measure_method(m, job, lambda p, m=m: service_trace(stub, p, job, m.k,
-                                                                    m.sampling), progress)
+    helpers = {}
+    with pinned_cluster(job.target, job.drafter, workdir) as (cluster, pins), \
+            grpc.insecure_channel(cluster.grpc_address) as channel:
+        stub = gateway_pb2_grpc.GatewayStub(channel)
+        service_trace(stub, job.prompts[0], job, job.k, False)  # warm up
+        for m in methods:
+            helpers[m.k > 0] = place_helpers(cluster, pins, m.k > 0)
+            measure_method(m, job, lambda p, m=m: service_trace(stub, p, job, m.k,
+                                                                m.sampling), progress)
         rss = _cluster_rss(cluster)
-    finally:
-        pin_all_threads(os.getpid(), frozenset(everything))
-        cluster.stop()
     described = ", ".join(f"{name} on core {sorted(cores)}" for name, cores in pins.items())
     if pins:
         described += (f"; target-only: {helpers.get(False)}; speculative: {helpers.get(True)}")

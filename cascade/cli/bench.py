@@ -7,13 +7,13 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from cascade.cli.options import DRAFTER_OPT, PAIR_OPT, TARGET_OPT, pair_folders
+
 console = Console()
 
 
-def bench(target: Path = typer.Option(None, help="Target model folder (default: from --pair)."),
-          drafter: Path = typer.Option(None, help="Drafter model folder (default: from --pair)."),
-          pair: str = typer.Option("smollm2", help="Built-in pair when no folders are given: "
-                                   "smollm2 or tiny."),
+def bench(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT,
+          pair: str = PAIR_OPT,
           k: int = typer.Option(0, "--k", min=0, max=32, help="Drafted tokens per round; 0 "
                                 "picks the fastest of 1, 2, 3, 4, 6 on the first prompts."),
           max_tokens: int = typer.Option(64, min=1, help="Tokens generated per prompt."),
@@ -31,7 +31,6 @@ def bench(target: Path = typer.Option(None, help="Target model folder (default: 
     same prompts and pair, side by side in one run."""
     from cascade.bench.output import save, show
     from cascade.bench.run import BenchConfig, measure
-    from cascade.cli.options import pair_folders
 
     target, drafter = pair_folders(target, drafter, pair)
     try:
@@ -47,12 +46,8 @@ def bench(target: Path = typer.Option(None, help="Target model folder (default: 
         console.print(f"wrote {path}")
 
 
-def bench_load(target: Path = typer.Option(None, help="Target model folder (default: from "
-                                           "--pair)."),
-               drafter: Path = typer.Option(None, help="Drafter model folder (default: from "
-                                            "--pair)."),
-               pair: str = typer.Option("smollm2", help="Built-in pair when no folders are "
-                                        "given: smollm2 or tiny."),
+def bench_load(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT,
+               pair: str = PAIR_OPT,
                k: int = typer.Option(4, "--k", min=1, max=32, help="Drafted tokens per round."),
                sessions: list[int] = typer.Option([1, 2, 4, 8, 16, 32], "--sessions",
                                                   help="Concurrent clients (repeat the flag)."),
@@ -69,7 +64,6 @@ def bench_load(target: Path = typer.Option(None, help="Target model folder (defa
     """The verifier under 1..32 concurrent streaming sessions: speculative unbatched,
     speculative batched and target-only batched, side by side in one run."""
     from cascade.bench.load import LoadConfig, run_load, save, table
-    from cascade.cli.options import pair_folders
 
     target, drafter = pair_folders(target, drafter, pair)
     try:
@@ -91,12 +85,8 @@ def bench_load(target: Path = typer.Option(None, help="Target model folder (defa
         console.print(f"wrote {path}")
 
 
-def bench_cascades(target: Path = typer.Option(None, help="Target model folder (default: from "
-                                               "--pair)."),
-                   drafter: Path = typer.Option(None, help="Drafter model folder (default: "
-                                                "from --pair)."),
-                   pair: str = typer.Option("smollm2", help="Built-in pair when no folders are "
-                                            "given: smollm2 or tiny."),
+def bench_cascades(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT,
+                   pair: str = PAIR_OPT,
                    k: int = typer.Option(4, "--k", min=1, max=32, help="Drafted tokens per "
                                          "round."),
                    max_tokens: int = typer.Option(48, min=1, help="Tokens per prompt."),
@@ -116,7 +106,8 @@ def bench_cascades(target: Path = typer.Option(None, help="Target model folder (
                                             "cascades.json, cascades.md and cascades.png go.")
                    ) -> None:
     """Quality vs cost of the speculative cascade rules over alpha, beside lossless speculative
-    decoding and a classic cascade (greedy; one process)."""
+    decoding and a classic cascade (greedy; in one process, and on a local cluster unless
+    --no-services)."""
     import json
 
     import torch
@@ -124,7 +115,6 @@ def bench_cascades(target: Path = typer.Option(None, help="Target model folder (
     from cascade.bench import cascades_eval as ev
     from cascade.bench.prompts import bench_prompts
     from cascade.bench.run import machine
-    from cascade.cli.options import pair_folders
     from cascade.core.runner import ModelRunner, ModelSpec
     from cascade.protocol.settings import SamplingParams
 

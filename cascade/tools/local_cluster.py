@@ -115,9 +115,14 @@ class LocalCluster:
         raise TimeoutError(f"cluster not ready after {timeout_s}s; see {self.config.workdir}")
 
     @staticmethod
-    def _registered(client, port: str) -> bool:
-        return any(address.decode().endswith(f":{port}")
-                   for role in ("drafter", "verifier") for address in client.hkeys(role_key(role)))
+    def _entries_on(client, port: str) -> list[tuple[str, bytes]]:
+        """(registry key, address) of every pod entry on ``port``."""
+        return [(role_key(role), address) for role in ("drafter", "verifier")
+                for address in client.hkeys(role_key(role))
+                if address.decode().endswith(f":{port}")]
+
+    def _registered(self, client, port: str) -> bool:
+        return bool(self._entries_on(client, port))
 
     def _all_registered(self, client) -> bool:
         return (client.hlen(role_key("drafter")) >= self.config.num_drafters
@@ -148,10 +153,8 @@ class LocalCluster:
         import redis as redis_sync
 
         client = redis_sync.Redis.from_url(self.redis.url)
-        for role in ("drafter", "verifier"):
-            for address in client.hkeys(role_key(role)):
-                if address.decode().endswith(f":{port}"):
-                    client.hdel(role_key(role), address)
+        for key, address in self._entries_on(client, port):
+            client.hdel(key, address)
         client.close()
 
     def _gateway_ready(self) -> bool:

@@ -81,12 +81,12 @@ async def test_writes_lost_by_a_redis_restart_are_written_back(redis_client):
     """A restart without the last second of the append-only file loses a tail of tokens, or
     the whole record; the gateway's restore writes back what it holds, and refuses when a later
     epoch owns the session or the stored tokens are not a prefix of its own."""
-    from gateway.session_store import SessionLost, _keys
+    from gateway.session_store import SessionLost, session_keys
 
     store = SessionStore(redis_client, ttl_s=60)
     record = await store.create(REQUEST, "d:1", "v:1")
     await store.append(record.session_id, 1, 0, [1, 2, 3])
-    record_key, tokens_key = _keys(record.session_id)
+    record_key, tokens_key = session_keys(record.session_id)
     await redis_client.rpop(tokens_key)  # the lost tail
     with pytest.raises(LengthMismatch):
         await store.append(record.session_id, 1, 3, [4])
