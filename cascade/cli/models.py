@@ -86,7 +86,9 @@ def distill(target: Path = typer.Option(..., help="Target model folder (its toke
                                       "vocabulary are kept."),
             kind: str = typer.Option("model", help="model (a small LM of its own) or feature "
                                      "(one layer on the target's hidden states, EAGLE-3 style; "
-                                     "--hidden and --layers do not apply).")) -> None:
+                                     "--hidden and --layers do not apply)."),
+            steps_per_batch: int = typer.Option(40, help="Feature kind: optimiser steps per "
+                                                "batch of teacher answers.")) -> None:
     """Train a drafter for TARGET by self-distillation on its own answers (resumable)."""
     import torch
 
@@ -99,7 +101,7 @@ def distill(target: Path = typer.Option(..., help="Target model folder (its toke
 
         folder = run_feature_distillation(FeatureDistillConfig(
             target=target, out=out, minutes=minutes, seed=seed, vocab_size=vocab_size,
-            init=init))
+            init=init, steps_per_chunk=steps_per_batch))
         console.print(f"feature drafter written to {folder}")
         return
     from cascade.distill.run import run_distillation

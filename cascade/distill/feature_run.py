@@ -50,7 +50,9 @@ class FeatureDistillConfig:
     max_new_tokens: int = 160
     keep: int = 32
     lr: float = 1e-3
-    steps_per_chunk: int = 14
+    steps_per_chunk: int = 40
+    """Optimiser steps per teacher batch: the target's generation costs about as much as 40
+    steps (2-core CPU), so fewer steps leave the run mostly generating."""
     eval_sequences: int = 12
     eval_every_s: float = 600.0
     max_pool_positions: int = 1_500_000
@@ -105,7 +107,7 @@ class FeatureDistiller:
         chat, code = self.prompt_groups
         half = c.gen_batch // 2
         prompts = self.random.sample(chat, half) + self.random.sample(code, c.gen_batch - half)
-        temperature = (0.0, 0.7, 1.0)[n % 3]
+        temperature = (0.0, 0.7, 0.0, 1.0)[n % 4]  # half greedy, as the default pair serves
         rows = answer_prompts(self.teacher, self.tokenizer, prompts, c.max_new_tokens,
                               temperature, c.seed + n)
         chunk = annotate(self.teacher, rows, [len(p) for p in prompts], self.layers, c.keep)
@@ -128,6 +130,14 @@ class FeatureDistiller:
     def start_from(self, folder: Path) -> None:
         self.start_drafter(VocabMap.load(folder).to_target.tolist())
         load_weights(self.drafter, folder)
+
+    def restore_pool(self, saved: list[tuple[torch.Tensor, int]], group: int = 16) -> None:
+        """Rebuild a checkpoint's replay pool: its token rows, re-annotated by the target
+        (the features are not stored: a forward pass costs far less than the disk)."""
+        for i in range(0, len(saved), group):
+            part = saved[i : i + group]
+            self.pool += annotate(self.teacher, [t.tolist() for t, _ in part],
+                                  [start for _, start in part], self.layers, self.config.keep)
 
     def add(self, chunk: list[FeatureSequence]) -> None:
         self.pool += chunk
@@ -175,9 +185,10 @@ def build_drafter(target, vocab: list[int], seed: int) -> tuple[FeatureDrafter, 
 
 
 def save_checkpoint(d: FeatureDistiller, folder: Path) -> None:
+    pool = [(s.tokens.to(torch.int32).cpu(), s.answer_start) for s in d.pool]
     save_atomically({"drafter": d.drafter.state_dict(), "optimizer": d.optimizer.state_dict(),
                      "vocab": d.vocab.to_target.tolist(), "state": asdict(d.state),
-                     "random": d.random.getstate()}, folder)
+                     "random": d.random.getstate(), "pool": pool}, folder)
 
 
 def load_checkpoint(d: FeatureDistiller, folder: Path) -> bool:
@@ -190,6 +201,7 @@ def load_checkpoint(d: FeatureDistiller, folder: Path) -> bool:
     d.optimizer.load_state_dict(payload["optimizer"])
     d.state = RunState(**payload["state"])
     d.random.setstate(payload["random"])
+    d.restore_pool(payload.get("pool", []))
     return True
 
 

@@ -56,3 +56,23 @@ def test_a_feature_drafter_without_its_target_is_refused(tiny_target, tmp_path):
     run_feature_distillation(small(tiny_target, out, minutes=0.01))
     with pytest.raises(ValueError, match="--target-model"):
         load_model(ModelSpec(str(out)))
+
+
+def test_a_resumed_run_gets_its_replay_pool_back(tiny_target, tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from cascade.distill.feature_run import FeatureDistiller, load_checkpoint
+    from cascade.distill.run import CHECKPOINT
+
+    config = small(tiny_target, tmp_path / "feature", minutes=0.02)
+    run_feature_distillation(config)
+    saved = torch.load(config.out / "work" / CHECKPOINT, weights_only=False)["pool"]
+    assert saved and any(start > 0 for _, start in saved)  # answers (real text starts at 0)
+    teacher = AutoModelForCausalLM.from_pretrained(tiny_target).eval()
+    resumed = FeatureDistiller(config, teacher, AutoTokenizer.from_pretrained(tiny_target))
+    assert load_checkpoint(resumed, config.out / "work")
+    assert [s.tokens.tolist() for s in resumed.pool] == [t.tolist() for t, _ in saved]
+    assert [s.answer_start for s in resumed.pool] == [start for _, start in saved]
+    width = len(resumed.layers) * teacher.config.hidden_size
+    assert all(s.features.shape == (len(s.tokens), width) for s in resumed.pool)
