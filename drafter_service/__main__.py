@@ -1,10 +1,30 @@
-"""python -m drafter_service --model DIR [--port 50061] [--redis-url redis://...]"""
+"""python -m drafter_service --model DIR [--port 50061] [--redis-url redis://...]
+[--allowed-verifiers HOST:PORT,...] [--tls-dir DIR] [--mesh-token-file FILE]"""
 
-from cascade.pod.cli import model_server_cli
+import logging
+
+import typer
+
+from cascade.pod.cli import model_server_cli, option
 from drafter_service.server import build_drafter
+from drafter_service.verifiers import VerifierPolicy
+
+OPTIONS = (
+    option("allowed_verifiers", str, typer.Option(
+        None, envvar="CASCADE_ALLOWED_VERIFIERS", help="Comma-separated host:port verifiers "
+        "this drafter may dial besides those in the registry (--redis-url). With neither, it "
+        "dials any address a request names.")),
+)
+
+
+def build(runner, host, port, grace_s, *, mesh, redis_url, allowed_verifiers):
+    verifiers = VerifierPolicy.from_options(allowed_verifiers, redis_url)
+    logging.getLogger("drafter").info("dials %s", verifiers.describe())
+    return build_drafter(runner, host, port, grace_s, mesh, verifiers)
+
 
 cli = model_server_cli("drafter", 50061, "Serve the drafter model: run draft -> verify loops "
-                       "for sessions.", build_drafter)
+                       "for sessions.", build, OPTIONS)
 
 if __name__ == "__main__":
     cli()

@@ -5,18 +5,23 @@ from __future__ import annotations
 from cascade.core.runner import ModelRunner
 from cascade.pod.process import model_executor
 from cascade.serving.channels import ChannelPool
+from cascade.serving.mesh import OPEN, MeshSecurity
 from cascade.serving.server import GrpcService, ServiceBinding
 from cascade.serving.watchdog import ExecutorWatchdog
 from cascade.v1 import drafter_pb2, drafter_pb2_grpc
 from drafter_service.servicer import DrafterServicer
+from drafter_service.verifiers import VerifierPolicy
 
 SERVICE_NAME = drafter_pb2.DESCRIPTOR.services_by_name["Drafter"].full_name
 
 
 def build_drafter(runner: ModelRunner, host: str = "127.0.0.1", port: int = 0,
-                  grace_s: float = 10.0) -> tuple[GrpcService, DrafterServicer]:
+                  grace_s: float = 10.0, mesh: MeshSecurity = OPEN,
+                  verifiers: VerifierPolicy | None = None) -> tuple[GrpcService, DrafterServicer]:
+    """The drafter dials verifiers through ``mesh`` and only those ``verifiers`` allows."""
     executor = model_executor()
-    servicer = DrafterServicer(runner, executor, ChannelPool())
+    servicer = DrafterServicer(runner, executor, ChannelPool(mesh), verifiers)
     binding = ServiceBinding(drafter_pb2_grpc.add_DrafterServicer_to_server, servicer,
                              SERVICE_NAME)
-    return GrpcService([binding], host, port, grace_s, ExecutorWatchdog(executor)), servicer
+    service = GrpcService([binding], host, port, grace_s, ExecutorWatchdog(executor), mesh)
+    return service, servicer

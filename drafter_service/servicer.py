@@ -11,11 +11,14 @@ from cascade.serving import metrics
 from cascade.serving.channels import ChannelPool
 from cascade.v1 import drafter_pb2, drafter_pb2_grpc
 from drafter_service.draft_loop import DraftLoop
+from drafter_service.verifiers import VerifierPolicy
 
 
 class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
-    def __init__(self, runner: ModelRunner, executor: Executor, channels: ChannelPool) -> None:
+    def __init__(self, runner: ModelRunner, executor: Executor, channels: ChannelPool,
+                 verifiers: VerifierPolicy | None = None) -> None:
         self.runner, self.executor, self.channels = runner, executor, channels
+        self.verifiers = verifiers or VerifierPolicy()
         self.limits = model_limits(runner)
         self.num_active = 0
 
@@ -28,6 +31,7 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
 
     async def RunSession(self, request, context):
         loop = self._draft_loop(request)
+        await self.verifiers.check(request.verifier_address)
         channel = self.channels.get(request.verifier_address)
         self.num_active += 1
         metrics.DRAFTER_SESSIONS.set(self.num_active)

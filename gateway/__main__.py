@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+from pathlib import Path
 
 import typer
 
+from cascade.serving.mesh import SERVER_NAME_HELP, TLS_DIR_HELP, TOKEN_HELP, mesh_or_exit
 from cascade.serving.process import setup_logging
 from cascade.serving.telemetry import setup_telemetry
 from gateway.orchestrator import OrchestratorSettings
@@ -17,7 +20,9 @@ cli = typer.Typer(add_completion=False)
 @cli.command()
 def main(
     model: str = typer.Option(..., help="Target model folder (tokenizer, context length)."),
-    redis_url: str = typer.Option(..., help="Redis holding sessions and the pod registry."),
+    redis_url: str = typer.Option(..., envvar="CASCADE_REDIS_URL", help="Redis holding "
+                                  "sessions and the pod registry (from the environment, a "
+                                  "password stays out of the process list)."),
     model_name: str = typer.Option("", help="Model name clients send (default: folder name)."),
     host: str = typer.Option("127.0.0.1", help="Address to bind."),
     port: int = typer.Option(8000, help="HTTP port (OpenAI-compatible API)."),
@@ -34,15 +39,22 @@ def main(
                                           "with the session's slowest round)."),
     first_round_timeout_s: float = typer.Option(120.0, help="The same for the first round "
                                                 "(prefill and KV admission wait)."),
+    tls_dir: Path = typer.Option(None, envvar="CASCADE_TLS_DIR", help=TLS_DIR_HELP),
+    tls_server_name: str = typer.Option(None, envvar="CASCADE_TLS_SERVER_NAME",
+                                        help=SERVER_NAME_HELP),
+    mesh_token_file: Path = typer.Option(None, envvar="CASCADE_MESH_TOKEN_FILE",
+                                         help=TOKEN_HELP),
 ) -> None:
     """Serve the OpenAI-compatible HTTP API and the gRPC Generate stream."""
     setup_logging()
+    mesh = mesh_or_exit(tls_dir, tls_server_name, mesh_token_file)
+    logging.getLogger("gateway").info("dials pods with %s", mesh.describe())
     setup_telemetry("cascade-gateway")
     keys = tuple(k.strip() for k in api_keys.split(",") if k.strip())
     config = GatewayConfig(model, redis_url, model_name, host, port, grpc_port,
                            num_draft_tokens, max_tokens_limit, keys, grace_s, playground,
                            OrchestratorSettings(first_round_timeout_s=first_round_timeout_s,
-                                                round_timeout_s=round_timeout_s))
+                                                round_timeout_s=round_timeout_s), mesh)
     asyncio.run(serve(config))
 
 

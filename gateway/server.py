@@ -16,6 +16,7 @@ from huggingface_hub import hf_hub_download
 from transformers import PreTrainedTokenizerFast
 
 from cascade.serving.channels import ChannelPool
+from cascade.serving.mesh import OPEN, MeshSecurity
 from cascade.serving.registry import live_pods
 from cascade.serving.server import GrpcService, ServiceBinding
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc
@@ -49,6 +50,8 @@ class GatewayConfig:
     """Serve the playground page at /playground/."""
     orchestrator: OrchestratorSettings = OrchestratorSettings()
     """Retries, round timeouts and cool-downs of sessions."""
+    mesh: MeshSecurity = OPEN
+    """How the gateway dials drafters and verifiers (mutual TLS, shared token)."""
 
 
 def context_length(model: str) -> int:
@@ -97,7 +100,8 @@ def build_gateway(config: GatewayConfig, client: redis.Redis,
                             max_tokens_limit=config.max_tokens_limit,
                             default_num_draft_tokens=config.default_num_draft_tokens,
                             api_keys=config.api_keys, playground=config.playground)
-    orchestrator = Orchestrator(client, SessionStore(client), ChannelPool(), config.orchestrator)
+    orchestrator = Orchestrator(client, SessionStore(client), ChannelPool(config.mesh),
+                                config.orchestrator)
 
     async def ready() -> bool:
         return not lifecycle.draining and bool(await live_pods(client, "verifier"))

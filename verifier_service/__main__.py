@@ -26,11 +26,11 @@ OPTIONS = (
 )
 
 
-def build(runner, host, port, grace_s, *, kv_tokens, max_batch_tokens, max_wait_ms, batching,
-          admission_wait_s):
+def build(runner, host, port, grace_s, *, mesh, redis_url, kv_tokens, max_batch_tokens,
+          max_wait_ms, batching, admission_wait_s):
     settings = VerifierSettings(kv_tokens or None, admission_wait_s, max_batch_tokens,
                                 max_wait_ms, batching)
-    return build_verifier(runner, host, port, grace_s, settings)
+    return build_verifier(runner, host, port, grace_s, settings, mesh)
 
 
 cli = model_server_cli("verifier", 50051, "Serve the target model: verify draft blocks from "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from cascade.core.runner import ModelRunner
 from cascade.pod.process import model_executor
+from cascade.serving.mesh import OPEN, MeshSecurity
 from cascade.serving.server import GrpcService, ServiceBinding
 from cascade.serving.watchdog import ExecutorWatchdog
 from cascade.v1 import verifier_pb2, verifier_pb2_grpc
@@ -15,10 +16,11 @@ SERVICE_NAME = verifier_pb2.DESCRIPTOR.services_by_name["Verifier"].full_name
 
 
 def build_verifier(runner: ModelRunner, host: str = "127.0.0.1", port: int = 0,
-                   grace_s: float = 10.0, settings: VerifierSettings | None = None
-                   ) -> tuple[GrpcService, SessionTable]:
+                   grace_s: float = 10.0, settings: VerifierSettings | None = None,
+                   mesh: MeshSecurity = OPEN) -> tuple[GrpcService, SessionTable]:
     executor = model_executor()
     sessions = SessionTable(runner, executor, settings)
     binding = ServiceBinding(verifier_pb2_grpc.add_VerifierServicer_to_server,
                              VerifierServicer(sessions), SERVICE_NAME)
-    return GrpcService([binding], host, port, grace_s, ExecutorWatchdog(executor)), sessions
+    service = GrpcService([binding], host, port, grace_s, ExecutorWatchdog(executor), mesh)
+    return service, sessions

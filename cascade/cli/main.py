@@ -43,6 +43,8 @@ def up(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT, pair: str = PAIR_
         cluster.start()
     console.print(f"gateway: [bold]{cluster.http_url}/v1[/] (OpenAI API), gRPC "
                   f"[bold]{cluster.grpc_address}[/]; logs in {cluster.config.workdir}")
+    console.print(f"pods speak mutual TLS (certificates in {cluster.config.workdir}/mesh); "
+                  "Redis wants the password in its redis-auth.conf")
     console.print("Ctrl-C stops the cluster.")
     try:
         while True:
@@ -54,6 +56,19 @@ def up(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT, pair: str = PAIR_
         with console.status("stopping"):
             cluster.stop()
         console.print("stopped")
+
+
+@app.command("mesh-certs")
+def mesh_certs(out: Path = typer.Option(..., help="Folder to write tls.crt, tls.key, ca.crt."),
+               server_name: str = typer.Option("cascade-mesh", help="The DNS name in the "
+                                               "certificate (pods' --tls-server-name)."),
+               days: int = typer.Option(365, help="Validity in days.")) -> None:
+    """Make a CA and one certificate every mesh member can use (pods' and the gateway's
+    --tls-dir). For trying mutual TLS out; production issues them with cert-manager."""
+    from cascade.serving.certs import make_mesh_certs
+
+    folder = make_mesh_certs(out, server_name, days)
+    console.print(f"wrote {folder}/tls.crt, tls.key, ca.crt (the CA's key is not kept)")
 
 
 def _print_round(response) -> None:

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 from collections.abc import Callable
+from pathlib import Path
 
 import typer
 
 from cascade.core.feature_runner import load_model
 from cascade.core.runner import ModelRunner, ModelSpec
 from cascade.pod.process import setup_pod
+from cascade.serving.mesh import SERVER_NAME_HELP, TLS_DIR_HELP, TOKEN_HELP, mesh_or_exit
 from cascade.serving.metrics import serve_metrics
 from cascade.serving.process import serve_forever
 from cascade.serving.telemetry import setup_telemetry
@@ -26,8 +29,9 @@ def option(name: str, annotation: type, default) -> inspect.Parameter:
 def model_server_cli(role: str, default_port: int, summary: str,
                      build: Callable[..., tuple],
                      options: tuple[inspect.Parameter, ...] = ()) -> typer.Typer:
-    """``build(runner, host, port, grace_s, **role_options)`` returns (GrpcService, object with
-    num_active); ``options`` are the role's own flags, passed to ``build`` by name."""
+    """``build(runner, host, port, grace_s, mesh=, redis_url=, **role_options)`` returns
+    (GrpcService, object with num_active); ``options`` are the role's own flags, passed to
+    ``build`` by name."""
     cli = typer.Typer(add_completion=False)
 
     def main(
@@ -37,19 +41,29 @@ def model_server_cli(role: str, default_port: int, summary: str,
         host: str = typer.Option("127.0.0.1", help="Address to bind."),
         port: int = typer.Option(default_port, help="Port to bind (0 picks a free one)."),
         advertise: str = typer.Option(None, help="host:port others use to reach this pod."),
-        redis_url: str = typer.Option(None, help="Register in this Redis (pod registry)."),
+        redis_url: str = typer.Option(None, envvar="CASCADE_REDIS_URL", help="Register in "
+                                      "this Redis (pod registry); the environment keeps a "
+                                      "password out of the process list."),
         grace_s: float = typer.Option(10.0, help="Seconds in-flight streams get when draining."),
         threads: int = typer.Option(0, help="torch threads (0 keeps torch's default)."),
         metrics_port: int = typer.Option(0, help="Serve Prometheus /metrics here (0: off)."),
         target_model: str = typer.Option(None, help="When --model is a feature drafter: the "
                                          "target's folder, whose embedding and head it shares."),
+        tls_dir: Path = typer.Option(None, envvar="CASCADE_TLS_DIR", help=TLS_DIR_HELP),
+        tls_server_name: str = typer.Option(None, envvar="CASCADE_TLS_SERVER_NAME",
+                                            help=SERVER_NAME_HELP),
+        mesh_token_file: Path = typer.Option(None, envvar="CASCADE_MESH_TOKEN_FILE",
+                                             help=TOKEN_HELP),
         **role_options,
     ) -> None:
         setup_pod(threads)
+        mesh = mesh_or_exit(tls_dir, tls_server_name, mesh_token_file)
+        logging.getLogger(role).info("mesh: %s", mesh.describe())
         setup_telemetry(f"cascade-{role}")
         serve_metrics(metrics_port)
         runner = load_model(ModelSpec(model, dtype, device), target_model)
-        service, sessions = build(runner, host, port, grace_s, **role_options)
+        service, sessions = build(runner, host, port, grace_s, mesh=mesh, redis_url=redis_url,
+                                  **role_options)
         asyncio.run(serve_forever(service, role, redis_url, advertise, lambda: sessions.num_active))
 
     signature = inspect.signature(main)
@@ -57,3 +71,4 @@ def model_server_cli(role: str, default_port: int, summary: str,
     main.__signature__ = signature.replace(parameters=common + list(options))
     cli.command(help=summary)(main)
     return cli
+

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import grpc
 
+from cascade.serving.mesh import OPEN, MeshSecurity
 from cascade.serving.server import KEEPALIVE_OPTIONS, MAX_MESSAGE_BYTES
 
 CHANNEL_OPTIONS = [
@@ -14,12 +15,13 @@ CHANNEL_OPTIONS = [
 
 
 class ChannelPool:
-    def __init__(self) -> None:
+    def __init__(self, mesh: MeshSecurity = OPEN) -> None:
+        self.mesh = mesh
         self._channels: dict[str, grpc.aio.Channel] = {}
 
     def get(self, address: str) -> grpc.aio.Channel:
         if address not in self._channels:
-            self._channels[address] = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            self._channels[address] = self.mesh.channel(address, CHANNEL_OPTIONS)
         return self._channels[address]
 
     async def close(self) -> None:

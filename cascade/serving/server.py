@@ -18,6 +18,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from cascade.serving.errors import ErrorInterceptor
+from cascade.serving.mesh import OPEN, MeshSecurity
 from cascade.serving.registry import Heartbeat
 from cascade.serving.watchdog import ExecutorWatchdog
 
@@ -50,8 +51,12 @@ class ServiceBinding:
 
 class GrpcService:
     def __init__(self, bindings: list[ServiceBinding], host: str = "127.0.0.1", port: int = 0,
-                 grace_s: float = 10.0, watchdog: ExecutorWatchdog | None = None) -> None:
+                 grace_s: float = 10.0, watchdog: ExecutorWatchdog | None = None,
+                 mesh: MeshSecurity = OPEN) -> None:
         self.bindings, self.host, self.port, self.grace_s = bindings, host, port, grace_s
+        self.mesh = mesh
+        """Mutual TLS and/or the shared token the port requires (pods; the gateway's public
+        API authenticates clients with API keys instead)."""
         self.heartbeat: Heartbeat | None = None
         self.health: health.aio.HealthServicer | None = None
         self.server: grpc.aio.Server | None = None
@@ -69,7 +74,9 @@ class GrpcService:
 
         The server is created here, inside the running event loop it will serve on."""
         self.health = health.aio.HealthServicer()
-        self.server = grpc.aio.server(interceptors=[ErrorInterceptor()], options=SERVER_OPTIONS)
+        self.server = grpc.aio.server(
+            interceptors=[*self.mesh.server_interceptors(), ErrorInterceptor()],
+            options=SERVER_OPTIONS)
         for binding in self.bindings:
             binding.add(binding.servicer, self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
@@ -77,7 +84,10 @@ class GrpcService:
         reflection.enable_server_reflection(
             [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
              reflection.SERVICE_NAME], self.server)
-        self.port = self.server.add_insecure_port(f"{self.host}:{self.port}")
+        credentials = self.mesh.server_credentials()
+        bind = f"{self.host}:{self.port}"
+        self.port = (self.server.add_secure_port(bind, credentials) if credentials
+                     else self.server.add_insecure_port(bind))
         await self.server.start()
         await self._set_health(health_pb2.HealthCheckResponse.SERVING)
         if self.heartbeat:

@@ -8,6 +8,7 @@ so no process outlives the cluster.
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import httpx
 
+from cascade.serving.certs import make_mesh_certs
 from cascade.serving.registry import role_key
 from cascade.tools.redis_server import RedisServer, free_port
 
@@ -43,6 +45,10 @@ class ClusterConfig:
     (Linux only)."""
     num_verifiers: int = 1
     """Verifier processes: "verifier", then "verifier-1", "verifier-2", ..."""
+    secure: bool = True
+    """Mutual TLS between gateway, drafters and verifiers (a CA and certificate made at each
+    start, in ``workdir/mesh``) and a Redis password made at each start: nothing else on the
+    machine can reach into the pods or the session state."""
 
     def __post_init__(self) -> None:
         for name in ("num_drafters", "num_verifiers"):
@@ -72,15 +78,18 @@ class LocalCluster:
         log = log_path.open("a")
         cores = self.config.cpu_affinity.get(name)
         pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None
+        env = {**os.environ, "CASCADE_REDIS_URL": self.redis.url}  # not in the process list
         self.processes[name] = subprocess.Popen(
-            [sys.executable, "-m", *args], stdout=log, stderr=subprocess.STDOUT, preexec_fn=pin)
+            [sys.executable, "-m", *args], stdout=log, stderr=subprocess.STDOUT, preexec_fn=pin,
+            env=env)
 
     def start(self, timeout_s: float = 180.0) -> "LocalCluster":
         c = self.config
         c.workdir.mkdir(parents=True, exist_ok=True)
-        self.redis = RedisServer(c.workdir / "redis", persistent=True).start()
-        pod = ["--redis-url", self.redis.url, "--dtype", c.dtype, "--threads",
-               str(c.threads_per_pod)]
+        password = secrets.token_urlsafe(24) if c.secure else None
+        self.redis = RedisServer(c.workdir / "redis", persistent=True, password=password).start()
+        mesh = ["--tls-dir", str(make_mesh_certs(c.workdir / "mesh"))] if c.secure else []
+        pod = ["--dtype", c.dtype, "--threads", str(c.threads_per_pod), *mesh]
         for i in range(c.num_verifiers):
             self._spawn("verifier" if i == 0 else f"verifier-{i}",
                         ["verifier_service", "--model", str(c.target),
@@ -89,9 +98,8 @@ class LocalCluster:
             self._spawn(f"drafter-{i}", ["drafter_service", "--model", str(c.drafter),
                                          "--target-model", str(c.target),
                                          "--port", str(free_port()), *pod])
-        self._spawn("gateway", ["gateway", "--model", str(c.target), "--redis-url",
-                                self.redis.url, "--port", str(c.http_port),
-                                "--grpc-port", str(c.grpc_port)])
+        self._spawn("gateway", ["gateway", "--model", str(c.target), "--port", str(c.http_port),
+                                "--grpc-port", str(c.grpc_port), *mesh])
         try:
             self._wait_ready(timeout_s)
         except BaseException:
@@ -135,6 +143,11 @@ class LocalCluster:
             if "--port" in args and args[args.index("--port") + 1] == port and name != "gateway":
                 return name
         raise KeyError(f"no process of this cluster serves {address}")
+
+    def address_of(self, name: str) -> str:
+        """host:port of pod ``name`` (a drafter or verifier process)."""
+        args = self._args[name]
+        return f"127.0.0.1:{args[args.index('--port') + 1]}"
 
     def restart(self, name: str, timeout_s: float = 120.0) -> None:
         """Start process ``name`` again with its first arguments (after it died or was

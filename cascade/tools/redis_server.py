@@ -31,25 +31,40 @@ def free_port() -> int:
 
 class RedisServer:
     """A loopback-only Redis, stopped with ``stop()``; ``persistent`` keeps an append-only file
-    in ``data_dir`` (fsync every second), so a restart keeps the session state."""
+    in ``data_dir`` (fsync every second), so a restart keeps the session state. With a
+    ``password`` every client must authenticate (it goes to redis-server in a config file only
+    the owner reads, not on its command line) and ``url`` carries it."""
 
-    def __init__(self, data_dir: Path, port: int | None = None, persistent: bool = False) -> None:
+    def __init__(self, data_dir: Path, port: int | None = None, persistent: bool = False,
+                 password: str | None = None) -> None:
         self.port = port or free_port()
-        self.data_dir, self.persistent = data_dir, persistent
+        self.data_dir, self.persistent, self.password = data_dir, persistent, password
         self.process: subprocess.Popen | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
+
+    def _config_file(self) -> list[str]:
+        """[path of a config file holding the password] or [] (the file is the first
+        argument redis-server takes)."""
+        if not self.password:
+            return []
+        path = self.data_dir / "redis-auth.conf"
+        path.touch(mode=0o600)
+        path.write_text(f"requirepass {self.password}\n")
+        return [str(path)]
 
     def start(self, timeout_s: float = 10.0) -> "RedisServer":
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        args = [redis_server_binary(), "--port", str(self.port), "--bind", "127.0.0.1",
+        args = [redis_server_binary(), *self._config_file(), "--port", str(self.port),
+                "--bind", "127.0.0.1",
                 "--save", "", "--appendonly", "yes" if self.persistent else "no",
                 "--appendfsync", "everysec", "--dir", str(self.data_dir)]
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + timeout_s
-        client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
+        client = redis.Redis(port=self.port, password=self.password, socket_connect_timeout=0.2)
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"redis-server exited: {self.process.stderr.read().decode()}")

@@ -32,10 +32,31 @@ def test_local_cluster_starts_serves_and_stops_cleanly(tiny_pair_dirs, tmp_path)
         response = httpx.post(f"{cluster.http_url}/v1/completions", json=body, timeout=60)
         assert response.status_code == 200, response.text
         assert response.json()["usage"]["completion_tokens"] >= 1
+        assert_closed_to_strangers(cluster)
     finally:
         cluster.stop()
     assert all(p.returncode is not None for p in cluster.processes.values())
     assert not [pid for pid in pids if is_running(pid)]
+
+
+def assert_closed_to_strangers(cluster: LocalCluster) -> None:
+    """Redis wants the cluster's password; the pods' ports speak only mutual TLS."""
+    import grpc
+    import pytest
+    import redis
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with pytest.raises(redis.AuthenticationError):
+        redis.Redis(port=cluster.redis.port).ping()
+    assert redis.Redis.from_url(cluster.redis.url).ping()
+    for name in ("verifier", "drafter-0"):
+        with grpc.insecure_channel(cluster.address_of(name)) as channel:
+            with pytest.raises(grpc.RpcError) as caught:
+                health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(),
+                                                          timeout=5)
+        assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+    for process in cluster.processes.values():
+        assert cluster.redis.password not in " ".join(process.args)
 
 
 def test_demo_runs_both_generations_and_compares_them(tiny_pair_dirs, tmp_path):
