@@ -54,6 +54,9 @@ def model_server_cli(role: str, default_port: int, summary: str,
                                             help=SERVER_NAME_HELP),
         mesh_token_file: Path = typer.Option(None, envvar="CASCADE_MESH_TOKEN_FILE",
                                              help=TOKEN_HELP),
+        health_port: int = typer.Option(None, envvar="CASCADE_HEALTH_PORT", help="Also serve gRPC health alone, in plaintext, "
+                                        "on this port (for probes when the main port speaks "
+                                        "mutual TLS)."),
         **role_options,
     ) -> None:
         setup_pod(threads)
@@ -64,6 +67,7 @@ def model_server_cli(role: str, default_port: int, summary: str,
         runner = load_model(ModelSpec(model, dtype, device), target_model)
         service, sessions = build(runner, host, port, grace_s, mesh=mesh, redis_url=redis_url,
                                   **role_options)
+        service.health_port = health_port
         asyncio.run(serve_forever(service, role, redis_url, advertise, lambda: sessions.num_active))
 
     signature = inspect.signature(main)

@@ -52,9 +52,10 @@ class ServiceBinding:
 class GrpcService:
     def __init__(self, bindings: list[ServiceBinding], host: str = "127.0.0.1", port: int = 0,
                  grace_s: float = 10.0, watchdog: ExecutorWatchdog | None = None,
-                 mesh: MeshSecurity = OPEN) -> None:
+                 mesh: MeshSecurity = OPEN, health_port: int | None = None) -> None:
         self.bindings, self.host, self.port, self.grace_s = bindings, host, port, grace_s
-        self.mesh = mesh
+        self.mesh, self.health_port = mesh, health_port
+        self._health_server: grpc.aio.Server | None = None
         """Mutual TLS and/or the shared token the port requires (pods; the gateway's public
         API authenticates clients with API keys instead)."""
         self.heartbeat: Heartbeat | None = None
@@ -89,12 +90,23 @@ class GrpcService:
         self.port = (self.server.add_secure_port(bind, credentials) if credentials
                      else self.server.add_insecure_port(bind))
         await self.server.start()
+        if self.health_port is not None:
+            await self._serve_plain_health()
         await self._set_health(health_pb2.HealthCheckResponse.SERVING)
         if self.heartbeat:
             await self.heartbeat.start()
         if self.watchdog:
             self._watch = asyncio.create_task(self.watchdog.run(self._stalled, self._recovered))
         return self.port
+
+    async def _serve_plain_health(self) -> None:
+        """gRPC health alone on a plaintext port, for probes that cannot speak mutual TLS (the
+        kubelet's); it tells whether the pod serves, nothing more."""
+        self._health_server = grpc.aio.server()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self._health_server)
+        self.health_port = self._health_server.add_insecure_port(
+            f"{self.host}:{self.health_port}")
+        await self._health_server.start()
 
     async def _set_health(self, status: int) -> None:
         for name in ["", *(b.name for b in self.bindings)]:
@@ -124,6 +136,8 @@ class GrpcService:
         if self.heartbeat:
             await self.heartbeat.stop()
         await self.server.stop(self.grace_s)
+        if self._health_server is not None:
+            await self._health_server.stop(0)
 
     async def run_until_signal(self) -> None:
         """Serve until SIGTERM or SIGINT, then drain."""

@@ -18,7 +18,7 @@ OVERLAYS = sorted(p.name for p in (K8S / "overlays").iterdir()
                   if (p / "kustomization.yaml").is_file())
 TARGETS = ["base", *OVERLAYS]
 KUBERNETES_VERSION = "1.30.0"
-CRD_GROUPS = {"keda.sh"}  # custom resources: no schema in kubernetes-validate
+CRD_GROUPS = {"keda.sh", "cert-manager.io"}  # custom resources: no schema in kubernetes-validate
 ROLES = ("gateway", "drafter", "verifier")
 COMPONENT = "app.kubernetes.io/component"
 WORKLOAD_KINDS = {"Deployment", "StatefulSet", "DaemonSet"}

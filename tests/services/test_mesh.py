@@ -140,3 +140,22 @@ def test_bad_mesh_files_are_refused_at_start(tmp_path, certs):
     assert mesh.token == TOKEN and mesh.describe() == \
         "mutual TLS (server name cascade-mesh) + shared token"
     assert MeshSecurity().describe().startswith("OPEN")
+
+
+async def test_a_plaintext_health_port_answers_probes_and_nothing_else(gpt2_pair, certs):
+    from cascade.v1 import verifier_pb2, verifier_pb2_grpc
+
+    verifier, _ = build_verifier(gpt2_pair[0], grace_s=1.0, mesh=MeshSecurity(tls_dir=certs))
+    verifier.health_port = 0
+    await verifier.start()
+    try:
+        assert verifier.health_port not in (0, verifier.port)
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{verifier.health_port}") as channel:
+            health = await health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(), timeout=10)
+            assert health.status == health_pb2.HealthCheckResponse.SERVING
+            stream = verifier_pb2_grpc.VerifierStub(channel).Verify(timeout=10)
+            await stream.write(verifier_pb2.VerifyRequest())
+            assert await code_of(stream.read()) == grpc.StatusCode.UNIMPLEMENTED
+    finally:
+        await verifier.drain()

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Create the Secrets Cascade's manifests reference, with random values, in namespace
+# ${NAMESPACE:-cascade}. Existing Secrets are left as they are (rotate them on purpose, see
+# docs/deploy.md). Needs kubectl and openssl; prints no secret value.
+set -euo pipefail
+ns="${NAMESPACE:-cascade}"
+kubectl get namespace "$ns" >/dev/null 2>&1 || kubectl create namespace "$ns"
+
+make() {  # make NAME KEY=VALUE...
+  local name="$1"; shift
+  if kubectl -n "$ns" get secret "$name" >/dev/null 2>&1; then
+    echo "secret/$name exists, kept"
+    return
+  fi
+  local args=()
+  for pair in "$@"; do args+=("--from-literal=$pair"); done
+  kubectl -n "$ns" create secret generic "$name" "${args[@]}" >/dev/null
+  echo "secret/$name created"
+}
+
+make cascade-api-keys "CASCADE_API_KEYS=$(openssl rand -hex 24)"
+make cascade-mesh "token=$(openssl rand -hex 32)"
+password="$(openssl rand -hex 24)"
+make cascade-redis "password=$password" "url=redis://:$password@redis:6379/0"
+echo "the API key: kubectl -n $ns get secret cascade-api-keys -o jsonpath='{.data.CASCADE_API_KEYS}' | base64 -d"
