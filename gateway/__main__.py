@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from cascade.serving.mesh import SERVER_NAME_HELP, TLS_DIR_HELP, TOKEN_HELP, mesh_or_exit
+from cascade.serving.mesh import refuse_open
 from cascade.serving.process import setup_logging
 from cascade.serving.telemetry import setup_telemetry
 from gateway.orchestrator import OrchestratorSettings
@@ -44,6 +45,12 @@ def main(
                                         help=SERVER_NAME_HELP),
     mesh_token_file: Path = typer.Option(None, envvar="CASCADE_MESH_TOKEN_FILE",
                                          help=TOKEN_HELP),
+    max_body_bytes: int = typer.Option(1 << 20, help="Largest HTTP request body (413 above "
+                                       "it) and gRPC prompt."),
+    max_sessions_per_key: int = typer.Option(64, help="Concurrent sessions one API key may run "
+                                             "on this gateway (429 above it; 0: no limit)."),
+    allow_open: bool = typer.Option(False, help="Serve without API keys on a non-loopback "
+                                    "address (otherwise refused)."),
 ) -> None:
     """Serve the OpenAI-compatible HTTP API and the gRPC Generate stream."""
     setup_logging()
@@ -51,10 +58,12 @@ def main(
     logging.getLogger("gateway").info("dials pods with %s", mesh.describe())
     setup_telemetry("cascade-gateway")
     keys = tuple(k.strip() for k in api_keys.split(",") if k.strip())
+    refuse_open(host, bool(keys), allow_open, "API keys (CASCADE_API_KEYS)")
     config = GatewayConfig(model, redis_url, model_name, host, port, grpc_port,
                            num_draft_tokens, max_tokens_limit, keys, grace_s, playground,
                            OrchestratorSettings(first_round_timeout_s=first_round_timeout_s,
-                                                round_timeout_s=round_timeout_s), mesh)
+                                                round_timeout_s=round_timeout_s), mesh,
+                           max_body_bytes, max_sessions_per_key)
     asyncio.run(serve(config))
 
 

@@ -12,7 +12,7 @@ from cascade.serving.errors import Overloaded as ResourceExhausted
 from cascade.serving.errors import Unavailable
 
 __all__ = ["AtCapacity", "GeneratedChunk", "GenerationFailed", "GenerationRequest", "Generator",
-           "Overloaded", "StopGeneration", "stop_early"]
+           "KeyAtLimit", "Overloaded", "StopGeneration", "stop_early"]
 
 
 class Overloaded(Unavailable):
@@ -22,6 +22,11 @@ class Overloaded(Unavailable):
 class AtCapacity(ResourceExhausted):
     """Every verifier's KV memory is taken (HTTP 429 with Retry-After, gRPC
     RESOURCE_EXHAUSTED): the request may succeed later, unchanged."""
+
+
+class KeyAtLimit(ResourceExhausted):
+    """The caller's API key already runs as many sessions as it may (HTTP 429
+    too_many_sessions, gRPC RESOURCE_EXHAUSTED); see gateway.limits."""
 
 
 class StopGeneration(Exception):

@@ -3,6 +3,7 @@ run it through the orchestrator, stream each round's text."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from cascade.protocol.chat import chat_prompt_ids, has_chat_template
@@ -20,6 +21,7 @@ from cascade.v1 import gateway_pb2, gateway_pb2_grpc
 from gateway.auth import ApiKeys
 from gateway.detokenize import TextStream
 from gateway.generation import Generator, stop_early
+from gateway.limits import KeyLimits
 
 OPTIONAL_FIELDS = ("temperature", "top_p", "top_k", "seed", "num_draft_tokens", "cascade_alpha",
                    "draft_min_confidence", "draft_max_entropy")
@@ -42,9 +44,12 @@ def options_fields(msg: gateway_pb2.GenerateRequest) -> dict[str, Any]:
 
 class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     def __init__(self, tokenizer, generator: Generator, model_name: str, server: ServerDefaults,
-                 api_keys: ApiKeys = ApiKeys(())) -> None:
+                 api_keys: ApiKeys = ApiKeys(()), limits: KeyLimits | None = None,
+                 max_prompt_bytes: int = 1 << 20) -> None:
         self.tokenizer, self.generator, self.api_keys = tokenizer, generator, api_keys
         self.model_name, self.server = model_name, server
+        self.limits = limits or KeyLimits()
+        self.max_prompt_bytes = max_prompt_bytes
 
     def _request(self, msg: gateway_pb2.GenerateRequest) -> tuple[GenerationRequest, list[str]]:
         """The generation and its stop strings; RequestInvalid (INVALID_ARGUMENT) says what to
@@ -54,6 +59,10 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
                                  f"exist; use '{self.model_name}'.", "model",
                                  code="model_not_found")
         options = validate_options(options_fields(msg))
+        if len(msg.prompt) > self.max_prompt_bytes:  # characters: at least as many bytes
+            raise RequestInvalid(f"Invalid 'prompt': longer than {self.max_prompt_bytes} bytes, "
+                                 "this gateway's limit; send a shorter prompt.", "prompt",
+                                 code="request_too_large")
         prompt = self._tokenize(msg.prompt, msg.chat)
         max_tokens = msg.max_tokens if msg.HasField("max_tokens") else None
         return build_request(options, prompt, max_tokens, self.server), options.stop
@@ -70,9 +79,12 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         if not self.api_keys.allows(metadata.get("authorization")):
             raise Unauthenticated("invalid or missing API key: send metadata "
                                   "'authorization: Bearer <key>'")
-        generation, stops = self._request(request)
+        key = self.limits.key_of(metadata.get("authorization"))
+        self.limits.check(key)
+        # Tokenizing a long prompt takes a while: off the event loop, which serves every stream.
+        generation, stops = await asyncio.to_thread(self._request, request)
         text = TextStream(self.tokenizer, stops=stops)
-        chunks = self.generator.generate(generation)
+        chunks = self.limits.counted(key, self.generator).generate(generation)
         completion_tokens = 0
         try:
             async for chunk in chunks:

@@ -6,6 +6,7 @@ deals in token ids only. Every error reaches the client in OpenAI's shape (see g
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import jinja2
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 from transformers import PreTrainedTokenizerBase
@@ -23,8 +24,9 @@ from cascade.protocol.limits import RequestInvalid
 from cascade.protocol.requests import GenerationRequest, ServerDefaults, build_request
 from gateway import schemas
 from gateway.auth import ApiKeys, install_api_keys
-from gateway.errors import bad_request, install_error_handlers, model_not_found
+from gateway.errors import APIError, bad_request, install_error_handlers, model_not_found
 from gateway.generation import Generator
+from gateway.limits import BodyLimit, KeyLimits
 from gateway.playground import install_playground, page_settings
 from gateway.streaming import Delta, EventStreamResponse, collect, generate_text, sse_event
 
@@ -47,6 +49,10 @@ class HttpSettings:
     """Accepted bearer keys; empty leaves the API open (local use)."""
     playground: bool = True
     """Serve the playground page at /playground/ (gateway.playground)."""
+    max_body_bytes: int = 1 << 20
+    """Largest HTTP request body (413 above it), so no prompt is tokenized unboundedly."""
+    max_sessions_per_key: int = 64
+    """Concurrent sessions one API key may run on this gateway (429 above it); 0: no limit."""
 
     def __post_init__(self) -> None:
         self.server_defaults(None)  # the one mapping checks the limits
@@ -68,15 +74,16 @@ def create_app(
     app = FastAPI(title="Cascade gateway", version="0.1.0")
     install_error_handlers(app)
     install_api_keys(app, ApiKeys(settings.api_keys))
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     api = _CompletionsApi(settings, tokenizer, generator)
 
     @app.post("/v1/completions")
-    async def completions(body: schemas.CompletionRequest) -> Response:
-        return await api.completions(body)
+    async def completions(body: schemas.CompletionRequest, request: Request) -> Response:
+        return await api.completions(body, request)
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(body: schemas.ChatCompletionRequest) -> Response:
-        return await api.chat_completions(body)
+    async def chat_completions(body: schemas.ChatCompletionRequest, request: Request) -> Response:
+        return await api.chat_completions(body, request)
 
     _add_info_routes(app, settings, ready, registry)
     if settings.playground:
@@ -132,36 +139,48 @@ class _CompletionsApi:
         self.tokenizer = tokenizer
         self.generator = generator
         self.server = settings.server_defaults(tokenizer.eos_token_id)
+        self.limits = KeyLimits(settings.max_sessions_per_key)
 
-    async def completions(self, body: schemas.CompletionRequest) -> Response:
+    def _counted_generator(self, http: Request) -> Generator:
+        """The generator, counting against the caller's key (429 first when it is at its
+        limit)."""
+        key = self.limits.key_of(http.headers.get("authorization"))
+        self.limits.check(key)
+        return self.limits.counted(key, self.generator)
+
+    async def completions(self, body: schemas.CompletionRequest, http: Request) -> Response:
         self._check_model(body.model)
-        prompt_tokens = list(self.tokenizer(body.prompt).input_ids)
+        generator = self._counted_generator(http)
+        # Tokenizing a long prompt takes a while: off the event loop, which serves every stream.
+        prompt_tokens = list((await asyncio.to_thread(self.tokenizer, body.prompt)).input_ids)
         request = self._generation_request(body, prompt_tokens, body.max_tokens, "prompt")
         meta = schemas.ResponseMeta.new("cmpl", body.model)
-        deltas = generate_text(self.generator, request, self.tokenizer, body.stop,
+        deltas = generate_text(generator, request, self.tokenizer, body.stop,
                                rounds=body.cascade_rounds)
         usage = _Usage(len(prompt_tokens), not request.acceptance.rule.is_lossless)
         if body.stream:
             events = _completion_events(meta, deltas, usage, body.include_usage)
             return EventStreamResponse(events)
-        text, last = await collect(deltas)
+        text, last = await _collect_while_connected(deltas, http)
         return JSONResponse(schemas.completion_response(meta, text, last.finish_reason,
                                                         usage.of(last)))
 
-    async def chat_completions(self, body: schemas.ChatCompletionRequest) -> Response:
+    async def chat_completions(self, body: schemas.ChatCompletionRequest,
+                               http: Request) -> Response:
         self._check_model(body.model)
-        prompt_tokens = self._apply_chat_template(body)
+        generator = self._counted_generator(http)
+        prompt_tokens = await asyncio.to_thread(self._apply_chat_template, body)
         max_tokens = body.requested_max_tokens
         max_field = "max_tokens" if body.max_completion_tokens is None else "max_completion_tokens"
         request = self._generation_request(body, prompt_tokens, max_tokens, "messages", max_field)
         meta = schemas.ResponseMeta.new("chatcmpl", body.model)
-        deltas = generate_text(self.generator, request, self.tokenizer, body.stop,
+        deltas = generate_text(generator, request, self.tokenizer, body.stop,
                                rounds=body.cascade_rounds)
         usage = _Usage(len(prompt_tokens), not request.acceptance.rule.is_lossless)
         if body.stream:
             events = _chat_events(meta, deltas, usage, body.include_usage)
             return EventStreamResponse(events)
-        text, last = await collect(deltas)
+        text, last = await _collect_while_connected(deltas, http)
         return JSONResponse(schemas.chat_response(meta, text, last.finish_reason, usage.of(last)))
 
     def _check_model(self, model: str) -> None:
@@ -195,6 +214,27 @@ class _CompletionsApi:
                                  max_field)
         except RequestInvalid as exc:
             raise bad_request(str(exc), exc.param, code=exc.code) from exc
+
+
+CLIENT_CLOSED_REQUEST = 499
+DISCONNECT_POLL_S = 0.25
+
+
+async def _collect_while_connected(deltas: AsyncIterator[Delta], http: Request):
+    """``collect`` for a non-streamed reply, cancelled (and the session with it, recorded as
+    cancelled) when the client disconnects: nobody would read the answer."""
+    task = asyncio.ensure_future(collect(deltas))
+    try:
+        while not task.done():
+            await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+            if not task.done() and await http.is_disconnected():
+                task.cancel()
+                raise APIError(CLIENT_CLOSED_REQUEST, "The client closed the request.",
+                               code="client_closed_request")
+        return task.result()
+    finally:
+        if not task.done():
+            task.cancel()
 
 
 @dataclass(frozen=True)

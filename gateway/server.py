@@ -23,6 +23,7 @@ from cascade.v1 import gateway_pb2, gateway_pb2_grpc
 from gateway.auth import ApiKeys
 from gateway.grpc_api import GatewayServicer
 from gateway.http_app import HttpSettings, create_app
+from gateway.limits import KeyLimits
 from gateway.orchestrator import Orchestrator, OrchestratorSettings
 from gateway.session_store import SessionStore, connect
 
@@ -52,6 +53,10 @@ class GatewayConfig:
     """Retries, round timeouts and cool-downs of sessions."""
     mesh: MeshSecurity = OPEN
     """How the gateway dials drafters and verifiers (mutual TLS, shared token)."""
+    max_body_bytes: int = 1 << 20
+    """Largest HTTP body (413) and gRPC prompt (INVALID_ARGUMENT)."""
+    max_sessions_per_key: int = 64
+    """Concurrent sessions per API key on this gateway (429 / RESOURCE_EXHAUSTED); 0: none."""
 
 
 def context_length(model: str) -> int:
@@ -99,7 +104,9 @@ def build_gateway(config: GatewayConfig, client: redis.Redis,
     settings = HttpSettings(model_name=name, context_length=context_length(config.model),
                             max_tokens_limit=config.max_tokens_limit,
                             default_num_draft_tokens=config.default_num_draft_tokens,
-                            api_keys=config.api_keys, playground=config.playground)
+                            api_keys=config.api_keys, playground=config.playground,
+                            max_body_bytes=config.max_body_bytes,
+                            max_sessions_per_key=config.max_sessions_per_key)
     orchestrator = Orchestrator(client, SessionStore(client), ChannelPool(config.mesh),
                                 config.orchestrator)
 
@@ -109,7 +116,8 @@ def build_gateway(config: GatewayConfig, client: redis.Redis,
     app = create_app(settings, tokenizer, orchestrator, ready=ready)
     servicer = GatewayServicer(tokenizer, orchestrator, name,
                                settings.server_defaults(tokenizer.eos_token_id),
-                               ApiKeys(config.api_keys))
+                               ApiKeys(config.api_keys), KeyLimits(config.max_sessions_per_key),
+                               config.max_body_bytes)
     binding = ServiceBinding(gateway_pb2_grpc.add_GatewayServicer_to_server, servicer,
                              SERVICE_NAME)
     return app, GrpcService([binding], config.host, config.grpc_port, config.grace_s)

@@ -15,6 +15,7 @@ from cascade.core.feature_runner import load_model
 from cascade.core.runner import ModelRunner, ModelSpec
 from cascade.pod.process import setup_pod
 from cascade.serving.mesh import SERVER_NAME_HELP, TLS_DIR_HELP, TOKEN_HELP, mesh_or_exit
+from cascade.serving.mesh import refuse_open
 from cascade.serving.metrics import serve_metrics
 from cascade.serving.process import serve_forever
 from cascade.serving.telemetry import setup_telemetry
@@ -57,10 +58,14 @@ def model_server_cli(role: str, default_port: int, summary: str,
         health_port: int = typer.Option(None, envvar="CASCADE_HEALTH_PORT", help="Also serve gRPC health alone, in plaintext, "
                                         "on this port (for probes when the main port speaks "
                                         "mutual TLS)."),
+        allow_open: bool = typer.Option(False, help="Serve without --tls-dir or a mesh token "
+                                        "on a non-loopback address (otherwise refused)."),
         **role_options,
     ) -> None:
         setup_pod(threads)
         mesh = mesh_or_exit(tls_dir, tls_server_name, mesh_token_file)
+        refuse_open(host, mesh.tls_dir is not None or mesh.token is not None, allow_open,
+                    "mesh credentials (--tls-dir or --mesh-token-file)")
         logging.getLogger(role).info("mesh: %s", mesh.describe())
         setup_telemetry(f"cascade-{role}")
         serve_metrics(metrics_port)

@@ -16,6 +16,7 @@ With neither set the ports are open to anyone who can reach them (tests, local d
 from __future__ import annotations
 
 import hmac
+import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -166,3 +167,21 @@ def mesh_or_exit(tls_dir: Path | None, server_name: str | None,
         return MeshSecurity.from_options(tls_dir, server_name, token_file)
     except (ValueError, OSError) as exc:
         raise typer.BadParameter(str(exc)) from exc
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def refuse_open(host: str, has_credentials: bool, allow_open: bool, what: str) -> None:
+    """A service bound beyond loopback without credentials is a usage error unless
+    ``--allow-open`` says it is meant (say, behind a proxy that authenticates)."""
+    if has_credentials or allow_open or is_loopback(host):
+        return
+    raise typer.BadParameter(f"--host {host} is reachable from other machines but no {what} "
+                             "is set: set them, or pass --allow-open if that is intended")

@@ -74,3 +74,46 @@ def test_grpc_refuses_an_unknown_model_too_many_drafts_and_an_unknown_method(ser
     with pytest.raises(ValueError, match="draft_method.*ngram") as info:
         servicer._request(request("hi", 4, draft_method="telepathy"))
     assert info.value.param == "draft_method"
+
+
+def test_a_grpc_prompt_over_the_size_limit_is_refused_before_tokenizing(tokenizer):
+    defaults = ServerDefaults(context_length=CONTEXT, max_tokens_limit=CONTEXT,
+                              default_num_draft_tokens=4, eos_token_id=tokenizer.eos_token_id)
+    small = GatewayServicer(tokenizer, None, "m", defaults, max_prompt_bytes=100)
+    with pytest.raises(RequestInvalid, match="longer than 100 bytes") as info:
+        small._request(request("x" * 101))
+    assert info.value.param == "prompt" and info.value.code == "request_too_large"
+
+
+async def test_a_grpc_key_runs_at_most_its_limit_of_sessions(tokenizer):
+    import grpc
+
+    from cascade.serving.server import GrpcService, ServiceBinding
+    from cascade.v1 import gateway_pb2_grpc
+    from gateway.limits import KeyLimits
+    from http_fixtures import FakeGenerator, script
+
+    defaults = ServerDefaults(context_length=CONTEXT, max_tokens_limit=CONTEXT,
+                              default_num_draft_tokens=4, eos_token_id=tokenizer.eos_token_id)
+    generator = FakeGenerator(script(tokenizer, "Hello world again"), delay=0.3)
+    servicer = GatewayServicer(tokenizer, generator, "m", defaults, limits=KeyLimits(1))
+    service = GrpcService([ServiceBinding(gateway_pb2_grpc.add_GatewayServicer_to_server,
+                                          servicer, "cascade.v1.Gateway")])
+    await service.start()
+    try:
+        async with grpc.aio.insecure_channel(service.address) as channel:
+            stub = gateway_pb2_grpc.GatewayStub(channel)
+            first = stub.Generate(request("hello", max_tokens=8))
+            await first.read()  # the first session runs
+            second = stub.Generate(request("hello", max_tokens=8))
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await second.read()
+            assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "concurrent sessions" in caught.value.details()
+            while (more := await first.read()) is not grpc.aio.EOF:  # it finishes normally
+                last = more
+            assert last.finish_reason
+            third = [r async for r in stub.Generate(request("hello", max_tokens=8))]
+            assert third[-1].finish_reason
+    finally:
+        await service.drain()

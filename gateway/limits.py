@@ -1,0 +1,104 @@
+"""What one client can take from a gateway: concurrent sessions per API key, and request size.
+
+- **Sessions per key**: a request over its key's limit gets HTTP 429 / gRPC RESOURCE_EXHAUSTED
+  with Retry-After before anything runs. Counted per gateway process (N gateways allow up to N
+  times the limit). Without API keys every client shares one key, so the limit caps the
+  gateway's concurrent sessions.
+- **Body size**: HTTP bodies over ``max_body_bytes`` get 413 before they are parsed or
+  tokenized (a declared Content-Length is refused at once, a chunked body when it crosses the
+  limit).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from collections.abc import AsyncIterator
+
+from gateway.errors import error_body
+from gateway.generation import GeneratedChunk, GenerationRequest, Generator, KeyAtLimit
+from gateway.generation import StopGeneration, stop_early
+
+ANONYMOUS = "anonymous"
+
+
+class KeyLimits:
+    def __init__(self, per_key: int = 0) -> None:
+        """``per_key``: concurrent sessions one API key may run; 0 means no limit."""
+        self.per_key = per_key
+        self.active: Counter[str] = Counter()
+
+    @staticmethod
+    def key_of(authorization: str | None) -> str:
+        """A key's identity: its bearer token's digest (never the token itself)."""
+        _, _, token = (authorization or "").partition(" ")
+        token = token.strip()
+        return hashlib.sha256(token.encode()).hexdigest()[:16] if token else ANONYMOUS
+
+    def check(self, key: str) -> None:
+        if self.per_key and self.active[key] >= self.per_key:
+            raise KeyAtLimit(f"This API key already runs {self.per_key} concurrent sessions, "
+                             "its limit; retry when one has finished.")
+
+    def counted(self, key: str, generator: Generator) -> Generator:
+        """``generator`` whose sessions count against ``key`` while they run."""
+        return _Counted(self, key, generator)
+
+
+class _Counted:
+    def __init__(self, limits: KeyLimits, key: str, generator: Generator) -> None:
+        self.limits, self.key, self.generator = limits, key, generator
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[GeneratedChunk]:
+        inner = self.generator.generate(request)
+        self.limits.active[self.key] += 1
+        try:
+            async for chunk in inner:
+                try:
+                    yield chunk
+                except StopGeneration:  # pass a deliberate stop on (recorded as finished)
+                    await stop_early(inner)
+                    return
+        finally:
+            await inner.aclose()
+            self.limits.active[self.key] -= 1
+            if self.limits.active[self.key] <= 0:
+                del self.limits.active[self.key]
+
+
+class BodyLimit:
+    """ASGI middleware: 413 for HTTP request bodies over ``max_bytes``."""
+
+    def __init__(self, app, max_bytes: int) -> None:
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope.get("headers") or ()).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            return await self._refuse(send)
+        messages, seen = [], 0  # read the body first (at most max_bytes), then replay it
+        while True:
+            message = await receive()
+            messages.append(message)
+            seen += len(message.get("body", b""))
+            if seen > self.max_bytes:
+                return await self._refuse(send)
+            if message["type"] != "http.request" or not message.get("more_body"):
+                break
+
+        async def replay():
+            return messages.pop(0) if messages else await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, send) -> None:
+        body = json.dumps(error_body(
+            f"The request body is larger than {self.max_bytes} bytes, this gateway's limit; "
+            "send a shorter prompt.", "invalid_request_error", code="request_too_large")).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,133 @@
+"""What one client can take: body size (413), concurrent sessions per key (429), a
+non-streamed request whose client left is cancelled, and no service starts open on a public
+address."""
+
+import asyncio
+import threading
+
+import httpx
+import pytest
+import typer
+import uvicorn
+
+from cascade.serving.mesh import refuse_open
+from cascade.tools.redis_server import free_port
+from gateway.http_app import HttpSettings, create_app
+from http_fixtures import MODEL, OUTPUT, FakeGenerator, script
+
+LIMITED = HttpSettings(model_name=MODEL, context_length=64, max_tokens_limit=32,
+                       max_body_bytes=2048, max_sessions_per_key=1)
+
+
+def client(tokenizer, generator, settings=LIMITED) -> httpx.AsyncClient:
+    transport = httpx.ASGITransport(app=create_app(settings, tokenizer, generator))
+    return httpx.AsyncClient(transport=transport, base_url="http://test")
+
+
+def completion(prompt: str = "hello", stream: bool = False) -> dict:
+    return {"model": MODEL, "prompt": prompt, "max_tokens": 8, "stream": stream}
+
+
+async def test_an_oversized_body_gets_413_before_anything_runs(tokenizer):
+    generator = FakeGenerator(script(tokenizer, OUTPUT))
+    async with client(tokenizer, generator) as http:
+        declared = await http.post("/v1/completions", json=completion("x" * 4000))
+        assert declared.status_code == 413
+        assert declared.json()["error"]["code"] == "request_too_large"
+        assert "2048 bytes" in declared.json()["error"]["message"]
+
+        async def chunked():  # no Content-Length: refused once the body crosses the limit
+            for _ in range(10):
+                yield b" " * 500
+
+        streamed = await http.post("/v1/completions", content=chunked(),
+                                   headers={"content-type": "application/json"})
+        assert streamed.status_code == 413
+        fits = await http.post("/v1/completions", json=completion("x" * 100))
+        assert fits.status_code != 413
+    assert len(generator.requests) <= 1  # only the one that fit reached the generator
+
+
+async def test_a_key_runs_at_most_its_limit_of_sessions_at_once(tokenizer):
+    generator = FakeGenerator(script(tokenizer, "Hello world again"), delay=0.3)
+    async with client(tokenizer, generator) as http:
+        first = asyncio.create_task(http.post("/v1/completions", json=completion(),
+                                              headers={"authorization": "Bearer k1"}))
+        while not generator.requests:
+            await asyncio.sleep(0.01)
+        second = await http.post("/v1/completions", json=completion(),
+                                 headers={"authorization": "Bearer k1"})
+        assert second.status_code == 429
+        assert second.json()["error"]["code"] == "too_many_sessions"
+        assert second.headers["retry-after"] == "1"
+        other = await http.post("/v1/completions", json=completion(),
+                                headers={"authorization": "Bearer k2"})
+        assert other.status_code == 200  # another key has its own limit
+        assert (await first).status_code == 200
+        again = await http.post("/v1/completions", json=completion(),
+                                headers={"authorization": "Bearer k1"})
+        assert again.status_code == 200  # the finished session no longer counts
+
+
+class Served:
+    """The app on a real loopback server (streams and disconnects as a client sees them)."""
+
+    def __init__(self, tokenizer, generator) -> None:
+        self.port = free_port()
+        app = create_app(LIMITED, tokenizer, generator)
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port,
+                                                    log_level="error"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1/completions"
+
+    async def __aenter__(self) -> "Served":
+        self.thread.start()
+        while not self.server.started:
+            await asyncio.sleep(0.02)
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.server.should_exit = True
+        await asyncio.to_thread(self.thread.join, 10)
+
+
+async def test_a_streamed_session_counts_until_its_stream_ends(tokenizer):
+    generator = FakeGenerator(script(tokenizer, "Hello world again"), delay=0.2)
+    async with Served(tokenizer, generator) as served, httpx.AsyncClient(timeout=30) as http:
+        async with http.stream("POST", served.url, json=completion(stream=True)) as first:
+            assert first.status_code == 200
+            refused = await http.post(served.url, json=completion())
+            assert refused.status_code == 429
+            await first.aread()
+        assert (await http.post(served.url, json=completion())).status_code == 200
+
+
+async def test_a_non_streamed_request_is_cancelled_when_its_client_leaves(tokenizer):
+    generator = FakeGenerator(script(tokenizer, OUTPUT, per_chunk=1), delay=0.5)
+    async with Served(tokenizer, generator) as served:
+        async with httpx.AsyncClient(timeout=0.8) as http:
+            with pytest.raises(httpx.ReadTimeout):  # the client gives up and disconnects
+                await http.post(served.url, json=completion())
+        for _ in range(50):
+            if generator.closed_early:
+                break
+            await asyncio.sleep(0.1)
+    assert generator.closed_early and not generator.completed
+    assert generator.yielded < len(generator.chunks)
+
+
+@pytest.mark.parametrize("host,credentials,allow,refused", [
+    ("0.0.0.0", False, False, True), ("10.1.2.3", False, False, True),
+    ("0.0.0.0", True, False, False), ("0.0.0.0", False, True, False),
+    ("127.0.0.1", False, False, False), ("localhost", False, False, False),
+    ("::1", False, False, False),
+])
+def test_nothing_serves_open_beyond_loopback_unless_asked(host, credentials, allow, refused):
+    if refused:
+        with pytest.raises(typer.BadParameter, match="--allow-open"):
+            refuse_open(host, credentials, allow, "API keys")
+    else:
+        refuse_open(host, credentials, allow, "API keys")
