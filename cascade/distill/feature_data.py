@@ -8,6 +8,9 @@ features in float16 (about 3.5 KB per position for SmolLM2-135M).
 
 from __future__ import annotations
 
+import ast
+import functools
+import importlib.util
 import random
 import sysconfig
 from dataclasses import dataclass
@@ -81,5 +84,52 @@ def text_windows(tokenizer, count: int, length: int, seed: int) -> list[list[int
         ids = tokenizer(rng.choice(paths).read_text(errors="replace")).input_ids
         if len(ids) > length:
             start = rng.randrange(len(ids) - length)
+            windows.append(ids[start : start + length])
+    return windows
+
+
+PROSE_PACKAGES = ("transformers", "torch")
+"""Installed packages whose docstrings are read as English text (with code in it)."""
+
+
+@functools.cache
+def prose_corpus(packages: tuple[str, ...] = PROSE_PACKAGES,
+                 min_chars: int = 400) -> tuple[str, ...]:
+    """English text available offline: the Python documentation's topics (pydoc_data) and the
+    longer docstrings of the installed ``packages`` (read once per process: about 40 s for
+    transformers and torch), in a fixed order."""
+    import pydoc_data.topics
+
+    texts = [pydoc_data.topics.topics[k] for k in sorted(pydoc_data.topics.topics)]
+    for package in packages:
+        spec = importlib.util.find_spec(package)
+        if spec is None or not spec.submodule_search_locations:
+            continue
+        for path in sorted(Path(spec.submodule_search_locations[0]).rglob("*.py")):
+            texts += _docstrings(path, min_chars)
+    return tuple(texts)
+
+
+def _docstrings(path: Path, min_chars: int) -> list[str]:
+    try:
+        tree = ast.parse(path.read_text(errors="replace"))
+    except (SyntaxError, ValueError):
+        return []
+    kinds = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    docs = (ast.get_docstring(n) for n in ast.walk(tree) if isinstance(n, kinds))
+    return [d for d in docs if d and len(d) >= min_chars]
+
+
+def prose_windows(tokenizer, count: int, length: int, seed: int,
+                  packages: tuple[str, ...] = PROSE_PACKAGES) -> list[list[int]]:
+    """Windows of ``prose_corpus`` (whole texts when shorter than ``length``, at least 64)."""
+    rng, corpus = random.Random(seed), prose_corpus(packages)
+    windows = []
+    for _ in range(count * 4):
+        if len(windows) == count or not corpus:
+            break
+        ids = tokenizer(rng.choice(corpus)).input_ids
+        if len(ids) >= 64:
+            start = rng.randrange(max(1, len(ids) - length))
             windows.append(ids[start : start + length])
     return windows

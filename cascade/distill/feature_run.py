@@ -23,7 +23,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from cascade.core.feature_drafter import FeatureDrafter, FeatureDrafterConfig
 from cascade.core.feature_runner import load_weights, write_feature_drafter
 from cascade.core.runner import VocabMap
-from cascade.distill.feature_data import FeatureSequence, annotate, answer_prompts, text_windows
+from cascade.distill.feature_data import (FeatureSequence, annotate, answer_prompts,
+                                          PROSE_PACKAGES, prose_windows, text_windows)
 from cascade.distill.feature_train import greedy_acceptance, make_batch, ttt_loss
 from cascade.distill.prompts import code_prompts, prompt_set
 from cascade.distill.precision import resolve_dtype
@@ -58,6 +59,12 @@ class FeatureDistillConfig:
     max_pool_positions: int = 1_500_000
     text_every: int = 4
     """Every this many cycles, real-text windows join the pool (teacher forcing)."""
+    prose_per_batch: int = 32
+    """Windows of English text (Python documentation, docstrings) teacher-forced with each
+    batch of answers: answers to the ~700 chat prompts repeat (greedy ones exactly), text is
+    varied and costs a forward pass per window instead of a generation."""
+    prose_packages: tuple[str, ...] = PROSE_PACKAGES
+    """Installed packages whose docstrings join the text (the Python documentation always)."""
     dtype: str = "auto"
     """Teacher and training precision: auto (bfloat16 only on CPUs with bf16 instructions),
     float32 or bfloat16 (cascade.distill.precision)."""
@@ -114,6 +121,12 @@ class FeatureDistiller:
         if n % c.text_every == c.text_every - 1:
             windows = text_windows(self.tokenizer, max(1, c.gen_batch // 4), 192, c.seed + n)
             chunk += annotate(self.teacher, windows, [0] * len(windows), self.layers, c.keep)
+        if c.prose_per_batch:  # cheap variety: one forward pass, no generation
+            windows = prose_windows(self.tokenizer, c.prose_per_batch, 192, c.seed + n,
+                                    c.prose_packages)
+            for i in range(0, len(windows), 16):
+                part = windows[i : i + 16]
+                chunk += annotate(self.teacher, part, [0] * len(part), self.layers, c.keep)
         return chunk
 
     def start_drafter(self, vocab: list[int] | None = None) -> None:

@@ -23,7 +23,8 @@ def tiny_target(tmp_path_factory) -> Path:
 def small(target: Path, out: Path, minutes: float) -> FeatureDistillConfig:
     return FeatureDistillConfig(target=target, out=out, minutes=minutes, vocab_size=120,
                                 batch_size=4, gen_batch=4, max_new_tokens=12, steps_per_chunk=2,
-                                eval_sequences=2, eval_every_s=0.0)
+                                eval_sequences=2, eval_every_s=0.0, prose_per_batch=2,
+                                prose_packages=())  # the Python documentation only: fast
 
 
 def test_feature_distillation_resumes_exports_and_drafts_exactly(tiny_target, tmp_path):
