@@ -54,7 +54,7 @@ class DraftLoop:
         return verifier_pb2.VerifyRequest(open=verifier_pb2.SessionOpen(
             session_id=r.session_id, epoch=r.epoch, context_tokens=r.context_tokens,
             prompt_len=r.prompt_len, sampling=r.sampling, acceptance=r.acceptance,
-            feature_layers=layers))
+            feature_layers=layers, owner_tag=r.owner_tag))
 
     async def _read(self, call) -> verifier_pb2.Verdict:
         verdict = await call.read()

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from cascade.serving.mesh import SERVER_NAME_HELP, TLS_DIR_HELP, TOKEN_HELP, mesh_or_exit
-from cascade.serving.mesh import refuse_open
+from cascade.serving.mesh import SESSION_KEY_HELP, refuse_open
 from cascade.serving.process import setup_logging
 from cascade.serving.telemetry import setup_telemetry
 from gateway.orchestrator import OrchestratorSettings
@@ -45,6 +45,8 @@ def main(
                                         help=SERVER_NAME_HELP),
     mesh_token_file: Path = typer.Option(None, envvar="CASCADE_MESH_TOKEN_FILE",
                                          help=TOKEN_HELP),
+    session_key_file: Path = typer.Option(None, envvar="CASCADE_SESSION_KEY_FILE",
+                                          help=SESSION_KEY_HELP),
     max_body_bytes: int = typer.Option(1 << 20, help="Largest HTTP request body (413 above "
                                        "it) and gRPC prompt."),
     max_sessions_per_key: int = typer.Option(64, help="Concurrent sessions one API key may run "
@@ -54,7 +56,7 @@ def main(
 ) -> None:
     """Serve the OpenAI-compatible HTTP API and the gRPC Generate stream."""
     setup_logging()
-    mesh = mesh_or_exit(tls_dir, tls_server_name, mesh_token_file)
+    mesh = mesh_or_exit(tls_dir, tls_server_name, mesh_token_file, session_key_file)
     logging.getLogger("gateway").info("dials pods with %s", mesh.describe())
     setup_telemetry("cascade-gateway")
     keys = tuple(k.strip() for k in api_keys.split(",") if k.strip())

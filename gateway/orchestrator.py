@@ -258,7 +258,8 @@ class Orchestrator:
             session_id=job.record.session_id, epoch=job.epoch,
             context_tokens=request.prompt_tokens + generated, prompt_len=job.record.prompt_len,
             sampling=sampling_to_pb(request.sampling),
-            acceptance=acceptance_to_pb(request.acceptance))
+            acceptance=acceptance_to_pb(request.acceptance),
+            owner_tag=self.channels.mesh.owner_tag(job.record.session_id, job.epoch))
         if job.drafter is None:
             stub = verifier_pb2_grpc.VerifierStub(self.channels.get(job.verifier))
             return stub.Decode(verifier_pb2.DecodeRequest(session=session))
@@ -266,7 +267,8 @@ class Orchestrator:
             session_id=session.session_id, epoch=session.epoch,
             context_tokens=session.context_tokens, prompt_len=session.prompt_len,
             sampling=session.sampling, draft=draft_settings_to_pb(request.draft),
-            verifier_address=job.verifier, acceptance=session.acceptance)
+            verifier_address=job.verifier, acceptance=session.acceptance,
+            owner_tag=session.owner_tag)
         stub = drafter_pb2_grpc.DrafterStub(self.channels.get(job.drafter))
         return stub.RunSession(run)
 

@@ -20,6 +20,7 @@ make() {  # make NAME KEY=VALUE...
 
 make cascade-api-keys "CASCADE_API_KEYS=$(openssl rand -hex 24)"
 make cascade-mesh "token=$(openssl rand -hex 32)"
+make cascade-session-key "key=$(openssl rand -hex 32)"
 password="$(openssl rand -hex 24)"
 make cascade-redis "password=$password" "url=redis://:$password@redis:6379/0"
 echo "the API key: kubectl -n $ns get secret cascade-api-keys -o jsonpath='{.data.CASCADE_API_KEYS}' | base64 -d"

@@ -1,9 +1,13 @@
 """python -m verifier_service --model DIR [--port 50051] [--redis-url redis://...]
 [--kv-tokens N] [--max-batch-tokens N] [--max-wait-ms MS] [--no-batching]"""
 
+import dataclasses
+from pathlib import Path
+
 import typer
 
 from cascade.pod.cli import model_server_cli, option
+from cascade.serving.mesh import SESSION_KEY_HELP, load_session_key
 from verifier_service.scheduler import VerifierSettings
 from verifier_service.server import build_verifier
 
@@ -23,13 +27,19 @@ OPTIONS = (
     option("admission_wait_s", float, typer.Option(
         _DEFAULTS.admission_wait_s, help="How long a session waits for KV memory before "
         "RESOURCE_EXHAUSTED.")),
+    option("session_key_file", Path, typer.Option(
+        None, envvar="CASCADE_SESSION_KEY_FILE", help=SESSION_KEY_HELP)),
 )
 
 
 def build(runner, host, port, grace_s, *, mesh, redis_url, kv_tokens, max_batch_tokens,
-          max_wait_ms, batching, admission_wait_s):
+          max_wait_ms, batching, admission_wait_s, session_key_file):
     settings = VerifierSettings(kv_tokens or None, admission_wait_s, max_batch_tokens,
                                 max_wait_ms, batching)
+    try:
+        mesh = dataclasses.replace(mesh, session_key=load_session_key(session_key_file))
+    except (ValueError, OSError) as exc:
+        raise typer.BadParameter(str(exc)) from exc
     return build_verifier(runner, host, port, grace_s, settings, mesh)
 
 

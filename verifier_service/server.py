@@ -21,6 +21,6 @@ def build_verifier(runner: ModelRunner, host: str = "127.0.0.1", port: int = 0,
     executor = model_executor()
     sessions = SessionTable(runner, executor, settings)
     binding = ServiceBinding(verifier_pb2_grpc.add_VerifierServicer_to_server,
-                             VerifierServicer(sessions), SERVICE_NAME)
+                             VerifierServicer(sessions, mesh), SERVICE_NAME)
     service = GrpcService([binding], host, port, grace_s, ExecutorWatchdog(executor), mesh)
     return service, sessions

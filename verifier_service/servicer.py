@@ -4,20 +4,26 @@ from __future__ import annotations
 
 from cascade.pod.messages import round_from_verdict
 from cascade.serving.errors import StaleEpoch
+from cascade.serving.mesh import OPEN, MeshSecurity
 from cascade.v1 import verifier_pb2, verifier_pb2_grpc
 from verifier_service.sessions import SessionTable
 
 
 class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
-    def __init__(self, sessions: SessionTable) -> None:
-        self.sessions = sessions
+    def __init__(self, sessions: SessionTable, mesh: MeshSecurity = OPEN) -> None:
+        self.sessions, self.mesh = sessions, mesh
+
+    async def _open(self, msg: verifier_pb2.SessionOpen):
+        """Only a session a gateway tagged (with a session key set), then the table's open."""
+        self.mesh.check_owner_tag(msg.session_id, msg.epoch, msg.owner_tag)
+        return await self.sessions.open(msg)
 
     async def Verify(self, request_iterator, context):
         session = None
         try:
             async for request in request_iterator:
                 if request.HasField("open"):
-                    session = await self.sessions.open(request.open)
+                    session = await self._open(request.open)
                     if session.sequence.feature_layers:
                         for reply in await self.sessions.open_replies(session):
                             yield reply
@@ -31,7 +37,7 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
 
     async def Decode(self, request, context):
         """Target-only generation: rounds with no drafted tokens until the session finishes."""
-        session = await self.sessions.open(request.session)
+        session = await self._open(request.session)
         try:
             round_number = 0
             while not session.sequence.is_finished:

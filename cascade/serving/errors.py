@@ -29,8 +29,13 @@ class Unauthenticated(Exception):
     """Missing or wrong credentials (UNAUTHENTICATED)."""
 
 
+class PermissionDenied(Exception):
+    """An authenticated caller asked for something it may not do (PERMISSION_DENIED)."""
+
+
 STATUS_FOR = (
     (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
+    (PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
     (StaleEpoch, grpc.StatusCode.FAILED_PRECONDITION),
     (ValueError, grpc.StatusCode.INVALID_ARGUMENT),
     (Overloaded, grpc.StatusCode.RESOURCE_EXHAUSTED),

@@ -8,6 +8,11 @@
 - **Shared token**: when TLS terminates elsewhere (a service mesh's sidecars), every call carries
   ``authorization: Bearer <token>`` and servers refuse calls without it (UNAUTHENTICATED). Health
   checks stay open: kubelet's gRPC probes send no metadata, and they reveal nothing.
+- **Session owner tags**: with a session key (``--session-key-file``, given to gateways and
+  verifiers, never to drafters) the gateway tags each session open with an HMAC of (session
+  id, epoch); verifiers refuse opens without the right tag, so nobody who merely learns a session
+  id (a drafter included) can open it with a higher epoch and fence out its owner. Drafters pass
+  the tag on and cannot make one for another session or epoch.
 
 With neither set the ports are open to anyone who can reach them (tests, local development);
 ``describe`` says which mode a process runs in, and it is logged at start.
@@ -15,6 +20,8 @@ With neither set the ports are open to anyone who can reach them (tests, local d
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import hmac
 import ipaddress
 from dataclasses import dataclass
@@ -22,6 +29,8 @@ from pathlib import Path
 
 import grpc
 import typer
+
+from cascade.serving.errors import PermissionDenied
 
 CERT, KEY, CA = "tls.crt", "tls.key", "ca.crt"
 DEFAULT_SERVER_NAME = "cascade-mesh"
@@ -37,6 +46,8 @@ class MeshSecurity:
     """The name (a DNS SAN) clients expect in every member's certificate."""
     token: str | None = None
     """Shared bearer token every call carries and every pod requires; None: no token."""
+    session_key: bytes | None = None
+    """Key of session owner tags, held by gateways and verifiers only (not drafters)."""
 
     @classmethod
     def from_options(cls, tls_dir: Path | None, server_name: str | None,
@@ -54,6 +65,21 @@ class MeshSecurity:
                 raise ValueError(f"--mesh-token-file {token_file}: the token must be at least "
                                  "16 characters")
         return cls(Path(tls_dir) if tls_dir else None, server_name or DEFAULT_SERVER_NAME, token)
+
+    def owner_tag(self, session_id: str, epoch: int) -> bytes:
+        """The gateway's tag on (session, epoch); empty without a key."""
+        key = self.session_key
+        if key is None:
+            return b""
+        return hmac.new(key, f"{session_id}:{epoch}".encode(), hashlib.sha256).digest()
+
+    def check_owner_tag(self, session_id: str, epoch: int, tag: bytes) -> None:
+        """Raises PermissionDenied unless ``tag`` is the gateway's for (session, epoch)."""
+        if self.session_key is None:
+            return
+        if not hmac.compare_digest(tag, self.owner_tag(session_id, epoch)):
+            raise PermissionDenied(f"session {session_id!r} epoch {epoch}: missing or wrong "
+                                   "owner_tag (only a gateway of this mesh opens sessions)")
 
     def describe(self) -> str:
         parts = [f"mutual TLS (server name {self.server_name})"] if self.tls_dir else []
@@ -160,11 +186,26 @@ TOKEN_HELP = ("A file holding the shared mesh token: every call carries it and t
               "calls without it (for when TLS terminates elsewhere, e.g. a service mesh).")
 
 
-def mesh_or_exit(tls_dir: Path | None, server_name: str | None,
-                 token_file: Path | None) -> MeshSecurity:
+SESSION_KEY_HELP = ("A file holding the key of session owner tags (gateways and verifiers only; "
+                    "at least 16 characters): verifiers then open only sessions a gateway "
+                    "tagged.")
+
+
+def load_session_key(path: Path | None) -> bytes | None:
+    if path is None:
+        return None
+    key = Path(path).read_bytes().strip()
+    if len(key) < 16:
+        raise ValueError(f"--session-key-file {path}: the key must be at least 16 bytes")
+    return key
+
+
+def mesh_or_exit(tls_dir: Path | None, server_name: str | None, token_file: Path | None,
+                 session_key_file: Path | None = None) -> MeshSecurity:
     """The mesh settings, or a usage error that says which file is wrong."""
     try:
-        return MeshSecurity.from_options(tls_dir, server_name, token_file)
+        mesh = MeshSecurity.from_options(tls_dir, server_name, token_file)
+        return dataclasses.replace(mesh, session_key=load_session_key(session_key_file))
     except (ValueError, OSError) as exc:
         raise typer.BadParameter(str(exc)) from exc
 

@@ -47,8 +47,9 @@ class ClusterConfig:
     """Verifier processes: "verifier", then "verifier-1", "verifier-2", ..."""
     secure: bool = True
     """Mutual TLS between gateway, drafters and verifiers (a CA and certificate made at each
-    start, in ``workdir/mesh``) and a Redis password made at each start: nothing else on the
-    machine can reach into the pods or the session state."""
+    start, in ``workdir/mesh``), a session key for owner tags (gateway and verifiers) and a Redis
+    password made at each start: nothing else on the machine can reach into the pods or the
+    session state."""
 
     def __post_init__(self) -> None:
         for name in ("num_drafters", "num_verifiers"):
@@ -88,24 +89,34 @@ class LocalCluster:
         c.workdir.mkdir(parents=True, exist_ok=True)
         password = secrets.token_urlsafe(24) if c.secure else None
         self.redis = RedisServer(c.workdir / "redis", persistent=True, password=password).start()
-        mesh = ["--tls-dir", str(make_mesh_certs(c.workdir / "mesh"))] if c.secure else []
+        mesh, owner = (self._mesh_files(c.workdir / "mesh")) if c.secure else ([], [])
         pod = ["--dtype", c.dtype, "--threads", str(c.threads_per_pod), *mesh]
         for i in range(c.num_verifiers):
             self._spawn("verifier" if i == 0 else f"verifier-{i}",
                         ["verifier_service", "--model", str(c.target),
-                         "--port", str(free_port()), *pod, *c.verifier_args])
+                         "--port", str(free_port()), *pod, *owner, *c.verifier_args])
         for i in range(c.num_drafters):
             self._spawn(f"drafter-{i}", ["drafter_service", "--model", str(c.drafter),
                                          "--target-model", str(c.target),
                                          "--port", str(free_port()), *pod])
         self._spawn("gateway", ["gateway", "--model", str(c.target), "--port", str(c.http_port),
-                                "--grpc-port", str(c.grpc_port), *mesh])
+                                "--grpc-port", str(c.grpc_port), *mesh, *owner])
         try:
             self._wait_ready(timeout_s)
         except BaseException:
             self.stop()
             raise
         return self
+
+    @staticmethod
+    def _mesh_files(folder: Path) -> tuple[list[str], list[str]]:
+        """(flags every service gets: mutual TLS; flags gateway and verifiers get: the session
+        key of owner tags), made fresh in ``folder``."""
+        make_mesh_certs(folder)
+        key = folder / "session.key"
+        key.touch(mode=0o600)
+        key.write_text(secrets.token_hex(32))
+        return ["--tls-dir", str(folder)], ["--session-key-file", str(key)]
 
     def _wait_ready(self, timeout_s: float, port: str | None = None) -> None:
         """Until every pod is registered (or the one on ``port``) and the gateway is ready."""

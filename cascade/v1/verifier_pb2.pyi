@@ -16,7 +16,7 @@ class VerifyRequest(_message.Message):
     def __init__(self, open: _Optional[_Union[SessionOpen, _Mapping]] = ..., block: _Optional[_Union[DraftBlock, _Mapping]] = ...) -> None: ...
 
 class SessionOpen(_message.Message):
-    __slots__ = ("session_id", "epoch", "context_tokens", "prompt_len", "sampling", "acceptance", "feature_layers")
+    __slots__ = ("session_id", "epoch", "context_tokens", "prompt_len", "sampling", "acceptance", "feature_layers", "owner_tag")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -24,6 +24,7 @@ class SessionOpen(_message.Message):
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     ACCEPTANCE_FIELD_NUMBER: _ClassVar[int]
     FEATURE_LAYERS_FIELD_NUMBER: _ClassVar[int]
+    OWNER_TAG_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     epoch: int
     context_tokens: _containers.RepeatedScalarFieldContainer[int]
@@ -31,7 +32,8 @@ class SessionOpen(_message.Message):
     sampling: _common_pb2.Sampling
     acceptance: _common_pb2.Acceptance
     feature_layers: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., context_tokens: _Optional[_Iterable[int]] = ..., prompt_len: _Optional[int] = ..., sampling: _Optional[_Union[_common_pb2.Sampling, _Mapping]] = ..., acceptance: _Optional[_Union[_common_pb2.Acceptance, _Mapping]] = ..., feature_layers: _Optional[_Iterable[int]] = ...) -> None: ...
+    owner_tag: bytes
+    def __init__(self, session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., context_tokens: _Optional[_Iterable[int]] = ..., prompt_len: _Optional[int] = ..., sampling: _Optional[_Union[_common_pb2.Sampling, _Mapping]] = ..., acceptance: _Optional[_Union[_common_pb2.Acceptance, _Mapping]] = ..., feature_layers: _Optional[_Iterable[int]] = ..., owner_tag: _Optional[bytes] = ...) -> None: ...
 
 class TargetFeatures(_message.Message):
     __slots__ = ("start", "shape", "dtype", "data")

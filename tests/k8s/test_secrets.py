@@ -9,7 +9,7 @@ from k8s_helpers import (NEEDS_KUBECTL, ROLES, TARGETS, arg_value, main_containe
 
 pytestmark = NEEDS_KUBECTL
 SECRETS = {"cascade-api-keys": {"CASCADE_API_KEYS"}, "cascade-mesh": {"token"},
-           "cascade-redis": {"password", "url"}}
+           "cascade-redis": {"password", "url"}, "cascade-session-key": set()}
 
 
 def secret_env(container: dict) -> dict[str, tuple[str, str]]:
@@ -98,3 +98,16 @@ def test_the_mesh_tls_component_mounts_certificates_and_moves_probes(rendered, t
         assert health in {p["containerPort"] for p in container["ports"]}
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
             assert container[probe]["grpc"]["port"] == health, (role, probe)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_only_gateways_and_verifiers_hold_the_session_key(rendered, target):
+    """Drafters pass owner tags on; holding the key would let one open any session."""
+    for role in ROLES:
+        deployment = named(rendered[target], "Deployment", role)
+        secrets = {v["secret"]["secretName"] for v in pod_template(deployment)["spec"]["volumes"]
+                   if "secret" in v}
+        env = {e["name"]: e.get("value") for e in main_container(deployment)["env"]}
+        holds = "cascade-session-key" in secrets
+        assert holds == (role != "drafter"), role
+        assert ("CASCADE_SESSION_KEY_FILE" in env) == holds, role

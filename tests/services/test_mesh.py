@@ -159,3 +159,30 @@ async def test_a_plaintext_health_port_answers_probes_and_nothing_else(gpt2_pair
             assert await code_of(stream.read()) == grpc.StatusCode.UNIMPLEMENTED
     finally:
         await verifier.drain()
+
+
+async def test_a_verifier_with_a_session_key_opens_only_sessions_a_gateway_tagged(gpt2_pair):
+    gateway = MeshSecurity(session_key=b"a-session-key-for-tests")
+    verifier, _ = build_verifier(gpt2_pair[0], grace_s=1.0, mesh=gateway)
+    draft_service, _ = build_drafter(gpt2_pair[1], grace_s=1.0)  # no key: it cannot make tags
+    await verifier.start()
+    await draft_service.start()
+    try:
+        prompt = random_prompts(1, seed=44)[0]
+        async with grpc.aio.insecure_channel(draft_service.address) as channel:
+            stub = drafter_pb2_grpc.DrafterStub(channel)
+            tagged = session_request(verifier.address, prompt)
+            tagged.owner_tag = gateway.owner_tag(tagged.session_id, tagged.epoch)
+            rounds = [r async for r in stub.RunSession(tagged, timeout=60)]
+            assert [t for r in rounds for t in r.tokens] == hf_greedy(gpt2_pair[0], prompt)[:16]
+            stolen = gateway.owner_tag(tagged.session_id, tagged.epoch)
+            for epoch, tag in ((1, b""), (tagged.epoch + 1000, stolen)):  # none; another epoch's
+                forged = session_request(verifier.address, prompt)
+                forged.epoch, forged.owner_tag = epoch, tag
+                stream = stub.RunSession(forged, timeout=10)
+                with pytest.raises(grpc.aio.AioRpcError) as caught:
+                    await stream.read()
+                assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED
+                assert "owner_tag" in caught.value.details()
+    finally:
+        await stopped(draft_service, verifier)
