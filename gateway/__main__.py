@@ -51,6 +51,9 @@ def main(
                                        "it) and gRPC prompt."),
     max_sessions_per_key: int = typer.Option(64, help="Concurrent sessions one API key may run "
                                              "on this gateway (429 above it; 0: no limit)."),
+    session_lease_s: float = typer.Option(10.0, help="A session stays this gateway's this long "
+                                          "after its last renewal; then another gateway may "
+                                          "resume it."),
     allow_open: bool = typer.Option(False, help="Serve without API keys on a non-loopback "
                                     "address (otherwise refused)."),
 ) -> None:
@@ -65,7 +68,7 @@ def main(
                            num_draft_tokens, max_tokens_limit, keys, grace_s, playground,
                            OrchestratorSettings(first_round_timeout_s=first_round_timeout_s,
                                                 round_timeout_s=round_timeout_s), mesh,
-                           max_body_bytes, max_sessions_per_key)
+                           max_body_bytes, max_sessions_per_key, session_lease_s)
     asyncio.run(serve(config))
 
 

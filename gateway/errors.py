@@ -16,7 +16,7 @@ from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cascade.protocol.requests import describe_validation_error
-from gateway.generation import AtCapacity, GenerationFailed, KeyAtLimit, Overloaded
+from gateway.generation import AtCapacity, GenerationFailed, KeyAtLimit, Overloaded, SessionBusy
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +77,9 @@ def as_api_error(exc: BaseException) -> APIError:
         return APIError(503, "The session store is unavailable; please retry later.",
                         type="server_error", code="store_unavailable",
                         headers={"Retry-After": str(DEFAULT_RETRY_AFTER_S)})
+    if isinstance(exc, SessionBusy):
+        return APIError(409, str(exc), code="session_busy",
+                        headers={"Retry-After": str(DEFAULT_RETRY_AFTER_S)})
     if isinstance(exc, KeyAtLimit):
         return APIError(429, str(exc), type="rate_limit_error", code="too_many_sessions",
                         headers={"Retry-After": str(DEFAULT_RETRY_AFTER_S)})
@@ -129,5 +132,6 @@ def install_error_handlers(app: FastAPI) -> None:
     """Routes every error the HTTP layer raises to an OpenAI-shaped response."""
     app.add_exception_handler(RequestValidationError, _validation_handler)
     app.add_exception_handler(StarletteHTTPException, _http_exception_handler)
-    for exc_type in (APIError, AtCapacity, KeyAtLimit, Overloaded, GenerationFailed, RedisError):
+    for exc_type in (APIError, AtCapacity, KeyAtLimit, SessionBusy, Overloaded, GenerationFailed,
+                     RedisError):
         app.add_exception_handler(exc_type, _api_error_handler)

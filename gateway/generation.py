@@ -12,7 +12,7 @@ from cascade.serving.errors import Overloaded as ResourceExhausted
 from cascade.serving.errors import Unavailable
 
 __all__ = ["AtCapacity", "GeneratedChunk", "GenerationFailed", "GenerationRequest", "Generator",
-           "KeyAtLimit", "Overloaded", "StopGeneration", "stop_early"]
+           "KeyAtLimit", "Overloaded", "SessionBusy", "StopGeneration", "stop_early"]
 
 
 class Overloaded(Unavailable):
@@ -27,6 +27,10 @@ class AtCapacity(ResourceExhausted):
 class KeyAtLimit(ResourceExhausted):
     """The caller's API key already runs as many sessions as it may (HTTP 429
     too_many_sessions, gRPC RESOURCE_EXHAUSTED); see gateway.limits."""
+
+
+class SessionBusy(ResourceExhausted):
+    """A resumed session is still streamed by its gateway (HTTP 409, gRPC RESOURCE_EXHAUSTED)."""
 
 
 class StopGeneration(Exception):
@@ -70,6 +74,9 @@ class GeneratedChunk:
     """Cascade rules: drafted positions the target's distribution decided."""
     drafted_tokens: tuple[int, ...] = ()
     """The round's drafted tokens, rejected ones included (empty when the target decoded alone)."""
+    round: int = 0
+    """1-based index of this chunk among the session's stored rounds (a stream's event id); 0
+    where unknown."""
 
 
 class Generator(Protocol):

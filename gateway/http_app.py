@@ -10,7 +10,7 @@ import asyncio
 import inspect
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import jinja2
@@ -28,7 +28,9 @@ from gateway.errors import APIError, bad_request, install_error_handlers, model_
 from gateway.generation import Generator
 from gateway.limits import BodyLimit, KeyLimits
 from gateway.playground import install_playground, page_settings
-from gateway.streaming import Delta, EventStreamResponse, collect, generate_text, sse_event
+from gateway.resume import install_resume
+from gateway.events import StreamView, Usage, events
+from gateway.streaming import Delta, EventStreamResponse, collect, generate_text
 
 ReadyCheck = Callable[[], bool | Awaitable[bool]]
 
@@ -85,6 +87,7 @@ def create_app(
     async def chat_completions(body: schemas.ChatCompletionRequest, request: Request) -> Response:
         return await api.chat_completions(body, request)
 
+    install_resume(app, tokenizer, generator)
     _add_info_routes(app, settings, ready, registry)
     if settings.playground:
         install_playground(app, page_settings(settings.model_name,
@@ -154,16 +157,15 @@ class _CompletionsApi:
         # Tokenizing a long prompt takes a while: off the event loop, which serves every stream.
         prompt_tokens = list((await asyncio.to_thread(self.tokenizer, body.prompt)).input_ids)
         request = self._generation_request(body, prompt_tokens, body.max_tokens, "prompt")
-        meta = schemas.ResponseMeta.new("cmpl", body.model)
+        view = _view("completion", body, request)
+        request = replace(request, view=view.to_json())
         deltas = generate_text(generator, request, self.tokenizer, body.stop,
                                rounds=body.cascade_rounds)
-        usage = _Usage(len(prompt_tokens), not request.acceptance.rule.is_lossless)
         if body.stream:
-            events = _completion_events(meta, deltas, usage, body.include_usage)
-            return EventStreamResponse(events)
+            return EventStreamResponse(events(view, deltas))
         text, last = await _collect_while_connected(deltas, http)
-        return JSONResponse(schemas.completion_response(meta, text, last.finish_reason,
-                                                        usage.of(last)))
+        return JSONResponse(schemas.completion_response(view.meta, text, last.finish_reason,
+                                                        view.usage.of(last)))
 
     async def chat_completions(self, body: schemas.ChatCompletionRequest,
                                http: Request) -> Response:
@@ -173,15 +175,15 @@ class _CompletionsApi:
         max_tokens = body.requested_max_tokens
         max_field = "max_tokens" if body.max_completion_tokens is None else "max_completion_tokens"
         request = self._generation_request(body, prompt_tokens, max_tokens, "messages", max_field)
-        meta = schemas.ResponseMeta.new("chatcmpl", body.model)
+        view = _view("chat", body, request)
+        request = replace(request, view=view.to_json())
         deltas = generate_text(generator, request, self.tokenizer, body.stop,
                                rounds=body.cascade_rounds)
-        usage = _Usage(len(prompt_tokens), not request.acceptance.rule.is_lossless)
         if body.stream:
-            events = _chat_events(meta, deltas, usage, body.include_usage)
-            return EventStreamResponse(events)
+            return EventStreamResponse(events(view, deltas))
         text, last = await _collect_while_connected(deltas, http)
-        return JSONResponse(schemas.chat_response(meta, text, last.finish_reason, usage.of(last)))
+        return JSONResponse(schemas.chat_response(view.meta, text, last.finish_reason,
+                                                  view.usage.of(last)))
 
     def _check_model(self, model: str) -> None:
         if model != self.settings.model_name:
@@ -216,6 +218,13 @@ class _CompletionsApi:
             raise bad_request(str(exc), exc.param, code=exc.code) from exc
 
 
+def _view(kind: str, body: schemas.GenerationFields, request: GenerationRequest) -> StreamView:
+    meta = schemas.ResponseMeta.new("chatcmpl" if kind == "chat" else "cmpl", body.model)
+    usage = Usage(len(request.prompt_tokens), not request.acceptance.rule.is_lossless)
+    return StreamView(kind, meta, tuple(body.stop), body.include_usage, body.cascade_rounds,
+                      usage)
+
+
 CLIENT_CLOSED_REQUEST = 499
 DISCONNECT_POLL_S = 0.25
 
@@ -235,49 +244,3 @@ async def _collect_while_connected(deltas: AsyncIterator[Delta], http: Request):
     finally:
         if not task.done():
             task.cancel()
-
-
-@dataclass(frozen=True)
-class _Usage:
-    num_prompt: int
-    is_cascade: bool
-    """A speculative cascade also reports its deferred positions."""
-
-    def of(self, last: Delta) -> dict[str, int]:
-        deferred = last.num_deferred if self.is_cascade else None
-        return schemas.usage(self.num_prompt, last.completion_tokens, deferred)
-
-
-async def _completion_events(
-    meta: schemas.ResponseMeta, deltas: AsyncIterator[Delta], usage: _Usage, include_usage: bool
-) -> AsyncIterator[str]:
-    async for delta in deltas:
-        if delta.text or delta.finish_reason or delta.round:
-            chunk = schemas.completion_chunk(meta, delta.text, delta.finish_reason, include_usage)
-            yield sse_event(schemas.with_round(chunk, _round_json(delta)))
-        if delta.finish_reason and include_usage:
-            yield sse_event(schemas.usage_chunk(meta, "text_completion", usage.of(delta)))
-
-
-async def _chat_events(
-    meta: schemas.ResponseMeta, deltas: AsyncIterator[Delta], usage: _Usage, include_usage: bool
-) -> AsyncIterator[str]:
-    first = True
-    async for delta in deltas:
-        if first:  # sent with the first generated chunk, so errors before it still get a status
-            role = {"role": "assistant", "content": ""}
-            yield sse_event(schemas.chat_chunk(meta, role, None, include_usage))
-            first = False
-        if delta.text or delta.round:
-            content = {"content": delta.text}
-            chunk = schemas.chat_chunk(meta, content, None, include_usage)
-            yield sse_event(schemas.with_round(chunk, _round_json(delta)))
-        if delta.finish_reason:
-            yield sse_event(schemas.chat_chunk(meta, {}, delta.finish_reason, include_usage))
-            if include_usage:
-                chunk = schemas.usage_chunk(meta, "chat.completion.chunk", usage.of(delta))
-                yield sse_event(chunk)
-
-
-def _round_json(delta: Delta) -> dict[str, Any] | None:
-    return delta.round.to_json() if delta.round else None

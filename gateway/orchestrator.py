@@ -19,12 +19,14 @@ from dataclasses import dataclass, field
 
 import grpc
 import redis.asyncio as redis
+from redis.exceptions import RedisError
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from cascade.protocol.requests import GenerationRequest
+from cascade.protocol.settings import FinishReason
 from cascade.protocol.wire import (
     FINISH_FROM_PB,
     acceptance_to_pb,
@@ -38,12 +40,21 @@ from cascade.serving.telemetry import start_span, tracer
 from cascade.v1 import drafter_pb2, drafter_pb2_grpc, verifier_pb2, verifier_pb2_grpc
 from gateway.generation import (
     AtCapacity,
+    SessionBusy,
     GeneratedChunk,
     GenerationFailed,
     Overloaded,
     StopGeneration,
 )
-from gateway.session_store import LengthMismatch, SessionLost, SessionRecord, SessionStore
+from gateway.session_store import (
+    LeaseHeld,
+    LengthMismatch,
+    SessionEnded,
+    SessionLost,
+    SessionRecord,
+    SessionStore,
+    request_from_record,
+)
 
 log = logging.getLogger(__name__)
 RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN,
@@ -83,6 +94,8 @@ class _Assignment:
     excluded: set[str] = field(default_factory=set)
     """Pods that failed this session's health checks (a dead pod stays in the registry until
     its entry expires: it must not be picked again by a later move)."""
+    round_ends: list[int] = field(default_factory=list)
+    """Generated-token count after each stored round."""
 
 
 class _LatencyClock:
@@ -136,20 +149,38 @@ class Orchestrator:
         until = time.monotonic() + self.settings.cooldown_s
         self._cooling.update({pod: until for pod in pods})
 
-    async def generate(self, request: GenerationRequest) -> AsyncIterator[GeneratedChunk]:
+    def generate(self, request: GenerationRequest) -> AsyncIterator[GeneratedChunk]:
+        return self._observed(request, lambda context, ending: self._generate(
+            request, context, ending))
+
+    async def resume(self, session_id: str, after_round: int
+                     ) -> tuple[GenerationRequest, AsyncIterator[GeneratedChunk]]:
+        """A stored session's generation and its stream after round ``after_round``: the stored
+        rounds replayed as they were sent, then, unless it has ended, its continuation (this
+        gateway takes it over once the owner's lease has expired). SessionLost if unknown."""
+        fields = await self.store.record(session_id)
+        if not fields or "request" not in fields:
+            raise SessionLost(f"no session {session_id!r} (it never existed or has expired)")
+        request = request_from_record(fields)
+        return request, self._observed(request, lambda context, ending: self._resumed(
+            session_id, request, after_round, context, ending))
+
+    async def _observed(self, request, inner_for) -> AsyncIterator[GeneratedChunk]:
+        """``inner_for(trace context, ending)``'s chunks, with the span, metrics, and the
+        session's final status when the consumer ends it early."""
         span = tracer.start_span("generate", attributes={
             "num_prompt_tokens": len(request.prompt_tokens),
             "num_draft_tokens": request.num_draft_tokens})
         metrics.REQUESTS_RUNNING.inc()
         metrics.PROMPT_TOKENS.inc(len(request.prompt_tokens))
-        finish, ending = "error", {"status": "cancelled"}
-        inner = self._generate(request, trace.set_span_in_context(span), ending)
+        finish, ending = "error", {"status": "cancelled", "reason": ""}
+        inner = inner_for(trace.set_span_in_context(span), ending)
         try:
             async for chunk in inner:
                 try:
                     yield chunk
                 except StopGeneration:  # the consumer ended it on purpose (a stop string)
-                    finish, ending["status"] = "stop", "finished"
+                    finish, ending["status"], ending["reason"] = "stop", "finished", "stop"
                     return
                 finish = chunk.finish_reason.value if chunk.finish_reason else finish
         except (GeneratorExit, asyncio.CancelledError):
@@ -166,8 +197,53 @@ class Orchestrator:
         drafter, verifier = await self._pick(request, set())
         record = await self.store.create(request, drafter or "", verifier)
         job = _Assignment(record, record.epoch, drafter, verifier, trace_context)
-        generated: list[int] = []
+        async with aclosing(self._drive(request, job, [], ending)) as chunks:
+            async for chunk in chunks:
+                yield chunk
+
+    async def _resumed(self, session_id: str, request, after_round: int, trace_context,
+                       ending: dict) -> AsyncIterator[GeneratedChunk]:
+        epoch = await self._take_over(session_id)
+        fields = await self.store.record(session_id)
+        tokens, ends = await self.store.tokens(session_id), await self.store.round_ends(session_id)
+        for i in range(max(0, after_round), len(ends)):
+            last = epoch is None and i == len(ends) - 1
+            reason = fields.get("finish_reason") if last else None
+            finish = FinishReason(reason) if reason in ("stop", "length") else None
+            yield GeneratedChunk(session_id, tokens[ends[i - 1] if i else 0 : ends[i]], 0, 0,
+                                 finish, round=i + 1)
+        if epoch is None:
+            if fields.get("status") == "failed":
+                raise GenerationFailed(f"session {session_id} failed")
+            return
+        drafter, verifier = await self._pick(request, set())
+        epoch = await self.store.reassign(session_id, epoch, drafter or "", verifier)
+        record = SessionRecord(session_id, epoch, int(fields["prompt_len"]))
+        job = _Assignment(record, epoch, drafter, verifier, trace_context, round_ends=ends)
+        async with aclosing(self._drive(request, job, tokens, ending)) as chunks:
+            async for chunk in chunks:
+                yield chunk
+
+    async def _take_over(self, session_id: str) -> int | None:
+        """This gateway's epoch for the session, or None when it has ended (replay only);
+        waits out the owner's lease (the owner may still be streaming to an older connection)."""
+        deadline = time.monotonic() + 2 * self.store.lease_s + 1.0
+        while True:
+            try:
+                return await self.store.takeover(session_id)
+            except SessionEnded:
+                return None
+            except LeaseHeld:
+                if time.monotonic() > deadline:
+                    raise SessionBusy(f"session {session_id} is still being streamed by its "
+                                      "gateway; retry when that stream has ended") from None
+                await asyncio.sleep(0.5)
+
+    async def _drive(self, request, job: _Assignment, generated: list[int], ending: dict
+                     ) -> AsyncIterator[GeneratedChunk]:
+        """Run the session on its pods, moving it after failures, holding its lease."""
         clock = _LatencyClock()
+        lease = asyncio.get_running_loop().create_task(self._keep_lease(job))
         try:
             for attempt in range(1, self.settings.max_attempts + 1):
                 try:
@@ -179,11 +255,23 @@ class Orchestrator:
                 except (grpc.aio.AioRpcError, ConnectionError) as exc:
                     await self._recover(request, job, exc, attempt)
         except GeneratorExit:  # closed before its last round: stopped or abandoned
-            await self._mark(job, ending["status"])
+            await self._mark(job, ending["status"], ending["reason"])
             raise
         except asyncio.CancelledError:  # the request's task was cancelled (client went away)
             self._background(self._mark(job, "cancelled"))
             raise
+        finally:
+            lease.cancel()
+
+    async def _keep_lease(self, job: _Assignment) -> None:
+        """Renew this gateway's lease on the session while it streams it."""
+        while True:
+            await asyncio.sleep(self.store.lease_s / 3)
+            try:
+                if not await self.store.renew(job.record.session_id, job.epoch):
+                    return  # another epoch owns it now; its appends will fail too
+            except RedisError as exc:
+                log.warning("lease renewal of %s failed: %s", job.record.session_id, exc)
 
     def _background(self, work) -> None:
         """Run ``work`` to its end even though the caller is being cancelled."""
@@ -191,10 +279,10 @@ class Orchestrator:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _mark(self, job: _Assignment, status: str) -> None:
+    async def _mark(self, job: _Assignment, status: str, reason: str = "") -> None:
         """Record a final status; a Redis error only costs the record its status (logged)."""
         try:
-            await self.store.finish(job.record.session_id, job.epoch, status)
+            await self.store.finish(job.record.session_id, job.epoch, status, reason)
         except Exception as exc:  # noqa: BLE001 - the tokens are stored; the stream must not fail
             log.warning("could not mark session %s %s: %s", job.record.session_id, status, exc)
 
@@ -211,13 +299,14 @@ class Orchestrator:
                                 round=result.round, num_tokens=len(tokens)):
                     await self._commit(request, job, generated, tokens)
                 generated.extend(tokens)
+                job.round_ends.append(len(generated))
                 finish = FINISH_FROM_PB[result.finish_reason]
                 yield GeneratedChunk(job.record.session_id, tokens, result.num_accepted,
                                      result.num_drafted, finish, result.draft_us,
                                      result.verify_us, result.round_us, result.num_deferred,
-                                     tuple(result.drafted_tokens))
+                                     tuple(result.drafted_tokens), len(job.round_ends))
                 if finish is not None:
-                    await self._mark(job, "finished")
+                    await self._mark(job, "finished", finish.value)
                     return
         finally:
             call.cancel()  # the client went away, or the stream failed: free the pods' work
@@ -234,7 +323,8 @@ class Orchestrator:
             log.warning("session %s: %s; re-writing the %d tokens the gateway holds", session_id,
                         exc, len(generated) + len(tokens))
             await self.store.restore(session_id, request, job.epoch, job.drafter or "",
-                                     job.verifier, generated + tokens)
+                                     job.verifier, generated + tokens,
+                                     [*job.round_ends, len(generated) + len(tokens)])
 
     async def _timed(self, call, job: _Assignment):
         """The call's rounds; RoundTimeout when the next one is overdue (see the settings)."""

@@ -57,6 +57,9 @@ class GatewayConfig:
     """Largest HTTP body (413) and gRPC prompt (INVALID_ARGUMENT)."""
     max_sessions_per_key: int = 64
     """Concurrent sessions per API key on this gateway (429 / RESOURCE_EXHAUSTED); 0: none."""
+    session_lease_s: float = 10.0
+    """How long a session stays this gateway's after its last renewal: a client resuming on
+    another gateway waits at most this long after this one died."""
 
 
 def context_length(model: str) -> int:
@@ -107,7 +110,8 @@ def build_gateway(config: GatewayConfig, client: redis.Redis,
                             api_keys=config.api_keys, playground=config.playground,
                             max_body_bytes=config.max_body_bytes,
                             max_sessions_per_key=config.max_sessions_per_key)
-    orchestrator = Orchestrator(client, SessionStore(client), ChannelPool(config.mesh),
+    store = SessionStore(client, lease_s=config.session_lease_s)
+    orchestrator = Orchestrator(client, store, ChannelPool(config.mesh),
                                 config.orchestrator)
 
     async def ready() -> bool:

@@ -5,6 +5,13 @@ both atomically):
 
 - ``cascade:session:{id}`` hash: request (JSON), status, drafter, verifier, epoch, prompt_len.
 - ``cascade:session:{id}:tokens`` list: generated token ids, in order.
+- ``cascade:session:{id}:rounds`` list: the token count after each stored round (the stream's
+  chunk boundaries: a resumed stream replays them as they were sent).
+
+The gateway that runs a session holds a lease on it (``owner``, ``lease_ms`` in the record),
+renewed while it streams; another gateway takes a session over (``takeover``: a new epoch)
+only when the lease has expired or the session was cancelled, so a client can resume it
+anywhere after its gateway died.
 
 Every write goes through a Lua script that first checks the epoch, so an owner that was paused
 and replaced cannot write after the new one took over. Appends also check the expected length,
@@ -30,51 +37,82 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from cascade.protocol.requests import GenerationRequest
+from cascade.protocol.settings import AcceptancePolicy, DraftConfig, SamplingParams
 from cascade.serving.errors import StaleEpoch
 
 APPEND_SCRIPT = """
 local epoch = redis.call('HGET', KEYS[1], 'epoch')
 if not epoch then return -3 end
 if epoch ~= ARGV[1] then return -1 end
-local stored, expected, count = redis.call('LLEN', KEYS[2]), tonumber(ARGV[2]), #ARGV - 3
+local stored, expected, count = redis.call('LLEN', KEYS[2]), tonumber(ARGV[2]), #ARGV - 4
 if stored == expected + count and count > 0 then
   local tail = redis.call('LRANGE', KEYS[2], expected, -1)
   local same = true
   for i = 1, count do
-    if tail[i] ~= ARGV[3 + i] then same = false break end
+    if tail[i] ~= ARGV[4 + i] then same = false break end
   end
   if same then return stored end
 end
 if stored ~= expected then return -2 end
-redis.call('RPUSH', KEYS[2], unpack(ARGV, 4))
-redis.call('EXPIRE', KEYS[1], ARGV[3])
-redis.call('EXPIRE', KEYS[2], ARGV[3])
-return redis.call('LLEN', KEYS[2])
+redis.call('RPUSH', KEYS[2], unpack(ARGV, 5))
+local length = redis.call('LLEN', KEYS[2])
+redis.call('RPUSH', KEYS[3], length)
+local now = redis.call('TIME')
+redis.call('HSET', KEYS[1], 'lease_ms', now[1] * 1000 + math.floor(now[2] / 1000) + ARGV[4])
+for i = 1, 3 do redis.call('EXPIRE', KEYS[i], ARGV[3]) end
+return length
 """
 """Idempotent: an append whose exact tokens already follow the expected length (a retry whose
-first reply was lost) changes nothing and succeeds. -3: the record is gone (a Redis restart lost
+first reply was lost) changes nothing and succeeds. Each append is one round (its end goes on
+the rounds list) and renews the lease. -3: the record is gone (a Redis restart lost
 it); -1: another epoch owns the session; -2: the stored length differs."""
 
 RESTORE_SCRIPT = """
 local epoch = redis.call('HGET', KEYS[1], 'epoch')
 if epoch and tonumber(epoch) > tonumber(ARGV[1]) then return -1 end
-local num_fields = tonumber(ARGV[3])
-redis.call('HSET', KEYS[1], unpack(ARGV, 4, 3 + num_fields))
-local first = 4 + num_fields
+local num_fields, num_tokens = tonumber(ARGV[3]), tonumber(ARGV[4])
+redis.call('HSET', KEYS[1], unpack(ARGV, 5, 4 + num_fields))
+local first = 5 + num_fields
 local stored = redis.call('LRANGE', KEYS[2], 0, -1)
-local count = #ARGV - first + 1
-if #stored > count then return -2 end
+if #stored > num_tokens then return -2 end
 for i = 1, #stored do
   if stored[i] ~= ARGV[first + i - 1] then return -2 end
 end
-if count > #stored then redis.call('RPUSH', KEYS[2], unpack(ARGV, first + #stored)) end
-redis.call('EXPIRE', KEYS[1], ARGV[2])
-redis.call('EXPIRE', KEYS[2], ARGV[2])
-return count
+if num_tokens > #stored then
+  redis.call('RPUSH', KEYS[2], unpack(ARGV, first + #stored, first + num_tokens - 1))
+end
+redis.call('DEL', KEYS[3])
+if #ARGV >= first + num_tokens then redis.call('RPUSH', KEYS[3], unpack(ARGV, first + num_tokens)) end
+for i = 1, 3 do redis.call('EXPIRE', KEYS[i], ARGV[2]) end
+return num_tokens
 """
 """Re-writes a session the gateway holds after Redis lost writes (a restart without the last
-second of its append-only file): the record's fields, and the tokens missing after the stored
-ones, which must be a prefix of the gateway's. Refused (-1) when a later epoch owns it."""
+second of its append-only file): the record's fields, the tokens missing after the stored ones
+(which must be a prefix of the gateway's) and the round ends. Refused (-1) when a later epoch
+owns it."""
+
+TAKEOVER_SCRIPT = """
+local status = redis.call('HGET', KEYS[1], 'status')
+if not status then return -3 end
+if status ~= 'running' and status ~= 'cancelled' then return -2 end
+local now = redis.call('TIME')
+local now_ms = now[1] * 1000 + math.floor(now[2] / 1000)
+local lease = tonumber(redis.call('HGET', KEYS[1], 'lease_ms') or '0')
+local owner = redis.call('HGET', KEYS[1], 'owner')
+if status == 'running' and lease > now_ms and owner ~= ARGV[1] then return -1 end
+local epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
+redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'lease_ms', now_ms + ARGV[2], 'status', 'running')
+return epoch
+"""
+"""A new epoch for gateway ARGV[1], if the session is unfinished and nobody else holds a live
+lease: -1 the lease is held, -2 the session has ended, -3 it is gone."""
+
+RENEW_SCRIPT = """
+if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return 0 end
+local now = redis.call('TIME')
+redis.call('HSET', KEYS[1], 'lease_ms', now[1] * 1000 + math.floor(now[2] / 1000) + ARGV[2])
+return 1
+"""
 
 SET_IF_EPOCH_SCRIPT = """
 if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return 0 end
@@ -121,15 +159,41 @@ def _record_fields(request: GenerationRequest, epoch: int, drafter: str, verifie
             "prompt_len": len(request.prompt_tokens), "drafter": drafter, "verifier": verifier}
 
 
-def session_keys(session_id: str) -> tuple[str, str]:
-    """(record hash, token list) keys of a session."""
+def request_from_record(fields: dict[str, str]) -> GenerationRequest:
+    """The generation a stored record describes (for taking a session over)."""
+    body = json.loads(fields["request"])
+
+    def settings(kind, values: dict):
+        return kind(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+
+    return GenerationRequest(list(body["prompt_tokens"]), settings(SamplingParams, body["sampling"]),
+                             settings(DraftConfig, body["draft"]),
+                             settings(AcceptancePolicy, body["acceptance"]),
+                             fields.get("view", ""))
+
+
+def session_keys(session_id: str) -> tuple[str, str, str]:
+    """(record hash, token list, round ends) keys of a session."""
     base = f"cascade:session:{{{session_id}}}"
-    return base, f"{base}:tokens"
+    return base, f"{base}:tokens", f"{base}:rounds"
+
+
+class LeaseHeld(RuntimeError):
+    """Another gateway holds a live lease on the session (it is still streaming it)."""
+
+
+class SessionEnded(RuntimeError):
+    """The session has a final status: there is nothing to take over, only to replay."""
 
 
 class SessionStore:
-    def __init__(self, client: redis.Redis, ttl_s: int = 3600) -> None:
-        self.client, self.ttl_s = client, ttl_s
+    def __init__(self, client: redis.Redis, ttl_s: int = 3600, owner: str = "",
+                 lease_s: float = 10.0) -> None:
+        """``owner``: this gateway's id in leases (a fresh one per process by default)."""
+        self.client, self.ttl_s, self.lease_s = client, ttl_s, lease_s
+        self.owner = owner or secrets.token_hex(6)
+        self._takeover = client.register_script(TAKEOVER_SCRIPT)
+        self._renew = client.register_script(RENEW_SCRIPT)
         self._append = client.register_script(APPEND_SCRIPT)
         self._set_if_epoch = client.register_script(SET_IF_EPOCH_SCRIPT)
         self._reassign = client.register_script(REASSIGN_SCRIPT)
@@ -137,8 +201,11 @@ class SessionStore:
 
     async def create(self, request: GenerationRequest, drafter: str, verifier: str) -> SessionRecord:
         session_id = secrets.token_hex(12)
-        record_key, _ = session_keys(session_id)
-        mapping = _record_fields(request, 1, drafter, verifier)
+        record_key = session_keys(session_id)[0]
+        mapping = {**_record_fields(request, 1, drafter, verifier), "owner": self.owner,
+                   "view": request.view}
+        seconds, micros = await self.client.time()
+        mapping["lease_ms"] = seconds * 1000 + micros // 1000 + self._lease_ms
         async with self.client.pipeline(transaction=True) as pipe:
             pipe.hset(record_key, mapping=mapping).expire(record_key, self.ttl_s)
             await pipe.execute()
@@ -147,7 +214,8 @@ class SessionStore:
     async def append(self, session_id: str, epoch: int, expected_len: int, tokens: list[int]) -> int:
         """Append generated tokens if the epoch and length match; returns the new length."""
         result = await self._append(keys=session_keys(session_id),
-                                    args=[epoch, expected_len, self.ttl_s, *tokens])
+                                    args=[epoch, expected_len, self.ttl_s, self._lease_ms,
+                                          *tokens])
         if result == -1:
             raise StaleEpoch(f"session {session_id}: epoch {epoch} is no longer current")
         if result == -2:
@@ -157,30 +225,60 @@ class SessionStore:
         return int(result)
 
     async def restore(self, session_id: str, request: GenerationRequest, epoch: int,
-                      drafter: str, verifier: str, tokens: list[int]) -> None:
-        """Write back the record and the tokens the gateway holds (see RESTORE_SCRIPT)."""
-        fields = [item for pair in _record_fields(request, epoch, drafter, verifier).items()
-                  for item in pair]
+                      drafter: str, verifier: str, tokens: list[int],
+                      round_ends: list[int]) -> None:
+        """Write back the record, the tokens and round ends the gateway holds (see
+        RESTORE_SCRIPT)."""
+        record = {**_record_fields(request, epoch, drafter, verifier), "owner": self.owner,
+                  "view": request.view}
+        fields = [item for pair in record.items() for item in pair]
         result = await self._restore(keys=session_keys(session_id),
-                                     args=[epoch, self.ttl_s, len(fields), *fields, *tokens])
+                                     args=[epoch, self.ttl_s, len(fields), len(tokens), *fields,
+                                           *tokens, *round_ends])
         if result == -1:
             raise StaleEpoch(f"session {session_id}: epoch {epoch} is no longer current")
         if result == -2:
             raise LengthMismatch(f"session {session_id}: stored tokens are not a prefix of "
                                  "the gateway's")
 
-    async def finish(self, session_id: str, epoch: int, status: str) -> None:
-        record_key, _ = session_keys(session_id)
-        if not await self._set_if_epoch(keys=[record_key], args=[epoch, self.ttl_s, "status", status]):
+    async def finish(self, session_id: str, epoch: int, status: str,
+                     finish_reason: str = "") -> None:
+        record_key = session_keys(session_id)[0]
+        args = [epoch, self.ttl_s, "status", status, "finish_reason", finish_reason]
+        if not await self._set_if_epoch(keys=[record_key], args=args):
             raise StaleEpoch(f"session {session_id}: epoch {epoch} is no longer current")
 
     async def reassign(self, session_id: str, epoch: int, drafter: str, verifier: str) -> int:
         """Bump the epoch (fencing out the old assignment) and record the new pods."""
-        record_key, _ = session_keys(session_id)
+        record_key = session_keys(session_id)[0]
         result = await self._reassign(keys=[record_key], args=[epoch, drafter, verifier])
         if result == -1:
             raise StaleEpoch(f"session {session_id}: epoch {epoch} is no longer current")
         return int(result)
+
+    @property
+    def _lease_ms(self) -> int:
+        return int(self.lease_s * 1000)
+
+    async def renew(self, session_id: str, epoch: int) -> bool:
+        """Extend this gateway's lease; False once another epoch owns the session."""
+        return bool(await self._renew(keys=[session_keys(session_id)[0]],
+                                      args=[epoch, self._lease_ms]))
+
+    async def takeover(self, session_id: str) -> int:
+        """A new epoch owned by this gateway (LeaseHeld, SessionEnded, SessionLost if not)."""
+        result = await self._takeover(keys=[session_keys(session_id)[0]],
+                                      args=[self.owner, self._lease_ms])
+        if result == -1:
+            raise LeaseHeld(f"session {session_id} is still streamed by another gateway")
+        if result == -2:
+            raise SessionEnded(f"session {session_id} has ended")
+        if result == -3:
+            raise SessionLost(f"session {session_id} does not exist (or has expired)")
+        return int(result)
+
+    async def round_ends(self, session_id: str) -> list[int]:
+        return [int(n) for n in await self.client.lrange(session_keys(session_id)[2], 0, -1)]
 
     async def tokens(self, session_id: str) -> list[int]:
         return [int(t) for t in await self.client.lrange(session_keys(session_id)[1], 0, -1)]

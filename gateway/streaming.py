@@ -15,7 +15,8 @@ from starlette.types import Send
 from cascade.protocol.settings import FinishReason
 from gateway.detokenize import Decoder, TextStream
 from gateway.errors import as_api_error, error_body, error_response
-from gateway.generation import GenerationFailed, GenerationRequest, Generator, stop_early
+from gateway.generation import GeneratedChunk, GenerationFailed, GenerationRequest, Generator
+from gateway.generation import stop_early
 from gateway.rounds import RoundReader, RoundView
 
 log = logging.getLogger(__name__)
@@ -38,17 +39,26 @@ class Delta:
     """Cascade rules: drafted positions so far that the target's distribution decided."""
     round: RoundView | None = None
     """What the chunk's round did, when the request asked for rounds (gateway.rounds)."""
+    event_id: str | None = None
+    """``<session id>.<round>``: where a client resumes after this delta (gateway.events)."""
 
 
-async def generate_text(
+def generate_text(
     generator: Generator, request: GenerationRequest, tokenizer: Decoder, stops: Sequence[str],
     rounds: bool = False,
 ) -> AsyncIterator[Delta]:
     """One Delta per generated chunk; a stop string ends it early and closes the generation.
     With ``rounds`` each Delta also describes its round, token by token."""
+    return text_deltas(generator.generate(request), tokenizer, stops, rounds)
+
+
+async def text_deltas(chunks: AsyncIterator[GeneratedChunk], tokenizer: Decoder,
+                      stops: Sequence[str], rounds: bool = False, seen_rounds: int = 0
+                      ) -> AsyncIterator[Delta]:
+    """``generate_text`` over a chunk stream. Chunks of rounds up to ``seen_rounds`` (a resumed
+    stream's start, which its client has) only advance the text: no Delta for them."""
     text = TextStream(tokenizer, stops)
     reader = RoundReader(text, tokenizer) if rounds else None
-    chunks = generator.generate(request)
     consumed, deferred, last = 0, 0, None
     try:
         async for chunk in chunks:
@@ -59,15 +69,18 @@ async def generate_text(
             final = chunk.finish_reason is not None
             view = reader.read(chunk, final) if reader else None
             visible = view.text if view else text.add(chunk.token_ids, final=final)
+            event_id = f"{chunk.session_id}.{chunk.round}" if chunk.round else None
             if text.stopped:
                 await stop_early(chunks)
-                yield Delta(visible, "stop", consumed, deferred, view)
+                yield Delta(visible, "stop", consumed, deferred, view, event_id)
                 return
+            if 0 < chunk.round <= seen_rounds and not final:
+                continue
             if final:  # let the generator run to its end before the last delta goes out
                 finish = FINISH_REASONS[FinishReason(chunk.finish_reason)]
-                last = Delta(visible, finish, consumed, deferred, view)
+                last = Delta(visible, finish, consumed, deferred, view, event_id)
                 continue
-            yield Delta(visible, None, consumed, deferred, view)
+            yield Delta(visible, None, consumed, deferred, view, event_id)
     finally:
         await _close(chunks)
     if last is None:
@@ -95,9 +108,11 @@ async def collect(deltas: AsyncIterator[Delta]) -> tuple[str, Delta]:
     return "".join(parts), last
 
 
-def sse_event(payload: dict[str, Any]) -> str:
-    """One server-sent event exactly as OpenAI frames it: ``data: {json}`` and a blank line."""
-    return f"data: {json.dumps(payload, ensure_ascii=False, separators=(',', ':'))}\n\n"
+def sse_event(payload: dict[str, Any], event_id: str | None = None) -> str:
+    """One server-sent event as OpenAI frames it (``data: {json}`` and a blank line), with an
+    ``id:`` line first when given."""
+    data = f"data: {json.dumps(payload, ensure_ascii=False, separators=(',', ':'))}\n\n"
+    return f"id: {event_id}\n{data}" if event_id else data
 
 
 class EventStreamResponse(StreamingResponse):

@@ -156,6 +156,9 @@ class GenerationRequest:
     draft: DraftConfig = field(default_factory=DraftConfig)
     acceptance: AcceptancePolicy | None = None
     """None: the default for the sampling and draft settings."""
+    view: str = ""
+    """How the API layer presents the stream (JSON, opaque here): stored with the session, so
+    a stream resumed on another gateway looks the same."""
 
     def __post_init__(self) -> None:
         if self.acceptance is None:

@@ -40,6 +40,8 @@ class ClusterConfig:
     """torch threads per drafter and verifier, so pods behave like separate machines."""
     verifier_args: tuple[str, ...] = ()
     """Extra flags for the verifier (e.g. --no-batching, --kv-tokens N)."""
+    gateway_args: tuple[str, ...] = ()
+    """Extra flags for the gateway (e.g. --session-lease-s 3)."""
     cpu_affinity: dict[str, frozenset[int]] = field(default_factory=dict)
     """CPU cores per process name ("verifier", "drafter-0", "gateway"); unlisted run anywhere
     (Linux only)."""
@@ -100,7 +102,8 @@ class LocalCluster:
                                          "--target-model", str(c.target),
                                          "--port", str(free_port()), *pod])
         self._spawn("gateway", ["gateway", "--model", str(c.target), "--port", str(c.http_port),
-                                "--grpc-port", str(c.grpc_port), *mesh, *owner])
+                                "--grpc-port", str(c.grpc_port), *mesh, *owner,
+                                *c.gateway_args])
         try:
             self._wait_ready(timeout_s)
         except BaseException:
@@ -151,9 +154,28 @@ class LocalCluster:
         """The process serving ``address`` (host:port of a drafter or verifier)."""
         port = address.rsplit(":", 1)[1]
         for name, args in self._args.items():
-            if "--port" in args and args[args.index("--port") + 1] == port and name != "gateway":
+            if name.startswith("gateway"):
+                continue
+            if "--port" in args and args[args.index("--port") + 1] == port:
                 return name
         raise KeyError(f"no process of this cluster serves {address}")
+
+    def add_gateway(self, name: str = "gateway-1", timeout_s: float = 60.0) -> str:
+        """Start another gateway on free ports beside the first (same Redis, same pods, same
+        flags); returns its HTTP URL."""
+        args = list(self._args["gateway"])
+        http_port = str(free_port())
+        args[args.index("--port") + 1] = http_port
+        args[args.index("--grpc-port") + 1] = str(free_port())
+        self._spawn(name, args)
+        url = f"http://127.0.0.1:{http_port}"
+        deadline = time.monotonic() + timeout_s
+        while not self._gateway_ready(url):
+            self._check_alive()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{name} not ready after {timeout_s}s")
+            time.sleep(0.2)
+        return url
 
     def address_of(self, name: str) -> str:
         """host:port of pod ``name`` (a drafter or verifier process)."""
@@ -167,7 +189,7 @@ class LocalCluster:
         if process.poll() is None:
             raise RuntimeError(f"{name} is still running")
         args = self._args[name]
-        port = None if name == "gateway" else args[args.index("--port") + 1]
+        port = None if name.startswith("gateway") else args[args.index("--port") + 1]
         if port is not None:  # the dead pod's entry lives on until it expires
             self._unregister(port)
         self._spawn(name, args)
@@ -181,9 +203,9 @@ class LocalCluster:
             client.hdel(key, address)
         client.close()
 
-    def _gateway_ready(self) -> bool:
+    def _gateway_ready(self, url: str | None = None) -> bool:
         try:
-            return httpx.get(f"{self.http_url}/ready", timeout=1.0).status_code == 200
+            return httpx.get(f"{url or self.http_url}/ready", timeout=1.0).status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -194,7 +216,8 @@ class LocalCluster:
                 raise RuntimeError(f"{name} exited with code {process.returncode}:\n{log}")
 
     def stop(self, timeout_s: float = 20.0) -> None:
-        order = ["gateway", *[n for n in self.processes if n.startswith("drafter")],
+        order = [*[n for n in self.processes if n.startswith("gateway")],
+                 *[n for n in self.processes if n.startswith("drafter")],
                  *[n for n in self.processes if n.startswith("verifier")]]
         for name in order:
             process = self.processes.get(name)

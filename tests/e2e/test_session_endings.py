@@ -18,7 +18,7 @@ def finished(reason: str) -> float:
 
 async def statuses(cluster) -> list[str]:
     keys = [k async for k in cluster.client.scan_iter(match="cascade:session:*")
-            if not k.endswith(b":tokens")]
+            if not k.endswith((b":tokens", b":rounds"))]
     return [(await cluster.client.hget(k, "status")).decode() for k in keys]
 
 

@@ -1,6 +1,8 @@
 """One mapping, both front ends: the same request through HTTP and through gRPC (a real server on
 loopback) gives the same settings, and the same bad request the same message (400 / INVALID_ARGUMENT)."""
 
+from dataclasses import replace
+
 import grpc
 import pytest
 
@@ -63,7 +65,8 @@ async def test_the_same_request_gives_the_same_settings(both, fields):
                                json={"model": MODEL, "prompt": PROMPT, **fields})
     assert response.status_code == 200, response.text
     await _grpc(stub, fields)
-    assert http_generator.request == grpc_generator.request
+    # the same generation; only how each API presents its stream (the view) differs
+    assert replace(http_generator.request, view="") == replace(grpc_generator.request, view="")
 
 
 @pytest.mark.parametrize("fields", BAD)

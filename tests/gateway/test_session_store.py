@@ -45,7 +45,7 @@ async def test_everything_expires(redis_client):
     record = await store.create(REQUEST, "d:1", "v:1")
     await store.append(record.session_id, 1, 0, [1])
     keys = [k async for k in redis_client.scan_iter(match="cascade:session:*")]
-    assert len(keys) == 2
+    assert len(keys) == 3  # record, tokens, round ends
     for key in keys:
         assert 0 < await redis_client.ttl(key) <= 30
 
@@ -86,24 +86,59 @@ async def test_writes_lost_by_a_redis_restart_are_written_back(redis_client):
     store = SessionStore(redis_client, ttl_s=60)
     record = await store.create(REQUEST, "d:1", "v:1")
     await store.append(record.session_id, 1, 0, [1, 2, 3])
-    record_key, tokens_key = session_keys(record.session_id)
+    record_key, tokens_key, rounds_key = session_keys(record.session_id)
     await redis_client.rpop(tokens_key)  # the lost tail
     with pytest.raises(LengthMismatch):
         await store.append(record.session_id, 1, 3, [4])
-    await store.restore(record.session_id, REQUEST, 1, "d:1", "v:1", [1, 2, 3, 4])
+    await store.restore(record.session_id, REQUEST, 1, "d:1", "v:1", [1, 2, 3, 4], [3, 4])
     assert await store.tokens(record.session_id) == [1, 2, 3, 4]
+    assert await store.round_ends(record.session_id) == [3, 4]
 
-    await redis_client.delete(record_key, tokens_key)  # the whole session lost
+    await redis_client.delete(record_key, tokens_key, rounds_key)  # the whole session lost
     with pytest.raises(SessionLost):
         await store.append(record.session_id, 1, 4, [5])
-    await store.restore(record.session_id, REQUEST, 1, "d:1", "v:1", [1, 2, 3, 4, 5])
+    await store.restore(record.session_id, REQUEST, 1, "d:1", "v:1", [1, 2, 3, 4, 5], [3, 4, 5])
     saved = await store.record(record.session_id)
     assert saved["epoch"] == "1" and saved["status"] == "running" and saved["prompt_len"] == "3"
     assert await store.append(record.session_id, 1, 5, [6]) == 6
 
     with pytest.raises(LengthMismatch):  # Redis holds tokens the gateway never sent
-        await store.restore(record.session_id, REQUEST, 1, "d:1", "v:1", [1, 2, 9])
+        await store.restore(record.session_id, REQUEST, 1, "d:1", "v:1", [1, 2, 9], [3])
     await store.reassign(record.session_id, 1, "d:2", "v:2")
     with pytest.raises(StaleEpoch):  # another gateway took over meanwhile
-        await store.restore(record.session_id, REQUEST, 1, "d:1", "v:1", [1, 2, 3, 4, 5, 6, 7])
+        await store.restore(record.session_id, REQUEST, 1, "d:1", "v:1", [1, 2, 3, 4, 5, 6, 7],
+                            [7])
     assert await store.tokens(record.session_id) == [1, 2, 3, 4, 5, 6]
+
+
+async def test_a_session_is_taken_over_only_when_its_lease_lapses_or_it_was_cancelled(
+        redis_client):
+    """Rounds are stored with their ends (a resumed stream replays them); another gateway gets
+    a new epoch only after the owner's lease expires, and nothing once the session ended."""
+    import asyncio
+
+    from gateway.session_store import LeaseHeld, SessionEnded, request_from_record
+
+    owner = SessionStore(redis_client, ttl_s=60, owner="gateway-a", lease_s=0.5)
+    other = SessionStore(redis_client, ttl_s=60, owner="gateway-b", lease_s=0.5)
+    record = await owner.create(REQUEST, "d:1", "v:1")
+    sid = record.session_id
+    await owner.append(sid, 1, 0, [1, 2])
+    await owner.append(sid, 1, 2, [3])
+    assert await owner.round_ends(sid) == [2, 3]
+    assert request_from_record(await owner.record(sid)) == REQUEST
+    with pytest.raises(LeaseHeld):
+        await other.takeover(sid)
+    assert await owner.renew(sid, 1)
+    await asyncio.sleep(0.7)  # the owner died: nobody renews
+    epoch = await other.takeover(sid)
+    assert epoch == 2 and (await other.record(sid))["owner"] == "gateway-b"
+    assert not await owner.renew(sid, 1)  # the old owner is fenced out
+    with pytest.raises(StaleEpoch):
+        await owner.append(sid, 1, 3, [4])
+    await other.finish(sid, epoch, "cancelled")  # its client left: a cancelled session resumes
+    assert await owner.takeover(sid) == 3
+    await owner.finish(sid, 3, "finished", "length")
+    with pytest.raises(SessionEnded):
+        await other.takeover(sid)
+    assert (await owner.record(sid))["finish_reason"] == "length"

@@ -1,0 +1,103 @@
+"""A generation's server-sent events in OpenAI's chunk shapes, each round's last event carrying
+an ``id:`` (``<session id>.<round>``) a client resumes after (gateway.resume).
+
+``StreamView`` is how one stream looks (kind, response id, stop strings, options): it is stored
+with the session, so a stream resumed on any gateway continues the same response.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from gateway import schemas
+from gateway.streaming import Delta, sse_event
+
+
+@dataclass(frozen=True)
+class Usage:
+    num_prompt: int
+    is_cascade: bool
+    """A speculative cascade also reports its deferred positions."""
+
+    def of(self, last: Delta) -> dict[str, int]:
+        deferred = last.num_deferred if self.is_cascade else None
+        return schemas.usage(self.num_prompt, last.completion_tokens, deferred)
+
+
+@dataclass(frozen=True)
+class StreamView:
+    kind: str
+    """"completion" or "chat"."""
+    meta: schemas.ResponseMeta
+    stop: tuple[str, ...]
+    include_usage: bool
+    rounds: bool
+    """The request asked for per-round cascade objects."""
+    usage: Usage
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> StreamView:
+        raw = json.loads(text)
+        return cls(raw["kind"], schemas.ResponseMeta(**raw["meta"]), tuple(raw["stop"]),
+                   raw["include_usage"], raw["rounds"], Usage(**raw["usage"]))
+
+
+def events(view: StreamView, deltas: AsyncIterator[Delta], resumed: bool = False
+           ) -> AsyncIterator[str]:
+    """The SSE events of ``deltas``; ``resumed``: the client already has the stream's start."""
+    if view.kind == "chat":
+        return chat_events(view, deltas, resumed)
+    return completion_events(view, deltas)
+
+
+async def completion_events(view: StreamView, deltas: AsyncIterator[Delta]
+                            ) -> AsyncIterator[str]:
+    meta, include_usage = view.meta, view.include_usage
+    async for delta in deltas:
+        group = []
+        if delta.text or delta.finish_reason or delta.round:
+            chunk = schemas.completion_chunk(meta, delta.text, delta.finish_reason, include_usage)
+            group.append(schemas.with_round(chunk, _round_json(delta)))
+        if delta.finish_reason and include_usage:
+            group.append(schemas.usage_chunk(meta, "text_completion", view.usage.of(delta)))
+        for event in _framed(group, delta.event_id):
+            yield event
+
+
+async def chat_events(view: StreamView, deltas: AsyncIterator[Delta], resumed: bool = False
+                      ) -> AsyncIterator[str]:
+    meta, include_usage = view.meta, view.include_usage
+    first = not resumed
+    async for delta in deltas:
+        group = []
+        if first:  # sent with the first generated chunk, so errors before it still get a status
+            group.append(schemas.chat_chunk(meta, {"role": "assistant", "content": ""}, None,
+                                            include_usage))
+            first = False
+        if delta.text or delta.round:
+            chunk = schemas.chat_chunk(meta, {"content": delta.text}, None, include_usage)
+            group.append(schemas.with_round(chunk, _round_json(delta)))
+        if delta.finish_reason:
+            group.append(schemas.chat_chunk(meta, {}, delta.finish_reason, include_usage))
+            if include_usage:
+                group.append(schemas.usage_chunk(meta, "chat.completion.chunk",
+                                                 view.usage.of(delta)))
+        for event in _framed(group, delta.event_id):
+            yield event
+
+
+def _framed(group: list[dict[str, Any]], event_id: str | None) -> list[str]:
+    """The group's events; the last carries the round's id (once all of them arrived, the
+    client has the whole round)."""
+    return [sse_event(payload, event_id if i == len(group) - 1 else None)
+            for i, payload in enumerate(group)]
+
+
+def _round_json(delta: Delta) -> dict[str, Any] | None:
+    return delta.round.to_json() if delta.round else None

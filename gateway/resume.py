@@ -1,0 +1,48 @@
+"""Resuming a stream on any gateway: ``GET /v1/sessions/{session_id}/events`` with the standard
+``Last-Event-ID`` header (``<session id>.<round>``, the id of the last event received) or
+``?after=<round>``. The reply is the rest of the same response: the same chunk shapes, response
+id and options, starting right after that round; the session continues on this gateway if its
+own gateway died (gateway.orchestrator, ``resume``).
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+
+from gateway.errors import APIError, bad_request
+from gateway.events import StreamView, events
+from gateway.session_store import SessionLost
+from gateway.streaming import EventStreamResponse, text_deltas
+
+
+def resume_after(session_id: str, last_event_id: str | None, after: int | None) -> int:
+    """The last round the client has (0: none), from Last-Event-ID or ``after``."""
+    if last_event_id:
+        sid, _, number = last_event_id.strip().rpartition(".")
+        if sid != session_id or not number.isdigit():
+            raise bad_request(f"Invalid Last-Event-ID {last_event_id!r}: expected "
+                              f"'{session_id}.<round>' as sent in the stream's id: lines.",
+                              param="Last-Event-ID")
+        return int(number)
+    if after is not None and after < 0:
+        raise bad_request("Invalid 'after': a round number, 0 or more.", param="after")
+    return after or 0
+
+
+def install_resume(app: FastAPI, tokenizer, generator) -> None:
+    @app.get("/v1/sessions/{session_id}/events")
+    async def resume_events(session_id: str, http: Request, after: int | None = None) -> Response:
+        seen = resume_after(session_id, http.headers.get("last-event-id"), after)
+        if not hasattr(generator, "resume"):
+            raise APIError(501, "This gateway cannot resume sessions.", type="server_error")
+        try:
+            request, chunks = await generator.resume(session_id, 0)
+        except SessionLost as exc:
+            raise APIError(404, str(exc), param="session_id", code="session_not_found") from exc
+        if not request.view:
+            raise APIError(409, f"Session {session_id} was not started through the HTTP API; "
+                           "resume it with the gRPC Resume call.", code="not_an_http_session")
+        view = StreamView.from_json(request.view)
+        deltas = text_deltas(chunks, tokenizer, view.stop, view.rounds, seen_rounds=seen)
+        return EventStreamResponse(events(view, deltas, resumed=seen > 0))

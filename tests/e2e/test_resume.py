@@ -1,0 +1,66 @@
+"""A client resumes its stream on another gateway after its own died (kill -9), with real
+processes: the concatenated text equals the uninterrupted generation, and the session ends
+finished under the new gateway's epoch."""
+
+import json
+import os
+import signal
+import time
+
+import httpx
+import redis
+
+from cascade.tools.local_cluster import ClusterConfig, LocalCluster
+from cascade.tools.redis_server import free_port
+from gateway.session_store import session_keys
+
+BODY = {"model": "target", "prompt": "import os\nimport sys\n", "max_tokens": 200,
+        "temperature": 0, "num_draft_tokens": 3}
+
+
+def read_events(response, stop_after: int | None = None) -> tuple[str, str | None, bool]:
+    """(text, last event id, saw [DONE]) of an SSE response, reading at most ``stop_after``
+    events that carry an id."""
+    text, last_id, seen = "", None, 0
+    for line in response.iter_lines():
+        if line.startswith("id: "):
+            last_id = line[4:]
+            seen += 1
+        elif line == "data: [DONE]":
+            return text, last_id, True
+        elif line.startswith("data: "):
+            choices = json.loads(line[6:]).get("choices") or [{}]
+            text += choices[0].get("text") or ""
+        if stop_after is not None and seen >= stop_after and line == "":
+            return text, last_id, False
+    return text, last_id, False
+
+
+def test_a_stream_resumes_on_another_gateway_after_its_gateway_died(tiny_pair_dirs, tmp_path):
+    target, drafter = tiny_pair_dirs
+    config = ClusterConfig(target, drafter, http_port=free_port(), grpc_port=free_port(),
+                           workdir=tmp_path, gateway_args=("--session-lease-s", "2"))
+    cluster = LocalCluster(config).start()
+    try:
+        other = cluster.add_gateway()
+        whole = httpx.post(f"{cluster.http_url}/v1/completions", json=BODY, timeout=120)
+        expected = whole.json()["choices"][0]["text"]
+        with httpx.stream("POST", f"{cluster.http_url}/v1/completions", timeout=120,
+                          json={**BODY, "stream": True}) as response:
+            before, last_id, done = read_events(response, stop_after=2)
+            gateway = cluster.processes["gateway"]
+            os.kill(gateway.pid, signal.SIGSTOP)  # frozen mid-stream, then dead
+            os.kill(gateway.pid, signal.SIGKILL)
+        assert not done and last_id
+        started = time.monotonic()
+        with httpx.stream("GET", f"{other}/v1/sessions/{last_id.split('.')[0]}/events",
+                          headers={"Last-Event-ID": last_id}, timeout=120) as response:
+            assert response.status_code == 200
+            after, _, done = read_events(response)
+        assert done and before + after == expected
+        assert time.monotonic() - started < 15  # the lease (2 s) lapsed, then it continued
+        record = redis.Redis.from_url(cluster.redis.url).hgetall(
+            session_keys(last_id.split(".")[0])[0])
+        assert record[b"status"] == b"finished" and int(record[b"epoch"]) >= 2
+    finally:
+        cluster.stop()
