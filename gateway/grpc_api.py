@@ -4,6 +4,8 @@ run it through the orchestrator, stream each round's text."""
 from __future__ import annotations
 
 import asyncio
+import json
+from dataclasses import replace
 from typing import Any
 
 from cascade.protocol.chat import chat_prompt_ids, has_chat_template
@@ -22,6 +24,7 @@ from gateway.auth import ApiKeys
 from gateway.detokenize import TextStream
 from gateway.generation import Generator, stop_early
 from gateway.limits import KeyLimits
+from gateway.session_store import SessionLost
 
 OPTIONAL_FIELDS = ("temperature", "top_p", "top_k", "seed", "num_draft_tokens", "cascade_alpha",
                    "draft_min_confidence", "draft_max_entropy")
@@ -74,17 +77,41 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
             raise RequestInvalid("The model has no chat template; send chat = false.", "chat")
         return chat_prompt_ids(self.tokenizer, text)
 
-    async def Generate(self, request, context):
-        metadata = dict(context.invocation_metadata() or ())
-        if not self.api_keys.allows(metadata.get("authorization")):
+    def _authorized_key(self, context) -> str:
+        """The caller's key identity (UNAUTHENTICATED without a valid key)."""
+        authorization = dict(context.invocation_metadata() or ()).get("authorization")
+        if not self.api_keys.allows(authorization):
             raise Unauthenticated("invalid or missing API key: send metadata "
                                   "'authorization: Bearer <key>'")
-        key = self.limits.key_of(metadata.get("authorization"))
+        return self.limits.key_of(authorization)
+
+    async def Generate(self, request, context):
+        key = self._authorized_key(context)
         self.limits.check(key)
         # Tokenizing a long prompt takes a while: off the event loop, which serves every stream.
         generation, stops = await asyncio.to_thread(self._request, request)
-        text = TextStream(self.tokenizer, stops=stops)
+        generation = replace(generation, view=json.dumps({"kind": "grpc", "stop": stops}))
         chunks = self.limits.counted(key, self.generator).generate(generation)
+        async for response in self._responses(chunks, stops, len(generation.prompt_tokens)):
+            yield response
+
+    async def Resume(self, request, context):
+        self._authorized_key(context)
+        if not request.session_id:
+            raise RequestInvalid("Invalid 'session_id': required.", "session_id")
+        try:
+            generation, chunks = await self.generator.resume(request.session_id, 0)
+        except SessionLost as exc:
+            raise RequestInvalid(str(exc), "session_id") from exc
+        stops = json.loads(generation.view or "{}").get("stop", [])
+        async for response in self._responses(chunks, stops, len(generation.prompt_tokens),
+                                              request.after_round):
+            yield response
+
+    async def _responses(self, chunks, stops: list[str], num_prompt: int, seen_rounds: int = 0):
+        """One response per chunk; chunks of rounds up to ``seen_rounds`` (which a resuming
+        client has) only advance the text."""
+        text = TextStream(self.tokenizer, stops=stops)
         completion_tokens = 0
         try:
             async for chunk in chunks:
@@ -93,14 +120,15 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
                 accepted = text.add(chunk.token_ids[: chunk.num_accepted])
                 chosen = text.add(chunk.token_ids[chunk.num_accepted :], final=final)
                 finish = FinishReason.STOP if text.stopped else chunk.finish_reason
+                if 0 < chunk.round <= seen_rounds and finish is None:
+                    continue
                 yield gateway_pb2.GenerateResponse(
                     session_id=chunk.session_id, text=accepted + chosen, accepted_text=accepted,
                     token_ids=chunk.token_ids, num_accepted=chunk.num_accepted,
                     num_drafted=chunk.num_drafted, finish_reason=FINISH_TO_PB[finish],
-                    prompt_tokens=len(generation.prompt_tokens),
-                    completion_tokens=completion_tokens, draft_us=chunk.draft_us,
-                    verify_us=chunk.verify_us, round_us=chunk.round_us,
-                    num_deferred=chunk.num_deferred)
+                    prompt_tokens=num_prompt, completion_tokens=completion_tokens,
+                    draft_us=chunk.draft_us, verify_us=chunk.verify_us, round_us=chunk.round_us,
+                    num_deferred=chunk.num_deferred, round=chunk.round)
                 if text.stopped:  # a stop string ended the text: the rest is not wanted
                     await stop_early(chunks)
                     return

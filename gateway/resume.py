@@ -7,6 +7,8 @@ own gateway died (gateway.orchestrator, ``resume``).
 
 from __future__ import annotations
 
+import json
+
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
@@ -40,7 +42,7 @@ def install_resume(app: FastAPI, tokenizer, generator) -> None:
             request, chunks = await generator.resume(session_id, 0)
         except SessionLost as exc:
             raise APIError(404, str(exc), param="session_id", code="session_not_found") from exc
-        if not request.view:
+        if json.loads(request.view or "{}").get("kind") not in ("completion", "chat"):
             raise APIError(409, f"Session {session_id} was not started through the HTTP API; "
                            "resume it with the gRPC Resume call.", code="not_an_http_session")
         view = StreamView.from_json(request.view)

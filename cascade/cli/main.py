@@ -102,7 +102,10 @@ def _report(spec: GenerationSummary, base: GenerationSummary | None, k: int) -> 
 
 
 @app.command()
-def generate(prompt: str, gateway: str = typer.Option("127.0.0.1:50050", help="Gateway gRPC."),
+def generate(prompt: str,
+             gateway: str = typer.Option("127.0.0.1:50050", help="Gateway gRPC address; "
+                                         "several, comma-separated, to resume a broken stream "
+                                         "on the next."),
              max_tokens: int = typer.Option(64, help="Tokens to generate."),
              num_draft_tokens: int = typer.Option(4, "--k", help="Drafted tokens per round."),
              temperature: float = typer.Option(0.0, help="0 = greedy."),

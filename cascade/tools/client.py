@@ -4,7 +4,7 @@ summarises it (acceptance, tokens/s, per-round protocol overhead)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import grpc
@@ -40,13 +40,23 @@ class GenerationSummary:
             self.overhead_us.append(response.round_us - response.draft_us - response.verify_us)
 
 
-def stream_generation(address: str, prompt: str, max_tokens: int, num_draft_tokens: int,
-                      temperature: float = 0.0, seed: int = 0, chat: bool = True,
+RESUMABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN,
+             grpc.StatusCode.RESOURCE_EXHAUSTED}
+"""Statuses after which the stream is resumed on the next gateway (a dead gateway's stream
+ends UNAVAILABLE; a session still held by it answers RESOURCE_EXHAUSTED)."""
+
+
+def stream_generation(address: str | Sequence[str], prompt: str, max_tokens: int,
+                      num_draft_tokens: int, temperature: float = 0.0, seed: int = 0,
+                      chat: bool = True,
                       on_response: Callable[[gateway_pb2.GenerateResponse], None] | None = None,
                       timeout_s: float = 600.0, cascade_rule: str | None = None,
-                      cascade_alpha: float = 0.0, adaptive: bool = False) -> GenerationSummary:
+                      cascade_alpha: float = 0.0, adaptive: bool = False,
+                      max_resumes: int = 5) -> GenerationSummary:
     """One generation through the gateway; ``cascade_rule`` makes it a speculative cascade,
-    ``adaptive`` adapts k to the drafter's success."""
+    ``adaptive`` adapts k to the drafter's success. ``address``: one gateway or several
+    (``host:port,host:port``): when a stream breaks, it is resumed on the next one after the
+    last round received, up to ``max_resumes`` times."""
     cascade = {"acceptance": "cascade", "cascade_rule": cascade_rule,
                "cascade_alpha": cascade_alpha} if cascade_rule else {}
     schedule = {"draft_schedule": "adaptive"} if adaptive else {}
@@ -54,15 +64,40 @@ def stream_generation(address: str, prompt: str, max_tokens: int, num_draft_toke
                                           chat=chat, max_tokens=max_tokens,
                                           temperature=temperature, seed=seed, **cascade,
                                           **schedule)
-    summary = GenerationSummary()
+    gateways = address.split(",") if isinstance(address, str) else list(address)
+    summary, position = GenerationSummary(), _Position()
     started = time.perf_counter()
-    with grpc.insecure_channel(address) as channel:
-        stub = gateway_pb2_grpc.GatewayStub(channel)
-        for response in stub.Generate(request, timeout=timeout_s):
-            if summary.num_rounds == 0:
-                summary.first_token_s = time.perf_counter() - started
-            summary.observe(response)
-            if on_response:
-                on_response(response)
+    for attempt in range(max_resumes + 1):
+        try:
+            with grpc.insecure_channel(gateways[attempt % len(gateways)].strip()) as channel:
+                for response in position.call(gateway_pb2_grpc.GatewayStub(channel), request,
+                                              timeout_s):
+                    if summary.num_rounds == 0:
+                        summary.first_token_s = time.perf_counter() - started
+                    summary.observe(response)
+                    if on_response:
+                        on_response(response)
+            break
+        except grpc.RpcError as exc:
+            if exc.code() not in RESUMABLE or attempt == max_resumes:
+                raise
+            time.sleep(min(2.0, 0.1 * 2 ** attempt))
     summary.elapsed_s = time.perf_counter() - started
     return summary
+
+
+@dataclass
+class _Position:
+    """Where a stream is: its session and last round, so a broken stream resumes after it."""
+
+    session_id: str = ""
+    round: int = 0
+
+    def call(self, stub, request, timeout_s: float):
+        stream = (stub.Resume(gateway_pb2.ResumeRequest(session_id=self.session_id,
+                                                        after_round=self.round),
+                              timeout=timeout_s)
+                  if self.session_id else stub.Generate(request, timeout=timeout_s))
+        for response in stream:
+            self.session_id, self.round = response.session_id, response.round or self.round
+            yield response

@@ -160,13 +160,13 @@ class LocalCluster:
                 return name
         raise KeyError(f"no process of this cluster serves {address}")
 
-    def add_gateway(self, name: str = "gateway-1", timeout_s: float = 60.0) -> str:
+    def add_gateway(self, name: str = "gateway-1", timeout_s: float = 60.0) -> tuple[str, str]:
         """Start another gateway on free ports beside the first (same Redis, same pods, same
-        flags); returns its HTTP URL."""
+        flags); returns its HTTP URL and gRPC address."""
         args = list(self._args["gateway"])
-        http_port = str(free_port())
+        http_port, grpc_port = str(free_port()), str(free_port())
         args[args.index("--port") + 1] = http_port
-        args[args.index("--grpc-port") + 1] = str(free_port())
+        args[args.index("--grpc-port") + 1] = grpc_port
         self._spawn(name, args)
         url = f"http://127.0.0.1:{http_port}"
         deadline = time.monotonic() + timeout_s
@@ -175,7 +175,7 @@ class LocalCluster:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{name} not ready after {timeout_s}s")
             time.sleep(0.2)
-        return url
+        return url, f"127.0.0.1:{grpc_port}"
 
     def address_of(self, name: str) -> str:
         """host:port of pod ``name`` (a drafter or verifier process)."""

@@ -40,6 +40,11 @@ class GatewayStub:
                 request_serializer=cascade_dot_v1_dot_gateway__pb2.GenerateRequest.SerializeToString,
                 response_deserializer=cascade_dot_v1_dot_gateway__pb2.GenerateResponse.FromString,
                 _registered_method=True)
+        self.Resume = channel.unary_stream(
+                '/cascade.v1.Gateway/Resume',
+                request_serializer=cascade_dot_v1_dot_gateway__pb2.ResumeRequest.SerializeToString,
+                response_deserializer=cascade_dot_v1_dot_gateway__pb2.GenerateResponse.FromString,
+                _registered_method=True)
 
 
 class GatewayServicer:
@@ -53,12 +58,25 @@ class GatewayServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Resume(self, request, context):
+        """The rest of a Generate stream, on any gateway (its own may have died): the responses after
+        round `after_round`, then the session's continuation.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GatewayServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Generate': grpc.unary_stream_rpc_method_handler(
                     servicer.Generate,
                     request_deserializer=cascade_dot_v1_dot_gateway__pb2.GenerateRequest.FromString,
+                    response_serializer=cascade_dot_v1_dot_gateway__pb2.GenerateResponse.SerializeToString,
+            ),
+            'Resume': grpc.unary_stream_rpc_method_handler(
+                    servicer.Resume,
+                    request_deserializer=cascade_dot_v1_dot_gateway__pb2.ResumeRequest.FromString,
                     response_serializer=cascade_dot_v1_dot_gateway__pb2.GenerateResponse.SerializeToString,
             ),
     }
@@ -89,6 +107,33 @@ class Gateway:
             target,
             '/cascade.v1.Gateway/Generate',
             cascade_dot_v1_dot_gateway__pb2.GenerateRequest.SerializeToString,
+            cascade_dot_v1_dot_gateway__pb2.GenerateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Resume(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/cascade.v1.Gateway/Resume',
+            cascade_dot_v1_dot_gateway__pb2.ResumeRequest.SerializeToString,
             cascade_dot_v1_dot_gateway__pb2.GenerateResponse.FromString,
             options,
             channel_credentials,

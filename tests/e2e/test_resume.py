@@ -42,7 +42,7 @@ def test_a_stream_resumes_on_another_gateway_after_its_gateway_died(tiny_pair_di
                            workdir=tmp_path, gateway_args=("--session-lease-s", "2"))
     cluster = LocalCluster(config).start()
     try:
-        other = cluster.add_gateway()
+        other, _ = cluster.add_gateway()
         whole = httpx.post(f"{cluster.http_url}/v1/completions", json=BODY, timeout=120)
         expected = whole.json()["choices"][0]["text"]
         with httpx.stream("POST", f"{cluster.http_url}/v1/completions", timeout=120,
@@ -62,5 +62,36 @@ def test_a_stream_resumes_on_another_gateway_after_its_gateway_died(tiny_pair_di
         record = redis.Redis.from_url(cluster.redis.url).hgetall(
             session_keys(last_id.split(".")[0])[0])
         assert record[b"status"] == b"finished" and int(record[b"epoch"]) >= 2
+    finally:
+        cluster.stop()
+
+
+def test_the_grpc_client_resumes_on_its_own(tiny_pair_dirs, tmp_path):
+    """stream_generation, given two gateways, finishes the generation on the second when the
+    first is killed mid-stream: the same text and tokens as an uninterrupted run."""
+    from cascade.tools.client import stream_generation
+
+    target, drafter = tiny_pair_dirs
+    config = ClusterConfig(target, drafter, http_port=free_port(), grpc_port=free_port(),
+                           workdir=tmp_path, gateway_args=("--session-lease-s", "2"))
+    cluster = LocalCluster(config).start()
+    try:
+        _, other = cluster.add_gateway()
+        gateways = [cluster.grpc_address, other]
+        args = dict(prompt="import os\nimport sys\n", max_tokens=200, num_draft_tokens=3,
+                    chat=False)
+        expected = stream_generation(gateways, **args)
+        seen = []
+
+        def kill_first_gateway(response) -> None:
+            seen.append(response.round)
+            if len(seen) == 2:
+                gateway = cluster.processes["gateway"]
+                os.kill(gateway.pid, signal.SIGSTOP)
+                os.kill(gateway.pid, signal.SIGKILL)
+
+        resumed = stream_generation(gateways, on_response=kill_first_gateway, **args)
+        assert resumed.token_ids == expected.token_ids and resumed.text == expected.text
+        assert seen == list(range(1, len(seen) + 1))  # no round twice, none skipped
     finally:
         cluster.stop()
