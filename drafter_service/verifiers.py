@@ -11,7 +11,7 @@ from __future__ import annotations
 import redis.asyncio as redis
 
 from cascade.protocol.validation import invalid
-from cascade.serving.registry import live_pods
+from cascade.serving.registry import connect, live_pods
 
 
 class VerifierPolicy:
@@ -21,7 +21,7 @@ class VerifierPolicy:
     @classmethod
     def from_options(cls, allowed: str | None, redis_url: str | None) -> VerifierPolicy:
         listed = tuple(a.strip() for a in (allowed or "").split(",") if a.strip())
-        return cls(listed, redis.from_url(redis_url) if redis_url else None)
+        return cls(listed, connect(redis_url) if redis_url else None)
 
     @property
     def is_open(self) -> bool:

@@ -19,9 +19,9 @@ so a chunk is never stored twice or out of order, and a repeated append of the c
 succeeds without writing (so redis-py may retry appends after a lost reply). Everything carries
 a TTL.
 
-``connect`` makes the client every gateway uses: explicit timeouts, and redis-py's retries with
-exponential backoff on connection errors and timeouts (a stream pauses for a Redis blip instead
-of failing).
+``connect`` (cascade.serving.registry) makes the client every gateway uses: explicit timeouts,
+and redis-py's retries with exponential backoff on connection errors and timeouts (a stream
+pauses for a Redis blip instead of failing).
 """
 
 from __future__ import annotations
@@ -31,14 +31,14 @@ import secrets
 from dataclasses import asdict, dataclass
 
 import redis.asyncio as redis
-from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from cascade.protocol.requests import GenerationRequest
 from cascade.protocol.settings import AcceptancePolicy, DraftConfig, SamplingParams
 from cascade.serving.errors import StaleEpoch
+from cascade.serving.registry import connect
+
+__all__ = ["LeaseHeld", "LengthMismatch", "SessionEnded", "SessionLost", "SessionRecord",
+           "SessionStore", "connect", "request_from_record", "session_keys"]
 
 APPEND_SCRIPT = """
 local epoch = redis.call('HGET', KEYS[1], 'epoch')
@@ -127,13 +127,6 @@ local epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
 redis.call('HSET', KEYS[1], 'drafter', ARGV[2], 'verifier', ARGV[3])
 return epoch
 """
-
-
-def connect(url: str, timeout_s: float = 2.0, retries: int = 5) -> redis.Redis:
-    """A client with timeouts and backoff retries (about 3 s of retrying in all)."""
-    return redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
-                          retry=Retry(ExponentialBackoff(cap=1.0, base=0.1), retries),
-                          retry_on_error=[RedisConnectionError, RedisTimeoutError])
 
 
 class LengthMismatch(RuntimeError):

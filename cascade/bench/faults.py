@@ -1,15 +1,19 @@
-"""Fault injection on a local cluster of real processes (two verifiers, two drafters, a gateway
-and Redis with its append-only file): during a streaming generation, kill -9 the drafter or the
-verifier serving it, or kill -9 Redis and start it again, after a random round. The client
-reads on; every trial must complete with exactly the tokens of the same request without a fault
-(greedy, and seeded sampling). The killed pod is started again before the next trial.
+"""Fault injection on a local cluster of real processes (two verifiers, two drafters, two
+gateways and Redis with its append-only file): during a streaming generation, kill -9 the
+drafter, the verifier or the gateway serving it, or kill -9 Redis and start it again, after a
+random round. The client (``cascade.tools.client``, which resumes a broken stream on the other
+gateway) reads on; every trial must complete with exactly the tokens of the same request without
+a fault (greedy, and seeded sampling), no round twice and none missing. The killed process is
+started again before the next trial.
 
     python -m cascade.bench.faults --pair tiny --trials 30 --out docs/reliability.md
 """
 
 from __future__ import annotations
 
+import os
 import random
+import signal
 import statistics
 import threading
 import time
@@ -19,11 +23,14 @@ from pathlib import Path
 import grpc
 import redis as redis_sync
 
-from cascade.tools.local_cluster import LocalCluster
-from cascade.v1 import gateway_pb2, gateway_pb2_grpc
+from cascade.tools.client import stream_generation
+from cascade.tools.local_cluster import ClusterConfig, LocalCluster
+from cascade.tools.redis_server import free_port
 from gateway.session_store import session_keys
 
-ROLES = ("drafter", "verifier", "redis")
+ROLES = ("drafter", "verifier", "gateway", "redis")
+LEASE_S = 2.0
+"""Session lease of the cluster's gateways: a stream whose gateway died resumes after it."""
 REDIS_DOWN_S = 0.5
 """How long Redis stays dead before it starts again (its clients retry for about 3 s)."""
 
@@ -45,43 +52,64 @@ class Trial:
         return not self.error
 
 
+def fault_cluster(target: Path, drafter: Path, workdir: Path) -> LocalCluster:
+    """Two verifiers, two drafters, two gateways (short session leases), Redis with AOF."""
+    config = ClusterConfig(target, drafter, num_drafters=2, num_verifiers=2,
+                           http_port=free_port(), grpc_port=free_port(), workdir=workdir,
+                           gateway_args=("--session-lease-s", str(LEASE_S)))
+    cluster = LocalCluster(config).start()
+    try:
+        cluster.add_gateway()
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
 class FaultRunner:
     def __init__(self, cluster: LocalCluster, prompt: str = "def fibonacci(n):",
                  max_tokens: int = 48, k: int = 3, seed: int = 7) -> None:
         self.cluster, self.prompt, self.max_tokens, self.k, self.seed = (
             cluster, prompt, max_tokens, k, seed)
+        self.gateways = [cluster.grpc_address, *[cluster.grpc_address_of(name)
+                                                 for name in cluster.processes
+                                                 if name.startswith("gateway-")]]
         self.references: dict[bool, list[int]] = {}
-        self.channel = grpc.insecure_channel(cluster.grpc_address)
-        self.stub = gateway_pb2_grpc.GatewayStub(self.channel)
         self.redis = redis_sync.Redis.from_url(cluster.redis.url)
 
-    def request(self, sampled: bool) -> gateway_pb2.GenerateRequest:
-        return gateway_pb2.GenerateRequest(
-            prompt=self.prompt, num_draft_tokens=self.k, max_tokens=self.max_tokens,
-            temperature=0.8 if sampled else 0.0, seed=self.seed, chat=False)
+    def generate(self, sampled: bool, on_response=None) -> list[int]:
+        """One streaming generation, resumed on the other gateway if its own dies."""
+        return stream_generation(self.gateways, self.prompt, self.max_tokens, self.k,
+                                 temperature=0.8 if sampled else 0.0, seed=self.seed,
+                                 chat=False, on_response=on_response, timeout_s=300).token_ids
 
     def reference(self, sampled: bool) -> list[int]:
         if sampled not in self.references:
-            responses = self.stub.Generate(self.request(sampled), timeout=300)
-            self.references[sampled] = [t for r in responses for t in r.token_ids]
+            self.references[sampled] = self.generate(sampled)
         return self.references[sampled]
 
     def trial(self, role: str, sampled: bool, rng: random.Random) -> Trial:
         expected = self.reference(sampled)
         trial = Trial(role, sampled, kill_after=rng.randint(1, 4))
-        victim, fault_at = None, None
+        seen, fault = [], {}
+
+        def on_response(response) -> None:
+            seen.append(response.round)
+            if fault and trial.recovery_s is None:
+                trial.recovery_s = time.monotonic() - fault["at"]
+            if len(seen) == trial.kill_after:
+                fault.update(victim=self._inject(role, response.session_id),
+                             at=time.monotonic())
+
         try:
-            for i, response in enumerate(self.stub.Generate(self.request(sampled), timeout=300)):
-                trial.tokens += response.token_ids
-                if fault_at is not None and trial.recovery_s is None:
-                    trial.recovery_s = time.monotonic() - fault_at
-                if i + 1 == trial.kill_after:
-                    victim, fault_at = self._inject(role, response.session_id), time.monotonic()
+            trial.tokens = self.generate(sampled, on_response)
         except grpc.RpcError as exc:
             trial.error = f"{exc.code().name}: {exc.details()}"
         finally:
-            if victim is not None:
-                self._heal(victim)
+            if fault:
+                self._heal(fault["victim"])
+        if seen != list(range(1, len(seen) + 1)):
+            trial.error = trial.error or f"rounds out of order: {seen}"
         trial.identical = trial.tokens == expected
         return trial
 
@@ -91,6 +119,9 @@ class FaultRunner:
         if role == "redis":
             threading.Thread(target=self._restart_redis, daemon=True).start()
             return "redis"
+        if role == "gateway":  # the client's first gateway: the one streaming to it
+            os.kill(self.cluster.processes["gateway"].pid, signal.SIGKILL)
+            return "gateway"
         address = self.redis.hget(session_keys(session_id)[0], role).decode()
         name = self.cluster.name_of(address)
         self.cluster.processes[name].kill()
@@ -112,7 +143,6 @@ class FaultRunner:
         self.cluster.restart(victim)
 
     def close(self) -> None:
-        self.channel.close()
         self.redis.close()
 
 
@@ -146,9 +176,7 @@ def main() -> None:
     import argparse
 
     from cascade.bench.run import machine
-    from cascade.tools.local_cluster import ClusterConfig
     from cascade.tools.pairs import default_pair
-    from cascade.tools.redis_server import free_port
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pair", default="tiny", help="tiny or smollm2")
@@ -157,9 +185,7 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=Path("runs/faults"))
     args = parser.parse_args()
     target, drafter = default_pair(None, None, args.pair)
-    config = ClusterConfig(target, drafter, num_drafters=2, num_verifiers=2,
-                           http_port=free_port(), grpc_port=free_port(), workdir=args.workdir)
-    cluster = LocalCluster(config).start()
+    cluster = fault_cluster(target, drafter, args.workdir)
     runner = FaultRunner(cluster)
     try:
         trials = run_trials(runner, ROLES, args.trials, progress=lambda t: print(

@@ -5,9 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-import redis.asyncio as redis
-
-from cascade.serving.registry import Heartbeat
+from cascade.serving.registry import Heartbeat, connect
 from cascade.serving.server import GrpcService
 
 
@@ -18,7 +16,7 @@ def setup_logging(log_level: str = "INFO") -> None:
 async def serve_forever(service: GrpcService, role: str, redis_url: str | None,
                         advertise: str | None, load: Callable[[], int]) -> None:
     """Start ``service``, register it in Redis (when a URL is given), serve until a signal."""
-    client = redis.from_url(redis_url) if redis_url else None
+    client = connect(redis_url) if redis_url else None
     port = await service.start()
     address = advertise or f"{service.host}:{port}"
     if client is not None:

@@ -22,6 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import redis.asyncio as redis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 log = logging.getLogger(__name__)
 KEY_PREFIX = "cascade:pods:"
@@ -38,6 +42,14 @@ local expires = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + 
 redis.call('HSET', KEYS[1], ARGV[1], cjson.encode({load = tonumber(ARGV[2]), expires_ms = expires}))
 return expires
 """
+
+
+def connect(url: str, timeout_s: float = 2.0, retries: int = 5) -> redis.Redis:
+    """A client with explicit timeouts and backoff retries (about 3 s of retrying in all), so
+    a Redis restart costs a pause, not a failed call; every service uses it."""
+    return redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
+                          retry=Retry(ExponentialBackoff(cap=1.0, base=0.1), retries),
+                          retry_on_error=[RedisConnectionError, RedisTimeoutError])
 
 
 @dataclass(frozen=True)

@@ -177,6 +177,11 @@ class LocalCluster:
             time.sleep(0.2)
         return url, f"127.0.0.1:{grpc_port}"
 
+    def grpc_address_of(self, name: str) -> str:
+        """host:port of gateway ``name``'s gRPC API."""
+        args = self._args[name]
+        return f"127.0.0.1:{args[args.index('--grpc-port') + 1]}"
+
     def address_of(self, name: str) -> str:
         """host:port of pod ``name`` (a drafter or verifier process)."""
         args = self._args[name]

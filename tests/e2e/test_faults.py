@@ -1,24 +1,19 @@
-"""Fault injection with real processes (two verifiers, two drafters, a gateway, Redis with its
-append-only file): kill -9 the drafter or verifier serving a streaming generation, or Redis,
-mid-stream; the session completes with exactly the no-fault tokens (greedy and seeded
-sampling). Three trials per fault in CI; thirty in the slow version (its table is in
+"""Fault injection with real processes (two verifiers, two drafters, two gateways, Redis with
+its append-only file): kill -9 the drafter, verifier or gateway serving a streaming generation,
+or Redis, mid-stream; the session completes with exactly the no-fault tokens (greedy and seeded
+sampling), the client resuming on the other gateway when its own died. Three trials per fault in CI; thirty in the slow version (its table is in
 docs/reliability.md, made by ``python -m cascade.bench.faults``)."""
 
 from __future__ import annotations
 
 import pytest
 
-from cascade.bench.faults import ROLES, FaultRunner, run_trials, table
-from cascade.tools.local_cluster import ClusterConfig, LocalCluster
-from cascade.tools.redis_server import free_port
+from cascade.bench.faults import ROLES, FaultRunner, fault_cluster, run_trials, table
 
 
 @pytest.fixture
 def fault_runner(tiny_pair_dirs, tmp_path):
-    target, drafter = tiny_pair_dirs
-    config = ClusterConfig(target, drafter, num_drafters=2, num_verifiers=2,
-                           http_port=free_port(), grpc_port=free_port(), workdir=tmp_path)
-    cluster = LocalCluster(config).start()
+    cluster = fault_cluster(*tiny_pair_dirs, tmp_path)
     runner = FaultRunner(cluster)
     yield runner
     runner.close()
