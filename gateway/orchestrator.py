@@ -273,6 +273,11 @@ class Orchestrator:
             except RedisError as exc:
                 log.warning("lease renewal of %s failed: %s", job.record.session_id, exc)
 
+    async def settle(self, timeout_s: float = 5.0) -> None:
+        """Let final-status writes still running finish (before the process exits)."""
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=timeout_s)
+
     def _background(self, work) -> None:
         """Run ``work`` to its end even though the caller is being cancelled."""
         task = asyncio.get_running_loop().create_task(work)

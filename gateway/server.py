@@ -86,6 +86,8 @@ class Lifecycle:
 
     def __init__(self) -> None:
         self.draining = False
+        self.orchestrator: Orchestrator | None = None
+        """Set by build_gateway: its pending status writes are awaited before exit."""
 
 
 class _SignalFreeServer(uvicorn.Server):
@@ -114,6 +116,8 @@ def build_gateway(config: GatewayConfig, client: redis.Redis,
     orchestrator = Orchestrator(client, store, ChannelPool(config.mesh),
                                 config.orchestrator)
 
+    lifecycle.orchestrator = orchestrator
+
     async def ready() -> bool:
         return not lifecycle.draining and bool(await live_pods(client, "verifier"))
 
@@ -130,7 +134,8 @@ def build_gateway(config: GatewayConfig, client: redis.Redis,
 async def serve(config: GatewayConfig) -> None:
     """Serve HTTP and gRPC until SIGTERM or SIGINT, then drain both: readiness and gRPC health
     turn off, new connections are refused, in-flight requests and streams get ``grace_s`` to
-    finish, and the process exits 0."""
+    finish, those still running are cancelled (so their clients resume them on another
+    gateway at once), and the process exits 0."""
     client = connect(config.redis_url)
     lifecycle = Lifecycle()
     app, grpc_service = build_gateway(config, client, lifecycle)
@@ -156,4 +161,10 @@ async def serve(config: GatewayConfig) -> None:
         await server.serve()  # returns once draining and in-flight requests ended
     finally:
         await (drained[0] if drained else grpc_service.drain())
+        # Streams cut at the end of the grace period are being closed (uvicorn cancels their
+        # tasks without waiting) and marked cancelled: let that land, so their clients can
+        # resume them on another gateway at once.
+        if server.server_state.tasks:
+            await asyncio.wait(set(server.server_state.tasks), timeout=5.0)
+        await lifecycle.orchestrator.settle()
         await client.aclose()

@@ -18,11 +18,11 @@ BODY = {"model": "target", "prompt": "import os\nimport sys\n", "max_tokens": 20
         "temperature": 0, "num_draft_tokens": 3}
 
 
-def read_events(response, stop_after: int | None = None) -> tuple[str, str | None, bool]:
-    """(text, last event id, saw [DONE]) of an SSE response, reading at most ``stop_after``
-    events that carry an id."""
+def read_events(lines, stop_after: int | None = None) -> tuple[str, str | None, bool]:
+    """(text, last event id, saw [DONE]) of an SSE response's lines, reading at most
+    ``stop_after`` events that carry an id."""
     text, last_id, seen = "", None, 0
-    for line in response.iter_lines():
+    for line in lines:
         if line.startswith("id: "):
             last_id = line[4:]
             seen += 1
@@ -47,7 +47,7 @@ def test_a_stream_resumes_on_another_gateway_after_its_gateway_died(tiny_pair_di
         expected = whole.json()["choices"][0]["text"]
         with httpx.stream("POST", f"{cluster.http_url}/v1/completions", timeout=120,
                           json={**BODY, "stream": True}) as response:
-            before, last_id, done = read_events(response, stop_after=2)
+            before, last_id, done = read_events(response.iter_lines(), stop_after=2)
             gateway = cluster.processes["gateway"]
             os.kill(gateway.pid, signal.SIGSTOP)  # frozen mid-stream, then dead
             os.kill(gateway.pid, signal.SIGKILL)
@@ -56,7 +56,7 @@ def test_a_stream_resumes_on_another_gateway_after_its_gateway_died(tiny_pair_di
         with httpx.stream("GET", f"{other}/v1/sessions/{last_id.split('.')[0]}/events",
                           headers={"Last-Event-ID": last_id}, timeout=120) as response:
             assert response.status_code == 200
-            after, _, done = read_events(response)
+            after, _, done = read_events(response.iter_lines())
         assert done and before + after == expected
         assert time.monotonic() - started < 15  # the lease (2 s) lapsed, then it continued
         record = redis.Redis.from_url(cluster.redis.url).hgetall(
@@ -93,5 +93,41 @@ def test_the_grpc_client_resumes_on_its_own(tiny_pair_dirs, tmp_path):
         resumed = stream_generation(gateways, on_response=kill_first_gateway, **args)
         assert resumed.token_ids == expected.token_ids and resumed.text == expected.text
         assert seen == list(range(1, len(seen) + 1))  # no round twice, none skipped
+    finally:
+        cluster.stop()
+
+
+def test_a_draining_gateway_hands_its_unfinished_streams_over(tiny_pair_dirs, tmp_path):
+    """SIGTERM with a short grace period: the stream still running when it ends is cancelled,
+    and its client resumes it on the other gateway at once (the lease, 60 s, is not waited
+    out), with the same text as an uninterrupted run."""
+    target, drafter = tiny_pair_dirs
+    config = ClusterConfig(target, drafter, http_port=free_port(), grpc_port=free_port(),
+                           workdir=tmp_path,
+                           gateway_args=("--session-lease-s", "60", "--grace-s", "0.2"))
+    cluster = LocalCluster(config).start()
+    try:
+        other, _ = cluster.add_gateway()
+        body = {**BODY, "max_tokens": 900}
+        expected = httpx.post(f"{other}/v1/completions", json=body,
+                              timeout=120).json()["choices"][0]["text"]
+        with httpx.stream("POST", f"{cluster.http_url}/v1/completions", timeout=120,
+                          json={**body, "stream": True}) as response:
+            lines = response.iter_lines()
+            before, last_id, _ = read_events(lines, stop_after=2)
+            cluster.processes["gateway"].send_signal(signal.SIGTERM)
+            try:
+                rest, cut_id, done = read_events(lines)  # what arrives until the cut
+            except httpx.HTTPError:  # the connection was closed mid-chunk
+                rest, cut_id, done = "", None, False
+            before, last_id = before + rest, cut_id or last_id
+        assert cluster.processes["gateway"].wait(30) == 0
+        assert not done, "the stream finished within the grace period: nothing to hand over"
+        started = time.monotonic()
+        with httpx.stream("GET", f"{other}/v1/sessions/{last_id.split('.')[0]}/events",
+                          headers={"Last-Event-ID": last_id}, timeout=120) as response:
+            after, _, done = read_events(response.iter_lines())
+        assert done and before + after == expected
+        assert time.monotonic() - started < 30  # taken over at once, not after the lease
     finally:
         cluster.stop()
