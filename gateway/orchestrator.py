@@ -15,7 +15,6 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from dataclasses import dataclass, field
 
 import grpc
 import redis.asyncio as redis
@@ -46,6 +45,7 @@ from gateway.generation import (
     Overloaded,
     StopGeneration,
 )
+from gateway.assignment import LatencyClock, OrchestratorSettings, RoundTimeout, SessionJob
 from gateway.session_store import (
     LeaseHeld,
     LengthMismatch,
@@ -59,63 +59,6 @@ from gateway.session_store import (
 log = logging.getLogger(__name__)
 RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN,
              grpc.StatusCode.ABORTED, grpc.StatusCode.CANCELLED}
-
-
-@dataclass(frozen=True)
-class OrchestratorSettings:
-    max_attempts: int = 3
-    """Assignments tried per session (the first one plus moves after failures)."""
-    first_round_timeout_s: float = 120.0
-    """Longest wait for an assignment's first round (prefill, KV admission wait included)."""
-    round_timeout_s: float = 30.0
-    """Longest silence between later rounds before the pods are presumed hung; it grows to
-    ``round_timeout_factor`` times the slowest round the session has seen. No deadline bounds a
-    whole generation that keeps making progress."""
-    round_timeout_factor: float = 10.0
-    cooldown_s: float = 30.0
-    """How long pods that hung are passed over when others can take the session."""
-
-
-class RoundTimeout(ConnectionError):
-    """No round arrived in time: the drafter or the verifier is hung (both are suspects)."""
-
-    def __init__(self, waited_s: float, pods: tuple[str, ...]) -> None:
-        super().__init__(f"no round for {waited_s:.1f}s from {', '.join(pods)}")
-        self.pods = pods
-
-
-@dataclass
-class _Assignment:
-    record: SessionRecord
-    epoch: int
-    drafter: str | None
-    verifier: str
-    trace_context: otel_context.Context
-    excluded: set[str] = field(default_factory=set)
-    """Pods that failed this session's health checks (a dead pod stays in the registry until
-    its entry expires: it must not be picked again by a later move)."""
-    round_ends: list[int] = field(default_factory=list)
-    """Generated-token count after each stored round."""
-
-
-class _LatencyClock:
-    """Time to first token, then inter-token latency (a chunk's gap spread over its tokens)."""
-
-    def __init__(self) -> None:
-        self.last = time.perf_counter()
-        self.is_first = True
-
-    def observe(self, num_tokens: int) -> None:
-        now = time.perf_counter()
-        gap = now - self.last
-        if self.is_first:
-            metrics.TIME_TO_FIRST_TOKEN.observe(gap)
-            self.is_first = False
-        else:
-            for _ in range(num_tokens):
-                metrics.INTER_TOKEN_LATENCY.observe(gap / num_tokens)
-        metrics.GENERATION_TOKENS.inc(num_tokens)
-        self.last = now
 
 
 class Orchestrator:
@@ -196,7 +139,7 @@ class Orchestrator:
                         ) -> AsyncIterator[GeneratedChunk]:
         drafter, verifier = await self._pick(request, set())
         record = await self.store.create(request, drafter or "", verifier)
-        job = _Assignment(record, record.epoch, drafter, verifier, trace_context)
+        job = SessionJob(record, record.epoch, drafter, verifier, trace_context)
         async with aclosing(self._drive(request, job, [], ending)) as chunks:
             async for chunk in chunks:
                 yield chunk
@@ -219,7 +162,7 @@ class Orchestrator:
         drafter, verifier = await self._pick(request, set())
         epoch = await self.store.reassign(session_id, epoch, drafter or "", verifier)
         record = SessionRecord(session_id, epoch, int(fields["prompt_len"]))
-        job = _Assignment(record, epoch, drafter, verifier, trace_context, round_ends=ends)
+        job = SessionJob(record, epoch, drafter, verifier, trace_context, round_ends=ends)
         async with aclosing(self._drive(request, job, tokens, ending)) as chunks:
             async for chunk in chunks:
                 yield chunk
@@ -239,10 +182,10 @@ class Orchestrator:
                                       "gateway; retry when that stream has ended") from None
                 await asyncio.sleep(0.5)
 
-    async def _drive(self, request, job: _Assignment, generated: list[int], ending: dict
+    async def _drive(self, request, job: SessionJob, generated: list[int], ending: dict
                      ) -> AsyncIterator[GeneratedChunk]:
         """Run the session on its pods, moving it after failures, holding its lease."""
-        clock = _LatencyClock()
+        clock = LatencyClock()
         lease = asyncio.get_running_loop().create_task(self._keep_lease(job))
         try:
             for attempt in range(1, self.settings.max_attempts + 1):
@@ -263,7 +206,7 @@ class Orchestrator:
         finally:
             lease.cancel()
 
-    async def _keep_lease(self, job: _Assignment) -> None:
+    async def _keep_lease(self, job: SessionJob) -> None:
         """Renew this gateway's lease on the session while it streams it."""
         while True:
             await asyncio.sleep(self.store.lease_s / 3)
@@ -284,14 +227,14 @@ class Orchestrator:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _mark(self, job: _Assignment, status: str, reason: str = "") -> None:
+    async def _mark(self, job: SessionJob, status: str, reason: str = "") -> None:
         """Record a final status; a Redis error only costs the record its status (logged)."""
         try:
             await self.store.finish(job.record.session_id, job.epoch, status, reason)
         except Exception as exc:  # noqa: BLE001 - the tokens are stored; the stream must not fail
             log.warning("could not mark session %s %s: %s", job.record.session_id, status, exc)
 
-    async def _run(self, request, job: _Assignment, generated: list[int]):
+    async def _run(self, request, job: SessionJob, generated: list[int]):
         token = otel_context.attach(job.trace_context)  # the call carries the trace downstream
         try:
             call = self._rounds(request, job, generated)
@@ -317,7 +260,7 @@ class Orchestrator:
             call.cancel()  # the client went away, or the stream failed: free the pods' work
         raise ConnectionError("the session stream ended before the generation finished")
 
-    async def _commit(self, request, job: _Assignment, generated: list[int],
+    async def _commit(self, request, job: SessionJob, generated: list[int],
                       tokens: list[int]) -> None:
         """Store a round's tokens; when Redis lost earlier writes (restarted without the last
         second of its append-only file), write back everything the gateway holds."""
@@ -331,7 +274,7 @@ class Orchestrator:
                                      job.verifier, generated + tokens,
                                      [*job.round_ends, len(generated) + len(tokens)])
 
-    async def _timed(self, call, job: _Assignment):
+    async def _timed(self, call, job: SessionJob):
         """The call's rounds; RoundTimeout when the next one is overdue (see the settings)."""
         rounds, limit, slowest = aiter(call), self.settings.first_round_timeout_s, 0.0
         while True:
@@ -348,7 +291,7 @@ class Orchestrator:
                         self.settings.round_timeout_factor * slowest)
             yield result
 
-    def _rounds(self, request: GenerationRequest, job: _Assignment, generated: list[int]):
+    def _rounds(self, request: GenerationRequest, job: SessionJob, generated: list[int]):
         session = verifier_pb2.SessionOpen(
             session_id=job.record.session_id, epoch=job.epoch,
             context_tokens=request.prompt_tokens + generated, prompt_len=job.record.prompt_len,
@@ -367,7 +310,7 @@ class Orchestrator:
         stub = drafter_pb2_grpc.DrafterStub(self.channels.get(job.drafter))
         return stub.RunSession(run)
 
-    async def _recover(self, request, job: _Assignment, exc: Exception, attempt: int) -> None:
+    async def _recover(self, request, job: SessionJob, exc: Exception, attempt: int) -> None:
         """Move the session after a retryable failure; a full verifier (RESOURCE_EXHAUSTED)
         sends it to another one, and when none has room the client hears 429."""
         code = exc.code() if isinstance(exc, grpc.aio.AioRpcError) else grpc.StatusCode.UNAVAILABLE
@@ -397,7 +340,7 @@ class Orchestrator:
         job.epoch = await self.store.reassign(
             job.record.session_id, job.epoch, job.drafter or "", job.verifier)
 
-    async def _give_up(self, job: _Assignment) -> None:
+    async def _give_up(self, job: SessionJob) -> None:
         await self._mark(job, "failed")
 
     async def _is_serving(self, address: str) -> bool:

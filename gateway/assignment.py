@@ -1,0 +1,69 @@
+"""What the orchestrator keeps per session and its settings: the assignment (pods, epoch, round
+ends), the round-timeout error, the latency clock that feeds the metrics."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from opentelemetry import context as otel_context
+
+from cascade.serving import metrics
+from gateway.session_store import SessionRecord
+
+
+@dataclass(frozen=True)
+class OrchestratorSettings:
+    max_attempts: int = 3
+    """Assignments tried per session (the first one plus moves after failures)."""
+    first_round_timeout_s: float = 120.0
+    """Longest wait for an assignment's first round (prefill, KV admission wait included)."""
+    round_timeout_s: float = 30.0
+    """Longest silence between later rounds before the pods are presumed hung; it grows to
+    ``round_timeout_factor`` times the slowest round the session has seen. No deadline bounds a
+    whole generation that keeps making progress."""
+    round_timeout_factor: float = 10.0
+    cooldown_s: float = 30.0
+    """How long pods that hung are passed over when others can take the session."""
+
+
+class RoundTimeout(ConnectionError):
+    """No round arrived in time: the drafter or the verifier is hung (both are suspects)."""
+
+    def __init__(self, waited_s: float, pods: tuple[str, ...]) -> None:
+        super().__init__(f"no round for {waited_s:.1f}s from {', '.join(pods)}")
+        self.pods = pods
+
+
+@dataclass
+class SessionJob:
+    record: SessionRecord
+    epoch: int
+    drafter: str | None
+    verifier: str
+    trace_context: otel_context.Context
+    excluded: set[str] = field(default_factory=set)
+    """Pods that failed this session's health checks (a dead pod stays in the registry until
+    its entry expires: it must not be picked again by a later move)."""
+    round_ends: list[int] = field(default_factory=list)
+    """Generated-token count after each stored round."""
+
+
+class LatencyClock:
+    """Time to first token, then inter-token latency (a chunk's gap spread over its tokens)."""
+
+    def __init__(self) -> None:
+        self.last = time.perf_counter()
+        self.is_first = True
+
+    def observe(self, num_tokens: int) -> None:
+        now = time.perf_counter()
+        gap = now - self.last
+        if self.is_first:
+            metrics.TIME_TO_FIRST_TOKEN.observe(gap)
+            self.is_first = False
+        else:
+            for _ in range(num_tokens):
+                metrics.INTER_TOKEN_LATENCY.observe(gap / num_tokens)
+        metrics.GENERATION_TOKENS.inc(num_tokens)
+        self.last = now
