@@ -1,5 +1,6 @@
-"""A real SIGTERM to a real gateway process mid-stream: the HTTP and gRPC streams in flight
-finish whole, new connections are refused, and the process exits 0."""
+"""A real SIGTERM mid-stream: to a gateway, the HTTP and gRPC streams in flight finish whole,
+new connections are refused and the process exits 0; to a verifier whose grace period is too
+short, its session moves to the other verifier and the stream completes unchanged."""
 
 from __future__ import annotations
 
@@ -68,5 +69,39 @@ def test_sigterm_drains_streams_in_flight_and_exits_zero(tiny_pair_dirs, tmp_pat
             raise AssertionError("the drained gateway still accepts connections")
         except httpx.ConnectError:
             pass
+    finally:
+        cluster.stop()
+
+
+def test_a_draining_verifier_hands_its_sessions_to_another(tiny_pair_dirs, tmp_path):
+    """SIGTERM to the verifier serving a long stream, with a grace period too short for it:
+    the session moves to the other verifier and the client's stream completes unchanged."""
+    import redis
+
+    from gateway.session_store import session_keys
+
+    target, drafter = tiny_pair_dirs
+    config = ClusterConfig(target, drafter, http_port=free_port(), grpc_port=free_port(),
+                           workdir=tmp_path, num_verifiers=2, verifier_args=("--grace-s", "0.2"))
+    cluster = LocalCluster(config).start()
+    try:
+        with grpc.insecure_channel(cluster.grpc_address) as channel:
+            stub = gateway_pb2_grpc.GatewayStub(channel)
+            request = gateway_pb2.GenerateRequest(prompt="def main():", temperature=0,
+                                                  max_tokens=MAX_TOKENS, num_draft_tokens=3,
+                                                  chat=False)
+            expected = [t for r in stub.Generate(request, timeout=120) for t in r.token_ids]
+            tokens, victim, store = [], None, redis.Redis.from_url(cluster.redis.url)
+            for response in stub.Generate(request, timeout=120):
+                tokens += response.token_ids
+                if victim is None:
+                    record = session_keys(response.session_id)[0]
+                    address = store.hget(record, "verifier").decode()
+                    victim = cluster.processes[cluster.name_of(address)]
+                    victim.send_signal(signal.SIGTERM)
+        assert victim.wait(30) == 0
+        assert tokens == expected
+        assert int(store.hget(record, "epoch")) >= 2  # it moved: the verifier did not finish it
+        assert store.hget(record, "verifier").decode() != address
     finally:
         cluster.stop()
