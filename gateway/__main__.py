@@ -51,11 +51,14 @@ def main(
                                        "it) and gRPC prompt."),
     max_sessions_per_key: int = typer.Option(64, help="Concurrent sessions one API key may run "
                                              "on this gateway (429 above it; 0: no limit)."),
+    tokens_per_minute_per_key: int = typer.Option(0, help="Tokens one API key's sessions may "
+                                                  "generate per minute on this gateway (429 "
+                                                  "above it; 0: no limit)."),
     session_lease_s: float = typer.Option(10.0, help="A session stays this gateway's this long "
                                           "after its last renewal; then another gateway may "
                                           "resume it."),
-    allow_open: bool = typer.Option(False, help="Serve without API keys on a non-loopback "
-                                    "address (otherwise refused)."),
+    allow_open: bool = typer.Option(False, help="Serve without API keys (otherwise refused): "
+                                    "for local development."),
 ) -> None:
     """Serve the OpenAI-compatible HTTP API and the gRPC Generate stream."""
     setup_logging()
@@ -63,12 +66,13 @@ def main(
     logging.getLogger("gateway").info("dials pods with %s", mesh.describe())
     setup_telemetry("cascade-gateway")
     keys = tuple(k.strip() for k in api_keys.split(",") if k.strip())
-    refuse_open(host, bool(keys), allow_open, "API keys (CASCADE_API_KEYS)")
+    refuse_open(bool(keys), allow_open, "API keys (CASCADE_API_KEYS)")
     config = GatewayConfig(model, redis_url, model_name, host, port, grpc_port,
                            num_draft_tokens, max_tokens_limit, keys, grace_s, playground,
                            OrchestratorSettings(first_round_timeout_s=first_round_timeout_s,
                                                 round_timeout_s=round_timeout_s), mesh,
-                           max_body_bytes, max_sessions_per_key, session_lease_s)
+                           max_body_bytes, max_sessions_per_key, tokens_per_minute_per_key,
+                           session_lease_s)
     asyncio.run(serve(config))
 
 

@@ -81,8 +81,8 @@ def as_api_error(exc: BaseException) -> APIError:
         return APIError(409, str(exc), code="session_busy",
                         headers={"Retry-After": str(DEFAULT_RETRY_AFTER_S)})
     if isinstance(exc, KeyAtLimit):
-        return APIError(429, str(exc), type="rate_limit_error", code="too_many_sessions",
-                        headers={"Retry-After": str(DEFAULT_RETRY_AFTER_S)})
+        return APIError(429, str(exc), type="rate_limit_error", code="rate_limit_exceeded",
+                        headers={"Retry-After": str(max(1, round(exc.retry_after)))})
     if isinstance(exc, AtCapacity):
         return APIError(429, str(exc) or "The verifiers are at capacity; please retry later.",
                         type="server_error", code="at_capacity",

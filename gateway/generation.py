@@ -25,8 +25,12 @@ class AtCapacity(ResourceExhausted):
 
 
 class KeyAtLimit(ResourceExhausted):
-    """The caller's API key already runs as many sessions as it may (HTTP 429
-    too_many_sessions, gRPC RESOURCE_EXHAUSTED); see gateway.limits."""
+    """The caller's API key is at one of its limits (HTTP 429 rate_limit_exceeded, gRPC
+    RESOURCE_EXHAUSTED); see gateway.limits."""
+
+    def __init__(self, message: str, retry_after: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class SessionBusy(ResourceExhausted):

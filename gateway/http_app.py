@@ -55,6 +55,8 @@ class HttpSettings:
     """Largest HTTP request body (413 above it), so no prompt is tokenized unboundedly."""
     max_sessions_per_key: int = 64
     """Concurrent sessions one API key may run on this gateway (429 above it); 0: no limit."""
+    max_tokens_per_minute_per_key: int = 0
+    """Tokens one API key's sessions may generate per minute on this gateway; 0: no limit."""
 
     def __post_init__(self) -> None:
         self.server_defaults(None)  # the one mapping checks the limits
@@ -142,7 +144,8 @@ class _CompletionsApi:
         self.tokenizer = tokenizer
         self.generator = generator
         self.server = settings.server_defaults(tokenizer.eos_token_id)
-        self.limits = KeyLimits(settings.max_sessions_per_key)
+        self.limits = KeyLimits(settings.max_sessions_per_key,
+                                settings.max_tokens_per_minute_per_key)
 
     def _counted_generator(self, http: Request) -> Generator:
         """The generator, counting against the caller's key (429 first when it is at its

@@ -1,7 +1,8 @@
 """What one client can take from a gateway: concurrent sessions per API key, and request size.
 
-- **Sessions per key**: a request over its key's limit gets HTTP 429 / gRPC RESOURCE_EXHAUSTED
-  with Retry-After before anything runs. Counted per gateway process (N gateways allow up to N
+- **Sessions and tokens per key**: a request over its key's limit (concurrent sessions, or
+  tokens generated in the last minute) gets HTTP 429 / gRPC RESOURCE_EXHAUSTED with Retry-After
+  before anything runs; a session that is running finishes. Counted per gateway process (N gateways allow up to N
   times the limit). Without API keys every client shares one key, so the limit caps the
   gateway's concurrent sessions.
 - **Body size**: HTTP bodies over ``max_body_bytes`` get 413 before they are parsed or
@@ -13,7 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections import Counter
+import time
+from collections import Counter, deque
 from collections.abc import AsyncIterator
 
 from gateway.errors import error_body
@@ -23,11 +25,17 @@ from gateway.generation import StopGeneration, stop_early
 ANONYMOUS = "anonymous"
 
 
+WINDOW_S = 60.0
+
+
 class KeyLimits:
-    def __init__(self, per_key: int = 0) -> None:
-        """``per_key``: concurrent sessions one API key may run; 0 means no limit."""
-        self.per_key = per_key
+    def __init__(self, per_key: int = 0, tokens_per_minute: int = 0) -> None:
+        """``per_key``: concurrent sessions one API key may run; ``tokens_per_minute``: tokens
+        its sessions may generate in any minute; 0 means no limit."""
+        self.per_key, self.tokens_per_minute = per_key, tokens_per_minute
         self.active: Counter[str] = Counter()
+        self.spent: dict[str, deque[tuple[float, int]]] = {}
+        """key -> (when, tokens) of its recent chunks, the last minute's."""
 
     @staticmethod
     def key_of(authorization: str | None) -> str:
@@ -40,6 +48,22 @@ class KeyLimits:
         if self.per_key and self.active[key] >= self.per_key:
             raise KeyAtLimit(f"This API key already runs {self.per_key} concurrent sessions, "
                              "its limit; retry when one has finished.")
+        if self.tokens_per_minute and self._recent(key) >= self.tokens_per_minute:
+            wait = WINDOW_S - (time.monotonic() - self.spent[key][0][0])
+            raise KeyAtLimit(f"This API key generated {self.tokens_per_minute} tokens in the "
+                             "last minute, its limit; retry later.", retry_after=wait)
+
+    def charge(self, key: str, num_tokens: int) -> None:
+        if self.tokens_per_minute and num_tokens:
+            self.spent.setdefault(key, deque()).append((time.monotonic(), num_tokens))
+
+    def _recent(self, key: str) -> int:
+        window = self.spent.get(key)
+        if not window:
+            return 0
+        while window and time.monotonic() - window[0][0] > WINDOW_S:
+            window.popleft()
+        return sum(n for _, n in window)
 
     def counted(self, key: str, generator: Generator) -> Generator:
         """``generator`` whose sessions count against ``key`` while they run."""
@@ -55,6 +79,7 @@ class _Counted:
         self.limits.active[self.key] += 1
         try:
             async for chunk in inner:
+                self.limits.charge(self.key, len(chunk.token_ids))
                 try:
                     yield chunk
                 except StopGeneration:  # pass a deliberate stop on (recorded as finished)

@@ -57,6 +57,8 @@ class GatewayConfig:
     """Largest HTTP body (413) and gRPC prompt (INVALID_ARGUMENT)."""
     max_sessions_per_key: int = 64
     """Concurrent sessions per API key on this gateway (429 / RESOURCE_EXHAUSTED); 0: none."""
+    max_tokens_per_minute_per_key: int = 0
+    """Tokens per minute per API key on this gateway (429 / RESOURCE_EXHAUSTED); 0: none."""
     session_lease_s: float = 10.0
     """How long a session stays this gateway's after its last renewal: a client resuming on
     another gateway waits at most this long after this one died."""
@@ -111,7 +113,8 @@ def build_gateway(config: GatewayConfig, client: redis.Redis,
                             default_num_draft_tokens=config.default_num_draft_tokens,
                             api_keys=config.api_keys, playground=config.playground,
                             max_body_bytes=config.max_body_bytes,
-                            max_sessions_per_key=config.max_sessions_per_key)
+                            max_sessions_per_key=config.max_sessions_per_key,
+                            max_tokens_per_minute_per_key=config.max_tokens_per_minute_per_key)
     store = SessionStore(client, lease_s=config.session_lease_s)
     orchestrator = Orchestrator(client, store, ChannelPool(config.mesh),
                                 config.orchestrator)
@@ -124,8 +127,9 @@ def build_gateway(config: GatewayConfig, client: redis.Redis,
     app = create_app(settings, tokenizer, orchestrator, ready=ready)
     servicer = GatewayServicer(tokenizer, orchestrator, name,
                                settings.server_defaults(tokenizer.eos_token_id),
-                               ApiKeys(config.api_keys), KeyLimits(config.max_sessions_per_key),
-                               config.max_body_bytes)
+                               ApiKeys(config.api_keys), KeyLimits(
+                                   config.max_sessions_per_key,
+                                   config.max_tokens_per_minute_per_key), config.max_body_bytes)
     binding = ServiceBinding(gateway_pb2_grpc.add_GatewayServicer_to_server, servicer,
                              SERVICE_NAME)
     return app, GrpcService([binding], config.host, config.grpc_port, config.grace_s)

@@ -59,12 +59,12 @@ def model_server_cli(role: str, default_port: int, summary: str,
                                         "on this port (for probes when the main port speaks "
                                         "mutual TLS)."),
         allow_open: bool = typer.Option(False, help="Serve without --tls-dir or a mesh token "
-                                        "on a non-loopback address (otherwise refused)."),
+                                        "(otherwise refused): for local development."),
         **role_options,
     ) -> None:
         setup_pod(threads)
         mesh = mesh_or_exit(tls_dir, tls_server_name, mesh_token_file)
-        refuse_open(host, mesh.tls_dir is not None or mesh.token is not None, allow_open,
+        refuse_open(mesh.tls_dir is not None or mesh.token is not None, allow_open,
                     "mesh credentials (--tls-dir or --mesh-token-file)")
         logging.getLogger(role).info("mesh: %s", mesh.describe())
         setup_telemetry(f"cascade-{role}")

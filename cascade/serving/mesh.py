@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import hmac
-import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -210,19 +209,10 @@ def mesh_or_exit(tls_dir: Path | None, server_name: str | None, token_file: Path
         raise typer.BadParameter(str(exc)) from exc
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def refuse_open(host: str, has_credentials: bool, allow_open: bool, what: str) -> None:
-    """A service bound beyond loopback without credentials is a usage error unless
-    ``--allow-open`` says it is meant (say, behind a proxy that authenticates)."""
-    if has_credentials or allow_open or is_loopback(host):
+def refuse_open(has_credentials: bool, allow_open: bool, what: str) -> None:
+    """A service without credentials is a usage error unless ``--allow-open`` says it is meant
+    (local development, or a proxy in front that authenticates)."""
+    if has_credentials or allow_open:
         return
-    raise typer.BadParameter(f"--host {host} is reachable from other machines but no {what} "
-                             "is set: set them, or pass --allow-open if that is intended")
+    raise typer.BadParameter(f"no {what} is set, so anyone who reaches this service could use "
+                             "it: set them, or pass --allow-open if that is intended")

@@ -92,7 +92,8 @@ class LocalCluster:
         password = secrets.token_urlsafe(24) if c.secure else None
         self.redis = RedisServer(c.workdir / "redis", persistent=True, password=password).start()
         mesh, owner = (self._mesh_files(c.workdir / "mesh")) if c.secure else ([], [])
-        pod = ["--dtype", c.dtype, "--threads", str(c.threads_per_pod), *mesh]
+        pod = ["--dtype", c.dtype, "--threads", str(c.threads_per_pod),
+               *(mesh or ["--allow-open"])]
         for i in range(c.num_verifiers):
             self._spawn("verifier" if i == 0 else f"verifier-{i}",
                         ["verifier_service", "--model", str(c.target),
@@ -101,7 +102,9 @@ class LocalCluster:
             self._spawn(f"drafter-{i}", ["drafter_service", "--model", str(c.drafter),
                                          "--target-model", str(c.target),
                                          "--port", str(free_port()), *pod])
-        self._spawn("gateway", ["gateway", "--model", str(c.target), "--port", str(c.http_port),
+        # The gateway serves loopback only, for this machine's user: no API keys.
+        self._spawn("gateway", ["gateway", "--model", str(c.target), "--allow-open",
+                                "--port", str(c.http_port),
                                 "--grpc-port", str(c.grpc_port), *mesh, *owner,
                                 *c.gateway_args])
         try:
