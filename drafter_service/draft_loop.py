@@ -26,6 +26,7 @@ from cascade.pod.messages import (
 from cascade.protocol.settings import DraftConfig
 from cascade.protocol.validation import SessionSettings
 from cascade.serving import metrics
+from cascade.serving.delay import LinkDelay
 from cascade.serving.errors import StaleEpoch
 from cascade.serving.telemetry import current_context, start_span
 from cascade.v1 import common_pb2, drafter_pb2, verifier_pb2, verifier_pb2_grpc
@@ -38,9 +39,11 @@ def _micros(since: float) -> int:
 class DraftLoop:
     def __init__(self, runner: ModelRunner, executor: Executor,
                  request: drafter_pb2.RunSessionRequest, settings: SessionSettings,
-                 config: DraftConfig) -> None:
-        """``settings`` and ``config``: what the request carries, checked by the servicer."""
+                 config: DraftConfig, delay: LinkDelay = LinkDelay()) -> None:
+        """``settings`` and ``config``: what the request carries, checked by the servicer;
+        ``delay``: injected network delay to the verifier (cascade.serving.delay)."""
         self.request = request
+        self.link = delay.for_session(request.session_id)
         self.params, self.config = settings.sampling, config
         self.proposer = new_proposer(ProposerContext(runner, self.params, self.config,
                                                      settings.policy, request.prompt_len))
@@ -93,8 +96,10 @@ class DraftLoop:
             while True:
                 block = await self._draft(round_number)
                 sent = time.perf_counter()
+                await self.link.wait()  # the block's trip to the verifier
                 await _send(call, verifier_pb2.VerifyRequest(block=block))
                 verdict = await self._read(call)
+                await self.link.wait()  # the verdict's trip back
                 self.committed.extend(verdict.tokens)
                 yield round_from_verdict(verdict, block.tokens, block.draft_us,
                                          _micros(sent) + block.draft_us)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from cascade.core.runner import ModelRunner
 from cascade.pod.process import model_executor
 from cascade.serving.channels import ChannelPool
+from cascade.serving.delay import LinkDelay
 from cascade.serving.mesh import OPEN, MeshSecurity
 from cascade.serving.server import GrpcService, ServiceBinding
 from cascade.serving.watchdog import ExecutorWatchdog
@@ -17,10 +18,12 @@ SERVICE_NAME = drafter_pb2.DESCRIPTOR.services_by_name["Drafter"].full_name
 
 def build_drafter(runner: ModelRunner, host: str = "127.0.0.1", port: int = 0,
                   grace_s: float = 10.0, mesh: MeshSecurity = OPEN,
-                  verifiers: VerifierPolicy | None = None) -> tuple[GrpcService, DrafterServicer]:
-    """The drafter dials verifiers through ``mesh`` and only those ``verifiers`` allows."""
+                  verifiers: VerifierPolicy | None = None, delay: LinkDelay = LinkDelay()
+                  ) -> tuple[GrpcService, DrafterServicer]:
+    """The drafter dials verifiers through ``mesh`` and only those ``verifiers`` allows;
+    ``delay`` is injected on its messages to them (tests, benchmarks)."""
     executor = model_executor()
-    servicer = DrafterServicer(runner, executor, ChannelPool(mesh), verifiers)
+    servicer = DrafterServicer(runner, executor, ChannelPool(mesh), verifiers, delay)
     binding = ServiceBinding(drafter_pb2_grpc.add_DrafterServicer_to_server, servicer,
                              SERVICE_NAME)
     service = GrpcService([binding], host, port, grace_s, ExecutorWatchdog(executor), mesh)

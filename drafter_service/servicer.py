@@ -8,6 +8,7 @@ from cascade.core.runner import ModelRunner
 from cascade.pod.messages import model_limits
 from cascade.protocol.validation import check_verifier_address, draft_config, session_settings
 from cascade.serving import metrics
+from cascade.serving.delay import LinkDelay
 from cascade.serving.channels import ChannelPool
 from cascade.v1 import drafter_pb2, drafter_pb2_grpc
 from drafter_service.draft_loop import DraftLoop
@@ -16,9 +17,9 @@ from drafter_service.verifiers import VerifierPolicy
 
 class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
     def __init__(self, runner: ModelRunner, executor: Executor, channels: ChannelPool,
-                 verifiers: VerifierPolicy | None = None) -> None:
+                 verifiers: VerifierPolicy | None = None, delay: LinkDelay = LinkDelay()) -> None:
         self.runner, self.executor, self.channels = runner, executor, channels
-        self.verifiers = verifiers or VerifierPolicy()
+        self.verifiers, self.delay = verifiers or VerifierPolicy(), delay
         self.limits = model_limits(runner)
         self.num_active = 0
 
@@ -27,7 +28,7 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
         settings = session_settings(request, self.limits)
         config = draft_config(request.draft, settings.policy)
         check_verifier_address(request.verifier_address)
-        return DraftLoop(self.runner, self.executor, request, settings, config)
+        return DraftLoop(self.runner, self.executor, request, settings, config, self.delay)
 
     async def RunSession(self, request, context):
         loop = self._draft_loop(request)

@@ -40,6 +40,8 @@ class ClusterConfig:
     """torch threads per drafter and verifier, so pods behave like separate machines."""
     verifier_args: tuple[str, ...] = ()
     """Extra flags for the verifier (e.g. --no-batching, --kv-tokens N)."""
+    drafter_args: tuple[str, ...] = ()
+    """Extra flags for every drafter (e.g. --inject-delay-ms 10)."""
     gateway_args: tuple[str, ...] = ()
     """Extra flags for the gateway (e.g. --session-lease-s 3)."""
     cpu_affinity: dict[str, frozenset[int]] = field(default_factory=dict)
@@ -101,7 +103,8 @@ class LocalCluster:
         for i in range(c.num_drafters):
             self._spawn(f"drafter-{i}", ["drafter_service", "--model", str(c.drafter),
                                          "--target-model", str(c.target),
-                                         "--port", str(free_port()), *pod])
+                                         "--port", str(free_port()), *pod,
+                                         *c.drafter_args])
         # The gateway serves loopback only, for this machine's user: no API keys.
         self._spawn("gateway", ["gateway", "--model", str(c.target), "--allow-open",
                                 "--port", str(c.http_port),

@@ -131,3 +131,26 @@ async def test_bad_request_maps_to_invalid_argument(services):
             [r async for r in stub.RunSession(request, timeout=10)]
         assert failure.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "max_new_tokens" in failure.value.details()
+
+
+async def test_an_injected_delay_lengthens_every_round_and_changes_no_token(gpt2_pair):
+    """A drafter 25 ms from its verifier (one way): each round takes at least the 50 ms round
+    trip; the tokens are the same as next door."""
+    from cascade.serving.delay import LinkDelay
+
+    target, drafter = gpt2_pair
+    verifier, _ = build_verifier(target, grace_s=1.0)
+    far, _ = build_drafter(drafter, grace_s=1.0, delay=LinkDelay(25.0, 5.0, seed=3))
+    await verifier.start()
+    await far.start()
+    try:
+        prompt = random_prompts(1, seed=35)[0]
+        params = SamplingParams(max_new_tokens=12)
+        rounds = await run_session(far.address, verifier.address, prompt, params, 3)
+        assert [t for r in rounds for t in r.tokens] == hf_greedy(target, prompt)[:12]
+        assert all(r.round_us >= 40_000 for r in rounds)  # 2 x (25 - 5) ms at least
+    finally:
+        await far.drain()
+        await verifier.drain()
+    with pytest.raises(ValueError, match=">= 0 ms"):
+        LinkDelay(-1.0)
