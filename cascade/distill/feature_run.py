@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+from safetensors.torch import load_file, save_file
 
 from cascade.core.feature_drafter import FeatureDrafter, FeatureDrafterConfig
 from cascade.core.feature_runner import load_weights, write_feature_drafter
@@ -141,8 +142,11 @@ class FeatureDistiller:
         self.optimizer = torch.optim.AdamW(params, lr=c.lr, betas=(0.9, 0.95), weight_decay=0.0)
 
     def start_from(self, folder: Path) -> None:
+        """Weights and vocabulary of an export, and its replay pool when it has one."""
         self.start_drafter(VocabMap.load(folder).to_target.tolist())
         load_weights(self.drafter, folder)
+        if (folder / POOL_FILE).exists():
+            self.restore_pool(load_pool(folder / POOL_FILE))
 
     def restore_pool(self, saved: list[tuple[torch.Tensor, int]], group: int = 16) -> None:
         """Rebuild a checkpoint's replay pool: its token rows, re-annotated by the target
@@ -218,8 +222,29 @@ def load_checkpoint(d: FeatureDistiller, folder: Path) -> bool:
     return True
 
 
+POOL_FILE = "replay_pool.safetensors"
+"""The replay pool's token rows beside an export (a few hundred KB): a run started from the
+export (``--init``) trains on them at once instead of generating them again."""
+
+
+def save_pool(pool: list[FeatureSequence], path: Path) -> None:
+    flat = torch.cat([s.tokens.cpu() for s in pool]) if pool else torch.zeros(0, dtype=torch.long)
+    dtype = torch.uint16 if flat.numel() == 0 or int(flat.max()) < 2 ** 16 else torch.int32
+    save_file({"tokens": flat.to(dtype),
+               "lengths": torch.tensor([len(s.tokens) for s in pool], dtype=torch.int32),
+               "starts": torch.tensor([s.answer_start for s in pool], dtype=torch.int32)},
+              str(path))
+
+
+def load_pool(path: Path) -> list[tuple[torch.Tensor, int]]:
+    saved = load_file(str(path))
+    rows = torch.split(saved["tokens"].to(torch.long), saved["lengths"].tolist())
+    return list(zip(rows, saved["starts"].tolist()))
+
+
 def export(d: FeatureDistiller, out: Path) -> Path:
     write_feature_drafter(d.drafter, d.vocab, out, Path(d.config.target).name)
+    save_pool(d.pool, out / POOL_FILE)
     config = {k: str(v) for k, v in asdict(d.config).items() if k not in ("out", "target")}
     record = {"config": config, "history": d.state.history}
     (out / "distill_history.json").write_text(json.dumps(record, indent=1))

@@ -77,3 +77,7 @@ def test_a_resumed_run_gets_its_replay_pool_back(tiny_target, tmp_path):
     assert [s.answer_start for s in resumed.pool] == [start for _, start in saved]
     width = len(resumed.layers) * teacher.config.hidden_size
     assert all(s.features.shape == (len(s.tokens), width) for s in resumed.pool)
+    from_export = FeatureDistiller(config, teacher, AutoTokenizer.from_pretrained(tiny_target))
+    from_export.start_from(config.out)  # --init: the export carries the pool's token rows
+    assert [s.tokens.tolist() for s in from_export.pool] == [t.tolist() for t, _ in saved]
+    assert [s.answer_start for s in from_export.pool] == [start for _, start in saved]
