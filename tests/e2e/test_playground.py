@@ -35,7 +35,8 @@ def stream_rounds(body: bytes) -> list[dict]:
     """The ``cascade`` objects of an SSE body, checking each chunk parses as JSON."""
     rounds = []
     for event in body.decode().split("\n\n"):
-        data = event.removeprefix("data: ")
+        lines = [line for line in event.split("\n") if line.startswith("data: ")]
+        data = lines[0].removeprefix("data: ") if lines else ""  # an id: line may come first
         if data and data != "[DONE]":
             chunk = json.loads(data)
             assert "error" not in chunk, chunk
