@@ -1,0 +1,74 @@
+"""The resume endpoint's contract at the HTTP layer (the whole path, with a gateway killed, is
+in tests/e2e/test_resume.py): ids on round events, the rest of the stream after Last-Event-ID,
+and clear errors for a bad id, an unknown session, or a gRPC session."""
+
+import json
+
+import httpx
+
+from cascade.protocol.requests import GenerationRequest
+from cascade.protocol.settings import FinishReason, SamplingParams
+from gateway.generation import GeneratedChunk
+from gateway.http_app import create_app
+from gateway.session_store import SessionLost
+from http_fixtures import MODEL, SETTINGS
+
+
+class Stored:
+    """A generator whose one session has three stored rounds (resume replays them)."""
+
+    def __init__(self, tokenizer, view: str) -> None:
+        ids = tokenizer("one two three four five six").input_ids
+        self.rounds = [ids[:2], ids[2:4], ids[4:]]
+        self.view = view
+
+    async def resume(self, session_id, after_round):
+        if session_id != "s1":
+            raise SessionLost(f"no session {session_id!r}")
+        request = GenerationRequest([1, 2], SamplingParams(max_new_tokens=8), view=self.view)
+        return request, self._chunks()
+
+    async def _chunks(self):
+        for i, ids in enumerate(self.rounds, start=1):
+            finish = FinishReason.LENGTH if i == len(self.rounds) else None
+            yield GeneratedChunk("s1", ids, 0, 0, finish, round=i)
+
+
+def view() -> str:
+    return json.dumps({"kind": "completion", "meta": {"id": "cmpl-x", "created": 1, "model": MODEL},
+                       "stop": [], "include_usage": False, "rounds": False,
+                       "usage": {"num_prompt": 2, "is_cascade": False}})
+
+
+async def get(tokenizer, generator, path: str, **headers) -> httpx.Response:
+    transport = httpx.ASGITransport(app=create_app(SETTINGS, tokenizer, generator))
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+        return await http.get(path, headers=headers)
+
+
+async def test_resuming_after_a_round_sends_exactly_the_rest(tokenizer):
+    stored = Stored(tokenizer, view())
+    whole = await get(tokenizer, stored, "/v1/sessions/s1/events")
+    ids = [line[4:] for line in whole.text.split("\n") if line.startswith("id: ")]
+    assert ids == ["s1.1", "s1.2", "s1.3"]
+    rest = await get(tokenizer, stored, "/v1/sessions/s1/events", **{"Last-Event-ID": "s1.1"})
+    texts = [json.loads(line[6:])["choices"][0]["text"] for line in rest.text.split("\n")
+             if line.startswith("data: {")]
+    assert "".join(texts) == tokenizer.decode(stored.rounds[1] + stored.rounds[2])
+    assert all(json.loads(line[6:])["id"] == "cmpl-x" for line in rest.text.split("\n")
+               if line.startswith("data: {"))
+    assert rest.text.endswith("data: [DONE]\n\n")
+
+
+async def test_bad_ids_unknown_sessions_and_grpc_sessions_get_clear_errors(tokenizer):
+    stored = Stored(tokenizer, view())
+    bad = await get(tokenizer, stored, "/v1/sessions/s1/events", **{"Last-Event-ID": "s2.1"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "Last-Event-ID"
+    unknown = await get(tokenizer, stored, "/v1/sessions/nope/events")
+    assert unknown.status_code == 404
+    assert unknown.json()["error"]["code"] == "session_not_found"
+    grpc_made = Stored(tokenizer, json.dumps({"kind": "grpc", "stop": []}))
+    other = await get(tokenizer, grpc_made, "/v1/sessions/s1/events")
+    assert other.status_code == 409 and "Resume" in other.json()["error"]["message"]
+    negative = await get(tokenizer, stored, "/v1/sessions/s1/events?after=-1")
+    assert negative.status_code == 400
