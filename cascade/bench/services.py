@@ -89,13 +89,14 @@ def _cluster_rss(cluster: LocalCluster) -> dict[str, float | None]:
 
 
 @contextmanager
-def pinned_cluster(target: Path, drafter: Path, workdir: Path
+def pinned_cluster(target: Path, drafter: Path, workdir: Path,
+                   drafter_args: tuple[str, ...] = ()
                    ) -> Iterator[tuple[LocalCluster, dict[str, frozenset[int]]]]:
     """A local cluster with the verifier and the drafter on cores of their own (``pinning``);
     on the way out this process gets all its cores back and the cluster stops."""
     pins = pinning()
     config = ClusterConfig(target, drafter, http_port=free_port(), grpc_port=free_port(),
-                           workdir=workdir, cpu_affinity=pins)
+                           workdir=workdir, cpu_affinity=pins, drafter_args=drafter_args)
     cluster = LocalCluster(config).start()
     everything = frozenset(os.sched_getaffinity(0))
     try:
