@@ -93,10 +93,17 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
         handler = await continuation(handler_call_details)
         if handler is None:
             return None
-        if handler.unary_unary:
-            return handler._replace(unary_unary=_wrap_unary(handler.unary_unary))
-        if handler.stream_unary:
-            return handler._replace(stream_unary=_wrap_unary(handler.stream_unary))
-        if handler.unary_stream:
-            return handler._replace(unary_stream=_wrap_stream(handler.unary_stream))
-        return handler._replace(stream_stream=_wrap_stream(handler.stream_stream))
+        return rewrapped(handler, _wrap_unary, _wrap_stream)
+
+
+def rewrapped(handler: grpc.RpcMethodHandler, wrap_unary, wrap_stream) -> grpc.RpcMethodHandler:
+    """``handler`` with its behaviour passed through ``wrap_unary`` (calls answered once) or
+    ``wrap_stream`` (calls answered with a stream): for interceptors that change every kind of
+    call the same way."""
+    if handler.unary_unary:
+        return handler._replace(unary_unary=wrap_unary(handler.unary_unary))
+    if handler.stream_unary:
+        return handler._replace(stream_unary=wrap_unary(handler.stream_unary))
+    if handler.unary_stream:
+        return handler._replace(unary_stream=wrap_stream(handler.unary_stream))
+    return handler._replace(stream_stream=wrap_stream(handler.stream_stream))

@@ -29,7 +29,7 @@ from pathlib import Path
 import grpc
 import typer
 
-from cascade.serving.errors import PermissionDenied
+from cascade.serving.errors import PermissionDenied, rewrapped
 
 CERT, KEY, CA = "tls.crt", "tls.key", "ca.crt"
 DEFAULT_SERVER_NAME = "cascade-mesh"
@@ -138,13 +138,7 @@ def _refusing(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         await unary(request, context)
         yield  # pragma: no cover - makes this an async generator; abort raises first
 
-    if handler.unary_unary:
-        return handler._replace(unary_unary=unary)
-    if handler.stream_unary:
-        return handler._replace(stream_unary=unary)
-    if handler.unary_stream:
-        return handler._replace(unary_stream=stream)
-    return handler._replace(stream_stream=stream)
+    return rewrapped(handler, lambda _: unary, lambda _: stream)
 
 
 def _with_token(details: grpc.aio.ClientCallDetails, value: str) -> grpc.aio.ClientCallDetails:
