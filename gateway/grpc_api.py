@@ -100,7 +100,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         if not request.session_id:
             raise RequestInvalid("Invalid 'session_id': required.", "session_id")
         try:
-            generation, chunks = await self.generator.resume(request.session_id, 0)
+            generation, chunks = await self.generator.resume(request.session_id)
         except SessionLost as exc:
             raise RequestInvalid(str(exc), "session_id") from exc
         stops = json.loads(generation.view or "{}").get("stop", [])

@@ -96,17 +96,18 @@ class Orchestrator:
         return self._observed(request, lambda context, ending: self._generate(
             request, context, ending))
 
-    async def resume(self, session_id: str, after_round: int
+    async def resume(self, session_id: str
                      ) -> tuple[GenerationRequest, AsyncIterator[GeneratedChunk]]:
-        """A stored session's generation and its stream after round ``after_round``: the stored
-        rounds replayed as they were sent, then, unless it has ended, its continuation (this
-        gateway takes it over once the owner's lease has expired). SessionLost if unknown."""
+        """A stored session's generation and its whole stream: every stored round replayed as
+        it was sent (the caller's detokenizer needs them all; it skips what its client has),
+        then, unless it has ended, its continuation (this gateway takes it over once the owner's
+        lease has expired). SessionLost if unknown."""
         fields = await self.store.record(session_id)
         if not fields or "request" not in fields:
             raise SessionLost(f"no session {session_id!r} (it never existed or has expired)")
         request = request_from_record(fields)
         return request, self._observed(request, lambda context, ending: self._resumed(
-            session_id, request, after_round, context, ending))
+            session_id, request, context, ending))
 
     async def _observed(self, request, inner_for) -> AsyncIterator[GeneratedChunk]:
         """``inner_for(trace context, ending)``'s chunks, with the span, metrics, and the
@@ -144,12 +145,12 @@ class Orchestrator:
             async for chunk in chunks:
                 yield chunk
 
-    async def _resumed(self, session_id: str, request, after_round: int, trace_context,
-                       ending: dict) -> AsyncIterator[GeneratedChunk]:
+    async def _resumed(self, session_id: str, request, trace_context, ending: dict
+                       ) -> AsyncIterator[GeneratedChunk]:
         epoch = await self._take_over(session_id)
         fields = await self.store.record(session_id)
         tokens, ends = await self.store.tokens(session_id), await self.store.round_ends(session_id)
-        for i in range(max(0, after_round), len(ends)):
+        for i in range(len(ends)):
             last = epoch is None and i == len(ends) - 1
             reason = fields.get("finish_reason") if last else None
             finish = FinishReason(reason) if reason in ("stop", "length") else None

@@ -39,7 +39,7 @@ def install_resume(app: FastAPI, tokenizer, generator) -> None:
         if not hasattr(generator, "resume"):
             raise APIError(501, "This gateway cannot resume sessions.", type="server_error")
         try:
-            request, chunks = await generator.resume(session_id, 0)
+            request, chunks = await generator.resume(session_id)
         except SessionLost as exc:
             raise APIError(404, str(exc), param="session_id", code="session_not_found") from exc
         if json.loads(request.view or "{}").get("kind") not in ("completion", "chat"):

@@ -22,7 +22,7 @@ class Stored:
         self.rounds = [ids[:2], ids[2:4], ids[4:]]
         self.view = view
 
-    async def resume(self, session_id, after_round):
+    async def resume(self, session_id):
         if session_id != "s1":
             raise SessionLost(f"no session {session_id!r}")
         request = GenerationRequest([1, 2], SamplingParams(max_new_tokens=8), view=self.view)
