@@ -195,12 +195,10 @@ class SessionStore:
     async def create(self, request: GenerationRequest, drafter: str, verifier: str) -> SessionRecord:
         session_id = secrets.token_hex(12)
         record_key = session_keys(session_id)[0]
-        mapping = {**_record_fields(request, 1, drafter, verifier), "owner": self.owner,
-                   "view": request.view}
-        seconds, micros = await self.client.time()
-        mapping["lease_ms"] = seconds * 1000 + micros // 1000 + self._lease_ms
         async with self.client.pipeline(transaction=True) as pipe:
-            pipe.hset(record_key, mapping=mapping).expire(record_key, self.ttl_s)
+            pipe.hset(record_key, mapping=self._fields(request, 1, drafter, verifier))
+            pipe.expire(record_key, self.ttl_s)
+            await self._renew(keys=[record_key], args=[1, self._lease_ms], client=pipe)  # lease
             await pipe.execute()
         return SessionRecord(session_id, 1, len(request.prompt_tokens))
 
@@ -222,9 +220,8 @@ class SessionStore:
                       round_ends: list[int]) -> None:
         """Write back the record, the tokens and round ends the gateway holds (see
         RESTORE_SCRIPT)."""
-        record = {**_record_fields(request, epoch, drafter, verifier), "owner": self.owner,
-                  "view": request.view}
-        fields = [item for pair in record.items() for item in pair]
+        fields = [item for pair in self._fields(request, epoch, drafter, verifier).items()
+                  for item in pair]
         result = await self._restore(keys=session_keys(session_id),
                                      args=[epoch, self.ttl_s, len(fields), len(tokens), *fields,
                                            *tokens, *round_ends])
@@ -248,6 +245,13 @@ class SessionStore:
         if result == -1:
             raise StaleEpoch(f"session {session_id}: epoch {epoch} is no longer current")
         return int(result)
+
+    def _fields(self, request: GenerationRequest, epoch: int, drafter: str, verifier: str
+                ) -> dict[str, str | int]:
+        """The record as this gateway writes it: the request and assignment, the owner, the
+        API layer's view (the lease is set by Redis's clock, in the scripts)."""
+        return {**_record_fields(request, epoch, drafter, verifier), "owner": self.owner,
+                "view": request.view}
 
     @property
     def _lease_ms(self) -> int:

@@ -123,6 +123,8 @@ async def test_a_session_is_taken_over_only_when_its_lease_lapses_or_it_was_canc
     other = SessionStore(redis_client, ttl_s=60, owner="gateway-b", lease_s=0.5)
     record = await owner.create(REQUEST, "d:1", "v:1")
     sid = record.session_id
+    with pytest.raises(LeaseHeld):  # leased from its creation, before any round
+        await other.takeover(sid)
     await owner.append(sid, 1, 0, [1, 2])
     await owner.append(sid, 1, 2, [3])
     assert await owner.round_ends(sid) == [2, 3]
