@@ -23,9 +23,9 @@ OPTIONS = (
 )
 
 
-def build(runner, host, port, grace_s, *, mesh, redis_url, allowed_verifiers, inject_delay_ms,
+def build(runner, host, port, grace_s, *, mesh, registry, allowed_verifiers, inject_delay_ms,
           inject_jitter_ms):
-    verifiers = VerifierPolicy.from_options(allowed_verifiers, redis_url)
+    verifiers = VerifierPolicy.from_options(allowed_verifiers, registry)
     logging.getLogger("drafter").info("dials %s", verifiers.describe())
     return build_drafter(runner, host, port, grace_s, mesh, verifiers,
                          LinkDelay(inject_delay_ms, inject_jitter_ms))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import redis.asyncio as redis
 
 from cascade.protocol.validation import invalid
-from cascade.serving.registry import connect, live_pods
+from cascade.serving.registry import live_pods
 
 
 class VerifierPolicy:
@@ -19,9 +19,10 @@ class VerifierPolicy:
         self.allowed, self.registry = frozenset(allowed), registry
 
     @classmethod
-    def from_options(cls, allowed: str | None, redis_url: str | None) -> VerifierPolicy:
+    def from_options(cls, allowed: str | None, registry: redis.Redis | None) -> VerifierPolicy:
+        """``registry``: the pod's Redis client (the one its heartbeat uses), if any."""
         listed = tuple(a.strip() for a in (allowed or "").split(",") if a.strip())
-        return cls(listed, connect(redis_url) if redis_url else None)
+        return cls(listed, registry)
 
     @property
     def is_open(self) -> bool:
@@ -43,7 +44,3 @@ class VerifierPolicy:
                 return
         raise invalid("verifier_address", f"{address!r} is not a registered verifier (nor on "
                                           "the drafter's --allowed-verifiers list)")
-
-    async def close(self) -> None:
-        if self.registry is not None:
-            await self.registry.aclose()

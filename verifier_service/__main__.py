@@ -32,7 +32,7 @@ OPTIONS = (
 )
 
 
-def build(runner, host, port, grace_s, *, mesh, redis_url, kv_tokens, max_batch_tokens,
+def build(runner, host, port, grace_s, *, mesh, registry, kv_tokens, max_batch_tokens,
           max_wait_ms, batching, admission_wait_s, session_key_file):
     settings = VerifierSettings(kv_tokens or None, admission_wait_s, max_batch_tokens,
                                 max_wait_ms, batching)

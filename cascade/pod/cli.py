@@ -18,6 +18,7 @@ from cascade.serving.mesh import SERVER_NAME_HELP, TLS_DIR_HELP, TOKEN_HELP, mes
 from cascade.serving.mesh import refuse_open
 from cascade.serving.metrics import serve_metrics
 from cascade.serving.process import serve_forever
+from cascade.serving.registry import connect
 from cascade.serving.telemetry import setup_telemetry
 
 
@@ -30,7 +31,7 @@ def option(name: str, annotation: type, default) -> inspect.Parameter:
 def model_server_cli(role: str, default_port: int, summary: str,
                      build: Callable[..., tuple],
                      options: tuple[inspect.Parameter, ...] = ()) -> typer.Typer:
-    """``build(runner, host, port, grace_s, mesh=, redis_url=, **role_options)`` returns
+    """``build(runner, host, port, grace_s, mesh=, registry=, **role_options)`` returns
     (GrpcService, object with num_active); ``options`` are the role's own flags, passed to
     ``build`` by name."""
     cli = typer.Typer(add_completion=False)
@@ -55,8 +56,9 @@ def model_server_cli(role: str, default_port: int, summary: str,
                                             help=SERVER_NAME_HELP),
         mesh_token_file: Path = typer.Option(None, envvar="CASCADE_MESH_TOKEN_FILE",
                                              help=TOKEN_HELP),
-        health_port: int = typer.Option(None, envvar="CASCADE_HEALTH_PORT", help="Also serve gRPC health alone, in plaintext, "
-                                        "on this port (for probes when the main port speaks "
+        health_port: int = typer.Option(None, envvar="CASCADE_HEALTH_PORT",
+                                        help="Also serve gRPC health alone, in plaintext, on "
+                                        "this port (for probes when the main port speaks "
                                         "mutual TLS)."),
         allow_open: bool = typer.Option(False, help="Serve without --tls-dir or a mesh token "
                                         "(otherwise refused): for local development."),
@@ -64,20 +66,20 @@ def model_server_cli(role: str, default_port: int, summary: str,
     ) -> None:
         setup_pod(threads)
         mesh = mesh_or_exit(tls_dir, tls_server_name, mesh_token_file)
-        refuse_open(mesh.tls_dir is not None or mesh.token is not None, allow_open,
+        refuse_open(mesh.is_authenticated, allow_open,
                     "mesh credentials (--tls-dir or --mesh-token-file)")
         logging.getLogger(role).info("mesh: %s", mesh.describe())
         setup_telemetry(f"cascade-{role}")
         serve_metrics(metrics_port)
         runner = load_model(ModelSpec(model, dtype, device), target_model)
-        service, sessions = build(runner, host, port, grace_s, mesh=mesh, redis_url=redis_url,
+        registry = connect(redis_url) if redis_url else None  # one client per pod
+        service, sessions = build(runner, host, port, grace_s, mesh=mesh, registry=registry,
                                   **role_options)
         service.health_port = health_port
-        asyncio.run(serve_forever(service, role, redis_url, advertise, lambda: sessions.num_active))
+        asyncio.run(serve_forever(service, role, registry, advertise, lambda: sessions.num_active))
 
     signature = inspect.signature(main)
     common = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
     main.__signature__ = signature.replace(parameters=common + list(options))
     cli.command(help=summary)(main)
     return cli
-

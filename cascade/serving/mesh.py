@@ -80,6 +80,11 @@ class MeshSecurity:
             raise PermissionDenied(f"session {session_id!r} epoch {epoch}: missing or wrong "
                                    "owner_tag (only a gateway of this mesh opens sessions)")
 
+    @property
+    def is_authenticated(self) -> bool:
+        """Callers must prove membership: mutual TLS, the token, or both."""
+        return self.tls_dir is not None or self.token is not None
+
     def describe(self) -> str:
         parts = [f"mutual TLS (server name {self.server_name})"] if self.tls_dir else []
         parts += ["shared token"] if self.token else []

@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from cascade.serving.registry import Heartbeat, connect
+import redis.asyncio as redis
+
+from cascade.serving.registry import Heartbeat
 from cascade.serving.server import GrpcService
 
 
@@ -13,10 +15,10 @@ def setup_logging(log_level: str = "INFO") -> None:
     logging.basicConfig(level=log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
 
-async def serve_forever(service: GrpcService, role: str, redis_url: str | None,
+async def serve_forever(service: GrpcService, role: str, client: redis.Redis | None,
                         advertise: str | None, load: Callable[[], int]) -> None:
-    """Start ``service``, register it in Redis (when a URL is given), serve until a signal."""
-    client = connect(redis_url) if redis_url else None
+    """Start ``service``, register it in the Redis of ``client`` (the pod's registry client,
+    from ``cascade.serving.registry.connect``; closed at the end), serve until a signal."""
     port = await service.start()
     address = advertise or f"{service.host}:{port}"
     if client is not None:

@@ -54,10 +54,12 @@ class GrpcService:
                  grace_s: float = 10.0, watchdog: ExecutorWatchdog | None = None,
                  mesh: MeshSecurity = OPEN, health_port: int | None = None) -> None:
         self.bindings, self.host, self.port, self.grace_s = bindings, host, port, grace_s
-        self.mesh, self.health_port = mesh, health_port
-        self._health_server: grpc.aio.Server | None = None
+        self.mesh = mesh
         """Mutual TLS and/or the shared token the port requires (pods; the gateway's public
         API authenticates clients with API keys instead)."""
+        self.health_port = health_port
+        """Also serve gRPC health alone on this plaintext port (None: not)."""
+        self._health_server: grpc.aio.Server | None = None
         self.heartbeat: Heartbeat | None = None
         self.health: health.aio.HealthServicer | None = None
         self.server: grpc.aio.Server | None = None
