@@ -127,8 +127,9 @@ class LocalCluster:
         key.write_text(secrets.token_hex(32))
         return ["--tls-dir", str(folder)], ["--session-key-file", str(key)]
 
-    def _wait_ready(self, timeout_s: float, port: str | None = None) -> None:
-        """Until every pod is registered (or the one on ``port``) and the gateway is ready."""
+    def _wait_ready(self, timeout_s: float, port: str | None = None,
+                    gateway: str = "gateway") -> None:
+        """Until every pod is registered (or the one on ``port``) and ``gateway`` is ready."""
         import redis as redis_sync
 
         client = redis_sync.Redis.from_url(self.redis.url)
@@ -137,7 +138,7 @@ class LocalCluster:
             self._check_alive()
             registered = (self._all_registered(client) if port is None
                           else self._registered(client, port))
-            if registered and self._gateway_ready():
+            if registered and self._gateway_ready(self.http_url_of(gateway)):
                 return
             time.sleep(0.2)
         raise TimeoutError(f"cluster not ready after {timeout_s}s; see {self.config.workdir}")
@@ -170,18 +171,16 @@ class LocalCluster:
         """Start another gateway on free ports beside the first (same Redis, same pods, same
         flags); returns its HTTP URL and gRPC address."""
         args = list(self._args["gateway"])
-        http_port, grpc_port = str(free_port()), str(free_port())
-        args[args.index("--port") + 1] = http_port
-        args[args.index("--grpc-port") + 1] = grpc_port
+        args[args.index("--port") + 1] = str(free_port())
+        args[args.index("--grpc-port") + 1] = str(free_port())
         self._spawn(name, args)
-        url = f"http://127.0.0.1:{http_port}"
-        deadline = time.monotonic() + timeout_s
-        while not self._gateway_ready(url):
-            self._check_alive()
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{name} not ready after {timeout_s}s")
-            time.sleep(0.2)
-        return url, f"127.0.0.1:{grpc_port}"
+        self._wait_ready(timeout_s, gateway=name)
+        return self.http_url_of(name), self.grpc_address_of(name)
+
+    def http_url_of(self, name: str) -> str:
+        """The HTTP URL of gateway ``name``."""
+        args = self._args[name]
+        return f"http://127.0.0.1:{args[args.index('--port') + 1]}"
 
     def grpc_address_of(self, name: str) -> str:
         """host:port of gateway ``name``'s gRPC API."""
@@ -200,9 +199,12 @@ class LocalCluster:
         if process.poll() is None:
             raise RuntimeError(f"{name} is still running")
         args = self._args[name]
-        port = None if name.startswith("gateway") else args[args.index("--port") + 1]
-        if port is not None:  # the dead pod's entry lives on until it expires
-            self._unregister(port)
+        if name.startswith("gateway"):
+            self._spawn(name, args)
+            self._wait_ready(timeout_s, gateway=name)
+            return
+        port = args[args.index("--port") + 1]
+        self._unregister(port)  # the dead pod's entry lives on until it expires
         self._spawn(name, args)
         self._wait_ready(timeout_s, port)
 
@@ -214,9 +216,10 @@ class LocalCluster:
             client.hdel(key, address)
         client.close()
 
-    def _gateway_ready(self, url: str | None = None) -> bool:
+    @staticmethod
+    def _gateway_ready(url: str) -> bool:
         try:
-            return httpx.get(f"{url or self.http_url}/ready", timeout=1.0).status_code == 200
+            return httpx.get(f"{url}/ready", timeout=1.0).status_code == 200
         except httpx.HTTPError:
             return False
 

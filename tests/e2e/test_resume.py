@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import time
+from contextlib import contextmanager
 
 import httpx
 import redis
@@ -14,8 +15,22 @@ from cascade.tools.local_cluster import ClusterConfig, LocalCluster
 from cascade.tools.redis_server import free_port
 from gateway.session_store import session_keys
 
+SHORT_LEASE = ("--session-lease-s", "2")
 BODY = {"model": "target", "prompt": "import os\nimport sys\n", "max_tokens": 200,
         "temperature": 0, "num_draft_tokens": 3}
+
+
+@contextmanager
+def two_gateways(pair_dirs, workdir, *gateway_args: str):
+    """A local cluster (tiny pair) with a second gateway: (cluster, its HTTP URL, its gRPC
+    address); both gateways get ``gateway_args``."""
+    config = ClusterConfig(*pair_dirs, http_port=free_port(), grpc_port=free_port(),
+                           workdir=workdir, gateway_args=gateway_args)
+    cluster = LocalCluster(config).start()
+    try:
+        yield cluster, *cluster.add_gateway()
+    finally:
+        cluster.stop()
 
 
 def read_events(lines, stop_after: int | None = None) -> tuple[str, str | None, bool]:
@@ -37,12 +52,7 @@ def read_events(lines, stop_after: int | None = None) -> tuple[str, str | None, 
 
 
 def test_a_stream_resumes_on_another_gateway_after_its_gateway_died(tiny_pair_dirs, tmp_path):
-    target, drafter = tiny_pair_dirs
-    config = ClusterConfig(target, drafter, http_port=free_port(), grpc_port=free_port(),
-                           workdir=tmp_path, gateway_args=("--session-lease-s", "2"))
-    cluster = LocalCluster(config).start()
-    try:
-        other, _ = cluster.add_gateway()
+    with two_gateways(tiny_pair_dirs, tmp_path, *SHORT_LEASE) as (cluster, other, _):
         whole = httpx.post(f"{cluster.http_url}/v1/completions", json=BODY, timeout=120)
         expected = whole.json()["choices"][0]["text"]
         with httpx.stream("POST", f"{cluster.http_url}/v1/completions", timeout=120,
@@ -62,8 +72,6 @@ def test_a_stream_resumes_on_another_gateway_after_its_gateway_died(tiny_pair_di
         record = redis.Redis.from_url(cluster.redis.url).hgetall(
             session_keys(last_id.split(".")[0])[0])
         assert record[b"status"] == b"finished" and int(record[b"epoch"]) >= 2
-    finally:
-        cluster.stop()
 
 
 def test_the_grpc_client_resumes_on_its_own(tiny_pair_dirs, tmp_path):
@@ -71,12 +79,7 @@ def test_the_grpc_client_resumes_on_its_own(tiny_pair_dirs, tmp_path):
     first is killed mid-stream: the same text and tokens as an uninterrupted run."""
     from cascade.tools.client import stream_generation
 
-    target, drafter = tiny_pair_dirs
-    config = ClusterConfig(target, drafter, http_port=free_port(), grpc_port=free_port(),
-                           workdir=tmp_path, gateway_args=("--session-lease-s", "2"))
-    cluster = LocalCluster(config).start()
-    try:
-        _, other = cluster.add_gateway()
+    with two_gateways(tiny_pair_dirs, tmp_path, *SHORT_LEASE) as (cluster, _, other):
         gateways = [cluster.grpc_address, other]
         args = dict(prompt="import os\nimport sys\n", max_tokens=200, num_draft_tokens=3,
                     chat=False)
@@ -93,21 +96,14 @@ def test_the_grpc_client_resumes_on_its_own(tiny_pair_dirs, tmp_path):
         resumed = stream_generation(gateways, on_response=kill_first_gateway, **args)
         assert resumed.token_ids == expected.token_ids and resumed.text == expected.text
         assert seen == list(range(1, len(seen) + 1))  # no round twice, none skipped
-    finally:
-        cluster.stop()
 
 
 def test_a_draining_gateway_hands_its_unfinished_streams_over(tiny_pair_dirs, tmp_path):
     """SIGTERM with a short grace period: the stream still running when it ends is cancelled,
     and its client resumes it on the other gateway at once (the lease, 60 s, is not waited
     out), with the same text as an uninterrupted run."""
-    target, drafter = tiny_pair_dirs
-    config = ClusterConfig(target, drafter, http_port=free_port(), grpc_port=free_port(),
-                           workdir=tmp_path,
-                           gateway_args=("--session-lease-s", "60", "--grace-s", "0.2"))
-    cluster = LocalCluster(config).start()
-    try:
-        other, _ = cluster.add_gateway()
+    with two_gateways(tiny_pair_dirs, tmp_path, "--session-lease-s", "60",
+                      "--grace-s", "0.2") as (cluster, other, _):
         body = {**BODY, "max_tokens": 900}
         expected = httpx.post(f"{other}/v1/completions", json=body,
                               timeout=120).json()["choices"][0]["text"]
@@ -129,5 +125,3 @@ def test_a_draining_gateway_hands_its_unfinished_streams_over(tiny_pair_dirs, tm
             after, _, done = read_events(response.iter_lines())
         assert done and before + after == expected
         assert time.monotonic() - started < 30  # taken over at once, not after the lease
-    finally:
-        cluster.stop()
