@@ -125,9 +125,7 @@ class FeatureDistiller:
         if c.prose_per_batch:  # cheap variety: one forward pass, no generation
             windows = prose_windows(self.tokenizer, c.prose_per_batch, 192, c.seed + n,
                                     c.prose_packages)
-            for i in range(0, len(windows), 16):
-                part = windows[i : i + 16]
-                chunk += annotate(self.teacher, part, [0] * len(part), self.layers, c.keep)
+            chunk += self._annotated(windows, [0] * len(windows))
         return chunk
 
     def start_drafter(self, vocab: list[int] | None = None) -> None:
@@ -148,13 +146,18 @@ class FeatureDistiller:
         if (folder / POOL_FILE).exists():
             self.restore_pool(load_pool(folder / POOL_FILE))
 
-    def restore_pool(self, saved: list[tuple[torch.Tensor, int]], group: int = 16) -> None:
+    def restore_pool(self, saved: list[tuple[torch.Tensor, int]]) -> None:
         """Rebuild a checkpoint's replay pool: its token rows, re-annotated by the target
         (the features are not stored: a forward pass costs far less than the disk)."""
-        for i in range(0, len(saved), group):
-            part = saved[i : i + group]
-            self.pool += annotate(self.teacher, [t.tolist() for t, _ in part],
-                                  [start for _, start in part], self.layers, self.config.keep)
+        self.pool += self._annotated([t.tolist() for t, _ in saved],
+                                     [start for _, start in saved])
+
+    def _annotated(self, rows: list[list[int]], starts: list[int], group: int = 16
+                   ) -> list[FeatureSequence]:
+        """``annotate`` over many rows, ``group`` per forward pass (bounded memory)."""
+        return [sequence for i in range(0, len(rows), group)
+                for sequence in annotate(self.teacher, rows[i : i + group],
+                                         starts[i : i + group], self.layers, self.config.keep)]
 
     def add(self, chunk: list[FeatureSequence]) -> None:
         self.pool += chunk
