@@ -1,5 +1,6 @@
 """python -m drafter_service --model DIR [--port 50061] [--redis-url redis://...]
-[--allowed-verifiers HOST:PORT,...] [--tls-dir DIR] [--mesh-token-file FILE]"""
+[--allowed-verifiers HOST:PORT,...] [--tls-dir DIR] [--mesh-token-file FILE]
+[--speculate off|cache|ahead]"""
 
 import logging
 
@@ -8,6 +9,7 @@ import typer
 from cascade.pod.cli import model_server_cli, option
 from cascade.serving.delay import LinkDelay
 from drafter_service.server import build_drafter
+from drafter_service.speculation import SpeculationConfig, SpeculationMode
 from drafter_service.verifiers import VerifierPolicy
 
 OPTIONS = (
@@ -20,15 +22,29 @@ OPTIONS = (
         "as if it were this far away.")),
     option("inject_jitter_ms", float, typer.Option(
         0.0, help="Testing: uniform jitter (+-) on that delay.")),
+    option("speculate", SpeculationMode, typer.Option(
+        SpeculationMode.OFF.value, help="Draft while the verifier verifies: 'cache' pre-drafts "
+        "the next block for the likeliest outcomes, 'ahead' also sends the best of them to the "
+        "verifier before the verdict; 'off' drafts after each verdict.")),
+    option("speculate_fanout", int, typer.Option(
+        3, help="Guessed next tokens per drafted position.")),
+    option("speculate_blocks", int, typer.Option(
+        6, help="Blocks pre-drafted per round at most.")),
+    option("send_ahead", int, typer.Option(
+        2, help="With --speculate ahead: pre-drafted blocks sent before the verdict.")),
 )
 
 
 def build(runner, host, port, grace_s, *, mesh, registry, allowed_verifiers, inject_delay_ms,
-          inject_jitter_ms):
+          inject_jitter_ms, speculate, speculate_fanout, speculate_blocks, send_ahead):
     verifiers = VerifierPolicy.from_options(allowed_verifiers, registry)
     logging.getLogger("drafter").info("dials %s", verifiers.describe())
+    try:
+        speculation = SpeculationConfig(speculate, speculate_fanout, speculate_blocks, send_ahead)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
     return build_drafter(runner, host, port, grace_s, mesh, verifiers,
-                         LinkDelay(inject_delay_ms, inject_jitter_ms))
+                         LinkDelay(inject_delay_ms, inject_jitter_ms), speculation)
 
 
 cli = model_server_cli("drafter", 50061, "Serve the drafter model: run draft -> verify loops "

@@ -3,7 +3,10 @@ relay the round to the gateway.
 
 The proposer keeps its own per-sequence state in step with the committed tokens (the model
 proposer's cache follows them by position), so applying a verdict is just extending the committed
-list; the rejected tail is rolled back on the next proposal.
+list; the rejected tail is rolled back on the next proposal. With speculation on
+(``drafter_service.speculation``) the drafter pre-drafts for guessed outcomes while it waits for
+each verdict, and may send some of those blocks ahead; sending and receiving are then
+independent (a ``DelayedWriter`` keeps injected delay from holding up the loop).
 """
 
 from __future__ import annotations
@@ -13,9 +16,13 @@ import time
 from collections.abc import AsyncIterator
 from concurrent.futures import Executor
 
+import threading
+
 import grpc
 
 from cascade.core.proposers import ProposerContext, new_proposer
+from cascade.core.proposers.base import DraftStopped
+from cascade.core.speculation import Guess, ends_generation, rank_outcomes
 from cascade.core.runner import ModelRunner
 from cascade.pod.messages import (
     draft_to_pb,
@@ -26,10 +33,11 @@ from cascade.pod.messages import (
 from cascade.protocol.settings import DraftConfig
 from cascade.protocol.validation import SessionSettings
 from cascade.serving import metrics
-from cascade.serving.delay import LinkDelay
+from cascade.serving.delay import DelayedWriter, LinkDelay
 from cascade.serving.errors import StaleEpoch
 from cascade.serving.telemetry import current_context, start_span
 from cascade.v1 import common_pb2, drafter_pb2, verifier_pb2, verifier_pb2_grpc
+from drafter_service.speculation import SpeculationCache, SpeculationConfig
 
 
 def _micros(since: float) -> int:
@@ -39,14 +47,17 @@ def _micros(since: float) -> int:
 class DraftLoop:
     def __init__(self, runner: ModelRunner, executor: Executor,
                  request: drafter_pb2.RunSessionRequest, settings: SessionSettings,
-                 config: DraftConfig, delay: LinkDelay = LinkDelay()) -> None:
+                 config: DraftConfig, delay: LinkDelay = LinkDelay(),
+                 speculation: SpeculationConfig = SpeculationConfig()) -> None:
         """``settings`` and ``config``: what the request carries, checked by the servicer;
-        ``delay``: injected network delay to the verifier (cascade.serving.delay)."""
+        ``delay``: injected network delay to the verifier (cascade.serving.delay);
+        ``speculation``: drafting during verification (off for proposers that cannot)."""
         self.request = request
         self.link = delay.for_session(request.session_id)
         self.params, self.config = settings.sampling, config
         self.proposer = new_proposer(ProposerContext(runner, self.params, self.config,
                                                      settings.policy, request.prompt_len))
+        self.speculation = speculation if self.proposer.can_speculate else SpeculationConfig()
         self.executor = executor
         self.committed = list(request.context_tokens)
         self.trace_context = current_context()  # the RunSession span: parent of each `draft`
@@ -59,56 +70,130 @@ class DraftLoop:
             prompt_len=r.prompt_len, sampling=r.sampling, acceptance=r.acceptance,
             feature_layers=layers, owner_tag=r.owner_tag))
 
-    async def _read(self, call) -> verifier_pb2.Verdict:
+    async def _receive(self, call) -> verifier_pb2.Verdict:
         verdict = await call.read()
         if verdict is grpc.aio.EOF:
             raise ConnectionError("verifier closed the stream")
+        await self.link.wait()  # the verdict's trip back
         if verdict.is_stale:
             raise StaleEpoch(f"session {self.request.session_id} moved on at the verifier")
-        if verdict.HasField("features"):
-            self.proposer.observe(features_from_pb(verdict.features))
         return verdict
 
-    async def _draft(self, round_number: int) -> verifier_pb2.DraftBlock:
+    def _observe(self, verdict: verifier_pb2.Verdict) -> None:
+        """Hand the verdict's target features to the proposer (never while it drafts)."""
+        if verdict.HasField("features"):
+            self.proposer.observe(features_from_pb(verdict.features))
+
+    async def _draft(self, round_number: int, context: list[int],
+                     stop: threading.Event | None = None) -> verifier_pb2.DraftBlock:
+        """A block after ``context`` (the committed tokens, or a guess of them); ``stop``
+        interrupts it between tokens (``DraftStopped``)."""
         started = time.perf_counter()
         loop = asyncio.get_running_loop()
-        budget = self.config.budget(self.params, len(self.committed) - self.request.prompt_len)
+        budget = self.config.budget(self.params, len(context) - self.request.prompt_len)
         with start_span("draft", self.trace_context, session_id=self.request.session_id,
                         round=round_number) as span:
             draft = await loop.run_in_executor(
-                self.executor, self.proposer.propose, self.committed, budget)
+                self.executor, self.proposer.propose, context, budget,
+                stop.is_set if stop is not None else None)
             span.set_attribute("num_draft", draft.num_tokens)
         metrics.DRAFT_SECONDS.observe(time.perf_counter() - started)
-        block = draft_to_pb(draft, session_id=self.request.session_id, epoch=self.request.epoch,
-                            round=round_number, base_len=len(self.committed),
-                            draft_us=_micros(started))
-        return block
+        return draft_to_pb(draft, session_id=self.request.session_id, epoch=self.request.epoch,
+                           round=round_number, base_len=len(context), draft_us=_micros(started))
 
     async def run(self, channel: grpc.aio.Channel, timeout: float | None
                   ) -> AsyncIterator[common_pb2.Round]:
         call = verifier_pb2_grpc.VerifierStub(channel).Verify(timeout=timeout)
+        writer = DelayedWriter(lambda message: _send(call, message), self.link)
         try:
-            await _send(call, self._open_message())
+            await writer.send(self._open_message())
             if self.proposer.wants_target_features:  # the context's features come first
                 for _ in range(num_open_replies(len(self.committed))):
-                    await self._read(call)
-            round_number = 0
+                    self._observe(await self._receive(call))
+            last = time.perf_counter()
+            block = await self._draft(0, self.committed)
+            await writer.send(verifier_pb2.VerifyRequest(block=block))
+            origin = common_pb2.SPECULATION_MISS if self.speculation.is_on else 0
             while True:
-                block = await self._draft(round_number)
-                sent = time.perf_counter()
-                await self.link.wait()  # the block's trip to the verifier
-                await _send(call, verifier_pb2.VerifyRequest(block=block))
-                verdict = await self._read(call)
-                await self.link.wait()  # the verdict's trip back
+                verdict, cache = await self._await_verdict(call, writer, block)
+                self._observe(verdict)
                 self.committed.extend(verdict.tokens)
-                yield round_from_verdict(verdict, block.tokens, block.draft_us,
-                                         _micros(sent) + block.draft_us)
+                yield self._round(verdict, block, origin, cache, _micros(last))
+                last = time.perf_counter()
                 if verdict.finish_reason != common_pb2.FINISH_REASON_UNSPECIFIED:
                     break
-                round_number += 1
+                block, origin = await self._next_block(writer, verdict, cache)
+            await writer.flush()
             await call.done_writing()
         finally:
+            writer.close()
             call.cancel()
+
+    def _round(self, verdict, block, origin, cache: SpeculationCache | None, round_us: int
+               ) -> common_pb2.Round:
+        result = round_from_verdict(verdict, block.tokens, block.draft_us, round_us)
+        result.speculation = origin
+        if cache is not None:
+            result.num_predrafted, result.num_sent_ahead = len(cache.blocks), len(cache.sent)
+        return result
+
+    async def _next_block(self, writer: DelayedWriter, verdict: verifier_pb2.Verdict,
+                          cache: SpeculationCache | None
+                          ) -> tuple[verifier_pb2.DraftBlock, common_pb2.Speculation]:
+        """The block after ``verdict``: from the speculation cache, or drafted now; sent to the
+        verifier unless it went ahead already."""
+        block, origin = (cache.lookup(verdict) if cache is not None
+                         else (None, common_pb2.SPECULATION_UNSPECIFIED))
+        if cache is not None:
+            metrics.SSD_ROUNDS.labels(common_pb2.Speculation.Name(origin)).inc()
+            metrics.SSD_WASTED.inc(len(cache.blocks) - (block is not None))
+        if block is None:
+            block = await self._draft(verdict.round + 1, self.committed)
+        if origin != common_pb2.SPECULATION_AHEAD_HIT:
+            await writer.send(verifier_pb2.VerifyRequest(block=block))
+        return block, origin
+
+    async def _await_verdict(self, call, writer: DelayedWriter, block: verifier_pb2.DraftBlock
+                             ) -> tuple[verifier_pb2.Verdict, SpeculationCache | None]:
+        """The block's verdict; with speculation on, pre-drafts made while it was verified."""
+        if not self.speculation.is_on:
+            return await self._receive(call), None
+        cache, stop = SpeculationCache(), threading.Event()
+        verdict = asyncio.ensure_future(self._receive(call))
+        verdict.add_done_callback(lambda _: stop.set())
+        try:
+            await self._speculate(block, cache, writer, stop)
+            return await verdict, cache
+        finally:
+            verdict.cancel()
+
+    async def _guesses(self, base: list[int], drafted: list[int]) -> list[Guess]:
+        """The likeliest outcomes of the block ``drafted`` after ``base``, best first."""
+        probs = await asyncio.get_running_loop().run_in_executor(
+            self.executor, self.proposer.block_distributions, base, drafted)
+        spec = self.speculation
+        return rank_outcomes(probs, drafted, spec.fanout, spec.max_blocks)
+
+    async def _speculate(self, block: verifier_pb2.DraftBlock, cache: SpeculationCache,
+                         writer: DelayedWriter, stop: threading.Event) -> None:
+        """Pre-draft the next block for the likeliest outcomes of ``block`` until the verdict
+        arrives (``stop``) or ``max_blocks`` are made; send the first ones ahead."""
+        spec, drafted, base = self.speculation, list(block.tokens), list(self.committed)
+        for guess in await self._guesses(base, drafted):
+            context = guess.outcome.context(base, drafted)
+            if stop.is_set():
+                return
+            if ends_generation(guess.outcome, drafted, len(context), self.request.prompt_len,
+                               self.params):
+                continue
+            try:
+                cache.add(guess.outcome, await self._draft(block.round + 1, context, stop))
+            except DraftStopped:
+                return
+            metrics.SSD_PREDRAFTS.inc()
+            if len(cache.sent) < spec.sends_ahead and not stop.is_set():
+                await writer.send(verifier_pb2.VerifyRequest(block=cache.tagged(guess.outcome)))
+                metrics.SSD_SENT_AHEAD.inc()
 
 
 async def _send(call, message: verifier_pb2.VerifyRequest) -> None:

@@ -11,6 +11,7 @@ from cascade.serving.server import GrpcService, ServiceBinding
 from cascade.serving.watchdog import ExecutorWatchdog
 from cascade.v1 import drafter_pb2, drafter_pb2_grpc
 from drafter_service.servicer import DrafterServicer
+from drafter_service.speculation import SpeculationConfig
 from drafter_service.verifiers import VerifierPolicy
 
 SERVICE_NAME = drafter_pb2.DESCRIPTOR.services_by_name["Drafter"].full_name
@@ -18,12 +19,15 @@ SERVICE_NAME = drafter_pb2.DESCRIPTOR.services_by_name["Drafter"].full_name
 
 def build_drafter(runner: ModelRunner, host: str = "127.0.0.1", port: int = 0,
                   grace_s: float = 10.0, mesh: MeshSecurity = OPEN,
-                  verifiers: VerifierPolicy | None = None, delay: LinkDelay = LinkDelay()
+                  verifiers: VerifierPolicy | None = None, delay: LinkDelay = LinkDelay(),
+                  speculation: SpeculationConfig = SpeculationConfig()
                   ) -> tuple[GrpcService, DrafterServicer]:
     """The drafter dials verifiers through ``mesh`` and only those ``verifiers`` allows;
-    ``delay`` is injected on its messages to them (tests, benchmarks)."""
+    ``delay`` is injected on its messages to them (tests, benchmarks); ``speculation``: drafting
+    while the verifier verifies."""
     executor = model_executor()
-    servicer = DrafterServicer(runner, executor, ChannelPool(mesh), verifiers, delay)
+    servicer = DrafterServicer(runner, executor, ChannelPool(mesh), verifiers, delay,
+                               speculation)
     binding = ServiceBinding(drafter_pb2_grpc.add_DrafterServicer_to_server, servicer,
                              SERVICE_NAME)
     service = GrpcService([binding], host, port, grace_s, ExecutorWatchdog(executor), mesh)

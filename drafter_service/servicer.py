@@ -12,14 +12,17 @@ from cascade.serving.delay import LinkDelay
 from cascade.serving.channels import ChannelPool
 from cascade.v1 import drafter_pb2, drafter_pb2_grpc
 from drafter_service.draft_loop import DraftLoop
+from drafter_service.speculation import SpeculationConfig
 from drafter_service.verifiers import VerifierPolicy
 
 
 class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
     def __init__(self, runner: ModelRunner, executor: Executor, channels: ChannelPool,
-                 verifiers: VerifierPolicy | None = None, delay: LinkDelay = LinkDelay()) -> None:
+                 verifiers: VerifierPolicy | None = None, delay: LinkDelay = LinkDelay(),
+                 speculation: SpeculationConfig = SpeculationConfig()) -> None:
         self.runner, self.executor, self.channels = runner, executor, channels
         self.verifiers, self.delay = verifiers or VerifierPolicy(), delay
+        self.speculation = speculation
         self.limits = model_limits(runner)
         self.num_active = 0
 
@@ -28,7 +31,8 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
         settings = session_settings(request, self.limits)
         config = draft_config(request.draft, settings.policy)
         check_verifier_address(request.verifier_address)
-        return DraftLoop(self.runner, self.executor, request, settings, config, self.delay)
+        return DraftLoop(self.runner, self.executor, request, settings, config, self.delay,
+                         self.speculation)
 
     async def RunSession(self, request, context):
         loop = self._draft_loop(request)

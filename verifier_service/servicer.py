@@ -29,8 +29,8 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
                             yield reply
                 elif session is None:
                     raise ValueError("open: send a SessionOpen message before draft blocks")
-                else:
-                    yield await self.sessions.verify(session, request.block)
+                elif (verdict := await self.sessions.verify(session, request.block)) is not None:
+                    yield verdict  # None: a block sent ahead on a wrong guess, dropped
         finally:
             if session is not None:
                 await self.sessions.close(session)

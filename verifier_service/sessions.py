@@ -8,6 +8,10 @@ Blocks go through the ``StepScheduler``, which batches them across sessions.
 Fencing: the highest epoch seen per session wins. A block whose epoch or base_len does not match
 is answered with a stale verdict and changes nothing; a block repeated with the round just
 verified gets the same verdict again (idempotent on (session_id, epoch, round)).
+
+Blocks sent ahead (``DraftBlock.assumes``, speculative speculative decoding): a block that assumes
+an outcome of the previous round is verified only when it is the next round and the outcome is
+the real one; any other is dropped unanswered (``verify`` returns None) and changes nothing.
 """
 
 from __future__ import annotations
@@ -139,8 +143,12 @@ class SessionTable:
                 or session.epoch < current or block.base_len != len(session.sequence.committed))
 
     async def verify(self, session: OpenSession, block: verifier_pb2.DraftBlock
-                     ) -> verifier_pb2.Verdict:
+                     ) -> verifier_pb2.Verdict | None:
+        """The block's verdict, or None for a block sent ahead on a wrong guess (dropped)."""
         draft = draft_from_pb(block, self.limits.vocab_size)  # checks the block first
+        if block.HasField("assumes") and not _guessed_right(session, block):
+            metrics.SSD_DROPPED_BLOCKS.inc()
+            return None
         if (block.epoch == session.epoch and block.round == session.last_round
                 and session.last_verdict):
             return session.last_verdict  # a resent block: answer again, change nothing
@@ -171,3 +179,12 @@ class SessionTable:
         return verifier_pb2.Verdict(
             session_id=block.session_id, epoch=block.epoch, round=block.round, is_stale=True,
             committed_len=len(session.sequence.committed))
+
+
+def _guessed_right(session: OpenSession, block: verifier_pb2.DraftBlock) -> bool:
+    """Whether a block sent ahead assumes the outcome of the round just verified."""
+    last = session.last_verdict
+    return (last is not None and not session.sequence.is_finished
+            and block.epoch == session.epoch and block.round == session.last_round + 1
+            and len(last.tokens) > 0 and block.assumes.num_accepted == last.num_accepted
+            and block.assumes.next_token == last.tokens[-1])

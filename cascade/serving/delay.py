@@ -3,7 +3,9 @@ like a drafter ``one_way_ms`` away (tests and benchmarks of drafting across a ne
 
 Each message waits ``one_way_ms`` plus a jitter drawn uniformly from ±``jitter_ms`` (never
 below zero): blocks before they are sent, verdicts after they arrive. Draws come from a
-generator seeded per session, so a run is repeatable.
+generator seeded per session, so a run is repeatable. ``DelayedWriter`` delays outgoing messages
+as a network does: each one is late by its delay, but sending it holds up neither the sender nor
+the messages after it (which still arrive in order).
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import random
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 
@@ -47,3 +51,51 @@ class SessionDelay:
         """One message's trip (returns at once when the link has no delay)."""
         if not self.link.is_off:
             await asyncio.sleep(self.next_s())
+
+
+class DelayedWriter:
+    """Writes messages through ``write`` after each one's delay, in order, from its own task;
+    a failed write is raised by the next ``send`` or ``flush``."""
+
+    def __init__(self, write: Callable[[object], Awaitable[None]], delay: SessionDelay) -> None:
+        self.write, self.delay = write, delay
+        self._queue: asyncio.Queue = asyncio.Queue()
+        self._last_due = 0.0
+        self._error: BaseException | None = None
+        self._task: asyncio.Task | None = None
+
+    async def send(self, message) -> None:
+        if self.delay.link.is_off:
+            await self.write(message)
+            return
+        self._raise_error()
+        if self._task is None:
+            self._task = asyncio.create_task(self._run())
+        self._last_due = max(self._last_due, time.monotonic() + self.delay.next_s())
+        self._queue.put_nowait((self._last_due, message))
+
+    async def flush(self) -> None:
+        """Wait until every message sent so far is written."""
+        if self._task is not None:
+            await self._queue.join()
+        self._raise_error()
+
+    def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    def _raise_error(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    async def _run(self) -> None:
+        while True:
+            due, message = await self._queue.get()
+            try:
+                if self._error is None:
+                    await asyncio.sleep(max(0.0, due - time.monotonic()))
+                    await self.write(message)
+            except Exception as exc:  # noqa: BLE001 - handed to the sender
+                self._error = exc
+            finally:
+                self._queue.task_done()

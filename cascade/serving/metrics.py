@@ -66,6 +66,17 @@ VERIFY_SECONDS = Histogram("cascade:verify_seconds", "Target pass plus acceptanc
 DRAFTER_SESSIONS = Gauge("cascade:drafter_active_sessions", "Sessions running on the drafter.")
 DRAFT_SECONDS = Histogram("cascade:draft_seconds", "Drafting time per block.",
                           buckets=LATENCY_BUCKETS)
+# Drafting during verification (speculative speculative decoding).
+SSD_ROUNDS = Counter("cascade:ssd_rounds", "Rounds whose block came from the speculation "
+                     "cache, a block sent ahead, or (a miss) drafting after the verdict.",
+                     ["outcome"])
+SSD_PREDRAFTS = Counter("cascade:ssd_predrafted_blocks", "Blocks pre-drafted for guessed "
+                        "outcomes while the verifier verified.")
+SSD_WASTED = Counter("cascade:ssd_wasted_blocks", "Pre-drafted blocks whose guess was wrong.")
+SSD_SENT_AHEAD = Counter("cascade:ssd_sent_ahead_blocks", "Pre-drafted blocks sent to the "
+                         "verifier before the verdict they guess.")
+SSD_DROPPED_BLOCKS = Counter("cascade:ssd_dropped_blocks", "Blocks sent ahead that the "
+                             "verifier dropped (they guessed the wrong outcome).")
 # Gateway.
 REQUESTS_RUNNING = Gauge("cascade:num_requests_running", "Generations in progress.")
 REQUESTS_FINISHED = Counter("cascade:request_success", "Generations finished.", ["finish_reason"])

@@ -25,6 +25,13 @@ class FinishReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FINISH_REASON_UNSPECIFIED: _ClassVar[FinishReason]
     FINISH_REASON_STOP: _ClassVar[FinishReason]
     FINISH_REASON_LENGTH: _ClassVar[FinishReason]
+
+class Speculation(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SPECULATION_UNSPECIFIED: _ClassVar[Speculation]
+    SPECULATION_MISS: _ClassVar[Speculation]
+    SPECULATION_CACHE_HIT: _ClassVar[Speculation]
+    SPECULATION_AHEAD_HIT: _ClassVar[Speculation]
 ACCEPTANCE_RULE_UNSPECIFIED: AcceptanceRule
 ACCEPTANCE_RULE_GREEDY: AcceptanceRule
 ACCEPTANCE_RULE_SPECULATIVE: AcceptanceRule
@@ -38,6 +45,10 @@ ACCEPTANCE_RULE_TOKEN_V3: AcceptanceRule
 FINISH_REASON_UNSPECIFIED: FinishReason
 FINISH_REASON_STOP: FinishReason
 FINISH_REASON_LENGTH: FinishReason
+SPECULATION_UNSPECIFIED: Speculation
+SPECULATION_MISS: Speculation
+SPECULATION_CACHE_HIT: Speculation
+SPECULATION_AHEAD_HIT: Speculation
 
 class Sampling(_message.Message):
     __slots__ = ("temperature", "top_k", "top_p", "seed", "max_new_tokens", "stop_token_ids")
@@ -86,7 +97,7 @@ class Acceptance(_message.Message):
     def __init__(self, rule: _Optional[_Union[AcceptanceRule, str]] = ..., alpha: _Optional[float] = ...) -> None: ...
 
 class Round(_message.Message):
-    __slots__ = ("round", "tokens", "num_accepted", "num_drafted", "committed_len", "finish_reason", "draft_us", "verify_us", "round_us", "num_deferred", "drafted_tokens")
+    __slots__ = ("round", "tokens", "num_accepted", "num_drafted", "committed_len", "finish_reason", "draft_us", "verify_us", "round_us", "num_deferred", "drafted_tokens", "speculation", "num_predrafted", "num_sent_ahead")
     ROUND_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     NUM_ACCEPTED_FIELD_NUMBER: _ClassVar[int]
@@ -98,6 +109,9 @@ class Round(_message.Message):
     ROUND_US_FIELD_NUMBER: _ClassVar[int]
     NUM_DEFERRED_FIELD_NUMBER: _ClassVar[int]
     DRAFTED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    SPECULATION_FIELD_NUMBER: _ClassVar[int]
+    NUM_PREDRAFTED_FIELD_NUMBER: _ClassVar[int]
+    NUM_SENT_AHEAD_FIELD_NUMBER: _ClassVar[int]
     round: int
     tokens: _containers.RepeatedScalarFieldContainer[int]
     num_accepted: int
@@ -109,4 +123,7 @@ class Round(_message.Message):
     round_us: int
     num_deferred: int
     drafted_tokens: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, round: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., num_accepted: _Optional[int] = ..., num_drafted: _Optional[int] = ..., committed_len: _Optional[int] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., draft_us: _Optional[int] = ..., verify_us: _Optional[int] = ..., round_us: _Optional[int] = ..., num_deferred: _Optional[int] = ..., drafted_tokens: _Optional[_Iterable[int]] = ...) -> None: ...
+    speculation: Speculation
+    num_predrafted: int
+    num_sent_ahead: int
+    def __init__(self, round: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., num_accepted: _Optional[int] = ..., num_drafted: _Optional[int] = ..., committed_len: _Optional[int] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., draft_us: _Optional[int] = ..., verify_us: _Optional[int] = ..., round_us: _Optional[int] = ..., num_deferred: _Optional[int] = ..., drafted_tokens: _Optional[_Iterable[int]] = ..., speculation: _Optional[_Union[Speculation, str]] = ..., num_predrafted: _Optional[int] = ..., num_sent_ahead: _Optional[int] = ...) -> None: ...

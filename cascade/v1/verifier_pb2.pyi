@@ -56,7 +56,7 @@ class SparseDistribution(_message.Message):
     def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., probs: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class DraftBlock(_message.Message):
-    __slots__ = ("session_id", "epoch", "round", "base_len", "tokens", "proposals", "draft_us", "decision_proposals")
+    __slots__ = ("session_id", "epoch", "round", "base_len", "tokens", "proposals", "draft_us", "decision_proposals", "assumes")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
@@ -65,6 +65,7 @@ class DraftBlock(_message.Message):
     PROPOSALS_FIELD_NUMBER: _ClassVar[int]
     DRAFT_US_FIELD_NUMBER: _ClassVar[int]
     DECISION_PROPOSALS_FIELD_NUMBER: _ClassVar[int]
+    ASSUMES_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     epoch: int
     round: int
@@ -73,7 +74,16 @@ class DraftBlock(_message.Message):
     proposals: _containers.RepeatedCompositeFieldContainer[SparseDistribution]
     draft_us: int
     decision_proposals: _containers.RepeatedCompositeFieldContainer[SparseDistribution]
-    def __init__(self, session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., round: _Optional[int] = ..., base_len: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., proposals: _Optional[_Iterable[_Union[SparseDistribution, _Mapping]]] = ..., draft_us: _Optional[int] = ..., decision_proposals: _Optional[_Iterable[_Union[SparseDistribution, _Mapping]]] = ...) -> None: ...
+    assumes: Outcome
+    def __init__(self, session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., round: _Optional[int] = ..., base_len: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., proposals: _Optional[_Iterable[_Union[SparseDistribution, _Mapping]]] = ..., draft_us: _Optional[int] = ..., decision_proposals: _Optional[_Iterable[_Union[SparseDistribution, _Mapping]]] = ..., assumes: _Optional[_Union[Outcome, _Mapping]] = ...) -> None: ...
+
+class Outcome(_message.Message):
+    __slots__ = ("num_accepted", "next_token")
+    NUM_ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    NEXT_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    num_accepted: int
+    next_token: int
+    def __init__(self, num_accepted: _Optional[int] = ..., next_token: _Optional[int] = ...) -> None: ...
 
 class Verdict(_message.Message):
     __slots__ = ("session_id", "epoch", "round", "is_stale", "tokens", "num_accepted", "committed_len", "finish_reason", "verify_us", "features", "num_deferred")

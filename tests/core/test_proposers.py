@@ -24,7 +24,7 @@ class RepeatLastProposer(Proposer):
         super().__init__(context)
         self.features: list[TargetFeatures] = []
 
-    def propose(self, committed: list[int], num_tokens: int) -> Draft:
+    def propose(self, committed: list[int], num_tokens: int, stop=None) -> Draft:
         return Draft([committed[-1]] * num_tokens)
 
     def observe(self, features: TargetFeatures) -> None:

@@ -5,17 +5,27 @@ tokens after the committed ones (with the sparse q they were sampled from, when 
 one). The committed tokens are the only state the loop hands over, so a proposer keeps whatever
 else it needs (a KV cache, a suffix index) itself. Methods that draft from the target's own
 features ask for them with ``wants_target_features`` and receive them through ``observe``.
+
+Drafting during verification (``drafter_service.speculation``) pre-drafts for guessed outcomes:
+it ranks them from ``block_distributions`` and may stop a pre-draft between tokens (``stop``).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
+
+import torch
 
 from cascade.core.blocks import Draft, TargetFeatures
 from cascade.core.runner import ModelRunner
 from cascade.protocol.settings import AcceptancePolicy, DraftConfig, SamplingParams
+
+
+class DraftStopped(Exception):
+    """A pre-draft was stopped because the verdict it guessed arrived."""
 
 
 @dataclass(frozen=True)
@@ -52,8 +62,21 @@ class Proposer(ABC):
         self.needs_greedy_q = context.policy is not None and not context.policy.rule.is_lossless
 
     @abstractmethod
-    def propose(self, committed: list[int], num_tokens: int) -> Draft:
-        """Draft up to ``num_tokens`` tokens after ``committed`` (may return fewer, even 0)."""
+    def propose(self, committed: list[int], num_tokens: int,
+                stop: Callable[[], bool] | None = None) -> Draft:
+        """Draft up to ``num_tokens`` tokens after ``committed`` (may return fewer, even 0).
+        ``stop``: checked between drafted tokens; when it returns True, raise ``DraftStopped``."""
+
+    @property
+    def can_speculate(self) -> bool:
+        """Whether the drafter may pre-draft after guessed (uncommitted) contexts."""
+        return False
+
+    def block_distributions(self, committed: list[int], drafted: list[int]
+                            ) -> torch.Tensor | None:
+        """[len(drafted) + 1, vocab] the method's distribution at each drafted position and the
+        one after them, or None when it has none (then no outcome is guessed)."""
+        return None
 
     def observe(self, features: TargetFeatures) -> None:
         """Receive the target's features for newly committed positions (default: ignore)."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from cascade.core.blocks import Draft, TargetFeatures
-from cascade.core.proposers.base import Proposer, ProposerContext
+from cascade.core.proposers.base import DraftStopped, Proposer, ProposerContext
 from cascade.core.proposers.schedule import AdaptiveSchedule
 from cascade.core.sampling import STREAM_DRAFT, position_uniform, process_logits, sample_from, sparsify
 
@@ -43,11 +43,17 @@ class ModelProposer(Proposer):
             self.schedule = AdaptiveSchedule(self.config.num_draft_tokens,
                                              *self.config.adaptive_bounds)
 
+    @property
+    def can_speculate(self) -> bool:
+        """The adaptive schedule learns from every context it drafts after, so it may only see
+        committed ones: no pre-drafting for guesses with it."""
+        return self.schedule is None
+
     def observe(self, features: TargetFeatures) -> None:
         if self.wants_target_features:
             self.cache.observe(features.start, features.hidden_states)
 
-    def propose(self, committed: list[int], num_tokens: int) -> Draft:
+    def propose(self, committed: list[int], num_tokens: int, stop=None) -> Draft:
         if num_tokens <= 0:
             return Draft(tokens=[])
         if self.schedule is None:
@@ -63,8 +69,23 @@ class ModelProposer(Proposer):
             tokens.append(token)
             rows.append(row)
             if i < num_tokens - 1:
+                if stop is not None and stop():
+                    raise DraftStopped()
                 logits = self.cache.extend([token]).logits[-1]
         return self._draft(tokens, rows)
+
+    @torch.inference_mode()
+    def block_distributions(self, committed: list[int], drafted: list[int]) -> torch.Tensor:
+        """Temperature-1 probabilities [len(drafted) + 1, vocab]: one pass over the block for a
+        model drafter, a step per token for a feature drafter (it predicts one at a time)."""
+        if self.wants_target_features:
+            rows = [self.cache.forward_to(committed).logits[-1]]
+            rows += [self.cache.extend([token]).logits[-1] for token in drafted]
+            logits = torch.stack(rows)
+        else:
+            logits = self.cache.forward_to(committed + drafted,
+                                          num_logits=len(drafted) + 1).logits
+        return torch.softmax(logits.float(), dim=-1)
 
     def _catch_up(self, committed: list[int]) -> torch.Tensor:
         """The last position's logits, after noting the drafter's greedy choice at every

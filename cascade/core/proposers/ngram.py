@@ -32,7 +32,7 @@ class NgramProposer(Proposer):
 
     needs_model = False
 
-    def propose(self, committed: list[int], num_tokens: int) -> Draft:
+    def propose(self, committed: list[int], num_tokens: int, stop=None) -> Draft:
         c = self.config
         return Draft(tokens=ngram_propose(committed, num_tokens, c.ngram_max_n, c.ngram_min_n))
 
@@ -50,6 +50,13 @@ class NgramThenModelProposer(Proposer):
     def observe(self, features: TargetFeatures) -> None:
         self.model.observe(features)
 
-    def propose(self, committed: list[int], num_tokens: int) -> Draft:
+    def propose(self, committed: list[int], num_tokens: int, stop=None) -> Draft:
         copied = self.lookup.propose(committed, num_tokens)
-        return copied if copied.tokens else self.model.propose(committed, num_tokens)
+        return copied if copied.tokens else self.model.propose(committed, num_tokens, stop)
+
+    @property
+    def can_speculate(self) -> bool:
+        return self.model.can_speculate
+
+    def block_distributions(self, committed: list[int], drafted: list[int]):
+        return self.model.block_distributions(committed, drafted)

@@ -1,0 +1,98 @@
+"""Drafting while the verifier verifies (speculative speculative decoding, DESIGN.md section 5).
+
+While a block is verified, the drafter pre-drafts the next block for its likeliest outcomes
+(``cascade.core.speculation.rank_outcomes``) into a ``SpeculationCache``; in mode ``ahead`` it
+also sends the first ``send_ahead`` of them to the verifier at once, each tagged with the outcome
+it assumes (``DraftBlock.assumes``). When the verdict arrives:
+
+- a block sent ahead for the real outcome: the verifier is already verifying it (AHEAD_HIT);
+- a cached block for the real outcome: it is sent at once (CACHE_HIT);
+- otherwise the block is drafted just in time (MISS).
+
+Pre-drafts are ordinary drafts after a guessed context: draft randomness depends only on
+(seed, position), so a pre-drafted block is the block the drafter would have drafted after the
+verdict, and exactness does not depend on hits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from cascade.core.speculation import Outcome
+from cascade.v1 import common_pb2, verifier_pb2
+
+
+class SpeculationMode(str, Enum):
+    OFF = "off"
+    """Lock-step: draft after each verdict."""
+    CACHE = "cache"
+    """Pre-draft for guessed outcomes while the block is verified; send after the verdict."""
+    AHEAD = "ahead"
+    """As cache, and send the likeliest pre-drafts ahead of the verdict, tagged."""
+
+
+@dataclass(frozen=True)
+class SpeculationConfig:
+    mode: SpeculationMode = SpeculationMode.OFF
+    fanout: int = 3
+    """Guessed next tokens per drafted position (the drafter's top tokens other than its own)."""
+    max_blocks: int = 6
+    """Pre-drafted blocks per round at most (the likeliest guesses first)."""
+    send_ahead: int = 2
+    """Pre-drafted blocks sent ahead of the verdict per round (mode ``ahead``)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mode", SpeculationMode(self.mode))
+        if not 1 <= self.fanout <= 64 or not 1 <= self.max_blocks <= 64:
+            raise ValueError(f"speculation fanout and max_blocks must be in [1, 64], got "
+                             f"{self.fanout} and {self.max_blocks}")
+        if not 0 <= self.send_ahead <= self.max_blocks:
+            raise ValueError(f"send_ahead must be in [0, max_blocks = {self.max_blocks}], got "
+                             f"{self.send_ahead}")
+
+    @property
+    def is_on(self) -> bool:
+        return self.mode is not SpeculationMode.OFF
+
+    @property
+    def sends_ahead(self) -> int:
+        return self.send_ahead if self.mode is SpeculationMode.AHEAD else 0
+
+
+@dataclass
+class SpeculationCache:
+    """The pre-drafted next blocks for one verified block, by the outcome each assumes."""
+
+    blocks: dict[Outcome, verifier_pb2.DraftBlock] = field(default_factory=dict)
+    sent: set[Outcome] = field(default_factory=set)
+    """Outcomes whose block went to the verifier ahead of the verdict."""
+
+    def add(self, outcome: Outcome, block: verifier_pb2.DraftBlock) -> None:
+        self.blocks[outcome] = block
+
+    def tagged(self, outcome: Outcome) -> verifier_pb2.DraftBlock:
+        """The block for ``outcome`` as sent ahead (tagged with it); marks it sent."""
+        block = verifier_pb2.DraftBlock()
+        block.CopyFrom(self.blocks[outcome])
+        block.assumes.num_accepted, block.assumes.next_token = (outcome.num_accepted,
+                                                               outcome.next_token)
+        self.sent.add(outcome)
+        return block
+
+    def lookup(self, verdict: verifier_pb2.Verdict
+               ) -> tuple[verifier_pb2.DraftBlock | None, common_pb2.Speculation]:
+        """The next block for what the verdict decided, and where it comes from (None: a miss,
+        draft now)."""
+        outcome = Outcome(verdict.num_accepted, verdict.tokens[-1]) if verdict.tokens else None
+        block = self.blocks.get(outcome)
+        if block is None:
+            return None, common_pb2.SPECULATION_MISS
+        if outcome in self.sent:
+            return block, common_pb2.SPECULATION_AHEAD_HIT
+        return block, common_pb2.SPECULATION_CACHE_HIT
+
+    @property
+    def num_wasted(self) -> int:
+        """Pre-drafts not used, once the verdict is known (all but a hit)."""
+        return len(self.blocks)
