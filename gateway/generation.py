@@ -73,7 +73,7 @@ class GeneratedChunk:
     verify_us: int = 0
     """Target forward pass plus acceptance (microseconds)."""
     round_us: int = 0
-    """Round wall time seen by the drafter, drafting included (microseconds)."""
+    """Round wall time seen by the drafter, previous verdict to this one (microseconds)."""
     num_deferred: int = 0
     """Cascade rules: drafted positions the target's distribution decided."""
     drafted_tokens: tuple[int, ...] = ()
@@ -81,6 +81,9 @@ class GeneratedChunk:
     round: int = 0
     """1-based index of this chunk among the session's stored rounds (a stream's event id); 0
     where unknown."""
+    speculation: int = 0
+    """Where the round's block came from (``cascade.v1.common_pb2.Speculation``; 0: drafted
+    after the previous verdict, or unknown)."""
 
 
 class Generator(Protocol):

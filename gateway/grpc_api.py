@@ -128,7 +128,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
                     num_drafted=chunk.num_drafted, finish_reason=FINISH_TO_PB[finish],
                     prompt_tokens=num_prompt, completion_tokens=completion_tokens,
                     draft_us=chunk.draft_us, verify_us=chunk.verify_us, round_us=chunk.round_us,
-                    num_deferred=chunk.num_deferred, round=chunk.round)
+                    num_deferred=chunk.num_deferred, round=chunk.round,
+                    speculation=chunk.speculation)
                 if text.stopped:  # a stop string ended the text: the rest is not wanted
                     await stop_early(chunks)
                     return

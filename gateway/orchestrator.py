@@ -253,7 +253,8 @@ class Orchestrator:
                 yield GeneratedChunk(job.record.session_id, tokens, result.num_accepted,
                                      result.num_drafted, finish, result.draft_us,
                                      result.verify_us, result.round_us, result.num_deferred,
-                                     tuple(result.drafted_tokens), len(job.round_ends))
+                                     tuple(result.drafted_tokens), len(job.round_ends),
+                                     result.speculation)
                 if finish is not None:
                     await self._mark(job, "finished", finish.value)
                     return

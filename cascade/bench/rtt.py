@@ -1,31 +1,38 @@
-"""Throughput against the drafter-verifier round trip: plain (lock-step) speculative decoding
-on a local cluster whose drafter's messages are delayed by each one-way delay in turn
-(``--inject-delay-ms``), verifier and drafter pinned to different cores. Per delay: tokens/s,
-the mean round, and the verifier's idle share of the wall time (1 - its verify time / wall):
-the numbers drafting during verification (SSD) is to improve.
+"""Throughput against the drafter-verifier round trip, with and without drafting during
+verification: a local cluster whose drafter's messages are delayed by each one-way delay in turn
+(``--inject-delay-ms``), verifier and drafter pinned to different cores, for each speculation
+mode (``--speculate off``: lock-step; ``cache``: pre-drafts for guessed outcomes; ``ahead``: and
+the best ones sent ahead). Per (mode, delay): tokens/s, the mean round, the verifier's idle share
+of the wall time (1 - its verify time / wall), and where the rounds' blocks came from.
 
-    python -m cascade.bench.rtt --pair smollm2 --delays 0,5,20,50
+    python -m cascade.bench.rtt --pair smollm2 --delays 0,5,20,50 --modes off,cache,ahead
 """
 
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from cascade.bench.services import pinned_cluster, place_helpers
 from cascade.tools.client import stream_generation
+from cascade.v1 import common_pb2
 
 PROMPTS = ("def fibonacci(n):", "Explain how a rainbow forms.", "import os\nimport sys\n")
+MODES = ("off", "cache", "ahead")
 
 
 @dataclass
 class RttRow:
     one_way_ms: float
+    mode: str = "off"
     tokens: list[list[int]] = field(default_factory=list)
     wall_s: float = 0.0
     verify_s: float = 0.0
     rounds: int = 0
+    origins: Counter = field(default_factory=Counter)
+    """Rounds after each session's first, by where their block came from."""
 
     @property
     def num_tokens(self) -> int:
@@ -43,38 +50,102 @@ class RttRow:
     def round_ms(self) -> float:
         return 1000 * self.wall_s / self.rounds if self.rounds else 0.0
 
+    def share(self, *origins: int) -> float:
+        total = sum(self.origins.values())
+        return sum(self.origins[o] for o in origins) / total if total else 0.0
+
+
+def _speculation_args(mode: str, delay: float, extra: tuple[str, ...]) -> tuple[str, ...]:
+    return ("--inject-delay-ms", str(delay), "--speculate", mode,
+            *(extra if mode != "off" else ()))
+
 
 def measure(target: Path, drafter: Path, delays: list[float], workdir: Path,
-            max_tokens: int = 64, k: int = 4, prompts: tuple[str, ...] = PROMPTS
+            max_tokens: int = 64, k: int = 4, prompts: tuple[str, ...] = PROMPTS,
+            modes: tuple[str, ...] = ("off",), drafter_args: tuple[str, ...] = ()
             ) -> list[RttRow]:
+    """``drafter_args``: more drafter flags for the speculating modes (such as --send-ahead)."""
     rows = []
-    for delay in delays:
-        row = RttRow(delay)
-        with pinned_cluster(target, drafter, workdir / f"delay-{delay:g}",
-                            ("--inject-delay-ms", str(delay))) as (cluster, pins):
-            place_helpers(cluster, pins, speculative=True)
-            stream_generation(cluster.grpc_address, prompts[0], 8, k, chat=False)  # warm up
-            for prompt in prompts:
-                responses = []
-                summary = stream_generation(cluster.grpc_address, prompt, max_tokens, k,
-                                            chat=False, on_response=responses.append)
-                row.tokens.append(summary.token_ids)
-                row.wall_s += summary.elapsed_s
-                row.verify_s += sum(r.verify_us for r in responses) / 1e6
-                row.rounds += len(responses)
-        rows.append(row)
+    for mode in modes:
+        for delay in delays:
+            with pinned_cluster(target, drafter, workdir / f"{mode}-{delay:g}",
+                                _speculation_args(mode, delay, drafter_args)) as (cluster, pins):
+                place_helpers(cluster, pins, speculative=True)
+                stream_generation(cluster.grpc_address, prompts[0], 8, k, chat=False)  # warm
+                rows.append(_run_prompts(cluster.grpc_address, RttRow(delay, mode), prompts,
+                                         max_tokens, k))
     return rows
 
 
+def _run_prompts(address: str, row: RttRow, prompts: tuple[str, ...], max_tokens: int,
+                 k: int) -> RttRow:
+    for prompt in prompts:
+        responses = []
+        summary = stream_generation(address, prompt, max_tokens, k, chat=False,
+                                    on_response=responses.append)
+        row.tokens.append(summary.token_ids)
+        row.wall_s += summary.elapsed_s
+        row.verify_s += sum(r.verify_us for r in responses) / 1e6
+        row.rounds += len(responses)
+        row.origins.update(r.speculation for r in responses[1:])
+    return row
+
+
 def table(rows: list[RttRow]) -> str:
-    base = rows[0].tokens_per_s if rows else 0.0
-    lines = ["| one-way delay ms | tokens/s | vs no delay | mean round ms | verifier idle |",
-             "|---|---|---|---|---|"]
+    """One line per (mode, delay); ratios against lock-step at the same delay and at 0 ms."""
+    off = {r.one_way_ms: r.tokens_per_s for r in rows if r.mode == "off"}
+    lines = ["| speculation | one-way delay ms | tokens/s | vs off, same delay | vs off, 0 ms "
+             "| mean round ms | verifier idle | cache hits | sent-ahead hits |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        ratio = f"{r.tokens_per_s / base:.2f}x" if base else "–"
-        lines.append(f"| {r.one_way_ms:g} | {r.tokens_per_s:.1f} | {ratio} | "
-                     f"{r.round_ms:.1f} | {100 * r.verifier_idle:.0f} % |")
+        same, zero = off.get(r.one_way_ms), off.get(0.0)
+        lines.append(
+            f"| {r.mode} | {r.one_way_ms:g} | {r.tokens_per_s:.1f} | {_ratio(r, same)} | "
+            f"{_ratio(r, zero)} | {r.round_ms:.1f} | {100 * r.verifier_idle:.0f} % | "
+            f"{_percent(r, common_pb2.SPECULATION_CACHE_HIT)} | "
+            f"{_percent(r, common_pb2.SPECULATION_AHEAD_HIT)} |")
     return "\n".join(lines) + "\n"
+
+
+def _ratio(row: RttRow, base: float | None) -> str:
+    return f"{row.tokens_per_s / base:.2f}x" if base else "–"
+
+
+def _percent(row: RttRow, origin: int) -> str:
+    return f"{100 * row.share(origin):.0f} %" if row.mode != "off" else "–"
+
+
+def recovered(rows: list[RttRow], delay: float, mode: str) -> float | None:
+    """The share of the throughput the round trip costs lock-step decoding at ``delay`` that
+    ``mode`` wins back: (mode - off) / (off at 0 ms - off)."""
+    by = {(r.mode, r.one_way_ms): r.tokens_per_s for r in rows}
+    base, near, far = by.get(("off", 0.0)), by.get(("off", delay)), by.get((mode, delay))
+    if None in (base, near, far) or base <= near:
+        return None
+    return (far - near) / (base - near)
+
+
+def plot(rows: list[RttRow], path: Path, title: str) -> Path:
+    """Tokens/s against the injected round trip (twice the one-way delay), a line per mode."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for mode in dict.fromkeys(r.mode for r in rows):
+        line = [r for r in rows if r.mode == mode]
+        ax.plot([2 * r.one_way_ms for r in line], [r.tokens_per_s for r in line], marker="o",
+                label=f"speculation {mode}")
+    ax.set_xlabel("injected round-trip time (ms)")
+    ax.set_ylabel("tokens/s")
+    ax.set_title(title)
+    ax.set_ylim(bottom=0)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def main() -> None:
@@ -84,17 +155,31 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pair", default="smollm2", help="tiny or smollm2")
     parser.add_argument("--delays", default="0,5,20,50", help="One-way delays in ms.")
+    parser.add_argument("--modes", default="off,cache,ahead", help="Speculation modes.")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--workdir", type=Path, default=Path("runs/rtt"))
+    parser.add_argument("--drafter-args", default="", help="More drafter flags for the "
+                        "speculating modes, e.g. '--send-ahead 3 --speculate-fanout 2'.")
+    parser.add_argument("--plot", type=Path, help="Write the PNG here.")
     args = parser.parse_args()
     target, drafter = default_pair(None, None, args.pair)
     delays = [float(d) for d in args.delays.split(",")]
-    rows = measure(target, drafter, delays, args.workdir, args.max_tokens, args.k)
+    rows = measure(target, drafter, delays, args.workdir, args.max_tokens, args.k,
+                   modes=tuple(args.modes.split(",")),
+                   drafter_args=tuple(args.drafter_args.split()))
     same = all(r.tokens == rows[0].tokens for r in rows)
     print(f"Machine: {machine()}; pair: {args.pair}; k = {args.k}; {len(PROMPTS)} prompts x "
-          f"{args.max_tokens} tokens, greedy; identical output at every delay: {same}.\n")
+          f"{args.max_tokens} tokens, greedy; identical output in every row: {same}.\n")
     print(table(rows))
+    for mode in dict.fromkeys(r.mode for r in rows if r.mode != "off"):
+        for delay in delays[1:]:
+            share = recovered(rows, delay, mode)
+            if share is not None:
+                print(f"{mode} at {delay:g} ms one way recovers {100 * share:.0f} % of what the "
+                      f"round trip costs lock-step decoding.")
+    if args.plot:
+        plot(rows, args.plot, f"Throughput vs round trip ({args.pair}, k = {args.k})")
 
 
 if __name__ == "__main__":

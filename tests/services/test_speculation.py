@@ -11,7 +11,7 @@ from cascade.serving.delay import LinkDelay
 from cascade.v1 import common_pb2, verifier_pb2, verifier_pb2_grpc
 from drafter_service.draft_loop import DraftLoop
 from drafter_service.server import build_drafter
-from drafter_service.speculation import SpeculationConfig
+from drafter_service.speculation import SpeculationCache, SpeculationConfig
 from models import hf_greedy, random_prompts
 from services.test_drafter_verifier import block_request, open_request, run_session
 from verifier_service.server import build_verifier
@@ -149,3 +149,86 @@ async def test_blocks_on_wrong_guesses_are_dropped_and_change_nothing(cluster):
         assert third.round == 2 and third.committed_len == second.committed_len + 1
         await call.done_writing()
         assert await call.read() is grpc.aio.EOF
+
+
+async def test_a_delayed_writer_keeps_order_and_holds_up_no_sender():
+    import asyncio
+    import time
+
+    from cascade.serving.delay import DelayedWriter
+
+    written = []
+
+    async def write(message):
+        written.append((message, time.monotonic()))
+
+    writer = DelayedWriter(write, LinkDelay(30.0, 10.0, seed=2).for_session("s"))
+    started = time.monotonic()
+    for message in range(5):
+        await writer.send(message)
+    assert time.monotonic() - started < 0.015 and written == []  # sending waits for nothing
+    await writer.flush()
+    assert [m for m, _ in written] == list(range(5))
+    assert all(at - started >= 0.019 for _, at in written)  # each one delayed, in order
+
+    async def broken(message):
+        raise ConnectionError("the verifier went away")
+
+    failing = DelayedWriter(broken, LinkDelay(1.0).for_session("s"))
+    await failing.send(1)
+    await asyncio.sleep(0.02)
+    with pytest.raises(ConnectionError, match="went away"):
+        await failing.send(2)
+    failing.close()
+
+
+def test_speculation_settings_are_checked_and_the_cache_finds_the_real_outcome():
+    with pytest.raises(ValueError, match="send_ahead"):
+        SpeculationConfig("ahead", send_ahead=9, max_blocks=4)
+    with pytest.raises(ValueError):
+        SpeculationConfig("sideways")
+    assert SpeculationConfig("cache", send_ahead=2).sends_ahead == 0
+    cache = SpeculationCache()
+    cache.add(Outcome(0, 5), verifier_pb2.DraftBlock(round=1, tokens=[1]))
+    cache.add(Outcome(1, 6), verifier_pb2.DraftBlock(round=1, tokens=[2]))
+    sent = cache.tagged(Outcome(1, 6))
+    assert (sent.assumes.num_accepted, sent.assumes.next_token) == (1, 6)
+    assert not cache.blocks[Outcome(1, 6)].HasField("assumes")  # the cached copy is untagged
+    verdict = verifier_pb2.Verdict(num_accepted=1, tokens=[4, 6])
+    assert cache.lookup(verdict) == (cache.blocks[Outcome(1, 6)], HIT[1])
+    verdict.tokens[-1] = 5
+    assert cache.lookup(verdict) == (None, common_pb2.SPECULATION_MISS)
+    assert cache.lookup(verifier_pb2.Verdict(num_accepted=0, tokens=[5]))[1] == HIT[0]
+
+
+async def test_a_session_moved_to_another_drafter_mid_speculation_stays_exact(cluster, gpt2_pair):
+    """The first drafter's stream is cut while blocks it sent ahead are in flight; a second
+    drafter reopens the session at the next epoch from the committed tokens."""
+    from cascade.protocol.settings import DraftConfig
+    from cascade.protocol.wire import draft_settings_to_pb, sampling_to_pb
+    from cascade.v1 import drafter_pb2, drafter_pb2_grpc
+
+    verifier, sessions, drafter_with = cluster
+    target, _ = gpt2_pair
+    first = await drafter_with("ahead", 10.0, send_ahead=3, max_blocks=8)
+    second = await drafter_with("ahead", 10.0, send_ahead=3, max_blocks=8)
+    prompt, params = random_prompts(1, seed=65)[0], SamplingParams(max_new_tokens=24)
+    committed = list(prompt)
+
+    def request(epoch, context):
+        return drafter_pb2.RunSessionRequest(
+            session_id="moved", epoch=epoch, context_tokens=context, prompt_len=len(prompt),
+            sampling=sampling_to_pb(params), draft=draft_settings_to_pb(DraftConfig(4)),
+            verifier_address=verifier.address)
+
+    async with grpc.aio.insecure_channel(first.address) as channel:
+        stream = drafter_pb2_grpc.DrafterStub(channel).RunSession(request(1, prompt), timeout=30)
+        for _ in range(2):
+            committed += (await stream.read()).tokens
+        stream.cancel()  # the drafter is gone mid-speculation
+    async with grpc.aio.insecure_channel(second.address) as channel:
+        stub = drafter_pb2_grpc.DrafterStub(channel)
+        rounds = [r async for r in stub.RunSession(request(2, committed), timeout=30)]
+    assert committed + [t for r in rounds for t in r.tokens] == prompt + hf_greedy(target,
+                                                                                     prompt)
+    assert sessions.highest_epoch["moved"] == 2

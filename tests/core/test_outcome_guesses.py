@@ -1,0 +1,108 @@
+"""Guessing outcomes and pre-drafting for them (speculative speculative decoding), core level:
+the ranking, and that a pre-drafted block samples exactly from the q it carries, so the sampling
+distribution stays the target's on the hit path (a pre-draft) and the miss path (a fresh draft).
+"""
+
+import pytest
+import torch
+
+from cascade.core.acceptance import speculative_accept
+from cascade.core.proposers import ProposerContext, new_proposer
+from cascade.core.proposers.base import DraftStopped
+from cascade.core.sampling import (
+    STREAM_DRAFT,
+    position_uniform,
+    process_logits,
+    sample_from,
+    sparse_to_dense,
+)
+from cascade.core.speculation import Guess, Outcome, ends_generation, rank_outcomes
+from cascade.protocol.settings import DraftConfig, SamplingParams
+from models import VOCAB_SIZE, random_prompts
+from core.test_acceptance_stats import N, assert_matches
+
+
+def test_outcomes_are_ranked_by_the_drafters_chance_of_them():
+    probs = torch.tensor([[0.6, 0.3, 0.1, 0.0],  # position 0: drafted 0
+                          [0.2, 0.1, 0.7, 0.0],  # position 1: drafted 2
+                          [0.5, 0.25, 0.15, 0.1]])  # the bonus position
+    guesses = rank_outcomes(probs, [0, 2], fanout=2, max_guesses=10)
+    scores = {g.outcome: g.score for g in guesses}
+    assert scores == pytest.approx({
+        Outcome(0, 1): 0.3, Outcome(0, 2): 0.1,  # the drafted token 0 is no guess at 0
+        Outcome(1, 0): 0.6 * 0.2, Outcome(1, 1): 0.6 * 0.1,
+        Outcome(2, 0): 0.6 * 0.7 * 0.5, Outcome(2, 1): 0.6 * 0.7 * 0.25})
+    assert [g.score for g in guesses] == sorted(scores.values(), reverse=True)
+    assert rank_outcomes(probs, [0, 2], fanout=2, max_guesses=3) == guesses[:3]
+    assert rank_outcomes(probs, [0, 2], fanout=0, max_guesses=3) == []
+
+
+def test_an_outcome_gives_the_context_it_assumes_and_whether_it_ends():
+    outcome = Outcome(1, 9)
+    assert outcome.context([1, 2], [5, 6, 7]) == [1, 2, 5, 9]
+    params = SamplingParams(max_new_tokens=3, stop_token_ids=(6,))
+    assert not ends_generation(outcome, [5, 6], 4, 2, params)
+    assert ends_generation(Outcome(2, 8), [5, 6], 5, 2, params)  # the stop token 6 is accepted
+    assert ends_generation(Outcome(0, 6), [5], 3, 2, params)  # the stop token is chosen
+    assert ends_generation(outcome, [5], 5, 2, params)  # max_new_tokens reached
+    assert Guess(0.5, outcome).outcome == outcome
+
+
+PARAMS = SamplingParams(temperature=1.0, top_k=6, seed=0, max_new_tokens=16)
+
+
+def proposer(drafter, seed: int = 0):
+    params = SamplingParams(temperature=1.0, top_k=6, seed=seed, max_new_tokens=16)
+    return new_proposer(ProposerContext(drafter, params, DraftConfig(1), None, 4))
+
+
+def pre_drafted(drafter, context, seed: int = 0):
+    """The block a speculating drafter pre-drafts after ``context``: its cache first drafted
+    and ranked another block, and ``context`` ends in a guessed token."""
+    p = proposer(drafter, seed)
+    elsewhere = context[:-1] + [(context[-1] + 1) % VOCAB_SIZE]
+    drafted = p.propose(elsewhere, 1).tokens
+    p.block_distributions(elsewhere, drafted)
+    return p.propose(context, 1)
+
+
+@pytest.mark.parametrize("path", ["hit", "miss"])
+def test_sampling_from_a_pre_drafted_block_is_the_targets(gpt2_pair, path):
+    target, drafter = gpt2_pair
+    context = random_prompts(1, seed=71, min_len=6)[0]
+    draft = (pre_drafted(drafter, context) if path == "hit"
+             else proposer(drafter).propose(context, 1))
+    fresh = proposer(drafter).propose(context, 1)
+    torch.testing.assert_close(draft.q_probs, fresh.q_probs, rtol=1e-5, atol=1e-6)
+    for seed in range(40):  # the path samples from the very q it sends, for every seed
+        block = pre_drafted(drafter, context, seed) if path == "hit" else proposer(
+            drafter, seed).propose(context, 1)
+        u = torch.tensor([position_uniform(seed, len(context), STREAM_DRAFT)],
+                         dtype=torch.float64)
+        assert block.tokens[0] == int(draft.q_ids[0, sample_from(draft.q_probs, u)[0]])
+    q = sparse_to_dense(draft.q_ids, draft.q_probs, VOCAB_SIZE)[0].double()  # [V]
+    logits = target.new_cache().forward_to(context).logits[-1]
+    p = process_logits(logits[None], PARAMS)[0].double()  # [V]
+    assert_matches(first_tokens(p, q, seed=5), p)
+
+
+def first_tokens(p: torch.Tensor, q: torch.Tensor, seed: int) -> torch.Tensor:
+    """N rounds of one drafted token: drafts drawn from q by the drafter's sampler, verified by
+    speculative sampling against p; the first emitted token of each."""
+    generator = torch.Generator().manual_seed(seed)
+    uniforms = torch.rand(N, 4, generator=generator, dtype=torch.float64)
+    drafts = sample_from(q.float().expand(N, -1), uniforms[:, 0])
+    target = torch.stack([p, p]).expand(N, 2, -1)
+    result = speculative_accept(drafts[:, None], torch.ones(N, dtype=torch.long), target,
+                                q.expand(N, 1, -1), uniforms[:, 1:2], uniforms[:, 2:])
+    return torch.where(result.num_accepted == 1, drafts, result.next_token)
+
+
+def test_a_pre_draft_stops_between_tokens_when_asked(gpt2_pair):
+    _, drafter = gpt2_pair
+    p = new_proposer(ProposerContext(drafter, SamplingParams(max_new_tokens=16),
+                                     DraftConfig(4), None, 4))
+    context = random_prompts(1, seed=72)[0]
+    with pytest.raises(DraftStopped):
+        p.propose(context, 4, stop=lambda: True)
+    assert len(p.propose(context, 4, stop=lambda: False).tokens) == 4
