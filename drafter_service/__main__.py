@@ -29,18 +29,22 @@ OPTIONS = (
     option("speculate_fanout", int, typer.Option(
         3, help="Guessed next tokens per drafted position.")),
     option("speculate_blocks", int, typer.Option(
-        6, help="Blocks pre-drafted per round at most.")),
+        12, help="Blocks pre-drafted per round at most.")),
     option("send_ahead", int, typer.Option(
-        2, help="With --speculate ahead: pre-drafted blocks sent before the verdict.")),
+        4, help="With --speculate ahead: pre-drafted blocks sent before the verdict.")),
+    option("speculate_max_sessions", int, typer.Option(
+        4, help="Speculate only while this drafter runs at most this many sessions.")),
 )
 
 
 def build(runner, host, port, grace_s, *, mesh, registry, allowed_verifiers, inject_delay_ms,
-          inject_jitter_ms, speculate, speculate_fanout, speculate_blocks, send_ahead):
+          inject_jitter_ms, speculate, speculate_fanout, speculate_blocks, send_ahead,
+          speculate_max_sessions):
     verifiers = VerifierPolicy.from_options(allowed_verifiers, registry)
     logging.getLogger("drafter").info("dials %s", verifiers.describe())
     try:
-        speculation = SpeculationConfig(speculate, speculate_fanout, speculate_blocks, send_ahead)
+        speculation = SpeculationConfig(speculate, speculate_fanout, speculate_blocks, send_ahead,
+                                        speculate_max_sessions)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
     return build_drafter(runner, host, port, grace_s, mesh, verifiers,

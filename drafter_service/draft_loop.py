@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Executor
 
 import threading
@@ -21,8 +21,7 @@ import threading
 import grpc
 
 from cascade.core.proposers import ProposerContext, new_proposer
-from cascade.core.proposers.base import DraftStopped
-from cascade.core.speculation import Guess, ends_generation, rank_outcomes
+from cascade.core.speculation import Guess, Outcome, ends_generation, rank_outcomes
 from cascade.core.runner import ModelRunner
 from cascade.pod.messages import (
     draft_to_pb,
@@ -40,6 +39,14 @@ from cascade.v1 import common_pb2, drafter_pb2, verifier_pb2, verifier_pb2_grpc
 from drafter_service.speculation import SpeculationCache, SpeculationConfig
 
 
+FIRST_BATCH = 4
+"""Pre-drafts in the first batch of a round (the likeliest guesses, ready and sent ahead soon);
+the rest follow in a second batch."""
+MIN_PARTIAL = 2
+"""A pre-draft the verdict stopped is kept when it has at least this many tokens (or its
+whole budget): sent at once it still beats drafting a full block while the verifier waits."""
+
+
 def _micros(since: float) -> int:
     return int((time.perf_counter() - since) * 1e6)
 
@@ -48,16 +55,19 @@ class DraftLoop:
     def __init__(self, runner: ModelRunner, executor: Executor,
                  request: drafter_pb2.RunSessionRequest, settings: SessionSettings,
                  config: DraftConfig, delay: LinkDelay = LinkDelay(),
-                 speculation: SpeculationConfig = SpeculationConfig()) -> None:
+                 speculation: SpeculationConfig = SpeculationConfig(),
+                 num_sessions: Callable[[], int] = lambda: 1) -> None:
         """``settings`` and ``config``: what the request carries, checked by the servicer;
         ``delay``: injected network delay to the verifier (cascade.serving.delay);
-        ``speculation``: drafting during verification (off for proposers that cannot)."""
+        ``speculation``: drafting during verification (off for proposers that cannot), in
+        rounds that start while ``num_sessions()`` is at most its ``max_sessions``."""
         self.request = request
         self.link = delay.for_session(request.session_id)
         self.params, self.config = settings.sampling, config
         self.proposer = new_proposer(ProposerContext(runner, self.params, self.config,
                                                      settings.policy, request.prompt_len))
         self.speculation = speculation if self.proposer.can_speculate else SpeculationConfig()
+        self.num_sessions = num_sessions
         self.executor = executor
         self.committed = list(request.context_tokens)
         self.trace_context = current_context()  # the RunSession span: parent of each `draft`
@@ -84,22 +94,34 @@ class DraftLoop:
         if verdict.HasField("features"):
             self.proposer.observe(features_from_pb(verdict.features))
 
-    async def _draft(self, round_number: int, context: list[int],
-                     stop: threading.Event | None = None) -> verifier_pb2.DraftBlock:
-        """A block after ``context`` (the committed tokens, or a guess of them); ``stop``
-        interrupts it between tokens (``DraftStopped``)."""
+    async def _draft(self, round_number: int, context: list[int]) -> verifier_pb2.DraftBlock:
+        """A block after ``context``, the committed tokens."""
         started = time.perf_counter()
         loop = asyncio.get_running_loop()
         budget = self.config.budget(self.params, len(context) - self.request.prompt_len)
         with start_span("draft", self.trace_context, session_id=self.request.session_id,
                         round=round_number) as span:
             draft = await loop.run_in_executor(
-                self.executor, self.proposer.propose, context, budget,
-                stop.is_set if stop is not None else None)
+                self.executor, self.proposer.propose, context, budget)
             span.set_attribute("num_draft", draft.num_tokens)
         metrics.DRAFT_SECONDS.observe(time.perf_counter() - started)
         return draft_to_pb(draft, session_id=self.request.session_id, epoch=self.request.epoch,
                            round=round_number, base_len=len(context), draft_us=_micros(started))
+
+    async def _draft_many(self, round_number: int, contexts: list[list[int]],
+                          stop: threading.Event) -> list[verifier_pb2.DraftBlock | None]:
+        """Blocks after several guessed contexts, drafted as one batch; None where the verdict
+        stopped a block before it was worth sending (under ``MIN_PARTIAL`` tokens)."""
+        started = time.perf_counter()
+        budgets = [self.config.budget(self.params, len(c) - self.request.prompt_len)
+                   for c in contexts]
+        drafts = await asyncio.get_running_loop().run_in_executor(
+            self.executor, self.proposer.propose_many, contexts, budgets, stop.is_set)
+        draft_us = _micros(started)
+        return [draft_to_pb(d, session_id=self.request.session_id, epoch=self.request.epoch,
+                            round=round_number, base_len=len(c), draft_us=draft_us)
+                if d.num_tokens >= min(n, MIN_PARTIAL) else None
+                for d, c, n in zip(drafts, contexts, budgets)]
 
     async def run(self, channel: grpc.aio.Channel, timeout: float | None
                   ) -> AsyncIterator[common_pb2.Round]:
@@ -156,7 +178,7 @@ class DraftLoop:
     async def _await_verdict(self, call, writer: DelayedWriter, block: verifier_pb2.DraftBlock
                              ) -> tuple[verifier_pb2.Verdict, SpeculationCache | None]:
         """The block's verdict; with speculation on, pre-drafts made while it was verified."""
-        if not self.speculation.is_on:
+        if not self.speculation.is_on or self.num_sessions() > self.speculation.max_sessions:
             return await self._receive(call), None
         cache, stop = SpeculationCache(), threading.Event()
         verdict = asyncio.ensure_future(self._receive(call))
@@ -177,23 +199,32 @@ class DraftLoop:
     async def _speculate(self, block: verifier_pb2.DraftBlock, cache: SpeculationCache,
                          writer: DelayedWriter, stop: threading.Event) -> None:
         """Pre-draft the next block for the likeliest outcomes of ``block`` until the verdict
-        arrives (``stop``) or ``max_blocks`` are made; send the first ones ahead."""
-        spec, drafted, base = self.speculation, list(block.tokens), list(self.committed)
-        for guess in await self._guesses(base, drafted):
-            context = guess.outcome.context(base, drafted)
-            if stop.is_set():
+        arrives (``stop``) or ``max_blocks`` are made, in batches (the likeliest first); send
+        the first ``send_ahead`` of them ahead."""
+        drafted, base = list(block.tokens), list(self.committed)
+        guesses = [g.outcome for g in await self._guesses(base, drafted)]
+        contexts = {o: o.context(base, drafted) for o in guesses}
+        outcomes = [o for o in guesses if not ends_generation(
+            o, drafted, len(contexts[o]), self.request.prompt_len, self.params)]
+        for chunk in (outcomes[:FIRST_BATCH], outcomes[FIRST_BATCH:]):
+            if not chunk or stop.is_set():
                 return
-            if ends_generation(guess.outcome, drafted, len(context), self.request.prompt_len,
-                               self.params):
-                continue
-            try:
-                cache.add(guess.outcome, await self._draft(block.round + 1, context, stop))
-            except DraftStopped:
+            blocks = await self._draft_many(block.round + 1, [contexts[o] for o in chunk], stop)
+            ready = [o for o, b in zip(chunk, blocks) if b is not None]
+            for outcome, pre_drafted in zip(chunk, blocks):
+                if pre_drafted is not None:
+                    cache.add(outcome, pre_drafted)
+            await self._send_ahead(ready, cache, writer, stop)
+
+    async def _send_ahead(self, outcomes: list[Outcome], cache: SpeculationCache,
+                          writer: DelayedWriter, stop: threading.Event) -> None:
+        """Send pre-drafted blocks ahead, the likeliest first, while the verdict is out."""
+        metrics.SSD_PREDRAFTS.inc(len(outcomes))
+        for outcome in outcomes:
+            if len(cache.sent) >= self.speculation.sends_ahead or stop.is_set():
                 return
-            metrics.SSD_PREDRAFTS.inc()
-            if len(cache.sent) < spec.sends_ahead and not stop.is_set():
-                await writer.send(verifier_pb2.VerifyRequest(block=cache.tagged(guess.outcome)))
-                metrics.SSD_SENT_AHEAD.inc()
+            await writer.send(verifier_pb2.VerifyRequest(block=cache.tagged(outcome)))
+            metrics.SSD_SENT_AHEAD.inc()
 
 
 async def _send(call, message: verifier_pb2.VerifyRequest) -> None:

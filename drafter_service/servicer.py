@@ -32,7 +32,7 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
         config = draft_config(request.draft, settings.policy)
         check_verifier_address(request.verifier_address)
         return DraftLoop(self.runner, self.executor, request, settings, config, self.delay,
-                         self.speculation)
+                         self.speculation, lambda: self.num_active)
 
     async def RunSession(self, request, context):
         loop = self._draft_loop(request)

@@ -37,16 +37,21 @@ class SpeculationConfig:
     mode: SpeculationMode = SpeculationMode.OFF
     fanout: int = 3
     """Guessed next tokens per drafted position (the drafter's top tokens other than its own)."""
-    max_blocks: int = 6
+    max_blocks: int = 12
     """Pre-drafted blocks per round at most (the likeliest guesses first)."""
-    send_ahead: int = 2
+    send_ahead: int = 4
     """Pre-drafted blocks sent ahead of the verdict per round (mode ``ahead``)."""
+    max_sessions: int = 4
+    """Speculate only while the drafter runs at most this many sessions: pre-drafts use the
+    model thread, which a busy drafter needs for the blocks its sessions wait for."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", SpeculationMode(self.mode))
         if not 1 <= self.fanout <= 64 or not 1 <= self.max_blocks <= 64:
             raise ValueError(f"speculation fanout and max_blocks must be in [1, 64], got "
                              f"{self.fanout} and {self.max_blocks}")
+        if self.max_sessions < 1:
+            raise ValueError(f"max_sessions must be >= 1, got {self.max_sessions}")
         if not 0 <= self.send_ahead <= self.max_blocks:
             raise ValueError(f"send_ahead must be in [0, max_blocks = {self.max_blocks}], got "
                              f"{self.send_ahead}")

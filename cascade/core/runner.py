@@ -164,6 +164,13 @@ class SequenceCache:
             self.cache.crop(-excess)  # transformers 5.x: a negative count removes tokens
             del self.tokens[length:]
 
+    def hold(self, token_ids: list[int]) -> None:
+        """Make the cache hold exactly ``token_ids`` (feeding only what it lacks)."""
+        reuse = common_prefix_len(self.tokens, token_ids)
+        self.rollback(reuse)
+        if reuse < len(token_ids):
+            self.extend(token_ids[reuse:], num_logits=1)
+
     def forward_to(self, token_ids: list[int], num_logits: int = 1,
                    hidden_layers: tuple[int, ...] = (), num_hidden: int | None = None
                    ) -> ForwardOutput:

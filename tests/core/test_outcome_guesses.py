@@ -58,12 +58,13 @@ def proposer(drafter, seed: int = 0):
 
 def pre_drafted(drafter, context, seed: int = 0):
     """The block a speculating drafter pre-drafts after ``context``: its cache first drafted
-    and ranked another block, and ``context`` ends in a guessed token."""
+    and ranked another block, then it drafts after ``context`` (ending in a guessed token) in
+    one batch with another guess."""
     p = proposer(drafter, seed)
     elsewhere = context[:-1] + [(context[-1] + 1) % VOCAB_SIZE]
     drafted = p.propose(elsewhere, 1).tokens
     p.block_distributions(elsewhere, drafted)
-    return p.propose(context, 1)
+    return p.propose_many([context, elsewhere + [3, 4]], [1, 1])[0]
 
 
 @pytest.mark.parametrize("path", ["hit", "miss"])
@@ -106,3 +107,42 @@ def test_a_pre_draft_stops_between_tokens_when_asked(gpt2_pair):
     with pytest.raises(DraftStopped):
         p.propose(context, 4, stop=lambda: True)
     assert len(p.propose(context, 4, stop=lambda: False).tokens) == 4
+
+
+@pytest.mark.parametrize("pair", ["gpt2_pair", "llama_pair"])
+def test_batched_pre_drafts_equal_drafting_each_guess_alone(request, pair):
+    _, drafter = request.getfixturevalue(pair)
+    base = random_prompts(1, seed=73, min_len=8)[0]
+    contexts = [base + [5], base + [6, 7], base + [8, 9, 10, 11], base[:-1] + [12]]
+    budgets = [4, 3, 4, 2]
+    for params in (SamplingParams(max_new_tokens=32),
+                   SamplingParams(temperature=0.8, seed=9, max_new_tokens=32)):
+        alone = new_proposer(ProposerContext(drafter, params, DraftConfig(4), None, 4))
+        batched = new_proposer(ProposerContext(drafter, params, DraftConfig(4), None, 4))
+        many = batched.propose_many(contexts, budgets)
+        for context, budget, draft in zip(contexts, budgets, many):
+            single = alone.propose(context, budget)
+            assert draft.tokens == single.tokens and len(draft.tokens) == budget
+            if params.temperature:
+                torch.testing.assert_close(draft.q_probs, single.q_probs, rtol=1e-4, atol=1e-5)
+        stopped = batched.propose_many(contexts, budgets, stop=lambda: True)
+        assert [d.tokens for d in stopped] == [d.tokens[:1] for d in many]  # what each had
+
+
+def test_drafting_guesses_one_at_a_time_stops_between_them(llama_pair):
+    """A proposer that cannot batch (the base class's propose_many) returns the drafts it
+    finished when stopped."""
+    from cascade.core.proposers.base import Proposer
+
+    _, drafter = llama_pair
+    p = new_proposer(ProposerContext(drafter, SamplingParams(max_new_tokens=32),
+                                     DraftConfig(3), None, 4))
+    contexts = [random_prompts(1, seed=74)[0] + [t] for t in (1, 2, 3)]
+    calls = []
+
+    def stop():
+        calls.append(1)
+        return len(calls) > 2  # the first draft's two checks pass, the second's first stops
+
+    drafts = Proposer.propose_many(p, contexts, [3, 3, 3], stop)
+    assert len(drafts) == 1 and drafts[0].tokens == p.propose(contexts[0], 3).tokens

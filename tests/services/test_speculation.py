@@ -232,3 +232,31 @@ async def test_a_session_moved_to_another_drafter_mid_speculation_stays_exact(cl
     assert committed + [t for r in rounds for t in r.tokens] == prompt + hf_greedy(target,
                                                                                      prompt)
     assert sessions.highest_epoch["moved"] == 2
+
+
+async def test_a_busy_drafter_stops_speculating(cluster, gpt2_pair):
+    """With more sessions than ``max_sessions``, rounds are drafted after their verdict (the
+    model thread serves the blocks sessions wait for); each session stays exact."""
+    import asyncio
+
+    verifier, _, drafter_with = cluster
+    target, _ = gpt2_pair
+    busy = await drafter_with("cache", 10.0, max_sessions=1)
+    prompts = random_prompts(2, seed=66)
+
+    async def one(prompt, session_id):
+        from cascade.protocol.settings import DraftConfig
+        from cascade.protocol.wire import draft_settings_to_pb, sampling_to_pb
+        from cascade.v1 import drafter_pb2, drafter_pb2_grpc
+
+        async with grpc.aio.insecure_channel(busy.address) as channel:
+            request = drafter_pb2.RunSessionRequest(
+                session_id=session_id, epoch=1, context_tokens=prompt, prompt_len=len(prompt),
+                sampling=sampling_to_pb(SamplingParams(max_new_tokens=16)),
+                draft=draft_settings_to_pb(DraftConfig(2)), verifier_address=verifier.address)
+            return [r async for r in drafter_pb2_grpc.DrafterStub(channel).RunSession(request)]
+
+    both = await asyncio.gather(one(prompts[0], "a"), one(prompts[1], "b"))
+    for prompt, rounds in zip(prompts, both):
+        assert [t for r in rounds for t in r.tokens] == hf_greedy(target, prompt, 16)
+        assert common_pb2.SPECULATION_UNSPECIFIED in [r.speculation for r in rounds[1:]]

@@ -67,6 +67,19 @@ class Proposer(ABC):
         """Draft up to ``num_tokens`` tokens after ``committed`` (may return fewer, even 0).
         ``stop``: checked between drafted tokens; when it returns True, raise ``DraftStopped``."""
 
+    def propose_many(self, contexts: list[list[int]], budgets: list[int],
+                     stop: Callable[[], bool] | None = None) -> list[Draft]:
+        """A draft after each context (pre-drafting for guessed outcomes); one ``propose`` each
+        unless the method batches them. When ``stop`` turns true it returns what it has: drafts
+        shorter than their budget (a batching method) or fewer drafts (one at a time)."""
+        drafts = []
+        for context, budget in zip(contexts, budgets, strict=True):
+            try:
+                drafts.append(self.propose(context, budget, stop))
+            except DraftStopped:
+                break
+        return drafts
+
     @property
     def can_speculate(self) -> bool:
         """Whether the drafter may pre-draft after guessed (uncommitted) contexts."""

@@ -14,8 +14,10 @@ from __future__ import annotations
 import torch
 
 from cascade.core.blocks import Draft, TargetFeatures
+from cascade.core.branches import Branches
 from cascade.core.proposers.base import DraftStopped, Proposer, ProposerContext
 from cascade.core.proposers.schedule import AdaptiveSchedule
+from cascade.core.runner import common_prefix_len
 from cascade.core.sampling import STREAM_DRAFT, position_uniform, process_logits, sample_from, sparsify
 
 
@@ -73,6 +75,28 @@ class ModelProposer(Proposer):
                     raise DraftStopped()
                 logits = self.cache.extend([token]).logits[-1]
         return self._draft(tokens, rows)
+
+    def propose_many(self, contexts: list[list[int]], budgets: list[int], stop=None
+                     ) -> list[Draft]:
+        """Drafts after contexts that share a prefix, as rows of one batch per step (a feature
+        drafter drafts them one by one); stopped, each row keeps what it has drafted."""
+        if self.wants_target_features or len(contexts) < 2:
+            return super().propose_many(contexts, budgets, stop)
+        shared = min(min(common_prefix_len(contexts[0], c) for c in contexts),
+                     min(len(c) for c in contexts) - 1)
+        branches = Branches(self.cache, contexts[0][:shared], len(contexts))
+        logits = branches.feed([c[shared:] for c in contexts])  # [B, vocab]
+        tokens, rows = [[] for _ in contexts], [[] for _ in contexts]
+        for i in range(max(budgets)):
+            for b, context in enumerate(contexts):
+                if len(tokens[b]) == i < budgets[b] and not (i and self._is_unsure(logits[b])):
+                    token, *row = self._choose(logits[b], len(context) + i)
+                    tokens[b].append(token)
+                    rows[b].append(row)
+            if i + 1 == max(budgets) or (stop is not None and stop()):
+                break  # stopped: every row keeps the tokens drafted so far
+            logits = branches.feed([t[i:] if len(t) == i + 1 else [] for t in tokens])
+        return [self._draft(t, r) for t, r in zip(tokens, rows)]
 
     @torch.inference_mode()
     def block_distributions(self, committed: list[int], drafted: list[int]) -> torch.Tensor:

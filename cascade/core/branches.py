@@ -1,0 +1,62 @@
+"""Several continuations of one cached prefix, fed through the model as one batch.
+
+Pre-drafting for guessed outcomes (``cascade.core.speculation``) drafts a block after each of many
+contexts that share the committed tokens and differ in a short tail. ``Branches`` copies the
+prefix's KV cache once per row and feeds every row's next tokens in one forward pass: on a CPU a
+step over 12 rows of a small drafter costs about two single-row steps. Rows may feed different
+numbers of tokens per step; the shorter ones are padded, and the attention mask hides the padding
+(each row's positions are its own), so every row computes what it would alone, up to float
+rounding.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from cascade.core.runner import SequenceCache
+
+
+class Branches:
+    """Rows that continue the same cached prefix."""
+
+    def __init__(self, cache: SequenceCache, prefix: list[int], num_rows: int) -> None:
+        cache.hold(prefix)
+        self.runner = cache.runner
+        self.kv = copy.deepcopy(cache.cache)
+        self.kv.batch_repeat_interleave(num_rows)
+        self.lengths = [len(prefix)] * num_rows
+        """Tokens each row holds (its next position)."""
+        self.mask = torch.ones(num_rows, len(prefix), dtype=torch.long)  # [B, slots]
+
+    @torch.inference_mode()
+    def feed(self, rows: list[list[int]]) -> torch.Tensor:
+        """Feed each row its tokens (possibly none); [B, vocab] float32 logits after each row's
+        last token (a row fed nothing gets meaningless logits)."""
+        width = max(1, max(len(r) for r in rows))
+        ids = torch.zeros(len(rows), width, dtype=torch.long)
+        valid = torch.zeros(len(rows), width, dtype=torch.long)
+        for b, row in enumerate(rows):
+            ids[b, : len(row)] = torch.tensor(row, dtype=torch.long)
+            valid[b, : len(row)] = 1
+        slots = self.mask.shape[1]
+        self.mask = torch.cat([self.mask, valid], dim=1)
+        positions = torch.tensor(self.lengths)[:, None] + torch.arange(width)[None]  # [B, S]
+        logits = self._forward(ids, positions, torch.arange(slots, slots + width))
+        last = torch.tensor([max(len(r), 1) - 1 for r in rows])
+        self.lengths = [n + len(r) for n, r in zip(self.lengths, rows)]
+        logits = logits[torch.arange(len(rows)), last]  # [B, local vocab]
+        vocab_map = self.runner.vocab_map
+        return logits if vocab_map is None else vocab_map.expand(logits)
+
+    def _forward(self, ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor
+                 ) -> torch.Tensor:
+        vocab_map, device = self.runner.vocab_map, self.runner.device
+        if vocab_map is not None:
+            ids = vocab_map.to_local[ids]
+        output = self.runner.model(
+            input_ids=ids.to(device), position_ids=positions.to(device),
+            cache_position=slots.to(device), past_key_values=self.kv,
+            attention_mask=self.mask.to(device), use_cache=True)
+        return output.logits.float().cpu()  # [B, S, local vocab]
