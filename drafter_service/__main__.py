@@ -23,15 +23,18 @@ OPTIONS = (
     option("inject_jitter_ms", float, typer.Option(
         0.0, help="Testing: uniform jitter (+-) on that delay.")),
     option("speculate", SpeculationMode, typer.Option(
-        SpeculationMode.OFF.value, help="Draft while the verifier verifies: 'cache' pre-drafts "
+        SpeculationMode.AHEAD.value, help="Draft while the verifier verifies: 'cache' pre-drafts "
         "the next block for the likeliest outcomes, 'ahead' also sends the best of them to the "
         "verifier before the verdict; 'off' drafts after each verdict.")),
     option("speculate_fanout", int, typer.Option(
-        3, help="Guessed next tokens per drafted position.")),
+        6, help="Guessed next tokens per drafted position.")),
     option("speculate_blocks", int, typer.Option(
         12, help="Blocks pre-drafted per round at most.")),
     option("send_ahead", int, typer.Option(
         4, help="With --speculate ahead: pre-drafted blocks sent before the verdict.")),
+    option("miss_draft_tokens", int, typer.Option(
+        0, help="When no pre-draft guessed the outcome, draft at most this many tokens while "
+        "the verifier waits (0: k).")),
     option("speculate_max_sessions", int, typer.Option(
         4, help="Speculate only while this drafter runs at most this many sessions.")),
 )
@@ -39,12 +42,12 @@ OPTIONS = (
 
 def build(runner, host, port, grace_s, *, mesh, registry, allowed_verifiers, inject_delay_ms,
           inject_jitter_ms, speculate, speculate_fanout, speculate_blocks, send_ahead,
-          speculate_max_sessions):
+          miss_draft_tokens, speculate_max_sessions):
     verifiers = VerifierPolicy.from_options(allowed_verifiers, registry)
     logging.getLogger("drafter").info("dials %s", verifiers.describe())
     try:
         speculation = SpeculationConfig(speculate, speculate_fanout, speculate_blocks, send_ahead,
-                                        speculate_max_sessions)
+                                        miss_draft_tokens, speculate_max_sessions)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
     return build_drafter(runner, host, port, grace_s, mesh, verifiers,

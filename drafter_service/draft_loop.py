@@ -94,11 +94,13 @@ class DraftLoop:
         if verdict.HasField("features"):
             self.proposer.observe(features_from_pb(verdict.features))
 
-    async def _draft(self, round_number: int, context: list[int]) -> verifier_pb2.DraftBlock:
-        """A block after ``context``, the committed tokens."""
+    async def _draft(self, round_number: int, context: list[int], most: int = 0
+                     ) -> verifier_pb2.DraftBlock:
+        """A block after ``context``, the committed tokens (at most ``most`` tokens, if set)."""
         started = time.perf_counter()
         loop = asyncio.get_running_loop()
         budget = self.config.budget(self.params, len(context) - self.request.prompt_len)
+        budget = min(budget, most) if most else budget
         with start_span("draft", self.trace_context, session_id=self.request.session_id,
                         round=round_number) as span:
             draft = await loop.run_in_executor(
@@ -170,7 +172,8 @@ class DraftLoop:
             metrics.SSD_ROUNDS.labels(common_pb2.Speculation.Name(origin)).inc()
             metrics.SSD_WASTED.inc(len(cache.blocks) - (block is not None))
         if block is None:
-            block = await self._draft(verdict.round + 1, self.committed)
+            most = self.speculation.miss_tokens if cache is not None else 0
+            block = await self._draft(verdict.round + 1, self.committed, most)
         if origin != common_pb2.SPECULATION_AHEAD_HIT:
             await writer.send(verifier_pb2.VerifyRequest(block=block))
         return block, origin

@@ -35,12 +35,15 @@ class SpeculationMode(str, Enum):
 @dataclass(frozen=True)
 class SpeculationConfig:
     mode: SpeculationMode = SpeculationMode.OFF
-    fanout: int = 3
+    fanout: int = 6
     """Guessed next tokens per drafted position (the drafter's top tokens other than its own)."""
     max_blocks: int = 12
     """Pre-drafted blocks per round at most (the likeliest guesses first)."""
     send_ahead: int = 4
     """Pre-drafted blocks sent ahead of the verdict per round (mode ``ahead``)."""
+    miss_tokens: int = 0
+    """On a miss, draft at most this many tokens (0: the session's k): the verifier waits for
+    that block, and the last positions of a block are the ones least often accepted."""
     max_sessions: int = 4
     """Speculate only while the drafter runs at most this many sessions: pre-drafts use the
     model thread, which a busy drafter needs for the blocks its sessions wait for."""
@@ -50,6 +53,8 @@ class SpeculationConfig:
         if not 1 <= self.fanout <= 64 or not 1 <= self.max_blocks <= 64:
             raise ValueError(f"speculation fanout and max_blocks must be in [1, 64], got "
                              f"{self.fanout} and {self.max_blocks}")
+        if not 0 <= self.miss_tokens <= 32:
+            raise ValueError(f"miss_tokens must be in [0, 32], got {self.miss_tokens}")
         if self.max_sessions < 1:
             raise ValueError(f"max_sessions must be >= 1, got {self.max_sessions}")
         if not 0 <= self.send_ahead <= self.max_blocks:

@@ -38,6 +38,11 @@ class Mode:
     name: str
     k: int
     verifier_args: tuple[str, ...] = ()
+    drafter_args: tuple[str, ...] = ("--speculate", "off")
+
+
+SSD_ARGS = ("--speculate", "ahead", "--speculate-max-sessions", "64")
+"""The drafter of mode batched-ssd: drafting during verification for every session."""
 
 
 @dataclass(frozen=True)
@@ -53,18 +58,20 @@ class LoadConfig:
     max_wait_ms: float | None = None
     """The batched verifier's --max-wait-ms (None: its default)."""
     only: tuple[str, ...] = ()
-    """Run only these modes: unbatched, batched, target-only (all when empty)."""
+    """Run only these modes: unbatched, batched, batched-ssd, target-only (all when empty)."""
 
     def modes(self) -> list[Mode]:
         batched = () if self.max_wait_ms is None else ("--max-wait-ms", str(self.max_wait_ms))
         modes = [Mode("unbatched", f"speculative k={self.k}, unbatched", self.k,
                       ("--no-batching",)),
                  Mode("batched", f"speculative k={self.k}, batched", self.k, batched),
+                 Mode("batched-ssd", f"speculative k={self.k}, batched, drafting during "
+                      "verification", self.k, batched, SSD_ARGS),
                  Mode("target-only", "target-only, batched", 0, batched)]
         unknown = set(self.only) - {m.key for m in modes}
         if unknown:
             raise ValueError(f"unknown modes {sorted(unknown)}; use unbatched, batched, "
-                             "target-only")
+                             "batched-ssd, target-only")
         return [m for m in modes if not self.only or m.key in self.only]
 
 
@@ -139,7 +146,7 @@ def _start(config: LoadConfig, mode: Mode, pins: dict) -> LocalCluster:
     cluster = LocalCluster(ClusterConfig(
         config.target, config.drafter, http_port=free_port(), grpc_port=free_port(),
         workdir=config.out / f"cluster-{mode.key}", cpu_affinity=pins,
-        verifier_args=mode.verifier_args)).start()
+        verifier_args=mode.verifier_args, drafter_args=mode.drafter_args)).start()
     place_helpers(cluster, pins, speculative=False)  # helpers share the drafter's core
     asyncio.run(measure_point(cluster.grpc_address, mode, 1, 2.0, 8))  # warm up
     return cluster

@@ -58,7 +58,7 @@ def bench_load(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT,
                max_wait_ms: float = typer.Option(None, help="The batched verifiers' "
                                                  "--max-wait-ms (default: theirs)."),
                only: list[str] = typer.Option([], "--only", help="Run only this mode (repeat):"
-                                              " unbatched, batched, target-only."),
+                                              " unbatched, batched, batched-ssd, target-only."),
                out: Path = typer.Option(Path("runs/bench-load"), help="Where load.json, "
                                         "load.md and load.png go.")) -> None:
     """The verifier under 1..32 concurrent streaming sessions: speculative unbatched,

@@ -120,6 +120,8 @@ def test_dashboard():
         "cascade:verifier_queue_depth",
         "cascade:num_requests_running",
         "cascade:drafter_active_sessions",
+        "cascade:ssd_rounds_total",
+        "cascade:ssd_wasted_blocks_total",
     ]:
         assert needed in exprs, needed
     assert "by (position)" in exprs

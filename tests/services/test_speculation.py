@@ -2,13 +2,24 @@
 loopback, tiny models, float32: exact on the hit and the miss path, with and without delay; the
 verifier drops blocks sent ahead on a wrong guess without changing anything."""
 
+import asyncio
+import time
+
 import grpc
 import pytest
 
+from cascade.core.loop import generate
 from cascade.core.speculation import Guess, Outcome
-from cascade.protocol.settings import SamplingParams
-from cascade.serving.delay import LinkDelay
-from cascade.v1 import common_pb2, verifier_pb2, verifier_pb2_grpc
+from cascade.protocol.settings import DraftConfig, SamplingParams
+from cascade.protocol.wire import draft_settings_to_pb, sampling_to_pb
+from cascade.serving.delay import DelayedWriter, LinkDelay
+from cascade.v1 import (
+    common_pb2,
+    drafter_pb2,
+    drafter_pb2_grpc,
+    verifier_pb2,
+    verifier_pb2_grpc,
+)
 from drafter_service.draft_loop import DraftLoop
 from drafter_service.server import build_drafter
 from drafter_service.speculation import SpeculationCache, SpeculationConfig
@@ -17,6 +28,17 @@ from services.test_drafter_verifier import block_request, open_request, run_sess
 from verifier_service.server import build_verifier
 
 HIT = (common_pb2.SPECULATION_CACHE_HIT, common_pb2.SPECULATION_AHEAD_HIT)
+
+
+async def run_raw(drafter_address, session_id, epoch, context, prompt_len, params, k,
+                  verifier_address):
+    """A RunSession with every field chosen by the test; its rounds."""
+    request = drafter_pb2.RunSessionRequest(
+        session_id=session_id, epoch=epoch, context_tokens=context, prompt_len=prompt_len,
+        sampling=sampling_to_pb(params), draft=draft_settings_to_pb(DraftConfig(k)),
+        verifier_address=verifier_address)
+    async with grpc.aio.insecure_channel(drafter_address) as channel:
+        return [r async for r in drafter_pb2_grpc.DrafterStub(channel).RunSession(request)]
 
 
 @pytest.fixture
@@ -101,9 +123,6 @@ async def test_greedy_with_speculation_equals_target_greedy(cluster, gpt2_pair, 
 async def test_sampling_with_speculation_equals_in_process_loop(cluster, gpt2_pair):
     """Draft randomness depends on (seed, position) only, so pre-drafted blocks are the blocks
     a lock-step drafter makes: the same tokens as the in-process loop, hits or not."""
-    from cascade.core.loop import generate
-    from cascade.protocol.settings import DraftConfig
-
     verifier, _, drafter_with = cluster
     target, drafter = gpt2_pair
     far = await drafter_with("ahead", 10.0, send_ahead=3, max_blocks=8)
@@ -152,10 +171,6 @@ async def test_blocks_on_wrong_guesses_are_dropped_and_change_nothing(cluster):
 
 
 async def test_a_delayed_writer_keeps_order_and_holds_up_no_sender():
-    import asyncio
-    import time
-
-    from cascade.serving.delay import DelayedWriter
 
     written = []
 
@@ -204,31 +219,23 @@ def test_speculation_settings_are_checked_and_the_cache_finds_the_real_outcome()
 async def test_a_session_moved_to_another_drafter_mid_speculation_stays_exact(cluster, gpt2_pair):
     """The first drafter's stream is cut while blocks it sent ahead are in flight; a second
     drafter reopens the session at the next epoch from the committed tokens."""
-    from cascade.protocol.settings import DraftConfig
-    from cascade.protocol.wire import draft_settings_to_pb, sampling_to_pb
-    from cascade.v1 import drafter_pb2, drafter_pb2_grpc
-
     verifier, sessions, drafter_with = cluster
     target, _ = gpt2_pair
     first = await drafter_with("ahead", 10.0, send_ahead=3, max_blocks=8)
     second = await drafter_with("ahead", 10.0, send_ahead=3, max_blocks=8)
     prompt, params = random_prompts(1, seed=65)[0], SamplingParams(max_new_tokens=24)
     committed = list(prompt)
-
-    def request(epoch, context):
-        return drafter_pb2.RunSessionRequest(
-            session_id="moved", epoch=epoch, context_tokens=context, prompt_len=len(prompt),
-            sampling=sampling_to_pb(params), draft=draft_settings_to_pb(DraftConfig(4)),
-            verifier_address=verifier.address)
-
+    request = drafter_pb2.RunSessionRequest(
+        session_id="moved", epoch=1, context_tokens=prompt, prompt_len=len(prompt),
+        sampling=sampling_to_pb(params), draft=draft_settings_to_pb(DraftConfig(4)),
+        verifier_address=verifier.address)
     async with grpc.aio.insecure_channel(first.address) as channel:
-        stream = drafter_pb2_grpc.DrafterStub(channel).RunSession(request(1, prompt), timeout=30)
+        stream = drafter_pb2_grpc.DrafterStub(channel).RunSession(request, timeout=30)
         for _ in range(2):
             committed += (await stream.read()).tokens
         stream.cancel()  # the drafter is gone mid-speculation
-    async with grpc.aio.insecure_channel(second.address) as channel:
-        stub = drafter_pb2_grpc.DrafterStub(channel)
-        rounds = [r async for r in stub.RunSession(request(2, committed), timeout=30)]
+    rounds = await run_raw(second.address, "moved", 2, committed, len(prompt), params, 4,
+                           verifier.address)
     assert committed + [t for r in rounds for t in r.tokens] == prompt + hf_greedy(target,
                                                                                      prompt)
     assert sessions.highest_epoch["moved"] == 2
@@ -237,26 +244,13 @@ async def test_a_session_moved_to_another_drafter_mid_speculation_stays_exact(cl
 async def test_a_busy_drafter_stops_speculating(cluster, gpt2_pair):
     """With more sessions than ``max_sessions``, rounds are drafted after their verdict (the
     model thread serves the blocks sessions wait for); each session stays exact."""
-    import asyncio
-
     verifier, _, drafter_with = cluster
     target, _ = gpt2_pair
     busy = await drafter_with("cache", 10.0, max_sessions=1)
-    prompts = random_prompts(2, seed=66)
-
-    async def one(prompt, session_id):
-        from cascade.protocol.settings import DraftConfig
-        from cascade.protocol.wire import draft_settings_to_pb, sampling_to_pb
-        from cascade.v1 import drafter_pb2, drafter_pb2_grpc
-
-        async with grpc.aio.insecure_channel(busy.address) as channel:
-            request = drafter_pb2.RunSessionRequest(
-                session_id=session_id, epoch=1, context_tokens=prompt, prompt_len=len(prompt),
-                sampling=sampling_to_pb(SamplingParams(max_new_tokens=16)),
-                draft=draft_settings_to_pb(DraftConfig(2)), verifier_address=verifier.address)
-            return [r async for r in drafter_pb2_grpc.DrafterStub(channel).RunSession(request)]
-
-    both = await asyncio.gather(one(prompts[0], "a"), one(prompts[1], "b"))
+    prompts, params = random_prompts(2, seed=66), SamplingParams(max_new_tokens=16)
+    both = await asyncio.gather(*(
+        run_raw(busy.address, name, 1, prompt, len(prompt), params, 2, verifier.address)
+        for name, prompt in zip("ab", prompts)))
     for prompt, rounds in zip(prompts, both):
         assert [t for r in rounds for t in r.tokens] == hf_greedy(target, prompt, 16)
         assert common_pb2.SPECULATION_UNSPECIFIED in [r.speculation for r in rounds[1:]]
