@@ -31,7 +31,7 @@ OPTIONS = (
     option("speculate_blocks", int, typer.Option(
         12, help="Blocks pre-drafted per round at most.")),
     option("send_ahead", int, typer.Option(
-        4, help="With --speculate ahead: pre-drafted blocks sent before the verdict.")),
+        12, help="With --speculate ahead: pre-drafted blocks sent before the verdict.")),
     option("miss_draft_tokens", int, typer.Option(
         0, help="When no pre-draft guessed the outcome, draft at most this many tokens while "
         "the verifier waits (0: k).")),

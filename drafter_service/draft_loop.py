@@ -213,11 +213,10 @@ class DraftLoop:
             if not chunk or stop.is_set():
                 return
             blocks = await self._draft_many(block.round + 1, [contexts[o] for o in chunk], stop)
-            ready = [o for o, b in zip(chunk, blocks) if b is not None]
             for outcome, pre_drafted in zip(chunk, blocks):
                 if pre_drafted is not None:
                     cache.add(outcome, pre_drafted)
-            await self._send_ahead(ready, cache, writer, stop)
+            await self._send_ahead([o for o in chunk if o in cache.blocks], cache, writer, stop)
 
     async def _send_ahead(self, outcomes: list[Outcome], cache: SpeculationCache,
                           writer: DelayedWriter, stop: threading.Event) -> None:

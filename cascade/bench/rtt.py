@@ -1,6 +1,7 @@
 """Throughput against the drafter-verifier round trip, with and without drafting during
 verification: a local cluster whose drafter's messages are delayed by each one-way delay in turn
-(``--inject-delay-ms``), verifier and drafter pinned to different cores, for each speculation
+(``--inject-delay-ms``), verifier and drafter pinned to different cores (the gateway, Redis and
+the client on the core that would otherwise wait), for each speculation
 mode (``--speculate off``: lock-step; ``cache``: pre-drafts for guessed outcomes; ``ahead``: and
 the best ones sent ahead). Per (mode, delay): tokens/s, the mean round, the verifier's idle share
 of the wall time (1 - its verify time / wall), and where the rounds' blocks came from.
@@ -62,19 +63,25 @@ def _speculation_args(mode: str, delay: float, extra: tuple[str, ...]) -> tuple[
 
 def measure(target: Path, drafter: Path, delays: list[float], workdir: Path,
             max_tokens: int = 64, k: int = 4, prompts: tuple[str, ...] = PROMPTS,
-            modes: tuple[str, ...] = ("off",), drafter_args: tuple[str, ...] = ()
-            ) -> list[RttRow]:
-    """``drafter_args``: more drafter flags for the speculating modes (such as --send-ahead)."""
-    rows = []
-    for mode in modes:
+            modes: tuple[str, ...] = ("off",), drafter_args: tuple[str, ...] = (),
+            repeats: int = 1) -> list[RttRow]:
+    """One row per (mode, delay), in that order. Modes take turns at each delay, in reverse
+    order on every other repeat, so a slow drift of the machine's speed does not favour one
+    of them. ``drafter_args``: more drafter flags for the speculating modes (--send-ahead 3)."""
+    rows = {(mode, delay): RttRow(delay, mode) for mode in modes for delay in delays}
+    for repeat in range(repeats):
         for delay in delays:
-            with pinned_cluster(target, drafter, workdir / f"{mode}-{delay:g}",
-                                _speculation_args(mode, delay, drafter_args)) as (cluster, pins):
-                place_helpers(cluster, pins, speculative=True)
-                stream_generation(cluster.grpc_address, prompts[0], 8, k, chat=False)  # warm
-                rows.append(_run_prompts(cluster.grpc_address, RttRow(delay, mode), prompts,
-                                         max_tokens, k))
-    return rows
+            for mode in modes if repeat % 2 == 0 else modes[::-1]:
+                with pinned_cluster(target, drafter, workdir / f"{mode}-{delay:g}-{repeat}",
+                                    _speculation_args(mode, delay, drafter_args)
+                                    ) as (cluster, pins):
+                    # gateway, Redis and client go on the core that waits: the verifier's
+                    # while a lock-step drafter drafts, the drafter's when it pre-drafts
+                    place_helpers(cluster, pins, speculative=mode == "off")
+                    stream_generation(cluster.grpc_address, prompts[0], 8, k, chat=False)
+                    _run_prompts(cluster.grpc_address, rows[mode, delay], prompts, max_tokens,
+                                 k)
+    return list(rows.values())
 
 
 def _run_prompts(address: str, row: RttRow, prompts: tuple[str, ...], max_tokens: int,
@@ -158,6 +165,8 @@ def main() -> None:
     parser.add_argument("--modes", default="off,cache,ahead", help="Speculation modes.")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--k", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=1, help="Passes over every (mode, "
+                        "delay); modes take turns in reverse order on every other pass.")
     parser.add_argument("--workdir", type=Path, default=Path("runs/rtt"))
     parser.add_argument("--drafter-args", default="", help="More drafter flags for the "
                         "speculating modes, e.g. '--send-ahead 3 --speculate-fanout 2'.")
@@ -167,10 +176,11 @@ def main() -> None:
     delays = [float(d) for d in args.delays.split(",")]
     rows = measure(target, drafter, delays, args.workdir, args.max_tokens, args.k,
                    modes=tuple(args.modes.split(",")),
-                   drafter_args=tuple(args.drafter_args.split()))
+                   drafter_args=tuple(args.drafter_args.split()), repeats=args.repeats)
     same = all(r.tokens == rows[0].tokens for r in rows)
     print(f"Machine: {machine()}; pair: {args.pair}; k = {args.k}; {len(PROMPTS)} prompts x "
-          f"{args.max_tokens} tokens, greedy; identical output in every row: {same}.\n")
+          f"{args.max_tokens} tokens x {args.repeats} passes, greedy; identical output in every "
+          f"row: {same}.\n")
     print(table(rows))
     for mode in dict.fromkeys(r.mode for r in rows if r.mode != "off"):
         for delay in delays[1:]:

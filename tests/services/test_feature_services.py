@@ -107,3 +107,28 @@ async def test_only_a_session_that_asks_receives_features(services, pair):
         assert verdict.features.shape[0] == verdict.num_accepted + 1
         plain.cancel()
         asking.cancel()
+
+
+async def test_a_feature_drafter_speculating_ahead_stays_exact(pair):
+    """Pre-drafts after guessed outcomes use the drafter's own predicted features for the
+    guessed positions (their target features have not arrived); blocks sent ahead on them."""
+    from cascade.serving.delay import LinkDelay
+    from cascade.v1 import common_pb2
+    from drafter_service.speculation import SpeculationConfig
+
+    target, drafter = pair
+    verifier, _ = build_verifier(target, grace_s=1.0)
+    ahead, _ = build_drafter(drafter, grace_s=1.0, delay=LinkDelay(10.0),
+                             speculation=SpeculationConfig("ahead", max_blocks=6))
+    await verifier.start()
+    await ahead.start()
+    try:
+        rounds = []
+        for prompt in random_prompts(2, seed=67):
+            rounds = await run((verifier, ahead), prompt, len(prompt), 20, 3)
+            assert [t for r in rounds for t in r.tokens] == hf_greedy(target, prompt, 20)
+            assert common_pb2.SPECULATION_UNSPECIFIED not in [r.speculation for r in rounds]
+            assert sum(r.num_predrafted for r in rounds) > 0
+    finally:
+        await ahead.drain()
+        await verifier.drain()

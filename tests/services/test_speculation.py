@@ -199,7 +199,8 @@ async def test_a_delayed_writer_keeps_order_and_holds_up_no_sender():
 
 def test_speculation_settings_are_checked_and_the_cache_finds_the_real_outcome():
     with pytest.raises(ValueError, match="send_ahead"):
-        SpeculationConfig("ahead", send_ahead=9, max_blocks=4)
+        SpeculationConfig("ahead", send_ahead=-1)
+    assert SpeculationConfig("ahead", send_ahead=9, max_blocks=4).sends_ahead == 4
     with pytest.raises(ValueError):
         SpeculationConfig("sideways")
     assert SpeculationConfig("cache", send_ahead=2).sends_ahead == 0
