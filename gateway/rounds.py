@@ -12,6 +12,7 @@ fields; OpenAI clients keep unknown fields, so they parse these chunks unchanged
 | num_drafted, num_accepted | the round's drafted and accepted counts |
 | num_deferred | speculative cascades: drafted positions the target's distribution decided |
 | draft_ms, verify_ms, round_ms | drafting, target pass plus acceptance, and the round's wall time |
+| block | where the round's block came from: ``lock_step`` (drafted after the previous verdict), ``miss`` (the same, the drafter's guesses having missed), ``cache_hit`` (pre-drafted, sent at the verdict), ``ahead_hit`` (pre-drafted and sent ahead) |
 
 A token's ``text`` is what it added to the visible text, so joining the texts of all rounds gives
 the completion; a token whose text is held back (part of a multi-byte character, or what could
@@ -24,8 +25,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cascade.v1 import common_pb2
 from gateway.detokenize import Decoder, TextStream
 from gateway.generation import GeneratedChunk
+
+BLOCK_ORIGINS = {
+    common_pb2.SPECULATION_UNSPECIFIED: "lock_step",
+    common_pb2.SPECULATION_MISS: "miss",
+    common_pb2.SPECULATION_CACHE_HIT: "cache_hit",
+    common_pb2.SPECULATION_AHEAD_HIT: "ahead_hit",
+}
 
 
 def token_kinds(num_tokens: int, num_accepted: int, num_drafted: int) -> list[str]:
@@ -65,6 +74,7 @@ class RoundView:
             "draft_ms": c.draft_us / 1000,
             "verify_ms": c.verify_us / 1000,
             "round_ms": c.round_us / 1000,
+            "block": BLOCK_ORIGINS.get(c.speculation, "lock_step"),
         }
 
 

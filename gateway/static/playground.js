@@ -183,6 +183,13 @@ function visible(text) {
   return JSON.stringify(text).slice(1, -1);
 }
 
+const BLOCK_ORIGINS = {
+  lock_step: "drafted after the previous verdict",
+  miss: "drafted after the previous verdict (no pre-draft guessed it)",
+  cache_hit: "pre-drafted during the previous verification, sent at its verdict",
+  ahead_hit: "pre-drafted and sent ahead: verified right after the previous verdict",
+};
+
 function showRoundInfo(element, round) {
   document.querySelectorAll(".round.active").forEach((e) => e.classList.remove("active"));
   element.classList.add("active");
@@ -196,7 +203,7 @@ function showRoundInfo(element, round) {
   info.innerHTML = `<strong>Round ${round.round}</strong><br>drafted: ${drafted}` +
     `<br>accepted ${round.num_accepted} of ${round.num_drafted}${verifierToken}` +
     `<br>draft ${round.draft_ms.toFixed(1)} ms · verify ${round.verify_ms.toFixed(1)} ms` +
-    ` · round ${round.round_ms.toFixed(1)} ms`;
+    ` · round ${round.round_ms.toFixed(1)} ms<br>block: ${BLOCK_ORIGINS[round.block] || round.block}`;
   info.hidden = false;
 }
 

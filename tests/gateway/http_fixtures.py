@@ -46,7 +46,8 @@ class FakeGenerator:
                 yield GeneratedChunk("s-1", ids, num_accepted=len(ids) - 1, num_drafted=3,
                                      finish_reason=self.finish if last else None,
                                      draft_us=1500, verify_us=2500, round_us=4200,
-                                     drafted_tokens=drafted_block(ids, 3))
+                                     drafted_tokens=drafted_block(ids, 3),
+                                     speculation=2 + self.yielded % 2)
             self.completed = True
         except StopGeneration:
             self.stopped = True

@@ -48,6 +48,7 @@ async def test_each_round_is_a_chunk_with_its_tokens(tokenizer, per_chunk, last_
         assert kinds == ["accepted"] * (len(ids) - 1) + [expected_last]
         assert r["num_drafted"] == len(r["drafted"]) == 3
         assert (r["draft_ms"], r["verify_ms"], r["round_ms"]) == (1.5, 2.5, 4.2)
+    assert [r["block"] for r in rounds[:2]] == ["ahead_hit", "cache_hit"]  # the fake alternates
     short = next(r for ids, r in zip(chunks, rounds, strict=True) if len(ids) - 1 < 3)
     assert short["drafted"][-1] == tokenizer.decode([REJECTED_TOKEN])
 

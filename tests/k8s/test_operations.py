@@ -8,6 +8,8 @@ import re
 
 import pytest
 
+from drafter_service.speculation import SpeculationConfig
+
 from k8s_helpers import (
     K8S,
     NEEDS_KUBECTL,
@@ -77,8 +79,12 @@ def test_autoscalers(rendered, target):
     (drafter,) = hpa_for(objects, "drafter")
     assert drafter["apiVersion"] == "autoscaling/v2"
     assert pods_metric_names(drafter) == {"cascade:drafter_active_sessions"}
-    assert any(m["type"] == "Resource" and m["resource"]["name"] == "cpu"
-               for m in drafter["spec"]["metrics"])
+    # not CPU: a speculating drafter keeps its CPU busy at any load; the session target is the
+    # number up to which a drafter speculates
+    assert all(m["type"] == "Pods" for m in drafter["spec"]["metrics"])
+    (sessions,) = drafter["spec"]["metrics"]
+    assert sessions["pods"]["target"]["averageValue"] == str(
+        SpeculationConfig().max_sessions)
     # a single verifier makes every node drain or crash a full outage
     assert named(objects, "Deployment", "verifier")["spec"]["replicas"] >= 2
     if target == "gpu":
