@@ -51,7 +51,7 @@ def run_on_services(target: Path, drafter: Path, prompts: list[BenchPrompt], k: 
     runs = {}
     with pinned_cluster(target, drafter, workdir) as (cluster, pins), \
             grpc.insecure_channel(cluster.grpc_address) as channel:
-        place_helpers(cluster, pins, speculative=True)
+        place_helpers(cluster, pins, verifier_waits=False)  # its drafter speculates
         stub = gateway_pb2_grpc.GatewayStub(channel)
         generate(stub, request_for(Method("lossless", 0.0), prompts[0], k, max_tokens))
         for method in methods:

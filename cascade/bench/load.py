@@ -147,7 +147,7 @@ def _start(config: LoadConfig, mode: Mode, pins: dict) -> LocalCluster:
         config.target, config.drafter, http_port=free_port(), grpc_port=free_port(),
         workdir=config.out / f"cluster-{mode.key}", cpu_affinity=pins,
         verifier_args=mode.verifier_args, drafter_args=mode.drafter_args)).start()
-    place_helpers(cluster, pins, speculative=False)  # helpers share the drafter's core
+    place_helpers(cluster, pins, verifier_waits=False)  # helpers share the drafter's core
     asyncio.run(measure_point(cluster.grpc_address, mode, 1, 2.0, 8))  # warm up
     return cluster
 

@@ -77,7 +77,7 @@ def measure(target: Path, drafter: Path, delays: list[float], workdir: Path,
                                     ) as (cluster, pins):
                     # gateway, Redis and client go on the core that waits: the verifier's
                     # while a lock-step drafter drafts, the drafter's when it pre-drafts
-                    place_helpers(cluster, pins, speculative=mode == "off")
+                    place_helpers(cluster, pins, verifier_waits=mode == "off")
                     stream_generation(cluster.grpc_address, prompts[0], 8, k, chat=False)
                     _run_prompts(cluster.grpc_address, rows[mode, delay], prompts, max_tokens,
                                  k)

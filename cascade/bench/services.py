@@ -44,13 +44,15 @@ def pin_all_threads(pid: int, cores: frozenset[int]) -> None:
             pass  # a thread that just ended
 
 
-def place_helpers(cluster: LocalCluster, pins: dict[str, frozenset[int]], speculative: bool
+def place_helpers(cluster: LocalCluster, pins: dict[str, frozenset[int]], verifier_waits: bool
                   ) -> str:
     """Put the gateway, Redis and this client (a third machine in a deployment) on the core
-    that idles in this mode: the verifier's while the drafter drafts, else the drafter's."""
+    that idles in this mode: the verifier's when it waits for a lock-step drafter, else the
+    drafter's (idle in target-only decoding; pre-drafting off the critical path when it
+    drafts during verification)."""
     if not pins:
         return "not pinned"
-    core = pins["verifier"] if speculative else pins["drafter-0"]
+    core = pins["verifier"] if verifier_waits else pins["drafter-0"]
     pids = [cluster.processes["gateway"].pid, os.getpid()]
     if cluster.redis and cluster.redis.process:
         pids.append(cluster.redis.process.pid)
@@ -119,7 +121,8 @@ def run_services(job: Job, workdir: Path, progress: Callable[[], None] | None = 
         stub = gateway_pb2_grpc.GatewayStub(channel)
         service_trace(stub, job.prompts[0], job, job.k, False)  # warm up
         for m in methods:
-            helpers[m.k > 0] = place_helpers(cluster, pins, m.k > 0)
+            # the cluster's drafter speculates (its default), so the verifier never waits
+            helpers[m.k > 0] = place_helpers(cluster, pins, verifier_waits=False)
             measure_method(m, job, lambda p, m=m: service_trace(stub, p, job, m.k,
                                                                 m.sampling), progress)
         rss = _cluster_rss(cluster)
