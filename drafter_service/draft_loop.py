@@ -12,17 +12,17 @@ independent (a ``DelayedWriter`` keeps injected delay from holding up the loop).
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Executor
 
-import threading
-
 import grpc
 
+from cascade.core.blocks import Draft
 from cascade.core.proposers import ProposerContext, new_proposer
-from cascade.core.speculation import Guess, Outcome, ends_generation, rank_outcomes
 from cascade.core.runner import ModelRunner
+from cascade.core.speculation import Guess, Outcome, ends_generation, rank_outcomes
 from cascade.pod.messages import (
     draft_to_pb,
     features_from_pb,
@@ -94,34 +94,39 @@ class DraftLoop:
         if verdict.HasField("features"):
             self.proposer.observe(features_from_pb(verdict.features))
 
+    def _budget(self, context: list[int]) -> int:
+        """Tokens worth drafting after ``context`` (the committed tokens, or a guess of them)."""
+        return self.config.budget(self.params, len(context) - self.request.prompt_len)
+
+    def _block(self, draft: Draft, round_number: int, context: list[int], draft_us: int
+               ) -> verifier_pb2.DraftBlock:
+        return draft_to_pb(draft, session_id=self.request.session_id, epoch=self.request.epoch,
+                           round=round_number, base_len=len(context), draft_us=draft_us)
+
     async def _draft(self, round_number: int, context: list[int], most: int = 0
                      ) -> verifier_pb2.DraftBlock:
         """A block after ``context``, the committed tokens (at most ``most`` tokens, if set)."""
         started = time.perf_counter()
         loop = asyncio.get_running_loop()
-        budget = self.config.budget(self.params, len(context) - self.request.prompt_len)
-        budget = min(budget, most) if most else budget
+        budget = min(self._budget(context), most) if most else self._budget(context)
         with start_span("draft", self.trace_context, session_id=self.request.session_id,
                         round=round_number) as span:
             draft = await loop.run_in_executor(
                 self.executor, self.proposer.propose, context, budget)
             span.set_attribute("num_draft", draft.num_tokens)
         metrics.DRAFT_SECONDS.observe(time.perf_counter() - started)
-        return draft_to_pb(draft, session_id=self.request.session_id, epoch=self.request.epoch,
-                           round=round_number, base_len=len(context), draft_us=_micros(started))
+        return self._block(draft, round_number, context, _micros(started))
 
     async def _draft_many(self, round_number: int, contexts: list[list[int]],
                           stop: threading.Event) -> list[verifier_pb2.DraftBlock | None]:
         """Blocks after several guessed contexts, drafted as one batch; None where the verdict
         stopped a block before it was worth sending (under ``MIN_PARTIAL`` tokens)."""
         started = time.perf_counter()
-        budgets = [self.config.budget(self.params, len(c) - self.request.prompt_len)
-                   for c in contexts]
+        budgets = [self._budget(c) for c in contexts]
         drafts = await asyncio.get_running_loop().run_in_executor(
             self.executor, self.proposer.propose_many, contexts, budgets, stop.is_set)
         draft_us = _micros(started)
-        return [draft_to_pb(d, session_id=self.request.session_id, epoch=self.request.epoch,
-                            round=round_number, base_len=len(c), draft_us=draft_us)
+        return [self._block(d, round_number, c, draft_us)
                 if d.num_tokens >= min(n, MIN_PARTIAL) else None
                 for d, c, n in zip(drafts, contexts, budgets)]
 
@@ -137,7 +142,8 @@ class DraftLoop:
             last = time.perf_counter()
             block = await self._draft(0, self.committed)
             await writer.send(verifier_pb2.VerifyRequest(block=block))
-            origin = common_pb2.SPECULATION_MISS if self.speculation.is_on else 0
+            origin = (common_pb2.SPECULATION_MISS if self.speculation.is_on
+                      else common_pb2.SPECULATION_UNSPECIFIED)
             while True:
                 verdict, cache = await self._await_verdict(call, writer, block)
                 self._observe(verdict)
@@ -213,15 +219,15 @@ class DraftLoop:
             if not chunk or stop.is_set():
                 return
             blocks = await self._draft_many(block.round + 1, [contexts[o] for o in chunk], stop)
-            for outcome, pre_drafted in zip(chunk, blocks):
-                if pre_drafted is not None:
-                    cache.add(outcome, pre_drafted)
-            await self._send_ahead([o for o in chunk if o in cache.blocks], cache, writer, stop)
+            ready = {o: b for o, b in zip(chunk, blocks) if b is not None}
+            for outcome, pre_drafted in ready.items():
+                cache.add(outcome, pre_drafted)
+            metrics.SSD_PREDRAFTS.inc(len(ready))
+            await self._send_ahead(list(ready), cache, writer, stop)
 
     async def _send_ahead(self, outcomes: list[Outcome], cache: SpeculationCache,
                           writer: DelayedWriter, stop: threading.Event) -> None:
         """Send pre-drafted blocks ahead, the likeliest first, while the verdict is out."""
-        metrics.SSD_PREDRAFTS.inc(len(outcomes))
         for outcome in outcomes:
             if len(cache.sent) >= self.speculation.sends_ahead or stop.is_set():
                 return

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from cascade.core.speculation import Outcome
+from cascade.pod.messages import tag_block, verdict_outcome
 from cascade.v1 import common_pb2, verifier_pb2
 
 
@@ -84,26 +85,17 @@ class SpeculationCache:
 
     def tagged(self, outcome: Outcome) -> verifier_pb2.DraftBlock:
         """The block for ``outcome`` as sent ahead (tagged with it); marks it sent."""
-        block = verifier_pb2.DraftBlock()
-        block.CopyFrom(self.blocks[outcome])
-        block.assumes.num_accepted, block.assumes.next_token = (outcome.num_accepted,
-                                                               outcome.next_token)
         self.sent.add(outcome)
-        return block
+        return tag_block(self.blocks[outcome], outcome)
 
     def lookup(self, verdict: verifier_pb2.Verdict
                ) -> tuple[verifier_pb2.DraftBlock | None, common_pb2.Speculation]:
         """The next block for what the verdict decided, and where it comes from (None: a miss,
         draft now)."""
-        outcome = Outcome(verdict.num_accepted, verdict.tokens[-1]) if verdict.tokens else None
+        outcome = verdict_outcome(verdict)
         block = self.blocks.get(outcome)
         if block is None:
             return None, common_pb2.SPECULATION_MISS
         if outcome in self.sent:
             return block, common_pb2.SPECULATION_AHEAD_HIT
         return block, common_pb2.SPECULATION_CACHE_HIT
-
-    @property
-    def num_wasted(self) -> int:
-        """Pre-drafts not used, once the verdict is known (all but a hit)."""
-        return len(self.blocks)

@@ -26,9 +26,11 @@ from cascade.core.engine import KVBudgetExhausted, VerifyEngine
 from cascade.core.runner import ModelRunner
 from cascade.core.verification import SequenceVerifier
 from cascade.pod.messages import (
+    assumed_outcome,
     context_feature_chunks,
     draft_from_pb,
     model_limits,
+    verdict_outcome,
     verdict_to_pb,
 )
 from cascade.protocol.validation import check_feature_layers, session_settings
@@ -146,7 +148,7 @@ class SessionTable:
                      ) -> verifier_pb2.Verdict | None:
         """The block's verdict, or None for a block sent ahead on a wrong guess (dropped)."""
         draft = draft_from_pb(block, self.limits.vocab_size)  # checks the block first
-        if block.HasField("assumes") and not _guessed_right(session, block):
+        if assumed_outcome(block) is not None and not _guessed_right(session, block):
             metrics.SSD_DROPPED_BLOCKS.inc()
             return None
         if (block.epoch == session.epoch and block.round == session.last_round
@@ -186,5 +188,4 @@ def _guessed_right(session: OpenSession, block: verifier_pb2.DraftBlock) -> bool
     last = session.last_verdict
     return (last is not None and not session.sequence.is_finished
             and block.epoch == session.epoch and block.round == session.last_round + 1
-            and len(last.tokens) > 0 and block.assumes.num_accepted == last.num_accepted
-            and block.assumes.next_token == last.tokens[-1])
+            and assumed_outcome(block) == verdict_outcome(last))

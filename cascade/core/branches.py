@@ -43,20 +43,8 @@ class Branches:
         slots = self.mask.shape[1]
         self.mask = torch.cat([self.mask, valid], dim=1)
         positions = torch.tensor(self.lengths)[:, None] + torch.arange(width)[None]  # [B, S]
-        logits = self._forward(ids, positions, torch.arange(slots, slots + width))
+        output = self.runner.forward(ids, positions, torch.arange(slots, slots + width), self.kv,
+                                     attention_mask=self.mask)
         last = torch.tensor([max(len(r), 1) - 1 for r in rows])
         self.lengths = [n + len(r) for n, r in zip(self.lengths, rows)]
-        logits = logits[torch.arange(len(rows)), last]  # [B, local vocab]
-        vocab_map = self.runner.vocab_map
-        return logits if vocab_map is None else vocab_map.expand(logits)
-
-    def _forward(self, ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor
-                 ) -> torch.Tensor:
-        vocab_map, device = self.runner.vocab_map, self.runner.device
-        if vocab_map is not None:
-            ids = vocab_map.to_local[ids]
-        output = self.runner.model(
-            input_ids=ids.to(device), position_ids=positions.to(device),
-            cache_position=slots.to(device), past_key_values=self.kv,
-            attention_mask=self.mask.to(device), use_cache=True)
-        return output.logits.float().cpu()  # [B, S, local vocab]
+        return self.runner.target_logits(output.logits[torch.arange(len(rows)), last])

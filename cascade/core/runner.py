@@ -114,6 +114,24 @@ class ModelRunner:
         """Decoder layers (transformers' hidden_states has num_layers + 1 entries)."""
         return self.model.config.num_hidden_layers
 
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                cache_position: torch.Tensor, cache: DynamicCache, **kwargs):
+        """One pass over [B, S] ids of the target's vocabulary (mapped to a restricted drafter's
+        own) at ``positions`` [B, S], into the cache slots ``cache_position`` [S]; ``kwargs``
+        go to the model (attention_mask, logits_to_keep, ...)."""
+        if self.vocab_map is not None:
+            input_ids = self.vocab_map.to_local[input_ids]
+        device = self.device
+        kwargs = {k: v.to(device) if torch.is_tensor(v) else v for k, v in kwargs.items()}
+        return self.model(input_ids=input_ids.to(device), position_ids=positions.to(device),
+                          cache_position=cache_position.to(device), past_key_values=cache,
+                          use_cache=True, **kwargs)
+
+    def target_logits(self, logits: torch.Tensor) -> torch.Tensor:
+        """[n, model vocab] -> [n, target vocab] float32 on the CPU."""
+        logits = logits.float().cpu()
+        return logits if self.vocab_map is None else self.vocab_map.expand(logits)
+
     def new_cache(self) -> "SequenceCache":
         return SequenceCache(self)
 
@@ -135,23 +153,12 @@ class SequenceCache:
         positions as the logits; 0 = all)."""
         assert token_ids, "extend needs at least one token"
         start, count = len(self.tokens), len(token_ids)
-        device, vocab_map = self.runner.device, self.runner.vocab_map
-        positions = torch.arange(start, start + count, device=device)
-        input_ids = torch.tensor([token_ids])
-        if vocab_map is not None:
-            input_ids = vocab_map.to_local[input_ids]
-        output = self.runner.model(
-            input_ids=input_ids.to(device),
-            position_ids=positions.unsqueeze(0),
-            cache_position=positions,
-            past_key_values=self.cache,
-            use_cache=True,
-            logits_to_keep=num_logits,
-            output_hidden_states=bool(hidden_layers),
-        )
+        positions = torch.arange(start, start + count)
+        output = self.runner.forward(torch.tensor([token_ids]), positions[None], positions,
+                                     self.cache, logits_to_keep=num_logits,
+                                     output_hidden_states=bool(hidden_layers))
         self.tokens.extend(token_ids)
-        logits = output.logits[0].float().cpu()
-        logits = logits if vocab_map is None else vocab_map.expand(logits)
+        logits = self.runner.target_logits(output.logits[0])
         num_hidden = num_logits if num_hidden is None else num_hidden
         rows = slice(-num_hidden if num_hidden else None, None)
         hidden = tuple(output.hidden_states[i][0, rows].cpu() for i in hidden_layers)

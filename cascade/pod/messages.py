@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import torch
 
 from cascade.core.blocks import Draft, RoundOutcome, TargetFeatures
+from cascade.core.speculation import Outcome
 from cascade.protocol.validation import ModelLimits, check_block
 from cascade.protocol.wire import FINISH_TO_PB
 from cascade.v1 import common_pb2, verifier_pb2
@@ -117,3 +118,24 @@ def round_from_verdict(verdict: verifier_pb2.Verdict, drafted: Sequence[int], dr
         num_drafted=len(drafted), committed_len=verdict.committed_len,
         finish_reason=verdict.finish_reason, draft_us=draft_us, verify_us=verdict.verify_us,
         round_us=round_us, num_deferred=verdict.num_deferred, drafted_tokens=drafted)
+
+
+def verdict_outcome(verdict: verifier_pb2.Verdict) -> Outcome | None:
+    """What a verdict decided, as a block sent ahead guesses it (None: it committed nothing)."""
+    return Outcome(verdict.num_accepted, verdict.tokens[-1]) if verdict.tokens else None
+
+
+def assumed_outcome(block: verifier_pb2.DraftBlock) -> Outcome | None:
+    """The outcome a block sent ahead assumes (None: an ordinary block)."""
+    if not block.HasField("assumes"):
+        return None
+    return Outcome(block.assumes.num_accepted, block.assumes.next_token)
+
+
+def tag_block(block: verifier_pb2.DraftBlock, outcome: Outcome) -> verifier_pb2.DraftBlock:
+    """A copy of ``block`` that assumes ``outcome`` (to send ahead of the verdict)."""
+    tagged = verifier_pb2.DraftBlock()
+    tagged.CopyFrom(block)
+    tagged.assumes.num_accepted, tagged.assumes.next_token = (outcome.num_accepted,
+                                                              outcome.next_token)
+    return tagged
