@@ -18,7 +18,7 @@ from cascade.protocol.requests import (
 )
 from cascade.protocol.settings import FinishReason
 from cascade.protocol.wire import FINISH_TO_PB
-from cascade.serving.errors import Unauthenticated
+from cascade.serving.errors import NotFound, Unauthenticated
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc
 from gateway.auth import ApiKeys
 from gateway.detokenize import TextStream
@@ -101,8 +101,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
             raise RequestInvalid("Invalid 'session_id': required.", "session_id")
         try:
             generation, chunks = await self.generator.resume(request.session_id)
-        except SessionLost as exc:
-            raise RequestInvalid(str(exc), "session_id") from exc
+        except SessionLost as exc:  # HTTP answers 404 session_not_found
+            raise NotFound(f"session_id: {exc}") from exc
         stops = json.loads(generation.view or "{}").get("stop", [])
         async for response in self._responses(chunks, stops, len(generation.prompt_tokens),
                                               request.after_round):

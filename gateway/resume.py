@@ -22,7 +22,7 @@ def resume_after(session_id: str, last_event_id: str | None, after: int | None) 
     """The last round the client has (0: none), from Last-Event-ID or ``after``."""
     if last_event_id:
         sid, _, number = last_event_id.strip().rpartition(".")
-        if sid != session_id or not number.isdigit():
+        if sid != session_id or not (number.isascii() and number.isdigit()):  # not '²', '١'
             raise bad_request(f"Invalid Last-Event-ID {last_event_id!r}: expected "
                               f"'{session_id}.<round>' as sent in the stream's id: lines.",
                               param="Last-Event-ID")

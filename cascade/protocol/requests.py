@@ -216,12 +216,18 @@ def _draft_config(options: GenerationOptions, server: ServerDefaults) -> DraftCo
                        method=options.draft_method)
 
 
+REQUEST_PARTS = ("body", "query", "path", "header", "cookie")
+"""The first element of a FastAPI validation error's location."""
+
+
 def describe_validation_error(errors: Sequence[Any]) -> tuple[str, str | None]:
     """The message and param for pydantic's first error, naming the field and what is allowed."""
     if not errors:
         return "Invalid request.", None
     err = errors[0]
-    loc = [part for part in err.get("loc", ()) if part != "body"]
+    loc = list(err.get("loc", ()))
+    if loc and loc[0] in REQUEST_PARTS:  # where the field was sent, not part of its name
+        loc = loc[1:]
     param = _param_name(loc)
     kind = err.get("type", "")
     if kind == "json_invalid":

@@ -17,6 +17,10 @@ class StaleEpoch(Exception):
     """A message from an owner whose epoch has been superseded (FAILED_PRECONDITION)."""
 
 
+class NotFound(LookupError):
+    """What the request names does not exist, or no longer (NOT_FOUND)."""
+
+
 class Overloaded(Exception):
     """The pod cannot take more work now (RESOURCE_EXHAUSTED)."""
 
@@ -38,6 +42,7 @@ STATUS_FOR = (
     (PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
     (StaleEpoch, grpc.StatusCode.FAILED_PRECONDITION),
     (ValueError, grpc.StatusCode.INVALID_ARGUMENT),
+    (NotFound, grpc.StatusCode.NOT_FOUND),
     (Overloaded, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (Unavailable, grpc.StatusCode.UNAVAILABLE),
     (RedisError, grpc.StatusCode.UNAVAILABLE),  # Redis down or unreachable: retry later

@@ -36,6 +36,17 @@ def test_http_errors_found_by_fuzzing(http, path, raw, status, param, says):
     assert says in error["message"]
 
 
+@pytest.mark.parametrize("last_event_id", [b"s1.\xb2", "s1.\u0661".encode()])
+def test_a_non_ascii_digit_in_last_event_id_is_a_400(last_event_id):
+    """'²' and Arabic-Indic digits pass str.isdigit but not int(): was a 500."""
+    from gateway.errors import APIError
+    from gateway.resume import resume_after
+
+    with pytest.raises(APIError) as refused:
+        resume_after("s1", last_event_id.decode("latin-1"), None)
+    assert (refused.value.status_code, refused.value.param) == (400, "Last-Event-ID")
+
+
 def test_a_huge_block_is_refused_before_any_tensor_is_built():
     """32 proposals of 2^20 ids: padded to [32, 2^20] they took 400 MB before the check."""
     wide = verifier_pb2.SparseDistribution(token_ids=range(2**20), probs=[0.0] * 2**20)
