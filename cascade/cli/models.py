@@ -88,7 +88,14 @@ def distill(target: Path = typer.Option(..., help="Target model folder (its toke
                                      "(one layer on the target's hidden states, EAGLE-3 style; "
                                      "--hidden and --layers do not apply)."),
             steps_per_batch: int = typer.Option(40, help="Feature kind: optimiser steps per "
-                                                "batch of teacher answers.")) -> None:
+                                                "batch of teacher answers."),
+            prose_per_batch: int = typer.Option(32, help="Feature kind: windows of English "
+                                                "text teacher-forced with each batch (cheap "
+                                                "variety: a forward pass, no generation)."),
+            prose_packages: str = typer.Option("transformers,torch", help="Feature kind: "
+                                               "installed packages (comma-separated) whose "
+                                               "docstrings are read as text; missing ones are "
+                                               "skipped.")) -> None:
     """Train a drafter for TARGET by self-distillation on its own answers (resumable)."""
     import torch
 
@@ -101,7 +108,8 @@ def distill(target: Path = typer.Option(..., help="Target model folder (its toke
 
         folder = run_feature_distillation(FeatureDistillConfig(
             target=target, out=out, minutes=minutes, seed=seed, vocab_size=vocab_size,
-            init=init, steps_per_chunk=steps_per_batch))
+            init=init, steps_per_chunk=steps_per_batch, prose_per_batch=prose_per_batch,
+            prose_packages=tuple(p for p in prose_packages.split(",") if p)))
         console.print(f"feature drafter written to {folder}")
         return
     from cascade.distill.run import run_distillation
