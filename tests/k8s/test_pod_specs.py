@@ -1,0 +1,104 @@
+"""Each pod's life cycle and hardening in the rendered manifests: probes on the right ports
+with a startup window long enough for a model load, a termination grace period covering preStop
+and drain, pinned images, non-root pods with read-only root filesystems."""
+
+from __future__ import annotations
+
+import pytest
+
+from k8s_helpers import (
+    MAIN_PORTS,
+    MIN_STARTUP_S,
+    NEEDS_KUBECTL,
+    POD_KINDS,
+    ROLES,
+    TARGETS,
+    WORKLOAD_KINDS,
+    arg_value,
+    containers,
+    image_is_pinned,
+    main_container,
+    named,
+    of_kind,
+    pod_template,
+    prestop_sleep_s,
+    probe_window_s,
+    role_of,
+)
+
+pytestmark = NEEDS_KUBECTL
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_probes(rendered, target):
+    for role in ROLES:
+        container = main_container(named(rendered[target], "Deployment", role))
+        port = int(arg_value(container, "--port"))
+        assert port == MAIN_PORTS[role]
+        env = {e["name"]: e.get("value") for e in container.get("env", [])}
+        probed = int(env.get("CASCADE_HEALTH_PORT") or port)  # health alone, beside mutual TLS
+        for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
+            probe = container.get(kind)
+            assert probe, f"{target} {role}: no {kind}"
+            if role == "gateway":
+                assert "httpGet" in probe, f"{target} gateway {kind} is not httpGet"
+                assert probe["httpGet"]["port"] in (port, "http")
+            else:
+                assert probe.get("grpc", {}).get("port") == probed, \
+                    f"{target} {role} {kind} is not a gRPC probe on {probed}"
+        if role == "gateway":
+            assert container["readinessProbe"]["httpGet"]["path"] == "/ready"
+            assert container["livenessProbe"]["httpGet"]["path"] == "/health"
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_startup_probes_allow_slow_model_loads(rendered, target):
+    for obj in of_kind(rendered[target], *WORKLOAD_KINDS):
+        for container in containers(obj):
+            probe = container.get("startupProbe")
+            if role_of(obj) in ROLES:
+                assert probe, f"{target} {container['name']}: no startupProbe"
+            if probe:
+                assert probe_window_s(probe) >= MIN_STARTUP_S, \
+                    f"{target} {container['name']}: startup window {probe_window_s(probe)} s"
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_termination_grace_covers_prestop_and_drain(rendered, target):
+    for obj in of_kind(rendered[target], *WORKLOAD_KINDS):
+        spec = pod_template(obj)["spec"]
+        grace_period = spec.get("terminationGracePeriodSeconds", 30)
+        for container in containers(obj):
+            sleep = prestop_sleep_s(container)
+            drain = float(arg_value(container, "--grace-s") or 0)
+            if role_of(obj) in ROLES:
+                assert sleep > 0, f"{target} {container['name']}: no preStop sleep"
+            assert grace_period >= sleep + drain, (
+                f"{target} {obj['metadata']['name']}: terminationGracePeriodSeconds "
+                f"{grace_period} < preStop {sleep} + --grace-s {drain}")
+    for role in ("gateway", "drafter", "verifier"):
+        assert arg_value(main_container(named(rendered[target], "Deployment", role)),
+                         "--grace-s") is not None
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_images_are_pinned(rendered, target):
+    for obj in of_kind(rendered[target], *POD_KINDS):
+        for container in containers(obj):
+            assert image_is_pinned(container["image"]), \
+                f"{target} {container['name']}: image {container['image']!r} is not pinned"
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_pods_run_as_non_root(rendered, target):
+    for obj in of_kind(rendered[target], *POD_KINDS):
+        spec = pod_template(obj)["spec"]
+        pod_level = spec.get("securityContext", {}).get("runAsNonRoot") is True
+        for container in containers(obj):
+            context = container.get("securityContext", {})
+            where = f"{target} {obj['metadata']['name']}/{container['name']}"
+            assert pod_level or context.get("runAsNonRoot") is True, f"{where}: may run as root"
+            assert context.get("allowPrivilegeEscalation") is False, where
+            assert context.get("readOnlyRootFilesystem") is True, where
+            mounts = {m["mountPath"] for m in container.get("volumeMounts", [])}
+            assert "/tmp" in mounts, f"{where}: read-only root needs a writable /tmp"
