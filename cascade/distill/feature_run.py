@@ -18,7 +18,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from safetensors.torch import load_file, save_file
 
 from cascade.core.feature_drafter import FeatureDrafter, FeatureDrafterConfig
@@ -29,6 +28,7 @@ from cascade.distill.feature_data import (FeatureSequence, annotate, answer_prom
 from cascade.distill.feature_train import greedy_acceptance, make_batch, ttt_loss
 from cascade.distill.prompts import code_prompts, prompt_set
 from cascade.distill.precision import resolve_dtype
+from cascade.distill.progress import RunProgress
 from cascade.distill.run import CHECKPOINT, save_atomically
 from cascade.distill.student import choose_vocabulary
 from cascade.distill.train import _fill_vocabulary
@@ -278,9 +278,7 @@ def run_feature_distillation(config: FeatureDistillConfig) -> Path:
     if not load_checkpoint(d, work) and config.init is not None:
         d.start_from(config.init)
     budget, last_eval = config.minutes * 60, time.monotonic()
-    columns = [TextColumn("{task.description}"), BarColumn(), TimeRemainingColumn()]
-    with Progress(*columns) as progress:
-        task = progress.add_task("distilling", total=budget, completed=d.state.elapsed_s)
+    with RunProgress(budget, d.state.elapsed_s) as progress:
         while d.state.elapsed_s < budget:
             started = time.monotonic()
             record = _cycle(d, d.state.elapsed_s / budget)
@@ -291,7 +289,7 @@ def run_feature_distillation(config: FeatureDistillConfig) -> Path:
             if d.state.elapsed_s >= budget or time.monotonic() - last_eval > config.eval_every_s:
                 _checkpoint(d, work, config.out, record)
                 last_eval = time.monotonic()
-            progress.update(task, completed=d.state.elapsed_s, description=_describe(d))
+            progress.update(d.state.elapsed_s, _describe(d))
     return config.out
 
 

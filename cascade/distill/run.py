@@ -9,10 +9,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
-from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from cascade.distill.precision import resolve_dtype
+from cascade.distill.progress import RunProgress
 from cascade.distill.train import DistillConfig, Distiller, agreement, estimated_acceptance
 
 CHECKPOINT = "checkpoint.pt"
@@ -75,10 +75,8 @@ def run_distillation(config: DistillConfig) -> Path:
     if not load_checkpoint(distiller, work) and config.init is not None:
         distiller.start_from(config.init)
     budget, state = config.minutes * 60, distiller.state
-    columns = [TextColumn("{task.description}"), BarColumn(), TimeRemainingColumn()]
     last_save = time.monotonic()
-    with Progress(*columns) as progress:
-        task = progress.add_task("distilling", total=budget, completed=state.elapsed_s)
+    with RunProgress(budget, state.elapsed_s) as progress:
         while state.elapsed_s < budget:
             started = time.monotonic()
             record = _cycle(distiller, state.elapsed_s / budget)
@@ -89,7 +87,7 @@ def run_distillation(config: DistillConfig) -> Path:
             if record["agreement"] is not None:
                 record["estimated_acceptance"] = estimated_acceptance(record["agreement"])
             state.history.append(record)
-            progress.update(task, completed=state.elapsed_s, description=_describe(record))
+            progress.update(state.elapsed_s, _describe(record))
             if time.monotonic() - last_save > config.checkpoint_every_s:
                 save_checkpoint(distiller, work)
                 last_save = time.monotonic()
