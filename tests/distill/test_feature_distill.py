@@ -81,3 +81,22 @@ def test_a_resumed_run_gets_its_replay_pool_back(tiny_target, tmp_path):
     from_export.start_from(config.out)  # --init: the export carries the pool's token rows
     assert [s.tokens.tolist() for s in from_export.pool] == [t.tolist() for t, _ in saved]
     assert [s.answer_start for s in from_export.pool] == [start for _, start in saved]
+
+
+def test_an_export_keeps_only_the_newest_pool_rows():
+    from types import SimpleNamespace
+
+    import torch
+
+    from cascade.distill.feature_run import newest
+
+    pool = [SimpleNamespace(tokens=torch.zeros(n)) for n in (50, 30, 20, 40)]
+
+    def lengths(rows):
+        return [len(row.tokens) for row in rows]
+
+    assert lengths(newest(pool, 60)) == [20, 40]
+    assert lengths(newest(pool, 89)) == [20, 40]
+    assert lengths(newest(pool, 90)) == [30, 20, 40]
+    assert lengths(newest(pool, 1000)) == [50, 30, 20, 40]
+    assert newest(pool, 10) == []
