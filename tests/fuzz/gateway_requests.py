@@ -1,6 +1,6 @@
 """Hypothesis strategies for what clients send the gateway: OpenAI-style JSON bodies for
 /v1/completions and /v1/chat/completions, and the gRPC GenerateRequest; plus the generator the
-gateway under test runs them on.
+gateway under test runs them on, and the gateway's gRPC service in front of such a generator.
 
 A body is a valid request with up to two fields (``broken``) replaced by anything JSON can hold
 (wrong types, huge and negative numbers, NaN and Infinity literals, lone surrogates, control
@@ -13,14 +13,19 @@ import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+import grpc
 from hypothesis import strategies as st
 
 from cascade.protocol.methods import DRAFT_METHODS
-from cascade.protocol.requests import CASCADE_RULE_NAMES, GenerationRequest
+from cascade.protocol.requests import CASCADE_RULE_NAMES, GenerationRequest, ServerDefaults
 from cascade.protocol.settings import FinishReason
-from cascade.v1 import gateway_pb2
+from cascade.serving.server import GrpcService, ServiceBinding
+from cascade.v1 import gateway_pb2, gateway_pb2_grpc
 from gateway.generation import GeneratedChunk
+from gateway.grpc_api import GatewayServicer
 from gateway.http_app import HttpSettings
+from gateway.server import SERVICE_NAME
+from harness import BackgroundLoop
 
 MODEL = "tiny-model"
 CONTEXT = 1024
@@ -183,3 +188,24 @@ class RecordingGenerator:
         self.requests.append(request)
         yield GeneratedChunk("fuzz", self.token_ids, num_accepted=0, num_drafted=0,
                              finish_reason=FinishReason.LENGTH)
+
+
+class GatewayApi:
+    """The gateway's gRPC service (the real servicer and tokenizer) on a background loop, in
+    front of ``generator``; ``stub`` calls it."""
+
+    def __init__(self, tokenizer, generator) -> None:
+        self.tokenizer, self.generator = tokenizer, generator
+        defaults = ServerDefaults(CONTEXT, MAX_TOKENS_LIMIT, eos_token_id=tokenizer.eos_token_id)
+        servicer = GatewayServicer(tokenizer, generator, MODEL, defaults)
+        self.background = BackgroundLoop()
+        self.service = GrpcService([ServiceBinding(gateway_pb2_grpc.add_GatewayServicer_to_server,
+                                                   servicer, SERVICE_NAME)], grace_s=1.0)
+        self.background.run(self.service.start())
+        self.channel = grpc.insecure_channel(self.service.address)
+        self.stub = gateway_pb2_grpc.GatewayStub(self.channel)
+
+    def close(self) -> None:
+        self.channel.close()
+        self.background.run(self.service.drain())
+        self.background.close()

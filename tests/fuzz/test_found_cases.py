@@ -10,7 +10,9 @@ from cascade.pod.messages import draft_from_pb
 from cascade.protocol.limits import RequestInvalid
 from cascade.protocol.validation import ModelLimits, check_feature_layers, session_settings
 from cascade.v1 import common_pb2, verifier_pb2
+from gateway.errors import APIError
 from gateway.http_app import create_app
+from gateway.resume import resume_after
 from gateway_requests import HTTP_SETTINGS, MODEL, RecordingGenerator
 
 
@@ -39,9 +41,6 @@ def test_http_errors_found_by_fuzzing(http, path, raw, status, param, says):
 @pytest.mark.parametrize("last_event_id", [b"s1.\xb2", "s1.\u0661".encode()])
 def test_a_non_ascii_digit_in_last_event_id_is_a_400(last_event_id):
     """'²' and Arabic-Indic digits pass str.isdigit but not int(): was a 500."""
-    from gateway.errors import APIError
-    from gateway.resume import resume_after
-
     with pytest.raises(APIError) as refused:
         resume_after("s1", last_event_id.decode("latin-1"), None)
     assert (refused.value.status_code, refused.value.param) == (400, "Last-Event-ID")

@@ -8,24 +8,16 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from cascade.protocol.requests import ServerDefaults
-from cascade.serving.server import GrpcService, ServiceBinding
-from cascade.v1 import gateway_pb2_grpc
-from gateway.grpc_api import GatewayServicer
-from gateway.server import SERVICE_NAME
 from gateway_requests import (
-    CONTEXT,
     GRPC_FIELDS,
-    MAX_TOKENS_LIMIT,
-    MODEL,
     Fuzzed,
+    GatewayApi,
     RecordingGenerator,
     generate_requests,
 )
 from harness import (
     SERVER_FAULTS,
     SLOW_EXAMPLES_SCALE,
-    BackgroundLoop,
     assert_names_a_field,
     field_pattern,
     run_fuzz,
@@ -36,30 +28,9 @@ TIMEOUT_S = 30.0
 FIELDS = field_pattern(*GRPC_FIELDS, "chat")
 
 
-class GatewayApi:
-    """The gateway's gRPC service on a background loop, with a recording generator."""
-
-    def __init__(self, tokenizer) -> None:
-        self.tokenizer = tokenizer
-        self.generator = RecordingGenerator(tokenizer("Hello world").input_ids)
-        defaults = ServerDefaults(CONTEXT, MAX_TOKENS_LIMIT, eos_token_id=tokenizer.eos_token_id)
-        servicer = GatewayServicer(tokenizer, self.generator, MODEL, defaults)
-        self.background = BackgroundLoop()
-        self.service = GrpcService([ServiceBinding(gateway_pb2_grpc.add_GatewayServicer_to_server,
-                                                   servicer, SERVICE_NAME)], grace_s=1.0)
-        self.background.run(self.service.start())
-        self.channel = grpc.insecure_channel(self.service.address)
-        self.generate = gateway_pb2_grpc.GatewayStub(self.channel).Generate
-
-    def close(self) -> None:
-        self.channel.close()
-        self.background.run(self.service.drain())
-        self.background.close()
-
-
 @pytest.fixture(scope="module")
 def api(tokenizer):
-    running = GatewayApi(tokenizer)
+    running = GatewayApi(tokenizer, RecordingGenerator(tokenizer("Hello world").input_ids))
     yield running
     running.close()
 
@@ -67,7 +38,7 @@ def api(tokenizer):
 def check_generate(api: GatewayApi, fuzzed: Fuzzed) -> None:
     asked = len(api.generator.requests)
     try:
-        replies = list(api.generate(fuzzed.message, timeout=TIMEOUT_S))
+        replies = list(api.stub.Generate(fuzzed.message, timeout=TIMEOUT_S))
     except grpc.RpcError as error:
         assert error.code() not in SERVER_FAULTS, (error.code(), error.details(), fuzzed)
         assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, (error.code(), error.details())
