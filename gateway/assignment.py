@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from opentelemetry import context as otel_context
 
@@ -25,6 +26,10 @@ class OrchestratorSettings:
     round_timeout_factor: float = 10.0
     cooldown_s: float = 30.0
     """How long pods that hung are passed over when others can take the session."""
+    idle_timeout_s: float = 60.0
+    """Longest a round may wait for the stream's consumer (a client that stopped reading)
+    before the session is given up: recorded cancelled, its pods freed, its lease let go
+    (gateway.lease). The client can resume it."""
 
 
 class RoundTimeout(ConnectionError):
@@ -47,6 +52,14 @@ class SessionJob:
     its entry expires: it must not be picked again by a later move)."""
     round_ends: list[int] = field(default_factory=list)
     """Generated-token count after each stored round."""
+    call: Any = None
+    """The pods' gRPC call now running the session (cancelled when it is given up)."""
+    offered_at: float | None = None
+    """When (monotonic) the round now waiting for the consumer was offered; None: none waits."""
+    is_abandoned: bool = False
+    """Given up after its consumer went idle (gateway.lease)."""
+    is_finished: bool = False
+    """Its final round is stored (the record says finished)."""
 
 
 class LatencyClock:

@@ -3,6 +3,11 @@
 
 Keys are compared by SHA-256 digest with ``secrets.compare_digest``; no keys configured means no
 check (local use). The same check guards the gRPC Generate stream (metadata ``authorization``).
+
+A key's *identity* (``ApiKeys.identity``) is a digest of it, never the key: sessions store it
+(only the key that started a session may resume it) and the per-key limits count by it. With
+keys off every client is the same one, ``anonymous``: what a bearer string says means nothing
+there, so it cannot buy a limit bucket of its own.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from gateway.errors import APIError, error_response
 from gateway.playground import is_playground
 
 PUBLIC_PATHS = frozenset({"/health", "/ready", "/metrics"})
+ANONYMOUS = "anonymous"
 
 
 class ApiKeys:
@@ -25,6 +31,14 @@ class ApiKeys:
     @property
     def is_enabled(self) -> bool:
         return bool(self._digests)
+
+    def identity(self, authorization: str | None) -> str:
+        """The caller's key identity: a digest of its bearer token (``anonymous`` with keys
+        off). Call after ``allows``."""
+        if not self.is_enabled:
+            return ANONYMOUS
+        _, _, token = (authorization or "").partition(" ")
+        return hashlib.sha256(token.strip().encode()).hexdigest()[:32]
 
     def allows(self, authorization: str | None) -> bool:
         if not self.is_enabled:

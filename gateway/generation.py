@@ -12,7 +12,8 @@ from cascade.serving.errors import Overloaded as ResourceExhausted
 from cascade.serving.errors import Unavailable
 
 __all__ = ["AtCapacity", "GeneratedChunk", "GenerationFailed", "GenerationRequest", "Generator",
-           "KeyAtLimit", "Overloaded", "SessionBusy", "StopGeneration", "stop_early"]
+           "KeyAtLimit", "Overloaded", "ResumableGenerator", "SessionBusy", "StopGeneration",
+           "stop_early"]
 
 
 class Overloaded(Unavailable):
@@ -84,9 +85,19 @@ class GeneratedChunk:
     speculation: int = 0
     """Where the round's block came from (``cascade.v1.common_pb2.Speculation``; 0: drafted
     after the previous verdict, or unknown)."""
+    is_replayed: bool = False
+    """A stored round a resumed stream sends again (generated before, by some stream)."""
 
 
 class Generator(Protocol):
     def generate(self, request: GenerationRequest) -> AsyncIterator[GeneratedChunk]:
         """Stream the committed chunks of one generation; the last has a finish_reason."""
+        ...
+
+
+class ResumableGenerator(Generator, Protocol):
+    async def resume(self, session_id: str, caller: str
+                     ) -> tuple[GenerationRequest, AsyncIterator[GeneratedChunk]]:
+        """A stored session's request and whole stream (stored rounds, then the rest);
+        SessionLost when it is unknown or ``caller`` (a key identity) did not start it."""
         ...

@@ -22,7 +22,7 @@ from cascade.serving.errors import NotFound, Unauthenticated
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc
 from gateway.auth import ApiKeys
 from gateway.detokenize import TextStream
-from gateway.generation import Generator, stop_early
+from gateway.generation import ResumableGenerator, stop_early
 from gateway.limits import KeyLimits
 from gateway.session_store import SessionLost
 
@@ -46,7 +46,7 @@ def options_fields(msg: gateway_pb2.GenerateRequest) -> dict[str, Any]:
 
 
 class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
-    def __init__(self, tokenizer, generator: Generator, model_name: str, server: ServerDefaults,
+    def __init__(self, tokenizer, generator: ResumableGenerator, model_name: str, server: ServerDefaults,
                  api_keys: ApiKeys = ApiKeys(()), limits: KeyLimits | None = None,
                  max_prompt_bytes: int = 1 << 20) -> None:
         self.tokenizer, self.generator, self.api_keys = tokenizer, generator, api_keys
@@ -83,30 +83,40 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         if not self.api_keys.allows(authorization):
             raise Unauthenticated("invalid or missing API key: send metadata "
                                   "'authorization: Bearer <key>'")
-        return self.limits.key_of(authorization)
+        return self.api_keys.identity(authorization)
 
     async def Generate(self, request, context):
         key = self._authorized_key(context)
-        self.limits.check(key)
-        # Tokenizing a long prompt takes a while: off the event loop, which serves every stream.
-        generation, stops = await asyncio.to_thread(self._request, request)
-        generation = replace(generation, view=json.dumps({"kind": "grpc", "stop": stops}))
-        chunks = self.limits.counted(key, self.generator).generate(generation)
-        async for response in self._responses(chunks, stops, len(generation.prompt_tokens)):
-            yield response
+        slot = self.limits.reserve(key)
+        try:
+            # Tokenizing a long prompt takes a while: off the event loop, which serves every
+            # stream.
+            generation, stops = await asyncio.to_thread(self._request, request)
+            generation = replace(generation, caller=key,
+                                 view=json.dumps({"kind": "grpc", "stop": stops}))
+            chunks = self.limits.counted(slot, self.generator.generate(generation))
+            async for response in self._responses(chunks, stops, len(generation.prompt_tokens)):
+                yield response
+        finally:
+            slot.release()
 
     async def Resume(self, request, context):
-        self._authorized_key(context)
+        key = self._authorized_key(context)
         if not request.session_id:
             raise RequestInvalid("Invalid 'session_id': required.", "session_id")
+        slot = self.limits.reserve(key)  # a resumed stream counts like a new one
         try:
-            generation, chunks = await self.generator.resume(request.session_id)
-        except SessionLost as exc:  # HTTP answers 404 session_not_found
-            raise NotFound(f"session_id: {exc}") from exc
-        stops = json.loads(generation.view or "{}").get("stop", [])
-        async for response in self._responses(chunks, stops, len(generation.prompt_tokens),
-                                              request.after_round):
-            yield response
+            try:
+                generation, chunks = await self.generator.resume(request.session_id, key)
+            except SessionLost as exc:  # HTTP answers 404 session_not_found
+                raise NotFound(f"session_id: {exc}") from exc
+            stops = json.loads(generation.view or "{}").get("stop", [])
+            async for response in self._responses(self.limits.counted(slot, chunks), stops,
+                                                  len(generation.prompt_tokens),
+                                                  request.after_round):
+                yield response
+        finally:
+            slot.release()
 
     async def _responses(self, chunks, stops: list[str], num_prompt: int, seen_rounds: int = 0):
         """One response per chunk; chunks of rounds up to ``seen_rounds`` (which a resuming
@@ -120,18 +130,22 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
                 accepted = text.add(chunk.token_ids[: chunk.num_accepted])
                 chosen = text.add(chunk.token_ids[chunk.num_accepted :], final=final)
                 finish = FinishReason.STOP if text.stopped else chunk.finish_reason
-                if 0 < chunk.round <= seen_rounds and finish is None:
-                    continue
-                yield gateway_pb2.GenerateResponse(
-                    session_id=chunk.session_id, text=accepted + chosen, accepted_text=accepted,
-                    token_ids=chunk.token_ids, num_accepted=chunk.num_accepted,
-                    num_drafted=chunk.num_drafted, finish_reason=FINISH_TO_PB[finish],
-                    prompt_tokens=num_prompt, completion_tokens=completion_tokens,
-                    draft_us=chunk.draft_us, verify_us=chunk.verify_us, round_us=chunk.round_us,
-                    num_deferred=chunk.num_deferred, round=chunk.round,
-                    speculation=chunk.speculation)
+                if not 0 < chunk.round <= seen_rounds:  # else the client has it (the final too)
+                    yield self._response(chunk, accepted, chosen, finish, num_prompt,
+                                         completion_tokens)
                 if text.stopped:  # a stop string ended the text: the rest is not wanted
                     await stop_early(chunks)
                     return
         finally:
             await chunks.aclose()
+
+    @staticmethod
+    def _response(chunk, accepted: str, chosen: str, finish, num_prompt: int,
+                  completion_tokens: int) -> gateway_pb2.GenerateResponse:
+        return gateway_pb2.GenerateResponse(
+            session_id=chunk.session_id, text=accepted + chosen, accepted_text=accepted,
+            token_ids=chunk.token_ids, num_accepted=chunk.num_accepted,
+            num_drafted=chunk.num_drafted, finish_reason=FINISH_TO_PB[finish],
+            prompt_tokens=num_prompt, completion_tokens=completion_tokens,
+            draft_us=chunk.draft_us, verify_us=chunk.verify_us, round_us=chunk.round_us,
+            num_deferred=chunk.num_deferred, round=chunk.round, speculation=chunk.speculation)

@@ -26,11 +26,11 @@ from gateway import schemas
 from gateway.auth import ApiKeys, install_api_keys
 from gateway.errors import APIError, bad_request, install_error_handlers, model_not_found
 from gateway.generation import Generator
-from gateway.limits import BodyLimit, KeyLimits
+from gateway.limits import BodyLimit, KeyLimits, Slot
 from gateway.playground import install_playground, page_settings
 from gateway.resume import install_resume
 from gateway.events import StreamView, Usage, events
-from gateway.streaming import Delta, EventStreamResponse, collect, generate_text
+from gateway.streaming import Delta, EventStreamResponse, collect, text_deltas
 
 ReadyCheck = Callable[[], bool | Awaitable[bool]]
 
@@ -73,13 +73,19 @@ def create_app(
     *,
     ready: ReadyCheck | None = None,
     registry: CollectorRegistry | None = None,
+    limits: KeyLimits | None = None,
 ) -> FastAPI:
-    """The FastAPI app; ``ready`` backs GET /ready, ``registry`` GET /metrics (default registry)."""
+    """The FastAPI app; ``ready`` backs GET /ready, ``registry`` GET /metrics (default registry),
+    ``limits`` the per-key limits it shares with the gateway's gRPC API (by default its own,
+    from ``settings``)."""
     app = FastAPI(title="Cascade gateway", version="0.1.0")
     install_error_handlers(app)
-    install_api_keys(app, ApiKeys(settings.api_keys))
+    keys = ApiKeys(settings.api_keys)
+    install_api_keys(app, keys)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
-    api = _CompletionsApi(settings, tokenizer, generator)
+    limits = limits or KeyLimits(settings.max_sessions_per_key,
+                                 settings.max_tokens_per_minute_per_key)
+    api = _CompletionsApi(settings, tokenizer, generator, keys, limits)
 
     @app.post("/v1/completions")
     async def completions(body: schemas.CompletionRequest, request: Request) -> Response:
@@ -89,7 +95,7 @@ def create_app(
     async def chat_completions(body: schemas.ChatCompletionRequest, request: Request) -> Response:
         return await api.chat_completions(body, request)
 
-    install_resume(app, tokenizer, generator)
+    install_resume(app, tokenizer, generator, keys, limits)
     _add_info_routes(app, settings, ready, registry)
     if settings.playground:
         install_playground(app, page_settings(settings.model_name,
@@ -137,56 +143,63 @@ def _add_info_routes(
 class _CompletionsApi:
     """Validates requests against the model's limits and turns them into generations."""
 
-    def __init__(
-        self, settings: HttpSettings, tokenizer: PreTrainedTokenizerBase, generator: Generator
-    ) -> None:
-        self.settings = settings
-        self.tokenizer = tokenizer
-        self.generator = generator
+    def __init__(self, settings: HttpSettings, tokenizer: PreTrainedTokenizerBase,
+                 generator: Generator, keys: ApiKeys, limits: KeyLimits) -> None:
+        self.settings, self.tokenizer, self.generator = settings, tokenizer, generator
         self.server = settings.server_defaults(tokenizer.eos_token_id)
-        self.limits = KeyLimits(settings.max_sessions_per_key,
-                                settings.max_tokens_per_minute_per_key)
-
-    def _counted_generator(self, http: Request) -> Generator:
-        """The generator, counting against the caller's key (429 first when it is at its
-        limit)."""
-        key = self.limits.key_of(http.headers.get("authorization"))
-        self.limits.check(key)
-        return self.limits.counted(key, self.generator)
+        self.keys, self.limits = keys, limits
 
     async def completions(self, body: schemas.CompletionRequest, http: Request) -> Response:
         self._check_model(body.model)
-        generator = self._counted_generator(http)
-        # Tokenizing a long prompt takes a while: off the event loop, which serves every stream.
-        prompt_tokens = list((await asyncio.to_thread(self.tokenizer, body.prompt)).input_ids)
-        request = self._generation_request(body, prompt_tokens, body.max_tokens, "prompt")
-        view = _view("completion", body, request)
-        request = replace(request, view=view.to_json())
-        deltas = generate_text(generator, request, self.tokenizer, body.stop,
-                               rounds=body.cascade_rounds)
-        if body.stream:
-            return EventStreamResponse(events(view, deltas))
-        text, last = await _collect_while_connected(deltas, http)
-        return JSONResponse(schemas.completion_response(view.meta, text, last.finish_reason,
-                                                        view.usage.of(last)))
+        return await self._reserved(http, self._completions, body)
 
     async def chat_completions(self, body: schemas.ChatCompletionRequest,
                                http: Request) -> Response:
         self._check_model(body.model)
-        generator = self._counted_generator(http)
+        return await self._reserved(http, self._chat_completions, body)
+
+    async def _reserved(self, http: Request, respond, body) -> Response:
+        """``respond(body, http, caller, slot)`` holding a session slot of the caller's key
+        (429 first when it is at its limit), given back if no response comes of it."""
+        caller = self.keys.identity(http.headers.get("authorization"))
+        slot = self.limits.reserve(caller)
+        try:
+            return await respond(body, http, caller, slot)
+        except BaseException:
+            slot.release()
+            raise
+
+    async def _completions(self, body: schemas.CompletionRequest, http: Request, caller: str,
+                           slot: Slot) -> Response:
+        # Tokenizing a long prompt takes a while: off the event loop, which serves every stream.
+        prompt_tokens = list((await asyncio.to_thread(self.tokenizer, body.prompt)).input_ids)
+        request = self._generation_request(body, prompt_tokens, body.max_tokens, "prompt")
+        view = _view("completion", body, request)
+        deltas = self._deltas(replace(request, view=view.to_json(), caller=caller), body, slot)
+        if body.stream:
+            return EventStreamResponse(events(view, deltas), on_close=slot.release)
+        text, last = await _collect_while_connected(deltas, http, slot)
+        return JSONResponse(schemas.completion_response(view.meta, text, last.finish_reason,
+                                                        view.usage.of(last)))
+
+    async def _chat_completions(self, body: schemas.ChatCompletionRequest, http: Request,
+                                caller: str, slot: Slot) -> Response:
         prompt_tokens = await asyncio.to_thread(self._apply_chat_template, body)
         max_tokens = body.requested_max_tokens
         max_field = "max_tokens" if body.max_completion_tokens is None else "max_completion_tokens"
         request = self._generation_request(body, prompt_tokens, max_tokens, "messages", max_field)
         view = _view("chat", body, request)
-        request = replace(request, view=view.to_json())
-        deltas = generate_text(generator, request, self.tokenizer, body.stop,
-                               rounds=body.cascade_rounds)
+        deltas = self._deltas(replace(request, view=view.to_json(), caller=caller), body, slot)
         if body.stream:
-            return EventStreamResponse(events(view, deltas))
-        text, last = await _collect_while_connected(deltas, http)
+            return EventStreamResponse(events(view, deltas), on_close=slot.release)
+        text, last = await _collect_while_connected(deltas, http, slot)
         return JSONResponse(schemas.chat_response(view.meta, text, last.finish_reason,
                                                   view.usage.of(last)))
+
+    def _deltas(self, request: GenerationRequest, body: schemas.GenerationFields,
+                slot: Slot) -> AsyncIterator[Delta]:
+        chunks = self.limits.counted(slot, self.generator.generate(request))
+        return text_deltas(chunks, self.tokenizer, body.stop, rounds=body.cascade_rounds)
 
     def _check_model(self, model: str) -> None:
         if model != self.settings.model_name:
@@ -232,10 +245,12 @@ CLIENT_CLOSED_REQUEST = 499
 DISCONNECT_POLL_S = 0.25
 
 
-async def _collect_while_connected(deltas: AsyncIterator[Delta], http: Request):
+async def _collect_while_connected(deltas: AsyncIterator[Delta], http: Request, slot: Slot):
     """``collect`` for a non-streamed reply, cancelled (and the session with it, recorded as
-    cancelled) when the client disconnects: nobody would read the answer."""
+    cancelled) when the client disconnects: nobody would read the answer. The key's session
+    slot is given back when it ends, however it ends."""
     task = asyncio.ensure_future(collect(deltas))
+    task.add_done_callback(lambda _: slot.release())
     try:
         while not task.done():
             await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)

@@ -2,9 +2,11 @@
 
 - **Sessions and tokens per key**: a request over its key's limit (concurrent sessions, or
   tokens generated in the last minute) gets HTTP 429 / gRPC RESOURCE_EXHAUSTED with Retry-After
-  before anything runs; a session that is running finishes. Counted per gateway process (N gateways allow up to N
-  times the limit). Without API keys every client shares one key, so the limit caps the
-  gateway's concurrent sessions.
+  before anything runs; a session that is running finishes. The check reserves the session's
+  slot in the same step (``KeyLimits.reserve``), so a burst cannot pass it before any of its
+  streams has started. One ``KeyLimits`` per gateway process serves HTTP and gRPC, fresh and
+  resumed streams alike (N gateways allow up to N times the limit). Without API keys every
+  client is the same key (gateway.auth), so the limit caps the gateway's concurrent sessions.
 - **Body size**: HTTP bodies over ``max_body_bytes`` get 413 before they are parsed or
   tokenized (a declared Content-Length is refused at once, a chunked body when it crosses the
   limit).
@@ -12,18 +14,14 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from collections import Counter, deque
 from collections.abc import AsyncIterator
 
 from gateway.errors import error_body
-from gateway.generation import GeneratedChunk, GenerationRequest, Generator, KeyAtLimit
+from gateway.generation import GeneratedChunk, KeyAtLimit
 from gateway.generation import StopGeneration, stop_early
-
-ANONYMOUS = "anonymous"
-
 
 WINDOW_S = 60.0
 
@@ -35,16 +33,12 @@ class KeyLimits:
         self.per_key, self.tokens_per_minute = per_key, tokens_per_minute
         self.active: Counter[str] = Counter()
         self.spent: dict[str, deque[tuple[float, int]]] = {}
-        """key -> (when, tokens) of its recent chunks, the last minute's."""
+        """key -> (when, tokens) of its recent chunks, the last minute's (keys with none are
+        dropped)."""
 
-    @staticmethod
-    def key_of(authorization: str | None) -> str:
-        """A key's identity: its bearer token's digest (never the token itself)."""
-        _, _, token = (authorization or "").partition(" ")
-        token = token.strip()
-        return hashlib.sha256(token.encode()).hexdigest()[:16] if token else ANONYMOUS
-
-    def check(self, key: str) -> None:
+    def reserve(self, key: str) -> Slot:
+        """A running-session slot for ``key``, taken at once (KeyAtLimit if it is at a limit).
+        Release it when the session's stream ends (``Slot.release``, idempotent)."""
         if self.per_key and self.active[key] >= self.per_key:
             raise KeyAtLimit(f"This API key already runs {self.per_key} concurrent sessions, "
                              "its limit; retry when one has finished.")
@@ -52,6 +46,8 @@ class KeyLimits:
             wait = WINDOW_S - (time.monotonic() - self.spent[key][0][0])
             raise KeyAtLimit(f"This API key generated {self.tokens_per_minute} tokens in the "
                              "last minute, its limit; retry later.", retry_after=wait)
+        self.active[key] += 1
+        return Slot(self, key)
 
     def charge(self, key: str, num_tokens: int) -> None:
         if self.tokens_per_minute and num_tokens:
@@ -59,37 +55,57 @@ class KeyLimits:
 
     def _recent(self, key: str) -> int:
         window = self.spent.get(key)
-        if not window:
-            return 0
         while window and time.monotonic() - window[0][0] > WINDOW_S:
             window.popleft()
+        if not window:
+            self.spent.pop(key, None)
+            return 0
         return sum(n for _, n in window)
 
-    def counted(self, key: str, generator: Generator) -> Generator:
-        """``generator`` whose sessions count against ``key`` while they run."""
-        return _Counted(self, key, generator)
+    def counted(self, slot: Slot, chunks: AsyncIterator[GeneratedChunk]
+                ) -> AsyncIterator[GeneratedChunk]:
+        """``chunks``, charging the slot's key for every newly generated token (not rounds a
+        resumed stream replays) and releasing the slot when the stream ends."""
+        return _counted(slot, chunks)
 
 
-class _Counted:
-    def __init__(self, limits: KeyLimits, key: str, generator: Generator) -> None:
-        self.limits, self.key, self.generator = limits, key, generator
+class Slot:
+    """One running session of a key (see ``KeyLimits.reserve``)."""
 
-    async def generate(self, request: GenerationRequest) -> AsyncIterator[GeneratedChunk]:
-        inner = self.generator.generate(request)
-        self.limits.active[self.key] += 1
+    def __init__(self, limits: KeyLimits, key: str) -> None:
+        self.limits, self.key, self.is_released = limits, key, False
+
+    def charge(self, num_tokens: int) -> None:
+        self.limits.charge(self.key, num_tokens)
+
+    def release(self) -> None:
+        """Give the slot back (once; later calls do nothing). Synchronous, so a cancelled
+        close cannot skip it."""
+        if self.is_released:
+            return
+        self.is_released = True
+        active = self.limits.active
+        active[self.key] -= 1
+        if active[self.key] <= 0:
+            del active[self.key]
+
+
+async def _counted(slot: Slot, chunks: AsyncIterator[GeneratedChunk]
+                   ) -> AsyncIterator[GeneratedChunk]:
+    try:
+        async for chunk in chunks:
+            if not chunk.is_replayed:
+                slot.charge(len(chunk.token_ids))
+            try:
+                yield chunk
+            except StopGeneration:  # pass a deliberate stop on (recorded as finished)
+                await stop_early(chunks)
+                return
+    finally:
         try:
-            async for chunk in inner:
-                self.limits.charge(self.key, len(chunk.token_ids))
-                try:
-                    yield chunk
-                except StopGeneration:  # pass a deliberate stop on (recorded as finished)
-                    await stop_early(inner)
-                    return
-        finally:
-            await inner.aclose()
-            self.limits.active[self.key] -= 1
-            if self.limits.active[self.key] <= 0:
-                del self.limits.active[self.key]
+            await chunks.aclose()
+        finally:  # even when closing is cancelled (a hung Redis past the close timeout)
+            slot.release()
 
 
 class BodyLimit:

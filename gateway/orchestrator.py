@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 
 import grpc
 import redis.asyncio as redis
-from redis.exceptions import RedisError
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from opentelemetry import context as otel_context
@@ -39,17 +39,16 @@ from cascade.serving.telemetry import start_span, tracer
 from cascade.v1 import drafter_pb2, drafter_pb2_grpc, verifier_pb2, verifier_pb2_grpc
 from gateway.generation import (
     AtCapacity,
-    SessionBusy,
     GeneratedChunk,
     GenerationFailed,
     Overloaded,
     StopGeneration,
 )
 from gateway.assignment import LatencyClock, OrchestratorSettings, RoundTimeout, SessionJob
+from gateway.lease import ConsumerIdle, keep_lease, redacted, take_over
 from gateway.session_store import (
-    LeaseHeld,
+    EpochBehind,
     LengthMismatch,
-    SessionEnded,
     SessionLost,
     SessionRecord,
     SessionStore,
@@ -96,14 +95,16 @@ class Orchestrator:
         return self._observed(request, lambda context, ending: self._generate(
             request, context, ending))
 
-    async def resume(self, session_id: str
+    async def resume(self, session_id: str, caller: str
                      ) -> tuple[GenerationRequest, AsyncIterator[GeneratedChunk]]:
         """A stored session's generation and its whole stream: every stored round replayed as
         it was sent (the caller's detokenizer needs them all; it skips what its client has),
         then, unless it has ended, its continuation (this gateway takes it over once the owner's
-        lease has expired). SessionLost if unknown."""
+        lease has expired). SessionLost if unknown, or if ``caller`` (a key identity) is not
+        the key that started it: the same answer, so ids are never confirmed to other keys."""
         fields = await self.store.record(session_id)
-        if not fields or "request" not in fields:
+        known = bool(fields) and "request" in fields
+        if not known or not secrets.compare_digest(fields.get("caller", ""), caller):
             raise SessionLost(f"no session {session_id!r} (it never existed or has expired)")
         request = request_from_record(fields)
         return request, self._observed(request, lambda context, ending: self._resumed(
@@ -131,10 +132,12 @@ class Orchestrator:
             finish = "abort"  # the client went away
             raise
         finally:
-            await inner.aclose()  # a session ended early records its final status here
-            metrics.REQUESTS_RUNNING.dec()
-            metrics.REQUESTS_FINISHED.labels(finish_reason=finish).inc()
-            span.end()
+            try:
+                await inner.aclose()  # a session ended early records its final status here
+            finally:  # even when closing is cancelled (a hung Redis past the close timeout)
+                metrics.REQUESTS_RUNNING.dec()
+                metrics.REQUESTS_FINISHED.labels(finish_reason=finish).inc()
+                span.end()
 
     async def _generate(self, request, trace_context, ending: dict
                         ) -> AsyncIterator[GeneratedChunk]:
@@ -147,16 +150,18 @@ class Orchestrator:
 
     async def _resumed(self, session_id: str, request, trace_context, ending: dict
                        ) -> AsyncIterator[GeneratedChunk]:
-        epoch = await self._take_over(session_id)
+        epoch = await take_over(self.store, session_id)
         fields = await self.store.record(session_id)
         tokens, ends = await self.store.tokens(session_id), await self.store.round_ends(session_id)
-        for i in range(len(ends)):
-            last = epoch is None and i == len(ends) - 1
-            reason = fields.get("finish_reason") if last else None
-            finish = FinishReason(reason) if reason in ("stop", "length") else None
-            yield GeneratedChunk(session_id, tokens[ends[i - 1] if i else 0 : ends[i]], 0, 0,
-                                 finish, round=i + 1)
+        complete = request.sampling.finish_after(tokens)
+        if epoch is not None and complete is not None:  # its final round was never recorded
+            await self.store.finish(session_id, epoch, "finished", complete.value)
+            fields, epoch = {**fields, "finish_reason": complete.value}, None
+        replay = _stored_rounds(session_id, tokens, ends, None if epoch is not None
+                                else fields.get("finish_reason"))
         if epoch is None:
+            for chunk in replay:
+                yield chunk
             if fields.get("status") == "failed":
                 raise GenerationFailed(f"session {session_id} failed")
             return
@@ -164,58 +169,61 @@ class Orchestrator:
         epoch = await self.store.reassign(session_id, epoch, drafter or "", verifier)
         record = SessionRecord(session_id, epoch, int(fields["prompt_len"]))
         job = SessionJob(record, epoch, drafter, verifier, trace_context, round_ends=ends)
-        async with aclosing(self._drive(request, job, tokens, ending)) as chunks:
+        async with aclosing(self._drive(request, job, tokens, ending, replay)) as chunks:
             async for chunk in chunks:
                 yield chunk
 
-    async def _take_over(self, session_id: str) -> int | None:
-        """This gateway's epoch for the session, or None when it has ended (replay only);
-        waits out the owner's lease (the owner may still be streaming to an older connection)."""
-        deadline = time.monotonic() + 2 * self.store.lease_s + 1.0
-        while True:
-            try:
-                return await self.store.takeover(session_id)
-            except SessionEnded:
-                return None
-            except LeaseHeld:
-                if time.monotonic() > deadline:
-                    raise SessionBusy(f"session {session_id} is still being streamed by its "
-                                      "gateway; retry when that stream has ended") from None
-                await asyncio.sleep(0.5)
-
-    async def _drive(self, request, job: SessionJob, generated: list[int], ending: dict
-                     ) -> AsyncIterator[GeneratedChunk]:
-        """Run the session on its pods, moving it after failures, holding its lease."""
+    async def _drive(self, request, job: SessionJob, generated: list[int], ending: dict,
+                     replay: list[GeneratedChunk] = ()) -> AsyncIterator[GeneratedChunk]:
+        """Run the session on its pods (after sending ``replay``, stored rounds, again), moving
+        it after failures, holding its lease while its consumer keeps taking rounds."""
         clock = LatencyClock()
-        lease = asyncio.get_running_loop().create_task(self._keep_lease(job))
+        lease = asyncio.get_running_loop().create_task(keep_lease(
+            self.store, job, self.settings.idle_timeout_s, self._give_up_idle))
         try:
+            for chunk in replay:
+                job.offered_at = time.monotonic()
+                yield chunk
+                self._taken(job)
             for attempt in range(1, self.settings.max_attempts + 1):
                 try:
                     async with aclosing(self._run(request, job, generated)) as rounds:
                         async for chunk in rounds:
                             clock.observe(len(chunk.token_ids))
+                            job.offered_at = time.monotonic()
                             yield chunk
+                            self._taken(job)
                     return
                 except (grpc.aio.AioRpcError, ConnectionError) as exc:
+                    if job.is_abandoned:
+                        raise ConsumerIdle(self._idle_message(job)) from exc
                     await self._recover(request, job, exc, attempt)
         except GeneratorExit:  # closed before its last round: stopped or abandoned
-            await self._mark(job, ending["status"], ending["reason"])
+            if not (job.is_finished or job.is_abandoned):
+                await self._mark(job, ending["status"], ending["reason"])
             raise
         except asyncio.CancelledError:  # the request's task was cancelled (client went away)
-            self._background(self._mark(job, "cancelled"))
+            if not (job.is_finished or job.is_abandoned):
+                self._background(self._mark(job, "cancelled"))
             raise
         finally:
             lease.cancel()
 
-    async def _keep_lease(self, job: SessionJob) -> None:
-        """Renew this gateway's lease on the session while it streams it."""
-        while True:
-            await asyncio.sleep(self.store.lease_s / 3)
-            try:
-                if not await self.store.renew(job.record.session_id, job.epoch):
-                    return  # another epoch owns it now; its appends will fail too
-            except RedisError as exc:
-                log.warning("lease renewal of %s failed: %s", job.record.session_id, exc)
+    def _taken(self, job: SessionJob) -> None:
+        """The consumer took the round offered (``job.offered_at``: the lease keeper gives the
+        session up when one waits too long); ConsumerIdle if it came back too late."""
+        job.offered_at = None
+        if job.is_abandoned:
+            raise ConsumerIdle(self._idle_message(job))
+
+    def _idle_message(self, job: SessionJob) -> str:
+        return (f"No round was read for {self.settings.idle_timeout_s:.0f}s: the session was "
+                f"given up; resume {job.record.session_id} to continue it.")
+
+    async def _give_up_idle(self, job: SessionJob) -> None:
+        if job.call is not None:
+            job.call.cancel()  # the pods free the session's KV cache
+        await self._mark(job, "cancelled")
 
     async def settle(self, timeout_s: float = 5.0) -> None:
         """Let final-status writes still running finish (before the process exits)."""
@@ -233,48 +241,49 @@ class Orchestrator:
         try:
             await self.store.finish(job.record.session_id, job.epoch, status, reason)
         except Exception as exc:  # noqa: BLE001 - the tokens are stored; the stream must not fail
-            log.warning("could not mark session %s %s: %s", job.record.session_id, status, exc)
+            log.warning("could not mark session %s %s: %s", redacted(job.record.session_id),
+                        status, exc)
 
     async def _run(self, request, job: SessionJob, generated: list[int]):
         token = otel_context.attach(job.trace_context)  # the call carries the trace downstream
         try:
-            call = self._rounds(request, job, generated)
+            call = job.call = self._rounds(request, job, generated)
         finally:
             otel_context.detach(token)
         try:
             async for result in self._timed(call, job):
-                tokens = list(result.tokens)
+                tokens, finish = list(result.tokens), FINISH_FROM_PB[result.finish_reason]
                 with start_span("commit", job.trace_context, session_id=job.record.session_id,
                                 round=result.round, num_tokens=len(tokens)):
-                    await self._commit(request, job, generated, tokens)
+                    await self._commit(request, job, generated, tokens, finish)
                 generated.extend(tokens)
                 job.round_ends.append(len(generated))
-                finish = FINISH_FROM_PB[result.finish_reason]
+                job.is_finished = finish is not None
                 yield GeneratedChunk(job.record.session_id, tokens, result.num_accepted,
                                      result.num_drafted, finish, result.draft_us,
                                      result.verify_us, result.round_us, result.num_deferred,
                                      tuple(result.drafted_tokens), len(job.round_ends),
                                      result.speculation)
                 if finish is not None:
-                    await self._mark(job, "finished", finish.value)
                     return
         finally:
             call.cancel()  # the client went away, or the stream failed: free the pods' work
         raise ConnectionError("the session stream ended before the generation finished")
 
     async def _commit(self, request, job: SessionJob, generated: list[int],
-                      tokens: list[int]) -> None:
-        """Store a round's tokens; when Redis lost earlier writes (restarted without the last
-        second of its append-only file), write back everything the gateway holds."""
-        session_id = job.record.session_id
+                      tokens: list[int], finish: FinishReason | None) -> None:
+        """Store a round's tokens (the final one records the session finished with them); when
+        Redis lost earlier writes (restarted without the last second of its append-only file:
+        tokens, or an epoch bump), write back everything the gateway holds."""
+        session_id, reason = job.record.session_id, finish.value if finish else ""
         try:
-            await self.store.append(session_id, job.epoch, len(generated), tokens)
-        except (SessionLost, LengthMismatch) as exc:
-            log.warning("session %s: %s; re-writing the %d tokens the gateway holds", session_id,
-                        exc, len(generated) + len(tokens))
+            await self.store.append(session_id, job.epoch, len(generated), tokens, reason)
+        except (SessionLost, LengthMismatch, EpochBehind) as exc:
+            log.warning("session %s: %s; re-writing the %d tokens the gateway holds",
+                        redacted(session_id), type(exc).__name__, len(generated) + len(tokens))
             await self.store.restore(session_id, request, job.epoch, job.drafter or "",
                                      job.verifier, generated + tokens,
-                                     [*job.round_ends, len(generated) + len(tokens)])
+                                     [*job.round_ends, len(generated) + len(tokens)], reason)
 
     async def _timed(self, call, job: SessionJob):
         """The call's rounds; RoundTimeout when the next one is overdue (see the settings)."""
@@ -316,7 +325,8 @@ class Orchestrator:
         """Move the session after a retryable failure; a full verifier (RESOURCE_EXHAUSTED)
         sends it to another one, and when none has room the client hears 429."""
         code = exc.code() if isinstance(exc, grpc.aio.AioRpcError) else grpc.StatusCode.UNAVAILABLE
-        log.warning("session %s attempt %d failed: %s", job.record.session_id, attempt, exc)
+        log.warning("session %s attempt %d failed: %s", redacted(job.record.session_id),
+                    attempt, exc)
         full = code is grpc.StatusCode.RESOURCE_EXHAUSTED
         if (code not in RETRYABLE and not full) or attempt == self.settings.max_attempts:
             await self._give_up(job)
@@ -354,3 +364,14 @@ class Orchestrator:
         return reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
+def _stored_rounds(session_id: str, tokens: list[int], ends: list[int],
+                   finish_reason: str | None) -> list[GeneratedChunk]:
+    """A session's stored rounds as a resumed stream sends them again; the last carries
+    ``finish_reason`` (that of an ended session)."""
+    chunks = []
+    for i, end in enumerate(ends):
+        reason = finish_reason if i == len(ends) - 1 else None
+        finish = FinishReason(reason) if reason in ("stop", "length") else None
+        chunks.append(GeneratedChunk(session_id, tokens[ends[i - 1] if i else 0 : end], 0, 0,
+                                     finish, round=i + 1, is_replayed=True))
+    return chunks

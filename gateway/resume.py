@@ -12,8 +12,10 @@ import json
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
+from gateway.auth import ApiKeys
 from gateway.errors import APIError, bad_request
 from gateway.events import StreamView, events
+from gateway.limits import KeyLimits
 from gateway.session_store import SessionLost
 from gateway.streaming import EventStreamResponse, text_deltas
 
@@ -32,19 +34,35 @@ def resume_after(session_id: str, last_event_id: str | None, after: int | None) 
     return after or 0
 
 
-def install_resume(app: FastAPI, tokenizer, generator) -> None:
+def install_resume(app: FastAPI, tokenizer, generator, keys: ApiKeys, limits: KeyLimits) -> None:
+    """The resume route: only the key that started a session may resume it (others get the
+    404 an unknown id gets), and a resumed stream holds one of that key's session slots."""
+
     @app.get("/v1/sessions/{session_id}/events")
     async def resume_events(session_id: str, http: Request, after: int | None = None) -> Response:
         seen = resume_after(session_id, http.headers.get("last-event-id"), after)
         if not hasattr(generator, "resume"):
             raise APIError(501, "This gateway cannot resume sessions.", type="server_error")
+        caller = keys.identity(http.headers.get("authorization"))
+        slot = limits.reserve(caller)
         try:
-            request, chunks = await generator.resume(session_id)
-        except SessionLost as exc:
-            raise APIError(404, str(exc), param="session_id", code="session_not_found") from exc
-        if json.loads(request.view or "{}").get("kind") not in ("completion", "chat"):
-            raise APIError(409, f"Session {session_id} was not started through the HTTP API; "
-                           "resume it with the gRPC Resume call.", code="not_an_http_session")
-        view = StreamView.from_json(request.view)
-        deltas = text_deltas(chunks, tokenizer, view.stop, view.rounds, seen_rounds=seen)
-        return EventStreamResponse(events(view, deltas, resumed=seen > 0))
+            view, chunks = await _stored_stream(generator, session_id, caller)
+        except BaseException:
+            slot.release()
+            raise
+        deltas = text_deltas(limits.counted(slot, chunks), tokenizer, view.stop, view.rounds,
+                             seen_rounds=seen)
+        return EventStreamResponse(events(view, deltas, resumed=seen > 0), on_close=slot.release)
+
+
+async def _stored_stream(generator, session_id: str, caller: str):
+    """(its stream view, its chunk stream) of an HTTP session ``caller`` started."""
+    try:
+        request, chunks = await generator.resume(session_id, caller)
+    except SessionLost as exc:
+        raise APIError(404, str(exc), param="session_id", code="session_not_found") from exc
+    if json.loads(request.view or "{}").get("kind") not in ("completion", "chat"):
+        await chunks.aclose()
+        raise APIError(409, f"Session {session_id} was not started through the HTTP API; "
+                       "resume it with the gRPC Resume call.", code="not_an_http_session")
+    return StreamView.from_json(request.view), chunks

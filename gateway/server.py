@@ -124,12 +124,11 @@ def build_gateway(config: GatewayConfig, client: redis.Redis,
     async def ready() -> bool:
         return not lifecycle.draining and bool(await live_pods(client, "verifier"))
 
-    app = create_app(settings, tokenizer, orchestrator, ready=ready)
-    servicer = GatewayServicer(tokenizer, orchestrator, name,
+    limits = KeyLimits(config.max_sessions_per_key, config.max_tokens_per_minute_per_key)
+    app = create_app(settings, tokenizer, orchestrator, ready=ready, limits=limits)  # one
+    servicer = GatewayServicer(tokenizer, orchestrator, name,  # limiter for HTTP and gRPC
                                settings.server_defaults(tokenizer.eos_token_id),
-                               ApiKeys(config.api_keys), KeyLimits(
-                                   config.max_sessions_per_key,
-                                   config.max_tokens_per_minute_per_key), config.max_body_bytes)
+                               ApiKeys(config.api_keys), limits, config.max_body_bytes)
     binding = ServiceBinding(gateway_pb2_grpc.add_GatewayServicer_to_server, servicer,
                              SERVICE_NAME)
     return app, GrpcService([binding], config.host, config.grpc_port, config.grace_s)

@@ -3,7 +3,8 @@
 Keys (the {session_id} hash tag keeps both in one Redis Cluster slot, so the Lua scripts may touch
 both atomically):
 
-- ``cascade:session:{id}`` hash: request (JSON), status, drafter, verifier, epoch, prompt_len.
+- ``cascade:session:{id}`` hash: request (JSON), status, drafter, verifier, epoch, prompt_len,
+  caller (the digest of the API key that started it: only that key may resume it).
 - ``cascade:session:{id}:tokens`` list: generated token ids, in order.
 - ``cascade:session:{id}:rounds`` list: the token count after each stored round (the stream's
   chunk boundaries: a resumed stream replays them as they were sent).
@@ -37,47 +38,59 @@ from cascade.protocol.settings import AcceptancePolicy, DraftConfig, SamplingPar
 from cascade.serving.errors import StaleEpoch
 from cascade.serving.registry import connect
 
-__all__ = ["LeaseHeld", "LengthMismatch", "SessionEnded", "SessionLost", "SessionRecord",
+__all__ = ["EpochBehind", "LeaseHeld", "LengthMismatch", "SessionEnded", "SessionLost", "SessionRecord",
            "SessionStore", "connect", "request_from_record", "session_keys"]
 
 APPEND_SCRIPT = """
 local epoch = redis.call('HGET', KEYS[1], 'epoch')
 if not epoch then return -3 end
-if epoch ~= ARGV[1] then return -1 end
-local stored, expected, count = redis.call('LLEN', KEYS[2]), tonumber(ARGV[2]), #ARGV - 4
+if epoch ~= ARGV[1] then
+  if tonumber(epoch) < tonumber(ARGV[1]) then return -4 end
+  return -1
+end
+local stored, expected, count = redis.call('LLEN', KEYS[2]), tonumber(ARGV[2]), #ARGV - 5
 if stored == expected + count and count > 0 then
   local tail = redis.call('LRANGE', KEYS[2], expected, -1)
   local same = true
   for i = 1, count do
-    if tail[i] ~= ARGV[4 + i] then same = false break end
+    if tail[i] ~= ARGV[5 + i] then same = false break end
   end
   if same then return stored end
 end
+if count == 0 and stored == expected and redis.call('HGET', KEYS[1], 'status') == 'finished' then
+  return stored
+end
 if stored ~= expected then return -2 end
-redis.call('RPUSH', KEYS[2], unpack(ARGV, 5))
-local length = redis.call('LLEN', KEYS[2])
+if count > 0 then redis.call('RPUSH', KEYS[2], unpack(ARGV, 6)) end
+local length = stored + count
 redis.call('RPUSH', KEYS[3], length)
 local now = redis.call('TIME')
 redis.call('HSET', KEYS[1], 'lease_ms', now[1] * 1000 + math.floor(now[2] / 1000) + ARGV[4])
+if ARGV[5] ~= '' then
+  redis.call('HSET', KEYS[1], 'status', 'finished', 'finish_reason', ARGV[5])
+end
 for i = 1, 3 do redis.call('EXPIRE', KEYS[i], ARGV[3]) end
 return length
 """
 """Idempotent: an append whose exact tokens already follow the expected length (a retry whose
 first reply was lost) changes nothing and succeeds. Each append is one round (its end goes on
-the rounds list) and renews the lease. -3: the record is gone (a Redis restart lost
-it); -1: another epoch owns the session; -2: the stored length differs."""
+the rounds list) and renews the lease; the final round (ARGV[5], its finish reason) records
+the session finished in the same step, so no stored session is complete but still running.
+-3: the record is gone (a Redis restart lost it); -1: a later epoch owns the session; -4: the
+stored epoch is older than the writer's (a restart lost an epoch bump); -2: the stored length
+differs."""
 
 RESTORE_SCRIPT = """
 local epoch = redis.call('HGET', KEYS[1], 'epoch')
 if epoch and tonumber(epoch) > tonumber(ARGV[1]) then return -1 end
 local num_fields, num_tokens = tonumber(ARGV[3]), tonumber(ARGV[4])
-redis.call('HSET', KEYS[1], unpack(ARGV, 5, 4 + num_fields))
 local first = 5 + num_fields
 local stored = redis.call('LRANGE', KEYS[2], 0, -1)
 if #stored > num_tokens then return -2 end
 for i = 1, #stored do
   if stored[i] ~= ARGV[first + i - 1] then return -2 end
 end
+redis.call('HSET', KEYS[1], unpack(ARGV, 5, 4 + num_fields))
 if num_tokens > #stored then
   redis.call('RPUSH', KEYS[2], unpack(ARGV, first + #stored, first + num_tokens - 1))
 end
@@ -88,8 +101,10 @@ return num_tokens
 """
 """Re-writes a session the gateway holds after Redis lost writes (a restart without the last
 second of its append-only file): the record's fields, the tokens missing after the stored ones
-(which must be a prefix of the gateway's) and the round ends. Refused (-1) when a later epoch
-owns it."""
+(which must be a prefix of the gateway's) and the round ends. Checked before anything is
+written: refused (-1) when a later epoch owns it, (-2) when the stored tokens are not a prefix
+of the gateway's. A missing record has no epoch to compare (that loss is what this repairs);
+the prefix check still guards the tokens."""
 
 TAKEOVER_SCRIPT = """
 local status = redis.call('HGET', KEYS[1], 'status')
@@ -98,14 +113,14 @@ if status ~= 'running' and status ~= 'cancelled' then return -2 end
 local now = redis.call('TIME')
 local now_ms = now[1] * 1000 + math.floor(now[2] / 1000)
 local lease = tonumber(redis.call('HGET', KEYS[1], 'lease_ms') or '0')
-local owner = redis.call('HGET', KEYS[1], 'owner')
-if status == 'running' and lease > now_ms and owner ~= ARGV[1] then return -1 end
+if status == 'running' and lease > now_ms then return -1 end
 local epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
 redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'lease_ms', now_ms + ARGV[2], 'status', 'running')
 return epoch
 """
-"""A new epoch for gateway ARGV[1], if the session is unfinished and nobody else holds a live
-lease: -1 the lease is held, -2 the session has ended, -3 it is gone."""
+"""A new epoch for gateway ARGV[1], if the session is unfinished and no stream holds a live
+lease on it (this gateway's own streams included: a second caller never takes a live stream
+over): -1 the lease is held, -2 the session has ended, -3 it is gone."""
 
 RENEW_SCRIPT = """
 if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return 0 end
@@ -137,6 +152,11 @@ class SessionLost(RuntimeError):
     """The session's record is gone from Redis (nothing was written)."""
 
 
+class EpochBehind(RuntimeError):
+    """The stored epoch is older than the writer's: Redis lost an epoch bump (nothing was
+    written; the writer re-writes what it holds)."""
+
+
 @dataclass(frozen=True)
 class SessionRecord:
     session_id: str
@@ -149,7 +169,8 @@ def _record_fields(request: GenerationRequest, epoch: int, drafter: str, verifie
     body = {"prompt_tokens": request.prompt_tokens, "sampling": asdict(request.sampling),
             "draft": asdict(request.draft), "acceptance": asdict(request.acceptance)}
     return {"request": json.dumps(body), "status": "running", "epoch": epoch,
-            "prompt_len": len(request.prompt_tokens), "drafter": drafter, "verifier": verifier}
+            "prompt_len": len(request.prompt_tokens), "drafter": drafter, "verifier": verifier,
+            "caller": request.caller}
 
 
 def request_from_record(fields: dict[str, str]) -> GenerationRequest:
@@ -162,7 +183,7 @@ def request_from_record(fields: dict[str, str]) -> GenerationRequest:
     return GenerationRequest(list(body["prompt_tokens"]), settings(SamplingParams, body["sampling"]),
                              settings(DraftConfig, body["draft"]),
                              settings(AcceptancePolicy, body["acceptance"]),
-                             fields.get("view", ""))
+                             fields.get("view", ""), fields.get("caller", ""))
 
 
 def session_keys(session_id: str) -> tuple[str, str, str]:
@@ -202,13 +223,17 @@ class SessionStore:
             await pipe.execute()
         return SessionRecord(session_id, 1, len(request.prompt_tokens))
 
-    async def append(self, session_id: str, epoch: int, expected_len: int, tokens: list[int]) -> int:
-        """Append generated tokens if the epoch and length match; returns the new length."""
+    async def append(self, session_id: str, epoch: int, expected_len: int, tokens: list[int],
+                     finish_reason: str = "") -> int:
+        """Append one round's tokens if the epoch and length match; returns the new length.
+        ``finish_reason`` (the final round's) records the session finished in the same step."""
         result = await self._append(keys=session_keys(session_id),
                                     args=[epoch, expected_len, self.ttl_s, self._lease_ms,
-                                          *tokens])
+                                          finish_reason, *tokens])
         if result == -1:
             raise StaleEpoch(f"session {session_id}: epoch {epoch} is no longer current")
+        if result == -4:
+            raise EpochBehind(f"session {session_id}: the stored epoch is older than {epoch}")
         if result == -2:
             raise LengthMismatch(f"session {session_id}: expected {expected_len} stored tokens")
         if result == -3:
@@ -217,11 +242,13 @@ class SessionStore:
 
     async def restore(self, session_id: str, request: GenerationRequest, epoch: int,
                       drafter: str, verifier: str, tokens: list[int],
-                      round_ends: list[int]) -> None:
+                      round_ends: list[int], finish_reason: str = "") -> None:
         """Write back the record, the tokens and round ends the gateway holds (see
-        RESTORE_SCRIPT)."""
-        fields = [item for pair in self._fields(request, epoch, drafter, verifier).items()
-                  for item in pair]
+        RESTORE_SCRIPT); ``finish_reason``: the tokens end the generation."""
+        record = self._fields(request, epoch, drafter, verifier)
+        if finish_reason:
+            record |= {"status": "finished", "finish_reason": finish_reason}
+        fields = [item for pair in record.items() for item in pair]
         result = await self._restore(keys=session_keys(session_id),
                                      args=[epoch, self.ttl_s, len(fields), len(tokens), *fields,
                                            *tokens, *round_ends])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +25,9 @@ FINISH_REASONS = {FinishReason.STOP: "stop", FinishReason.LENGTH: "length"}
 DONE_EVENT = "data: [DONE]\n\n"
 CLOSE_TIMEOUT_S = 5.0
 """How long closing an abandoned generation may take before the gateway stops waiting."""
+SEND_TIMEOUT_S = 60.0
+"""Longest one event may wait for the client to read before the stream is closed (a client
+that stopped reading would otherwise hold its session, and its API key's slot, forever)."""
 
 
 @dataclass(frozen=True)
@@ -43,23 +46,16 @@ class Delta:
     """``<session id>.<round>``: where a client resumes after this delta (gateway.events)."""
 
 
-def generate_text(
-    generator: Generator, request: GenerationRequest, tokenizer: Decoder, stops: Sequence[str],
-    rounds: bool = False,
-) -> AsyncIterator[Delta]:
-    """One Delta per generated chunk; a stop string ends it early and closes the generation.
-    With ``rounds`` each Delta also describes its round, token by token."""
-    return text_deltas(generator.generate(request), tokenizer, stops, rounds)
-
-
 async def text_deltas(chunks: AsyncIterator[GeneratedChunk], tokenizer: Decoder,
                       stops: Sequence[str], rounds: bool = False, seen_rounds: int = 0
                       ) -> AsyncIterator[Delta]:
-    """``generate_text`` over a chunk stream. Chunks of rounds up to ``seen_rounds`` (a resumed
-    stream's start, which its client has) only advance the text: no Delta for them."""
+    """One Delta per generated chunk; a stop string ends it early and closes the generation.
+    With ``rounds`` each Delta also describes its round, token by token. Chunks of rounds up to ``seen_rounds`` (a resumed
+    stream's start, which its client has) only advance the text: no Delta for them, not even
+    for the final round when the client has it (its stream broke before the end marker)."""
     text = TextStream(tokenizer, stops)
     reader = RoundReader(text, tokenizer) if rounds else None
-    consumed, deferred, last = 0, 0, None
+    consumed, deferred, last, seen_final = 0, 0, None, False
     try:
         async for chunk in chunks:
             if last is not None:
@@ -70,11 +66,14 @@ async def text_deltas(chunks: AsyncIterator[GeneratedChunk], tokenizer: Decoder,
             view = reader.read(chunk, final) if reader else None
             visible = view.text if view else text.add(chunk.token_ids, final=final)
             event_id = f"{chunk.session_id}.{chunk.round}" if chunk.round else None
+            is_seen = 0 < chunk.round <= seen_rounds
             if text.stopped:
                 await stop_early(chunks)
-                yield Delta(visible, "stop", consumed, deferred, view, event_id)
+                if not is_seen:
+                    yield Delta(visible, "stop", consumed, deferred, view, event_id)
                 return
-            if 0 < chunk.round <= seen_rounds and not final:
+            if is_seen:
+                seen_final = final
                 continue
             if final:  # let the generator run to its end before the last delta goes out
                 finish = FINISH_REASONS[FinishReason(chunk.finish_reason)]
@@ -83,9 +82,10 @@ async def text_deltas(chunks: AsyncIterator[GeneratedChunk], tokenizer: Decoder,
             yield Delta(visible, None, consumed, deferred, view, event_id)
     finally:
         await _close(chunks)
-    if last is None:
+    if last is None and not seen_final:
         raise GenerationFailed("The generation ended without a finish reason.")
-    yield last
+    if last is not None:
+        yield last
 
 
 async def _close(chunks: Any) -> None:
@@ -120,13 +120,24 @@ class EventStreamResponse(StreamingResponse):
 
     Headers go out only once the first event exists, so a request refused before any output
     (overloaded, failed) still gets a real status code. Later errors become an error event.
+    An event the client does not read within ``send_timeout_s`` closes the stream (the
+    generation is closed and recorded cancelled: resumable). ``on_close`` runs when the
+    response is over, however it ended (even if the stream never started).
     """
 
     media_type = "text/event-stream"
 
-    def __init__(self, events: AsyncIterator[str]) -> None:
+    def __init__(self, events: AsyncIterator[str], on_close: Callable[[], None] | None = None,
+                 send_timeout_s: float = SEND_TIMEOUT_S) -> None:
         super().__init__(events, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        self._events = events
+        self._events, self._on_close, self.send_timeout_s = events, on_close, send_timeout_s
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            if self._on_close is not None:
+                self._on_close()
 
     async def stream_response(self, send: Send) -> None:
         try:
@@ -142,6 +153,9 @@ class EventStreamResponse(StreamingResponse):
                 await self._send_rest(send)
             await self._send(send, DONE_EVENT)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except TimeoutError:  # the client stopped reading: nothing more can reach it
+            log.warning("closed a stream whose client read nothing for %.0fs",
+                        self.send_timeout_s)
         finally:
             with anyio.move_on_after(CLOSE_TIMEOUT_S, shield=True):
                 await self._events.aclose()  # type: ignore[attr-defined]
@@ -159,9 +173,10 @@ class EventStreamResponse(StreamingResponse):
                 return
             await self._send(send, event)
 
-    @staticmethod
-    async def _send(send: Send, event: str) -> None:
-        await send({"type": "http.response.body", "body": event.encode("utf-8"), "more_body": True})
+    async def _send(self, send: Send, event: str) -> None:
+        with anyio.fail_after(self.send_timeout_s):
+            await send({"type": "http.response.body", "body": event.encode("utf-8"),
+                        "more_body": True})
 
     @staticmethod
     async def _send_error_response(send: Send, exc: Exception) -> None:

@@ -159,6 +159,9 @@ class GenerationRequest:
     view: str = ""
     """How the API layer presents the stream (JSON, opaque here): stored with the session, so
     a stream resumed on another gateway looks the same."""
+    caller: str = ""
+    """Digest of the API key that started the generation (gateway.auth): stored with the
+    session, and only that key may resume it. Empty or "anonymous" where keys are off."""
 
     def __post_init__(self) -> None:
         if self.acceptance is None:

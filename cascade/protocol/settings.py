@@ -72,6 +72,13 @@ class SamplingParams:
         emits one token of the verifier's, and the total stops at max_new_tokens."""
         return max(0, self.max_new_tokens - num_generated - 1)
 
+    def finish_after(self, generated: list[int]) -> FinishReason | None:
+        """Why a generation that produced ``generated`` has ended (None: it has not): its last
+        token is a stop token, or it is max_new_tokens long (the verifier's own rule)."""
+        if generated and generated[-1] in self.stop_token_ids:
+            return FinishReason.STOP
+        return FinishReason.LENGTH if len(generated) >= self.max_new_tokens else None
+
 
 @dataclass(frozen=True)
 class DraftConfig:

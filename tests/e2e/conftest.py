@@ -45,14 +45,15 @@ async def _start_pod(service, role, client, load):
 
 @asynccontextmanager
 async def running_cluster(redis_url: str, target_dir: Path, target, drafter, name: str,
-                          verifier_settings=None, orchestrator=None):
+                          verifier_settings=None, orchestrator=None, **gateway):
     client = redis.from_url(redis_url)
     await client.flushdb()
     verifier, sessions = build_verifier(target, grace_s=1.0, settings=verifier_settings)
     draft_service, servicer = build_drafter(drafter, grace_s=1.0)
     await _start_pod(verifier, "verifier", client, lambda: sessions.num_active)
     await _start_pod(draft_service, "drafter", client, lambda: servicer.num_active)
-    config = GatewayConfig(str(target_dir), redis_url, name, grpc_port=0, max_tokens_limit=256)
+    config = GatewayConfig(str(target_dir), redis_url, name, grpc_port=0, max_tokens_limit=256,
+                           **gateway)
     if orchestrator is not None:
         config = replace(config, orchestrator=orchestrator)
     app, gateway_grpc = build_gateway(config, client)
@@ -79,10 +80,11 @@ async def running_cluster(redis_url: str, target_dir: Path, target, drafter, nam
 @pytest.fixture
 def cluster_with(redis_server, tiny_pair_dirs, tiny_runners):
     """``async with cluster_with(verifier_settings) as cluster``: a tiny cluster whose verifier
-    (and gateway orchestrator, ``orchestrator=``) has the given settings."""
-    return lambda settings, orchestrator=None: running_cluster(
+    (and gateway orchestrator, ``orchestrator=``, and GatewayConfig fields) has the given
+    settings."""
+    return lambda settings, orchestrator=None, **gateway: running_cluster(
         redis_server.url, tiny_pair_dirs[0], *tiny_runners, "tiny", verifier_settings=settings,
-        orchestrator=orchestrator)
+        orchestrator=orchestrator, **gateway)
 
 
 @pytest.fixture

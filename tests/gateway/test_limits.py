@@ -4,6 +4,7 @@ told to."""
 
 import asyncio
 import threading
+from dataclasses import replace
 
 import httpx
 import pytest
@@ -12,11 +13,13 @@ import uvicorn
 
 from cascade.serving.mesh import refuse_open
 from cascade.tools.redis_server import free_port
+from gateway.generation import GeneratedChunk
 from gateway.http_app import HttpSettings, create_app
 from http_fixtures import MODEL, OUTPUT, FakeGenerator, script
 
 LIMITED = HttpSettings(model_name=MODEL, context_length=64, max_tokens_limit=32,
                        max_body_bytes=2048, max_sessions_per_key=1)
+KEYED = replace(LIMITED, api_keys=("k1", "k2"))
 
 
 def client(tokenizer, generator, settings=LIMITED) -> httpx.AsyncClient:
@@ -50,7 +53,7 @@ async def test_an_oversized_body_gets_413_before_anything_runs(tokenizer):
 
 async def test_a_key_runs_at_most_its_limit_of_sessions_at_once(tokenizer):
     generator = FakeGenerator(script(tokenizer, "Hello world again"), delay=0.3)
-    async with client(tokenizer, generator) as http:
+    async with client(tokenizer, generator, KEYED) as http:
         first = asyncio.create_task(http.post("/v1/completions", json=completion(),
                                               headers={"authorization": "Bearer k1"}))
         while not generator.requests:
@@ -72,7 +75,7 @@ async def test_a_key_runs_at_most_its_limit_of_sessions_at_once(tokenizer):
 
 async def test_a_key_generates_at_most_its_tokens_per_minute(tokenizer):
     settings = HttpSettings(model_name=MODEL, context_length=64, max_tokens_limit=32,
-                            max_tokens_per_minute_per_key=5)
+                            max_tokens_per_minute_per_key=5, api_keys=("k1", "k2"))
     generator = FakeGenerator(script(tokenizer, "Hello world again and again"))
     async with client(tokenizer, generator, settings) as http:
         first = await http.post("/v1/completions", json=completion(),
@@ -147,3 +150,58 @@ def test_nothing_serves_open_unless_asked(credentials, allow, refused):
             refuse_open(credentials, allow, "API keys")
     else:
         refuse_open(credentials, allow, "API keys")
+
+
+async def test_a_burst_gets_exactly_the_limit_of_sessions(tokenizer):
+    """Ten requests of one key arriving together: the slot is taken at the check, so only
+    max_sessions_per_key of them run; the rest get 429 before anything runs."""
+    settings = replace(KEYED, max_sessions_per_key=2)
+    generator = FakeGenerator(script(tokenizer, "Hello world again"), delay=0.3)
+    async with client(tokenizer, generator, settings) as http:
+        replies = await asyncio.gather(*[
+            http.post("/v1/completions", json=completion(stream=stream),
+                      headers={"authorization": "Bearer k1"})
+            for stream in [False, True] * 5])
+    codes = sorted(r.status_code for r in replies)
+    assert codes == [200] * 2 + [429] * 8
+    assert len(generator.requests) == 2
+
+
+async def test_without_api_keys_every_client_shares_one_bucket(tokenizer):
+    """With keys off a bearer string means nothing, so it cannot buy a bucket of its own."""
+    generator = FakeGenerator(script(tokenizer, "Hello world again"), delay=0.3)
+    async with client(tokenizer, generator) as http:
+        first = asyncio.create_task(http.post("/v1/completions", json=completion(),
+                                              headers={"authorization": "Bearer a"}))
+        while not generator.requests:
+            await asyncio.sleep(0.01)
+        other = await http.post("/v1/completions", json=completion(),
+                                headers={"authorization": "Bearer b"})
+        assert other.status_code == 429
+        assert (await first).status_code == 200
+
+
+async def test_a_slot_is_given_back_even_when_closing_the_stream_is_cut_short():
+    """Closing a generation can hang (Redis down while its final status is written); the
+    closer gives up after a while, and the key's slot must come back all the same."""
+    import anyio
+
+    from gateway.limits import KeyLimits
+
+    class HangsOnClose:
+        def __aiter__(self):
+            return self
+
+        async def __anext__(self):
+            return GeneratedChunk("s", [1], 0, 0, None)
+
+        async def aclose(self):
+            await asyncio.sleep(3600)
+
+    limits = KeyLimits(per_key=1)
+    chunks = limits.counted(limits.reserve("k"), HangsOnClose())
+    await anext(chunks)
+    with anyio.move_on_after(0.1, shield=True):
+        await chunks.aclose()
+    assert limits.active["k"] == 0
+    limits.reserve("k").release()  # the key can start a session again

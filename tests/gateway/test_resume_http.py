@@ -22,8 +22,8 @@ class Stored:
         self.rounds = [ids[:2], ids[2:4], ids[4:]]
         self.view = view
 
-    async def resume(self, session_id):
-        if session_id != "s1":
+    async def resume(self, session_id, caller):
+        if session_id != "s1" or caller != "anonymous":
             raise SessionLost(f"no session {session_id!r}")
         request = GenerationRequest([1, 2], SamplingParams(max_new_tokens=8), view=self.view)
         return request, self._chunks()
@@ -31,7 +31,7 @@ class Stored:
     async def _chunks(self):
         for i, ids in enumerate(self.rounds, start=1):
             finish = FinishReason.LENGTH if i == len(self.rounds) else None
-            yield GeneratedChunk("s1", ids, 0, 0, finish, round=i)
+            yield GeneratedChunk("s1", ids, 0, 0, finish, round=i, is_replayed=True)
 
 
 def view() -> str:
@@ -72,3 +72,12 @@ async def test_bad_ids_unknown_sessions_and_grpc_sessions_get_clear_errors(token
     assert other.status_code == 409 and "Resume" in other.json()["error"]["message"]
     negative = await get(tokenizer, stored, "/v1/sessions/s1/events?after=-1")
     assert negative.status_code == 400
+
+
+async def test_resuming_after_the_final_round_sends_nothing_twice(tokenizer):
+    """A client whose stream broke after the final event, before [DONE], resumes with the last
+    id: it gets the end marker and no text it already has."""
+    stored = Stored(tokenizer, view())
+    rest = await get(tokenizer, stored, "/v1/sessions/s1/events", **{"Last-Event-ID": "s1.3"})
+    assert rest.status_code == 200
+    assert [line for line in rest.text.split("\n") if line] == ["data: [DONE]"]

@@ -144,3 +144,63 @@ async def test_a_session_is_taken_over_only_when_its_lease_lapses_or_it_was_canc
     with pytest.raises(SessionEnded):
         await other.takeover(sid)
     assert (await owner.record(sid))["finish_reason"] == "length"
+
+
+async def test_the_final_round_records_the_session_finished_in_the_same_step(redis_client):
+    """No stored session is complete but still running: the final append marks it finished
+    (a retry of it changes nothing), and another gateway then has nothing to take over."""
+    from gateway.session_store import SessionEnded
+
+    store = SessionStore(redis_client, ttl_s=60, lease_s=0.2)
+    sid = (await store.create(REQUEST, "d:1", "v:1")).session_id
+    await store.append(sid, 1, 0, [1, 2, 3])
+    assert await store.append(sid, 1, 3, [4], "length") == 4
+    assert await store.append(sid, 1, 3, [4], "length") == 4  # a retry
+    saved = await store.record(sid)
+    assert saved["status"] == "finished" and saved["finish_reason"] == "length"
+    assert await store.round_ends(sid) == [3, 4]
+    with pytest.raises(SessionEnded):
+        await SessionStore(redis_client, ttl_s=60, owner="other").takeover(sid)
+
+
+async def test_a_refused_restore_writes_nothing(redis_client):
+    from gateway.session_store import session_keys
+
+    store = SessionStore(redis_client, ttl_s=60)
+    sid = (await store.create(REQUEST, "d:1", "v:1")).session_id
+    await store.append(sid, 1, 0, [1, 2])
+    before = await redis_client.hgetall(session_keys(sid)[0])
+    with pytest.raises(LengthMismatch):  # Redis holds tokens the gateway never had
+        await store.restore(sid, REQUEST, 1, "d:9", "v:9", [7, 7, 7], [3], "length")
+    assert await redis_client.hgetall(session_keys(sid)[0]) == before
+
+
+async def test_an_epoch_bump_lost_by_redis_is_told_apart_from_a_newer_owner(redis_client):
+    """A stored epoch below the writer's (a restart lost a reassign) is EpochBehind, which the
+    gateway repairs by writing back; one above it stays StaleEpoch (fenced out)."""
+    from gateway.session_store import EpochBehind, session_keys
+
+    store = SessionStore(redis_client, ttl_s=60)
+    sid = (await store.create(REQUEST, "d:1", "v:1")).session_id
+    await store.append(sid, 1, 0, [1])
+    assert await store.reassign(sid, 1, "d:2", "v:1") == 2
+    await redis_client.hset(session_keys(sid)[0], "epoch", 1)  # the bump is lost
+    with pytest.raises(EpochBehind):
+        await store.append(sid, 2, 1, [2])
+    await store.restore(sid, REQUEST, 2, "d:2", "v:1", [1, 2], [1, 2])
+    assert await store.append(sid, 2, 2, [3]) == 3
+    with pytest.raises(StaleEpoch):
+        await store.append(sid, 1, 3, [4])
+
+
+async def test_a_live_lease_is_never_taken_over_even_by_its_own_gateway(redis_client):
+    """A second caller resuming on the gateway that streams the session must wait for that
+    stream to end (or lapse): it does not take the live stream over."""
+    from gateway.session_store import LeaseHeld
+
+    store = SessionStore(redis_client, ttl_s=60, owner="gateway-a", lease_s=5)
+    sid = (await store.create(REQUEST, "d:1", "v:1")).session_id
+    with pytest.raises(LeaseHeld):
+        await store.takeover(sid)
+    await store.finish(sid, 1, "cancelled")  # its stream ended: now it may
+    assert await store.takeover(sid) == 2
