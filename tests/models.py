@@ -87,3 +87,89 @@ def tiny_gpt2_folder(folder, num_layers: int = 1):
                         n_layer=num_layers, n_head=2, eos_token_id=tokenizer.eos_token_id)
     GPT2LMHeadModel(config).save_pretrained(folder)
     return folder
+
+
+def _decoder_sizes(num_layers: int, width: int) -> dict:
+    """The sizes every tiny decoder below shares (4 query heads, 2 key-value heads)."""
+    return dict(vocab_size=VOCAB_SIZE, hidden_size=width, intermediate_size=2 * width,
+                num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2,
+                head_dim=width // 4, max_position_embeddings=MAX_POSITIONS,
+                initializer_range=0.2, tie_word_embeddings=False)
+
+
+def _runner(model_class, config) -> ModelRunner:
+    return ModelRunner(model_class(config).float())
+
+
+def tiny_mistral(seed: int, window: int = 4, num_layers: int = 2, width: int = 64):
+    """Mistral: every layer attends within a sliding window of ``window`` positions."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    torch.manual_seed(seed)
+    return _runner(MistralForCausalLM,
+                   MistralConfig(sliding_window=window, **_decoder_sizes(num_layers, width)))
+
+
+def tiny_qwen2_sliding(seed: int, window: int = 4, num_layers: int = 2, width: int = 64):
+    """Qwen2 with ``use_sliding_window``: layers from ``max_window_layers`` on are windowed."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    config = Qwen2Config(use_sliding_window=True, sliding_window=window, max_window_layers=1,
+                         **_decoder_sizes(num_layers, width))
+    assert config.layer_types == ["full_attention"] + ["sliding_attention"] * (num_layers - 1)
+    return _runner(Qwen2ForCausalLM, config)
+
+
+def tiny_gemma2(seed: int, window: int = 4, softcap: float = 2.0, num_layers: int = 2,
+                width: int = 64):
+    """Gemma-2: sliding and full layers alternating, attention logits soft-capped at
+    ``softcap`` (small, so that the capping changes the result)."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    torch.manual_seed(seed)
+    config = Gemma2Config(sliding_window=window, attn_logit_softcapping=softcap,
+                          query_pre_attn_scalar=width // 4, **_decoder_sizes(num_layers, width))
+    return _runner(Gemma2ForCausalLM, config)
+
+
+def tiny_gemma3(seed: int, window: int = 4, num_layers: int = 2, width: int = 64):
+    """Gemma-3 text: a sliding layer, then a full one (each with its own rotary base)."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(seed)
+    layer_types = ["sliding_attention", "full_attention"] * (num_layers // 2)
+    config = Gemma3TextConfig(sliding_window=window, layer_types=layer_types,
+                              query_pre_attn_scalar=width // 4,
+                              **_decoder_sizes(num_layers, width))
+    return _runner(Gemma3ForCausalLM, config)
+
+
+def tiny_phi3_longrope(seed: int, original_max: int = 32, num_layers: int = 2,
+                       width: int = 64):
+    """Phi-3 with LongRoPE: sequences longer than ``original_max`` positions switch to the
+    long factors (far apart from the short ones, so the switch shows in the logits)."""
+    from transformers import Phi3Config, Phi3ForCausalLM
+
+    torch.manual_seed(seed)
+    half = width // 4 // 2
+    rope = {"rope_type": "longrope", "rope_theta": 10000.0,
+            "short_factor": [1.0 + 0.1 * i for i in range(half)],
+            "long_factor": [2.0 + 1.5 * i for i in range(half)],
+            "factor": MAX_POSITIONS / original_max,
+            "original_max_position_embeddings": original_max}
+    config = Phi3Config(rope_parameters=rope, original_max_position_embeddings=original_max,
+                        pad_token_id=0, bos_token_id=None, eos_token_id=None,
+                        **_decoder_sizes(num_layers, width))
+    return _runner(Phi3ForCausalLM, config)
+
+
+def tiny_llama_dynamic(seed: int, max_positions: int = 32, num_layers: int = 2,
+                       width: int = 64):
+    """Llama with dynamic NTK rope: past ``max_positions`` the frequencies depend on the
+    sequence length."""
+    torch.manual_seed(seed)
+    sizes = _decoder_sizes(num_layers, width) | {"max_position_embeddings": max_positions}
+    config = LlamaConfig(rope_parameters={"rope_type": "dynamic", "factor": 2.0,
+                                          "rope_theta": 10000.0}, **sizes)
+    return _runner(LlamaForCausalLM, config)

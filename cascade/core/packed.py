@@ -8,31 +8,53 @@ transformers through its public extension points:
 - ``PackedStep.update`` stands where the model expects a cache: it writes the step's keys and
   values into the rows' regions (one ``index_copy_`` per layer);
 - ``packed_attention`` is registered as an attention implementation (``AttentionInterface``):
-  for each row it calls ``scaled_dot_product_attention`` on the row's queries and a view of the
-  row's cached keys and values, with the causal mask offset by the row's cached length. Called
-  without a ``PackedStep`` (ordinary ``generate`` or a ``DynamicCache`` on the same model) it is
-  plain SDPA, and masks are built exactly as for SDPA.
+  for each row it attends from the row's queries to a view of the row's cached keys and values,
+  causal with the offset of the row's cached length, limited to the layer's sliding window when
+  it has one, with attention-logit soft-capping when the model asks for it. Called without a
+  ``PackedStep`` (ordinary ``generate`` or a ``DynamicCache`` on the same model) it is plain SDPA
+  (or the model's own eager attention for a model without SDPA support), with the masks
+  transformers builds for that implementation;
+- rotary embeddings whose frequencies depend on the sequence length (dynamic NTK, LongRoPE) are
+  computed per row, from the row's own length, so a row's result never depends on the rows it
+  is batched with.
 
 A model switched to this implementation keeps working everywhere else, so one loaded target can
-serve the engine and the per-sequence runner alike.
+serve the engine and the per-sequence runner alike. ``enable`` refuses, with the reason, a model
+whose attention needs something the packed pass does not implement (attention sinks, chunked or
+bidirectional attention, linear-attention layers, attention outside ``AttentionInterface``).
 """
 
 from __future__ import annotations
 
+import sys
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from cascade.core.kv_store import KVStore, Region
 
 ATTENTION = "cascade_packed"
+ATTENTION_EAGER = "cascade_packed_eager"
+"""The same packed attention for models without SDPA support (e.g. Gemma-2's soft-capping):
+outside a packed step it runs the model's own eager attention, with eager (additive) masks."""
 _PREPARED_MASK = torch.ones(1, 1, 1, 1, dtype=torch.bool)
 """A 4D mask is taken as already prepared, so transformers builds none for a packed step
 (``packed_attention`` ignores it and masks per row)."""
+_SUPPORTED_LAYER_TYPES = {"full_attention", "sliding_attention"}
+_UNSUPPORTED_KWARGS = {"s_aux": "attention sinks", "sinks": "attention sinks",
+                       "position_bias": "an attention position bias"}
+_ROWS: ContextVar[tuple[tuple[int, int], ...] | None] = ContextVar("packed_rows", default=None)
+"""During a packed pass: (tokens fed, sequence length after the step) per row, in order."""
+
+
+class UnsupportedModel(ValueError):
+    """The model's attention needs something the packed pass does not implement."""
 
 
 @dataclass(frozen=True)
@@ -60,43 +82,196 @@ class PackedStep:
                                                  values[0].to(self.store.values.dtype))
         return keys, values
 
-    def attend(self, query: torch.Tensor, layer: int, scaling: float | None) -> torch.Tensor:
-        """query: [1, heads, N, head_dim] -> [1, N, heads, head_dim]."""
+    def attend(self, query: torch.Tensor, layer: int, scaling: float | None,
+               window: int | None = None, softcap: float | None = None) -> torch.Tensor:
+        """query: [1, heads, N, head_dim] -> [1, N, heads, head_dim]. ``window``: a query at
+        position q sees keys q - window + 1 .. q (None: all of 0 .. q)."""
         outputs, offset = [], 0
         for feed in self.feeds:
             count, length = len(feed.tokens), feed.start + len(feed.tokens)
-            span = slice(feed.region.start, feed.region.start + length)
+            first = 0 if window is None else max(0, feed.start - window + 1)
+            span = slice(feed.region.start + first, feed.region.start + length)
             keys = self.store.keys[layer, :, span].unsqueeze(0)  # views of the store
             values = self.store.values[layer, :, span].unsqueeze(0)
             rows = query[:, :, offset : offset + count]
-            mask = None
-            if count > 1:  # query i sits at position start + i and sees keys 0 .. start + i
-                mask = (torch.arange(length, device=query.device)[None, :]
-                        <= torch.arange(feed.start, length, device=query.device)[:, None])
-            outputs.append(F.scaled_dot_product_attention(
-                rows, keys.to(rows.dtype), values.to(rows.dtype), attn_mask=mask,
-                scale=scaling, enable_gqa=keys.shape[1] != rows.shape[1]))
+            mask = _row_mask(feed.start, length, first, window, query.device)
+            outputs.append(_row_attention(rows, keys.to(rows.dtype), values.to(rows.dtype),
+                                          mask, scaling, softcap))
             offset += count
         return torch.cat(outputs, dim=2).transpose(1, 2).contiguous()
 
 
+def _row_mask(start: int, length: int, first: int, window: int | None,
+              device: torch.device) -> torch.Tensor | None:
+    """[queries, keys] True where query position start + i sees key position first + j (the
+    key rule of transformers' causal and sliding-window masks); None when every key is seen."""
+    if length - start == 1:  # the keys were already cut to the one query's window
+        return None
+    queries = torch.arange(start, length, device=device)[:, None]
+    keys = torch.arange(first, length, device=device)[None, :]
+    visible = keys <= queries
+    if window is not None:
+        visible &= keys > queries - window
+    return visible
+
+
+def _row_attention(rows: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                   mask: torch.Tensor | None, scaling: float | None,
+                   softcap: float | None) -> torch.Tensor:
+    """rows: [1, heads, q, d]; keys, values: [1, kv_heads, k, d] -> [1, heads, q, d]."""
+    if softcap is None:
+        return F.scaled_dot_product_attention(rows, keys, values, attn_mask=mask, scale=scaling,
+                                              enable_gqa=keys.shape[1] != rows.shape[1])
+    return softcapped_attention(rows, keys, values, mask, scaling, softcap)
+
+
+def softcapped_attention(rows: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                         mask: torch.Tensor | None, scaling: float | None,
+                         softcap: float) -> torch.Tensor:
+    """Attention with soft-capped logits (``tanh(s / cap) * cap``), in the order of Gemma-2's
+    eager attention: scale, cap, mask, softmax in float32. Shapes as ``_row_attention``."""
+    groups = rows.shape[1] // keys.shape[1]
+    keys, values = keys.repeat_interleave(groups, 1), values.repeat_interleave(groups, 1)
+    scaling = rows.shape[-1] ** -0.5 if scaling is None else scaling
+    scores = torch.matmul(rows, keys.transpose(2, 3)) * scaling  # [1, heads, q, k]
+    scores = torch.tanh(scores / softcap) * softcap
+    if mask is not None:
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    weights = F.softmax(scores, dim=-1, dtype=torch.float32).to(rows.dtype)
+    return torch.matmul(weights, values)
+
+
+def _refuse_unsupported(module, kwargs: dict) -> None:
+    for name, feature in _UNSUPPORTED_KWARGS.items():
+        if kwargs.get(name) is not None:
+            raise UnsupportedModel(f"{type(module).__name__} passes {name!r} ({feature}), "
+                                   f"which packed attention does not implement")
+
+
+def _attend_packed(module, query, scaling, kwargs):
+    _refuse_unsupported(module, kwargs)
+    step = kwargs["packed_step"]
+    return step.attend(query, module.layer_idx, scaling, kwargs.get("sliding_window"),
+                       kwargs.get("softcap")), None
+
+
 def packed_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
                      **kwargs):
-    step = kwargs.get("packed_step")
-    if step is None:
-        return sdpa_attention_forward(module, query, key, value, attention_mask,
-                                      scaling=scaling, dropout=dropout, **kwargs)
-    return step.attend(query, module.layer_idx, scaling), None
+    if kwargs.get("packed_step") is not None:
+        return _attend_packed(module, query, scaling, kwargs)
+    _refuse_unsupported(module, kwargs)
+    return sdpa_attention_forward(module, query, key, value, attention_mask,
+                                  scaling=scaling, dropout=dropout, **kwargs)
+
+
+def packed_eager_attention(module, query, key, value, attention_mask, scaling=None,
+                           dropout=0.0, **kwargs):
+    if kwargs.get("packed_step") is not None:
+        return _attend_packed(module, query, scaling, kwargs)
+    _refuse_unsupported(module, kwargs)
+    eager = sys.modules[type(module).__module__].eager_attention_forward
+    return eager(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
+                 **kwargs)
 
 
 AttentionInterface.register(ATTENTION, packed_attention)
 AttentionMaskInterface.register(ATTENTION, sdpa_mask)
+AttentionInterface.register(ATTENTION_EAGER, packed_eager_attention)
+AttentionMaskInterface.register(ATTENTION_EAGER, eager_mask)
+
+
+def unsupported_reason(model) -> str | None:
+    """Why the packed pass cannot run ``model`` exactly, or None when it can."""
+    config = model.config
+    if not type(model)._supports_attention_backend:
+        return "its attention does not go through transformers' AttentionInterface"
+    layer_types = set(getattr(config, "layer_types", None) or ()) - _SUPPORTED_LAYER_TYPES
+    if layer_types:
+        return (f"it has {sorted(layer_types)} layers (packed attention implements "
+                f"{sorted(_SUPPORTED_LAYER_TYPES)})")
+    if getattr(config, "attention_chunk_size", None):
+        return "it uses chunked attention (attention_chunk_size)"
+    if getattr(config, "use_bidirectional_attention", False):
+        return "it uses bidirectional attention (use_bidirectional_attention)"
+    if any(hasattr(m, "sinks") for m in model.modules()):
+        return "its attention has sinks"
+    dependent = sorted(t for t in _config_rope_types(config) if _is_length_dependent(t))
+    if dependent and not any(_has_length_dependent_rope(m) for m in model.modules()):
+        return (f"its rope ({dependent}) depends on the sequence length and has no rotary "
+                f"module that can be computed per row")
+    if not getattr(model, "_supports_sdpa", True) and not hasattr(
+            sys.modules[type(model).__module__], "eager_attention_forward"):
+        return "it supports neither SDPA nor a module-level eager attention"
+    return None
 
 
 def enable(model) -> None:
-    """Switch ``model`` to packed attention (idempotent; SDPA behaviour otherwise)."""
-    if model.config._attn_implementation != ATTENTION:
-        model.set_attn_implementation(ATTENTION)
+    """Switch ``model`` to packed attention (idempotent; its own attention otherwise), or
+    raise ``UnsupportedModel`` naming the model type and the reason."""
+    if model.config._attn_implementation in (ATTENTION, ATTENTION_EAGER):
+        return
+    reason = unsupported_reason(model)
+    if reason is not None:
+        raise UnsupportedModel(f"model type {model.config.model_type!r} cannot be served by "
+                               f"the packed verifier: {reason}")
+    model.set_attn_implementation(ATTENTION if getattr(model, "_supports_sdpa", True)
+                                  else ATTENTION_EAGER)
+    for module in model.modules():
+        if _has_length_dependent_rope(module):
+            module.register_forward_hook(_per_row_rotary, with_kwargs=True)
+
+
+def _is_length_dependent(rope_type: str) -> bool:
+    """The rope types whose frequencies transformers recomputes from the longest position."""
+    return "dynamic" in rope_type or rope_type == "longrope"
+
+
+def _config_rope_types(config) -> set[str]:
+    params = getattr(config, "rope_parameters", None) or {}
+    per_layer_type = [p for p in params.values() if isinstance(p, dict)]
+    return {p.get("rope_type", "default") for p in per_layer_type or [params]}
+
+
+def _has_length_dependent_rope(module) -> bool:
+    rope_type = getattr(module, "rope_type", None)
+    types = rope_type.values() if isinstance(rope_type, dict) else [rope_type]
+    return (hasattr(type(module).forward, "__wrapped__")
+            and any(isinstance(t, str) and _is_length_dependent(t) for t in types))
+
+
+def _per_row_rotary(module, args, kwargs, output):
+    """Forward hook on a rotary embedding: inside a packed pass, recompute (cos, sin) row by
+    row, each from its own sequence length (transformers' update looks at the whole batch)."""
+    rows = _ROWS.get()
+    if rows is None:
+        return None
+    bound = dict(zip(("x", "position_ids", "layer_type"), args)) | kwargs
+    x, positions, layer_type = bound["x"], bound["position_ids"], bound.get("layer_type")
+    parts, offset = [], 0
+    for count, length in rows:
+        span = slice(offset, offset + count)
+        parts.append(_rotary_row(module, x[:, span], positions[..., span], layer_type, length))
+        offset += count
+    return tuple(torch.cat(chunks, dim=-2) for chunks in zip(*parts))
+
+
+def _rotary_row(module, x, positions, layer_type, length):
+    """(cos, sin) for one row [1, count, dim], with the frequencies transformers uses for a
+    sequence of ``length`` positions (computed afresh: its dynamic update keeps state)."""
+    rope_type = module.rope_type if layer_type is None else module.rope_type[layer_type]
+    extra = {} if layer_type is None else {"layer_type": layer_type}
+    forward = type(module).forward.__wrapped__  # without transformers' batch-wide update
+    if not _is_length_dependent(rope_type):
+        return forward(module, x, positions, **extra)
+    name = "inv_freq" if layer_type is None else f"{layer_type}_inv_freq"
+    inv_freq, _ = ROPE_INIT_FUNCTIONS[rope_type](module.config, x.device, seq_len=length,
+                                                 **extra)
+    saved = getattr(module, name)
+    setattr(module, name, inv_freq.to(saved.dtype))
+    try:
+        return forward(module, x, positions, **extra)
+    finally:
+        setattr(module, name, saved)
 
 
 @torch.inference_mode()
@@ -110,9 +285,14 @@ def packed_forward(model, store: KVStore, feeds: list[Feed], keep: torch.Tensor,
         tokens = to_local[tokens]
     positions = torch.cat([torch.arange(f.start, f.start + len(f.tokens)) for f in feeds])
     step = PackedStep(store, feeds)
-    output = model(input_ids=tokens[None].to(device), position_ids=positions[None].to(device),
-                   past_key_values=step, attention_mask=_PREPARED_MASK, use_cache=True,
-                   logits_to_keep=keep.to(device), output_hidden_states=hidden,
-                   packed_step=step)
+    rows = _ROWS.set(tuple((len(f.tokens), f.start + len(f.tokens)) for f in feeds))
+    try:
+        output = model(input_ids=tokens[None].to(device),
+                       position_ids=positions[None].to(device), past_key_values=step,
+                       attention_mask=_PREPARED_MASK, use_cache=True,
+                       logits_to_keep=keep.to(device), output_hidden_states=hidden,
+                       packed_step=step)
+    finally:
+        _ROWS.reset(rows)
     states = tuple(h[0] for h in output.hidden_states) if hidden else ()
     return output.logits[0].float(), states
