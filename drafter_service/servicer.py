@@ -37,12 +37,12 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
     async def RunSession(self, request, context):
         loop = self._draft_loop(request)
         await self.verifiers.check(request.verifier_address)
-        channel = self.channels.get(request.verifier_address)
         self.num_active += 1
         metrics.DRAFTER_SESSIONS.set(self.num_active)
         try:
-            async for result in loop.run(channel, context.time_remaining()):
-                yield result
+            with self.channels.using(request.verifier_address) as channel:
+                async for result in loop.run(channel, context.time_remaining()):
+                    yield result
         finally:
             self.num_active -= 1
             metrics.DRAFTER_SESSIONS.set(self.num_active)

@@ -245,30 +245,36 @@ class Orchestrator:
                         status, exc)
 
     async def _run(self, request, job: SessionJob, generated: list[int]):
-        token = otel_context.attach(job.trace_context)  # the call carries the trace downstream
-        try:
-            call = job.call = self._rounds(request, job, generated)
-        finally:
-            otel_context.detach(token)
-        try:
-            async for result in self._timed(call, job):
-                tokens, finish = list(result.tokens), FINISH_FROM_PB[result.finish_reason]
-                with start_span("commit", job.trace_context, session_id=job.record.session_id,
-                                round=result.round, num_tokens=len(tokens)):
-                    await self._commit(request, job, generated, tokens, finish)
-                generated.extend(tokens)
-                job.round_ends.append(len(generated))
-                job.is_finished = finish is not None
-                yield GeneratedChunk(job.record.session_id, tokens, result.num_accepted,
-                                     result.num_drafted, finish, result.draft_us,
-                                     result.verify_us, result.round_us, result.num_deferred,
-                                     tuple(result.drafted_tokens), len(job.round_ends),
-                                     result.speculation)
-                if finish is not None:
-                    return
-        finally:
-            call.cancel()  # the client went away, or the stream failed: free the pods' work
+        with self.channels.using(job.drafter or job.verifier) as channel:
+            token = otel_context.attach(job.trace_context)  # the call carries the trace
+            try:
+                call = job.call = self._rounds(request, job, generated, channel)
+            finally:
+                otel_context.detach(token)
+            try:
+                async for chunk in self._committed(request, job, generated, call):
+                    yield chunk
+                    if chunk.finish_reason is not None:
+                        return
+            finally:
+                call.cancel()  # the client went away, or the stream failed: free the pods
         raise ConnectionError("the session stream ended before the generation finished")
+
+    async def _committed(self, request, job: SessionJob, generated: list[int], call):
+        """The call's rounds, each stored before it is yielded."""
+        async for result in self._timed(call, job):
+            tokens, finish = list(result.tokens), FINISH_FROM_PB[result.finish_reason]
+            with start_span("commit", job.trace_context, session_id=job.record.session_id,
+                            round=result.round, num_tokens=len(tokens)):
+                await self._commit(request, job, generated, tokens, finish)
+            generated.extend(tokens)
+            job.round_ends.append(len(generated))
+            job.is_finished = finish is not None
+            yield GeneratedChunk(job.record.session_id, tokens, result.num_accepted,
+                                 result.num_drafted, finish, result.draft_us, result.verify_us,
+                                 result.round_us, result.num_deferred,
+                                 tuple(result.drafted_tokens), len(job.round_ends),
+                                 result.speculation)
 
     async def _commit(self, request, job: SessionJob, generated: list[int],
                       tokens: list[int], finish: FinishReason | None) -> None:
@@ -302,7 +308,8 @@ class Orchestrator:
                         self.settings.round_timeout_factor * slowest)
             yield result
 
-    def _rounds(self, request: GenerationRequest, job: SessionJob, generated: list[int]):
+    def _rounds(self, request: GenerationRequest, job: SessionJob, generated: list[int],
+                channel):
         session = verifier_pb2.SessionOpen(
             session_id=job.record.session_id, epoch=job.epoch,
             context_tokens=request.prompt_tokens + generated, prompt_len=job.record.prompt_len,
@@ -310,7 +317,7 @@ class Orchestrator:
             acceptance=acceptance_to_pb(request.acceptance),
             owner_tag=self.channels.mesh.owner_tag(job.record.session_id, job.epoch))
         if job.drafter is None:
-            stub = verifier_pb2_grpc.VerifierStub(self.channels.get(job.verifier))
+            stub = verifier_pb2_grpc.VerifierStub(channel)
             return stub.Decode(verifier_pb2.DecodeRequest(session=session))
         run = drafter_pb2.RunSessionRequest(
             session_id=session.session_id, epoch=session.epoch,
@@ -318,8 +325,7 @@ class Orchestrator:
             sampling=session.sampling, draft=draft_settings_to_pb(request.draft),
             verifier_address=job.verifier, acceptance=session.acceptance,
             owner_tag=session.owner_tag)
-        stub = drafter_pb2_grpc.DrafterStub(self.channels.get(job.drafter))
-        return stub.RunSession(run)
+        return drafter_pb2_grpc.DrafterStub(channel).RunSession(run)
 
     async def _recover(self, request, job: SessionJob, exc: Exception, attempt: int) -> None:
         """Move the session after a retryable failure; a full verifier (RESOURCE_EXHAUSTED)

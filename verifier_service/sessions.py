@@ -38,6 +38,7 @@ from cascade.serving import metrics
 from cascade.serving.errors import Overloaded, StaleEpoch
 from cascade.serving.telemetry import current_context, start_span
 from cascade.v1 import verifier_pb2
+from verifier_service.epochs import EpochMemory
 from verifier_service.scheduler import StepScheduler, VerifierSettings
 
 
@@ -63,7 +64,7 @@ class SessionTable:
         self.engine = VerifyEngine(runner, self.settings.kv_tokens)
         self.scheduler = StepScheduler(self.engine, executor, self.settings)
         self.sessions: dict[str, OpenSession] = {}
-        self.highest_epoch: dict[str, int] = {}
+        self.highest_epoch = EpochMemory()
         self._freed = asyncio.Condition()
 
     @property
@@ -85,7 +86,7 @@ class SessionTable:
             raise
         sequence.feature_layers = tuple(msg.feature_layers)
         session = OpenSession(msg.session_id, msg.epoch, sequence, trace_context=current_context())
-        self.highest_epoch[msg.session_id] = msg.epoch
+        self.highest_epoch.opened(msg.session_id, msg.epoch)
         self.sessions[msg.session_id] = session
         self._observe_memory()
         return session
@@ -135,6 +136,7 @@ class SessionTable:
         session.sequence.close()
         if self.sessions.get(session.session_id) is session:
             del self.sessions[session.session_id]
+            self.highest_epoch.closed(session.session_id)
         self._observe_memory()
         async with self._freed:
             self._freed.notify_all()

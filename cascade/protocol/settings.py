@@ -6,6 +6,7 @@ unchanged to the drafter and the verifier; each checks its own ranges and names 
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from enum import Enum
 
@@ -30,9 +31,11 @@ class FinishReason(str, Enum):
     """max_new_tokens was reached."""
 
 
-MIN_TEMPERATURE = 1e-5
+MIN_TEMPERATURE = struct.unpack("f", struct.pack("f", 1e-5))[0]
 """Smallest positive temperature: below it logits / temperature can overflow float32 and the
-probabilities become NaN. The request mapping turns smaller ones into 0 (greedy)."""
+probabilities become NaN. The request mapping turns smaller ones into 0 (greedy). It is 1e-5
+as float32 stores it (9.99999975e-6): the wire carries temperatures as float32, so a value the
+gateway accepts must still be in range after that rounding."""
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,7 @@ class SamplingParams:
 
     def __post_init__(self) -> None:
         if not (self.temperature == 0.0 or MIN_TEMPERATURE <= self.temperature <= 100.0):
-            raise ValueError(f"temperature must be 0 (greedy) or in [{MIN_TEMPERATURE}, 100], "
+            raise ValueError(f"temperature must be 0 (greedy) or in [1e-05, 100], "
                              f"got {self.temperature}")
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0 (0 disables it), got {self.top_k}")

@@ -1,6 +1,17 @@
-"""Client channels, one per peer address, reused across sessions."""
+"""Client channels, one per peer address, reused across sessions.
+
+A channel nobody has used for ``idle_close_s`` (no stream holds it through ``using``, no call
+took it from ``get``) is closed: pods come and go (rescheduled, scaled in), and channels to
+dead ones would otherwise stay open for the life of the process.
+"""
 
 from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import grpc
 
@@ -15,14 +26,45 @@ CHANNEL_OPTIONS = [
 
 
 class ChannelPool:
-    def __init__(self, mesh: MeshSecurity = OPEN) -> None:
-        self.mesh = mesh
+    def __init__(self, mesh: MeshSecurity = OPEN, idle_close_s: float = 300.0) -> None:
+        self.mesh, self.idle_close_s = mesh, idle_close_s
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._users: Counter[str] = Counter()
+        """address -> streams holding its channel now (``using``)."""
+        self._last_used: dict[str, float] = {}
+        self._closing: set[asyncio.Task] = set()
+
+    def __len__(self) -> int:
+        return len(self._channels)
 
     def get(self, address: str) -> grpc.aio.Channel:
+        """The channel to ``address``, for a call that ends soon (a health check)."""
+        self._close_idle()
+        self._last_used[address] = time.monotonic()
         if address not in self._channels:
             self._channels[address] = self.mesh.channel(address, CHANNEL_OPTIONS)
         return self._channels[address]
+
+    @contextmanager
+    def using(self, address: str) -> Iterator[grpc.aio.Channel]:
+        """The channel to ``address``, kept open while the block runs (a long stream)."""
+        channel = self.get(address)
+        self._users[address] += 1
+        try:
+            yield channel
+        finally:
+            self._users[address] -= 1
+            self._last_used[address] = time.monotonic()
+
+    def _close_idle(self) -> None:
+        horizon = time.monotonic() - self.idle_close_s
+        idle = [a for a, when in self._last_used.items() if when < horizon and not self._users[a]]
+        for address in idle:
+            del self._last_used[address]
+            self._users.pop(address, None)
+            task = asyncio.get_running_loop().create_task(self._channels.pop(address).close())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
 
     async def close(self) -> None:
         for channel in self._channels.values():

@@ -205,3 +205,4 @@ async def test_a_slot_is_given_back_even_when_closing_the_stream_is_cut_short():
         await chunks.aclose()
     assert limits.active["k"] == 0
     limits.reserve("k").release()  # the key can start a session again
+

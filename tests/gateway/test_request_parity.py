@@ -96,3 +96,16 @@ def test_a_tiny_positive_temperature_is_greedy_and_the_core_refuses_it_raw():
     assert validate_options({"temperature": 1e-5}).temperature == 1e-5
     with pytest.raises(ValueError, match="temperature must be 0"):
         SamplingParams(temperature=1e-40)
+
+
+@pytest.mark.parametrize("temperature", [1e-5, 1.0000001e-5, 0.7, 2.0])
+def test_a_temperature_the_gateway_accepts_survives_the_wires_float32(temperature):
+    """The proto carries temperature as float32: 1e-5 arrives as 9.99999975e-6, which the
+    pods must accept too (they used to refuse it as below the minimum)."""
+    from cascade.protocol.requests import validate_options
+    from cascade.protocol.settings import SamplingParams
+    from cascade.protocol.wire import sampling_from_pb, sampling_to_pb
+
+    accepted = validate_options({"temperature": temperature}).temperature
+    params = SamplingParams(temperature=accepted, seed=1)
+    assert sampling_from_pb(sampling_to_pb(params)).temperature > 0
