@@ -126,8 +126,9 @@ class DraftLoop:
         drafts = await asyncio.get_running_loop().run_in_executor(
             self.executor, self.proposer.propose_many, contexts, budgets, stop.is_set)
         draft_us = _micros(started)
-        return [self._block(d, round_number, c, draft_us)
-                if d.num_tokens >= min(n, MIN_PARTIAL) else None
+        least = (lambda n: min(n, MIN_PARTIAL)) if self.speculation.keep_partial else (
+            lambda n: n)  # only complete blocks: lengths independent of timing
+        return [self._block(d, round_number, c, draft_us) if d.num_tokens >= least(n) else None
                 for d, c, n in zip(drafts, contexts, budgets)]
 
     async def run(self, channel: grpc.aio.Channel, timeout: float | None

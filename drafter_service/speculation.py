@@ -49,6 +49,11 @@ class SpeculationConfig:
     max_sessions: int = 4
     """Speculate only while the drafter runs at most this many sessions: pre-drafts use the
     model thread, which a busy drafter needs for the blocks its sessions wait for."""
+    keep_partial: bool = True
+    """Use a pre-draft the verdict stopped early once it has a few tokens (not drafting them
+    again saves time). Its block is shorter than k, and where a block ends depends on timing,
+    so a seeded sampled request's text may then vary between runs (its distribution does not);
+    False keeps block lengths, and that text, independent of timing."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", SpeculationMode(self.mode))

@@ -122,11 +122,13 @@ async def test_greedy_with_speculation_equals_target_greedy(cluster, gpt2_pair, 
 
 
 async def test_sampling_with_speculation_equals_in_process_loop(cluster, gpt2_pair):
-    """Draft randomness depends on (seed, position) only, so pre-drafted blocks are the blocks
-    a lock-step drafter makes: the same tokens as the in-process loop, hits or not."""
+    """Draft randomness depends on (seed, position) only, so complete pre-drafted blocks are
+    the blocks a lock-step drafter makes: the same tokens as the in-process loop, hits or not.
+    (A pre-draft the verdict cut short makes a shorter block, whose sampled tokens differ:
+    keep_partial=False keeps this independent of timing.)"""
     verifier, _, drafter_with = cluster
     target, drafter = gpt2_pair
-    far = await drafter_with("ahead", 10.0, send_ahead=3, max_blocks=8)
+    far = await drafter_with("ahead", 10.0, send_ahead=3, max_blocks=8, keep_partial=False)
     prompt = random_prompts(1, seed=63)[0]
     params = SamplingParams(temperature=0.9, top_p=0.95, seed=7, max_new_tokens=20)
     rounds = await run_session(far.address, verifier.address, prompt, params, 3)
