@@ -141,7 +141,10 @@ class SequenceCache:
 
     def __init__(self, runner: ModelRunner) -> None:
         self.runner = runner
-        self.cache = DynamicCache(config=runner.model.config)
+        # Full history on every layer (no config): a sliding-window layer's own cache drops
+        # old positions and cannot be rolled back once past its window; the model's masks
+        # still apply each layer's window.
+        self.cache = DynamicCache()
         self.tokens: list[int] = []
 
     @torch.inference_mode()

@@ -150,3 +150,17 @@ def test_unsupported_attention_is_refused_when_the_engine_is_built(build, model_
 
     with pytest.raises(UnsupportedModel, match=f"{model_type}.*{reason}"):
         VerifyEngine(ModelRunner(build()), kv_tokens=64)
+
+
+@pytest.mark.parametrize("make_drafter", ["tiny_mistral", "tiny_gemma2"])
+def test_a_sliding_window_drafter_rolls_back_and_stays_exact(make_drafter):
+    """A drafter whose layers slide must roll its cache back after a rejection (a windowed
+    cache cannot, once past its window): the output is still the target's greedy one."""
+    import models
+
+    target = models.tiny_llama(3)
+    drafter = getattr(models, make_drafter)(4)
+    params = SamplingParams(max_new_tokens=NUM_NEW)
+    for prompt in models.random_prompts(2, seed=9, min_len=14, max_len=22):
+        result = generate(target, prompt, params, drafter, DraftConfig(num_draft_tokens=4))
+        assert result.tokens == models.hf_greedy(target, prompt, NUM_NEW)
