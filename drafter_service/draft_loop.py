@@ -71,6 +71,8 @@ class DraftLoop:
         self.executor = executor
         self.committed = list(request.context_tokens)
         self.trace_context = current_context()  # the RunSession span: parent of each `draft`
+        self.planned_length: int | None = None
+        """The verifier's plan for the next block's length (planned sessions; None: k)."""
 
     def _open_message(self) -> verifier_pb2.VerifyRequest:
         r = self.request
@@ -78,7 +80,8 @@ class DraftLoop:
         return verifier_pb2.VerifyRequest(open=verifier_pb2.SessionOpen(
             session_id=r.session_id, epoch=r.epoch, context_tokens=r.context_tokens,
             prompt_len=r.prompt_len, sampling=r.sampling, acceptance=r.acceptance,
-            feature_layers=layers, owner_tag=r.owner_tag))
+            feature_layers=layers, owner_tag=r.owner_tag, plan_drafts=self.config.planned,
+            draft_method=self.config.method))
 
     async def _receive(self, call) -> verifier_pb2.Verdict:
         verdict = await call.read()
@@ -90,13 +93,18 @@ class DraftLoop:
         return verdict
 
     def _observe(self, verdict: verifier_pb2.Verdict) -> None:
-        """Hand the verdict's target features to the proposer (never while it drafts)."""
+        """Hand the verdict's target features to the proposer (never while it drafts); take
+        the verifier's plan for the next block's length."""
         if verdict.HasField("features"):
             self.proposer.observe(features_from_pb(verdict.features))
+        if verdict.HasField("next_draft_tokens"):
+            self.planned_length = verdict.next_draft_tokens
 
     def _budget(self, context: list[int]) -> int:
-        """Tokens worth drafting after ``context`` (the committed tokens, or a guess of them)."""
-        return self.config.budget(self.params, len(context) - self.request.prompt_len)
+        """Tokens worth drafting after ``context`` (the committed tokens, or a guess of them),
+        at most what the verifier's plan asks for."""
+        budget = self.config.budget(self.params, len(context) - self.request.prompt_len)
+        return budget if self.planned_length is None else min(budget, self.planned_length)
 
     def _block(self, draft: Draft, round_number: int, context: list[int], draft_us: int
                ) -> verifier_pb2.DraftBlock:
@@ -151,7 +159,12 @@ class DraftLoop:
                 self.committed.extend(verdict.tokens)
                 yield self._round(verdict, block, origin, cache, _micros(last))
                 last = time.perf_counter()
-                if verdict.finish_reason != common_pb2.FINISH_REASON_UNSPECIFIED:
+                if self.planned_length == 0 and not _is_final(verdict):
+                    async for verdict in self._follow(call):  # the verifier decodes alone
+                        yield self._round(verdict, EMPTY_BLOCK, UNDRAFTED, None, _micros(last))
+                        last = time.perf_counter()
+                    cache = None  # pre-drafts made before it went alone are out of date
+                if _is_final(verdict):
                     break
                 block, origin = await self._next_block(writer, verdict, cache)
             await writer.flush()
@@ -160,9 +173,22 @@ class DraftLoop:
             writer.close()
             call.cancel()
 
+    async def _follow(self, call) -> AsyncIterator[verifier_pb2.Verdict]:
+        """The verdicts of rounds the verifier decodes alone (the plan asked for 0 drafted
+        tokens), until one asks for drafts again or ends the generation."""
+        while True:
+            verdict = await self._receive(call)
+            self._observe(verdict)
+            self.committed.extend(verdict.tokens)
+            yield verdict
+            if self.planned_length != 0 or _is_final(verdict):
+                return
+
     def _round(self, verdict, block, origin, cache: SpeculationCache | None, round_us: int
                ) -> common_pb2.Round:
-        result = round_from_verdict(verdict, block.tokens, block.draft_us, round_us)
+        verified = (block.tokens[: verdict.num_verified] if verdict.HasField("num_verified")
+                    else block.tokens)
+        result = round_from_verdict(verdict, verified, block.draft_us, round_us)
         result.speculation = origin
         if cache is not None:
             result.num_predrafted, result.num_sent_ahead = len(cache.blocks), len(cache.sent)
@@ -188,7 +214,8 @@ class DraftLoop:
     async def _await_verdict(self, call, writer: DelayedWriter, block: verifier_pb2.DraftBlock
                              ) -> tuple[verifier_pb2.Verdict, SpeculationCache | None]:
         """The block's verdict; with speculation on, pre-drafts made while it was verified."""
-        if not self.speculation.is_on or self.num_sessions() > self.speculation.max_sessions:
+        if (not self.speculation.is_on or self.num_sessions() > self.speculation.max_sessions
+                or self.planned_length == 0):  # nothing to pre-draft: the verifier decodes
             return await self._receive(call), None
         cache, stop = SpeculationCache(), threading.Event()
         verdict = asyncio.ensure_future(self._receive(call))
@@ -234,6 +261,14 @@ class DraftLoop:
                 return
             await writer.send(verifier_pb2.VerifyRequest(block=cache.tagged(outcome)))
             metrics.SSD_SENT_AHEAD.inc()
+
+
+EMPTY_BLOCK = verifier_pb2.DraftBlock()
+UNDRAFTED = common_pb2.SPECULATION_UNSPECIFIED
+
+
+def _is_final(verdict: verifier_pb2.Verdict) -> bool:
+    return verdict.finish_reason != common_pb2.FINISH_REASON_UNSPECIFIED
 
 
 async def _send(call, message: verifier_pb2.VerifyRequest) -> None:

@@ -27,6 +27,11 @@ from cascade.core.blocks import Draft
 from cascade.core.engine import VerifyEngine
 from cascade.core.verification import SequenceVerifier
 from cascade.serving import metrics
+from verifier_service.planner import DraftPlanner
+
+
+MAX_GAP_S = 1.0
+"""Longest wait between steps the planner counts as idle (longer: no sessions, not a wait)."""
 
 
 @dataclass(frozen=True)
@@ -64,9 +69,11 @@ class _Item:
 
 class StepScheduler:
     def __init__(self, engine: VerifyEngine, executor: Executor,
-                 settings: VerifierSettings | None = None) -> None:
-        self.engine, self.executor = engine, executor
+                 settings: VerifierSettings | None = None,
+                 planner: DraftPlanner | None = None) -> None:
+        self.engine, self.executor, self.planner = engine, executor, planner
         self.settings = settings or VerifierSettings()
+        self._last_end: float | None = None
         self.queue: deque[_Item] = deque()
         self._arrived = asyncio.Event()
         self._worker: asyncio.Task | None = None
@@ -94,18 +101,32 @@ class StepScheduler:
             if not batch:
                 continue
             metrics.VERIFIER_BATCH_SIZE.observe(len(batch))
+            items = self._planned([(i.sequence, i.draft) for i in batch])
             started = time.perf_counter()
             try:
-                results = await loop.run_in_executor(
-                    self.executor, self.engine.step, [(i.sequence, i.draft) for i in batch])
+                results = await loop.run_in_executor(self.executor, self.engine.step, items)
             except Exception as exc:  # noqa: BLE001 - a failed pass fails its items, not the loop
                 results = [exc] * len(batch)
-            metrics.VERIFIER_STEP_SECONDS.observe(time.perf_counter() - started)
+            self._observe(items, results, started)
             for item, result in zip(batch, results):
                 if not item.future.done():
                     item.future.set_result(result)
             self._expected = {id(i.sequence) for i in batch if not i.sequence.is_finished}
             await asyncio.sleep(0)  # the callers resume and may queue their next items
+
+    def _planned(self, items: list) -> list:
+        """The step's (sequence, draft) rows, planned sessions' blocks cut to what pays."""
+        if self.planner is None:
+            return items
+        return [(s, d) for (s, _), d in zip(items, self.planner.plan(items))]
+
+    def _observe(self, items: list, results: list, started: float) -> None:
+        ended = time.perf_counter()
+        metrics.VERIFIER_STEP_SECONDS.observe(ended - started)
+        gap = 0.0 if self._last_end is None else min(started - self._last_end, MAX_GAP_S)
+        self._last_end = ended
+        if self.planner is not None and not any(isinstance(r, Exception) for r in results):
+            self.planner.observe(items, results, ended - started, gap)
 
     async def _gather(self) -> None:
         """Wait (at most max_wait_ms) until the last step's sessions are back in the queue."""

@@ -17,9 +17,10 @@ SERVICE_NAME = verifier_pb2.DESCRIPTOR.services_by_name["Verifier"].full_name
 
 def build_verifier(runner: ModelRunner, host: str = "127.0.0.1", port: int = 0,
                    grace_s: float = 10.0, settings: VerifierSettings | None = None,
-                   mesh: MeshSecurity = OPEN) -> tuple[GrpcService, SessionTable]:
+                   mesh: MeshSecurity = OPEN, step_cost=None) -> tuple[GrpcService, SessionTable]:
+    """``step_cost``: the draft planner's pass-time model (default: the target's profile)."""
     executor = model_executor()
-    sessions = SessionTable(runner, executor, settings)
+    sessions = SessionTable(runner, executor, settings, step_cost)
     binding = ServiceBinding(verifier_pb2_grpc.add_VerifierServicer_to_server,
                              VerifierServicer(sessions, mesh), SERVICE_NAME)
     service = GrpcService([binding], host, port, grace_s, ExecutorWatchdog(executor), mesh)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from cascade.pod.messages import round_from_verdict
 from cascade.serving.errors import StaleEpoch
 from cascade.serving.mesh import OPEN, MeshSecurity
-from cascade.v1 import verifier_pb2, verifier_pb2_grpc
+from cascade.v1 import common_pb2, verifier_pb2, verifier_pb2_grpc
 from verifier_service.sessions import SessionTable
 
 
@@ -31,9 +31,24 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
                     raise ValueError("open: send a SessionOpen message before draft blocks")
                 elif (verdict := await self.sessions.verify(session, request.block)) is not None:
                     yield verdict  # None: a block sent ahead on a wrong guess, dropped
+                    async for alone in self._decode_alone(session, verdict):
+                        yield alone
         finally:
             if session is not None:
                 await self.sessions.close(session)
+
+    async def _decode_alone(self, session, verdict):
+        """While the plan says the session's drafts do not pay (a verdict asking for 0 drafted
+        tokens), the verifier decodes it alone, round after round, as Decode does; the drafter
+        sends nothing and relays these verdicts until one asks for drafts again."""
+        while (verdict.HasField("next_draft_tokens") and verdict.next_draft_tokens == 0
+               and verdict.finish_reason == common_pb2.FINISH_REASON_UNSPECIFIED):
+            verdict = await self.sessions.verify(session, verifier_pb2.DraftBlock(
+                session_id=session.session_id, epoch=session.epoch, round=verdict.round + 1,
+                base_len=len(session.sequence.committed)))
+            yield verdict
+            if verdict.is_stale:
+                return
 
     async def Decode(self, request, context):
         """Target-only generation: rounds with no drafted tokens until the session finishes."""

@@ -33,12 +33,14 @@ from cascade.pod.messages import (
     verdict_outcome,
     verdict_to_pb,
 )
+from cascade.protocol.methods import DEFAULT_DRAFT_METHOD
 from cascade.protocol.validation import check_feature_layers, session_settings
 from cascade.serving import metrics
 from cascade.serving.errors import Overloaded, StaleEpoch
 from cascade.serving.telemetry import current_context, start_span
 from cascade.v1 import verifier_pb2
 from verifier_service.epochs import EpochMemory
+from verifier_service.planner import DraftPlanner, profile_for
 from verifier_service.scheduler import StepScheduler, VerifierSettings
 
 
@@ -57,12 +59,15 @@ class OpenSession:
 
 class SessionTable:
     def __init__(self, runner: ModelRunner, executor: Executor,
-                 settings: VerifierSettings | None = None) -> None:
+                 settings: VerifierSettings | None = None, step_cost=None) -> None:
+        """``step_cost``: the pass-time model the draft planner uses (default: the runner's
+        profile, cached per model, dtype and machine; verifier_service.planner)."""
         self.runner = runner
         self.limits = model_limits(runner)
         self.settings = settings or VerifierSettings()
         self.engine = VerifyEngine(runner, self.settings.kv_tokens)
-        self.scheduler = StepScheduler(self.engine, executor, self.settings)
+        self.planner = DraftPlanner(step_cost or profile_for(runner))
+        self.scheduler = StepScheduler(self.engine, executor, self.settings, self.planner)
         self.sessions: dict[str, OpenSession] = {}
         self.highest_epoch = EpochMemory()
         self._freed = asyncio.Condition()
@@ -85,6 +90,8 @@ class SessionTable:
             sequence.close()
             raise
         sequence.feature_layers = tuple(msg.feature_layers)
+        if msg.plan_drafts:
+            self.planner.enroll(sequence, msg.draft_method or DEFAULT_DRAFT_METHOD)
         session = OpenSession(msg.session_id, msg.epoch, sequence, trace_context=current_context())
         self.highest_epoch.opened(msg.session_id, msg.epoch)
         self.sessions[msg.session_id] = session
@@ -134,6 +141,7 @@ class SessionTable:
     async def close(self, session: OpenSession) -> None:
         """Give the session's KV memory back when its stream ends, and wake waiting opens."""
         session.sequence.close()
+        self.planner.release(session.sequence)
         if self.sessions.get(session.session_id) is session:
             del self.sessions[session.session_id]
             self.highest_epoch.closed(session.session_id)
@@ -170,6 +178,10 @@ class SessionTable:
                                              session.sequence.last_features,
                                              session_id=session.session_id, epoch=session.epoch,
                                              round=block.round)
+        note = self.planner.note(session.sequence)
+        if note is not None:
+            session.last_verdict.num_verified = note.num_verified
+            session.last_verdict.next_draft_tokens = note.next_draft_tokens
         return session.last_verdict
 
     async def _run_model(self, session: OpenSession, draft: Draft

@@ -2,7 +2,8 @@
 
 For each mode — speculative with the verifier unbatched (one block per pass), speculative batched
 (the engine), target-only batched (k = 0 through the same engine: what a continuous-batching
-server gives) — a local cluster runs as separate processes, verifier and drafter pinned to
+server gives), fixed k = 1, 2, 4 and the "auto" schedule (the verifier's goodput planner) with
+the drafters as shipped — a local cluster runs as separate processes, verifier and drafter pinned to
 different cores, gateway, Redis and this client on the drafter's core; the modes take turns at
 each number of sessions. For each number of
 sessions, that many streaming clients send requests back to back through the gateway's gRPC API
@@ -39,6 +40,8 @@ class Mode:
     k: int
     verifier_args: tuple[str, ...] = ()
     drafter_args: tuple[str, ...] = ("--speculate", "off")
+    schedule: str = "fixed"
+    """The requests' draft_schedule."""
 
 
 SSD_ARGS = ("--speculate", "ahead", "--speculate-max-sessions", "64")
@@ -58,20 +61,29 @@ class LoadConfig:
     max_wait_ms: float | None = None
     """The batched verifier's --max-wait-ms (None: its default)."""
     only: tuple[str, ...] = ()
-    """Run only these modes: unbatched, batched, batched-ssd, target-only (all when empty)."""
+    """Run only these modes (all when empty; see ``modes``)."""
+    domains: tuple[str, ...] = ()
+    """Prompt domains the clients send (cascade.bench.prompts; all when empty)."""
+    dtype: str = "float32"
+    fixed_k: tuple[int, ...] = (1, 2, 4)
+    """The fixed-k modes beside auto (drafters as shipped)."""
 
     def modes(self) -> list[Mode]:
         batched = () if self.max_wait_ms is None else ("--max-wait-ms", str(self.max_wait_ms))
+        shipped = ()  # the drafter's defaults: drafting during verification included
         modes = [Mode("unbatched", f"speculative k={self.k}, unbatched", self.k,
                       ("--no-batching",)),
                  Mode("batched", f"speculative k={self.k}, batched", self.k, batched),
                  Mode("batched-ssd", f"speculative k={self.k}, batched, drafting during "
                       "verification", self.k, batched, SSD_ARGS),
-                 Mode("target-only", "target-only, batched", 0, batched)]
-        unknown = set(self.only) - {m.key for m in modes}
+                 Mode("target-only", "target-only, batched", 0, batched),
+                 *[Mode(f"fixed-k{k}", f"fixed k={k}", k, batched, shipped)
+                   for k in self.fixed_k],
+                 Mode("auto", f"auto (k <= {self.k})", self.k, batched, shipped, "auto")]
+        keys = [m.key for m in modes]
+        unknown = set(self.only) - set(keys)
         if unknown:
-            raise ValueError(f"unknown modes {sorted(unknown)}; use unbatched, batched, "
-                             "batched-ssd, target-only")
+            raise ValueError(f"unknown modes {sorted(unknown)}; use {', '.join(keys)}")
         return [m for m in modes if not self.only or m.key in self.only]
 
 
@@ -97,17 +109,20 @@ class Point:
                 "requests": self.requests, "errors": len(self.errors)}
 
 
-def _prompts() -> list[tuple[str, bool]]:
-    return [(text, d.chat) for d in DOMAINS for text in d.prompts]
+def _prompts(domains: tuple[str, ...] = ()) -> list[tuple[str, bool]]:
+    return [(text, d.chat) for d in DOMAINS if not domains or d.name in domains
+            for text in d.prompts]
 
 
-async def _client(stub, point: Point, index: int, k: int, max_tokens: int) -> None:
+async def _client(stub, point: Point, index: int, mode: Mode, max_tokens: int,
+                  domains: tuple[str, ...]) -> None:
     """Requests back to back until cancelled."""
-    prompts = _prompts()
+    prompts = _prompts(domains)
     while True:
         text, chat = prompts[(index + point.requests) % len(prompts)]
-        request = gateway_pb2.GenerateRequest(prompt=text, chat=chat, num_draft_tokens=k,
-                                              temperature=0.0, max_tokens=max_tokens)
+        request = gateway_pb2.GenerateRequest(prompt=text, chat=chat, num_draft_tokens=mode.k,
+                                              temperature=0.0, max_tokens=max_tokens,
+                                              draft_schedule=mode.schedule)
         started = last = time.perf_counter()
         try:
             async for response in stub.Generate(request, timeout=300):
@@ -126,13 +141,14 @@ async def _client(stub, point: Point, index: int, k: int, max_tokens: int) -> No
 
 
 async def measure_point(address: str, mode: Mode, sessions: int, window_s: float,
-                        max_tokens: int, soak: bool = False) -> Point:
+                        max_tokens: int, soak: bool = False, domains: tuple[str, ...] = ()
+                        ) -> Point:
     """``sessions`` clients for ``window_s``; requests still running then are cancelled (their
     tokens so far count, as they reached the client within the window)."""
     point = Point(mode.name, sessions, window_s, soak=soak)
     async with grpc.aio.insecure_channel(address) as channel:
         stub = gateway_pb2_grpc.GatewayStub(channel)
-        clients = [asyncio.create_task(_client(stub, point, i, mode.k, max_tokens))
+        clients = [asyncio.create_task(_client(stub, point, i, mode, max_tokens, domains))
                    for i in range(sessions)]
         await asyncio.sleep(window_s)
         for client in clients:
@@ -145,10 +161,11 @@ async def measure_point(address: str, mode: Mode, sessions: int, window_s: float
 def _start(config: LoadConfig, mode: Mode, pins: dict) -> LocalCluster:
     cluster = LocalCluster(ClusterConfig(
         config.target, config.drafter, http_port=free_port(), grpc_port=free_port(),
-        workdir=config.out / f"cluster-{mode.key}", cpu_affinity=pins,
+        workdir=config.out / f"cluster-{mode.key}", cpu_affinity=pins, dtype=config.dtype,
         verifier_args=mode.verifier_args, drafter_args=mode.drafter_args)).start()
     place_helpers(cluster, pins, verifier_waits=False)  # helpers share the drafter's core
-    asyncio.run(measure_point(cluster.grpc_address, mode, 1, 2.0, 8))  # warm up
+    asyncio.run(measure_point(cluster.grpc_address, mode, 1, 4.0, 16,
+                              domains=config.domains))  # warm up (and the plan's estimates)
     return cluster
 
 
@@ -167,13 +184,13 @@ def run_load(config: LoadConfig, progress=lambda point: None) -> dict:
             for mode in modes:
                 points.append(asyncio.run(measure_point(
                     clusters[mode.key].grpc_address, mode, sessions, config.window_s,
-                    config.max_tokens)))
+                    config.max_tokens, domains=config.domains)))
                 progress(points[-1])
         for mode in modes:
             if mode.key == "batched" and config.soak_s > 0:
                 points.append(asyncio.run(measure_point(
                     clusters[mode.key].grpc_address, mode, max(config.sessions), config.soak_s,
-                    config.max_tokens, soak=True)))
+                    config.max_tokens, soak=True, domains=config.domains)))
                 progress(points[-1])
     finally:
         for cluster in clusters.values():
@@ -195,6 +212,35 @@ def table(result: dict) -> str:
         lines.append(f"| {p['mode']} | {sessions} | {p['tokens_per_s']} | {p['itl_p50_ms']}"
                      f" | {p['itl_p99_ms']} | {p['ttft_p50_ms']} | {p['requests']} "
                      f"| {p['errors']} |")
+    return "\n".join(lines)
+
+
+def comparison(result: dict) -> str:
+    """auto beside the best of target-only and the fixed-k modes, per number of sessions."""
+    rows = [p for p in result["points"] if not p["soak"]]
+    names = {p["mode"] for p in rows}
+    auto = next((n for n in names if n.startswith("auto")), None)
+    rivals = [n for n in names if n == "target-only, batched" or n.startswith("fixed k=")]
+    if auto is None or not rivals:
+        return ""
+    lines = ["| sessions | target-only | best fixed k | auto | auto / best | ITL p99 auto / "
+             "target-only |", "|---|---|---|---|---|---|"]
+    for sessions in sorted({p["sessions"] for p in rows}):
+        at = {p["mode"]: p for p in rows if p["sessions"] == sessions}
+        fixed = [at[n] for n in rivals if n.startswith("fixed k=") and n in at]
+        best_fixed = max(fixed, key=lambda p: p["tokens_per_s"], default=None)
+        target = at.get("target-only, batched")
+        best = max([p["tokens_per_s"] for p in (target, best_fixed) if p], default=0)
+        mine = at.get(auto)
+        if mine is None or not best:
+            continue
+        itl = (f"{mine['itl_p99_ms'] / target['itl_p99_ms']:.2f}"
+               if target and target["itl_p99_ms"] else "-")
+        fixed_text = (f"{best_fixed['tokens_per_s']} ({best_fixed['mode'].split()[-1]})"
+                      if best_fixed else "-")
+        lines.append(f"| {sessions} | {target['tokens_per_s'] if target else '-'} | "
+                     f"{fixed_text} | {mine['tokens_per_s']} | "
+                     f"{mine['tokens_per_s'] / best:.2f} | {itl} |")
     return "\n".join(lines)
 
 
@@ -228,6 +274,6 @@ def save(result: dict, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "load.json", out / "load.md", out / "load.png"]
     paths[0].write_text(json.dumps(result, indent=1))
-    paths[1].write_text(table(result) + "\n")
+    paths[1].write_text(table(result) + "\n\n" + comparison(result) + "\n")
     plot(result, paths[2])
     return paths

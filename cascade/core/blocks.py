@@ -33,6 +33,15 @@ class Draft:
     def has_proposal(self) -> bool:
         return self.q_ids is not None
 
+    def prefix(self, n: int) -> Draft:
+        """The first ``n`` drafted tokens with their proposals: a block in its own right (each
+        token was sampled from its own q, whatever follows it)."""
+        if n >= self.num_tokens:
+            return self
+        cut = (lambda t: None if t is None else t[:n])
+        return Draft(self.tokens[:n], cut(self.q_ids), cut(self.q_probs),
+                     cut(self.decision_ids), cut(self.decision_probs))
+
 
 @dataclass(frozen=True)
 class RoundOutcome:

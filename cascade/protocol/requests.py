@@ -20,7 +20,7 @@ Defaults, documented once (OpenAI's where OpenAI has the field):
 | acceptance | "lossless" | "lossless" or "cascade" (a speculative cascade: faster, lossy) |
 | cascade_rule | "chow" | chow, diff, opt, token_v1, token_v2, token_v3 (with "cascade") |
 | cascade_alpha | 0.0 | [0, 1]; larger trades quality for speed (with "cascade") |
-| draft_schedule | "fixed" | "fixed" or "adaptive" (k moves in [1, 2k] with the drafter's success; draft_method "model") |
+| draft_schedule | "auto" | "auto" (the verifier drafts only what pays at its load: each round's length in [0, k], cascade.core.goodput), "fixed" (always k) or "adaptive" (k moves in [1, 2k] with the drafter's success; draft_method "model") |
 | draft_min_confidence | 0.0 (off) | [0, 1): a block stops where the drafter's top probability is below it |
 | draft_max_entropy | 0.0 (off) | [0, 20] nats: a block stops where the drafter's entropy is above it |
 """
@@ -94,7 +94,7 @@ class GenerationOptions(Lenient):
     """Cascade extension: the deferral rule of a speculative cascade."""
     cascade_alpha: float = Field(0.0, ge=0.0, le=1.0)
     """Cascade extension: the cascade's quality knob (0 keeps the most quality)."""
-    draft_schedule: Literal["fixed", "adaptive"] = "fixed"
+    draft_schedule: Literal["auto", "fixed", "adaptive"] = "auto"
     """Cascade extension: a fixed k, or k adapted to the drafter's recent success."""
     draft_min_confidence: float = Field(0.0, ge=0.0, lt=1.0)
     """Cascade extension: end a block where the drafter's top probability is below this."""
@@ -216,7 +216,7 @@ def _draft_config(options: GenerationOptions, server: ServerDefaults) -> DraftCo
     return DraftConfig(server.default_num_draft_tokens if k is None else k,
                        min_confidence=options.draft_min_confidence,
                        max_entropy=options.draft_max_entropy, adaptive=adaptive,
-                       method=options.draft_method)
+                       planned=options.draft_schedule == "auto", method=options.draft_method)
 
 
 REQUEST_PARTS = ("body", "query", "path", "header", "cookie")

@@ -101,6 +101,9 @@ class DraftConfig:
     rises above this, in [0, 20]; 0 turns the check off."""
     adaptive: bool = False
     """Adapt k to the drafter's recent success, within ``adaptive_bounds`` (model drafters)."""
+    planned: bool = False
+    """The verifier's goodput planner picks each round's length in [0, k] (the "auto"
+    schedule, cascade.core.goodput); not with ``adaptive``."""
     method: str = DEFAULT_DRAFT_METHOD
     """The proposer, by name: one of cascade.protocol.methods.DRAFT_METHODS."""
     ngram_max_n: int = 4
@@ -128,6 +131,9 @@ class DraftConfig:
         if method not in DRAFT_METHODS:
             raise ValueError(f"draft method must be one of {sorted(DRAFT_METHODS)}, got {method!r}")
         object.__setattr__(self, "method", method)
+        if self.planned and self.adaptive:
+            raise ValueError("a draft schedule is planned by the verifier or adaptive on the "
+                             "drafter, not both")
 
     def check(self, policy: AcceptancePolicy) -> None:
         """Raises ValueError when this drafting cannot serve ``policy``: a speculative cascade

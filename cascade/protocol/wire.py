@@ -53,6 +53,7 @@ def draft_settings_to_pb(config: DraftConfig) -> common_pb2.DraftSettings:
         ngram_min_n=config.ngram_min_n,
         max_entropy=config.max_entropy,
         adaptive=config.adaptive,
+        planned=config.planned,
     )
 
 
@@ -68,6 +69,7 @@ def draft_settings_from_pb(msg: common_pb2.DraftSettings) -> DraftConfig:
         ngram_min_n=msg.ngram_min_n or defaults.ngram_min_n,
         max_entropy=msg.max_entropy,
         adaptive=msg.adaptive,
+        planned=msg.planned,
     )
 
 

@@ -77,6 +77,11 @@ SSD_SENT_AHEAD = Counter("cascade:ssd_sent_ahead_blocks", "Pre-drafted blocks se
                          "verifier before the verdict they guess.")
 SSD_DROPPED_BLOCKS = Counter("cascade:ssd_dropped_blocks", "Blocks sent ahead that the "
                              "verifier dropped (they guessed the wrong outcome).")
+PLANNED_DRAFT_TOKENS = Histogram("cascade:planned_draft_tokens", "Drafted tokens the goodput "
+                                 "planner had a planned session's round verify.",
+                                 buckets=(0, 1, 2, 3, 4, 6, 8, 12, 16, 32))
+PLANNED_ZERO_ROUNDS = Counter("cascade:planned_zero_rounds", "Planned rounds after which the "
+                              "session drafts nothing (the verifier decodes it alone).")
 # Gateway.
 REQUESTS_RUNNING = Gauge("cascade:num_requests_running", "Generations in progress.")
 REQUESTS_FINISHED = Counter("cascade:request_success", "Generations finished.", ["finish_reason"])

@@ -67,7 +67,7 @@ class Sampling(_message.Message):
     def __init__(self, temperature: _Optional[float] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., seed: _Optional[int] = ..., max_new_tokens: _Optional[int] = ..., stop_token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class DraftSettings(_message.Message):
-    __slots__ = ("num_draft_tokens", "max_proposal_tokens", "send_proposal", "min_confidence", "method", "ngram_max_n", "ngram_min_n", "max_entropy", "adaptive")
+    __slots__ = ("num_draft_tokens", "max_proposal_tokens", "send_proposal", "min_confidence", "method", "ngram_max_n", "ngram_min_n", "max_entropy", "adaptive", "planned")
     NUM_DRAFT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MAX_PROPOSAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
     SEND_PROPOSAL_FIELD_NUMBER: _ClassVar[int]
@@ -77,6 +77,7 @@ class DraftSettings(_message.Message):
     NGRAM_MIN_N_FIELD_NUMBER: _ClassVar[int]
     MAX_ENTROPY_FIELD_NUMBER: _ClassVar[int]
     ADAPTIVE_FIELD_NUMBER: _ClassVar[int]
+    PLANNED_FIELD_NUMBER: _ClassVar[int]
     num_draft_tokens: int
     max_proposal_tokens: int
     send_proposal: bool
@@ -86,7 +87,8 @@ class DraftSettings(_message.Message):
     ngram_min_n: int
     max_entropy: float
     adaptive: bool
-    def __init__(self, num_draft_tokens: _Optional[int] = ..., max_proposal_tokens: _Optional[int] = ..., send_proposal: _Optional[bool] = ..., min_confidence: _Optional[float] = ..., method: _Optional[str] = ..., ngram_max_n: _Optional[int] = ..., ngram_min_n: _Optional[int] = ..., max_entropy: _Optional[float] = ..., adaptive: _Optional[bool] = ...) -> None: ...
+    planned: bool
+    def __init__(self, num_draft_tokens: _Optional[int] = ..., max_proposal_tokens: _Optional[int] = ..., send_proposal: _Optional[bool] = ..., min_confidence: _Optional[float] = ..., method: _Optional[str] = ..., ngram_max_n: _Optional[int] = ..., ngram_min_n: _Optional[int] = ..., max_entropy: _Optional[float] = ..., adaptive: _Optional[bool] = ..., planned: _Optional[bool] = ...) -> None: ...
 
 class Acceptance(_message.Message):
     __slots__ = ("rule", "alpha")

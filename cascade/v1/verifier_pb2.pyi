@@ -16,7 +16,7 @@ class VerifyRequest(_message.Message):
     def __init__(self, open: _Optional[_Union[SessionOpen, _Mapping]] = ..., block: _Optional[_Union[DraftBlock, _Mapping]] = ...) -> None: ...
 
 class SessionOpen(_message.Message):
-    __slots__ = ("session_id", "epoch", "context_tokens", "prompt_len", "sampling", "acceptance", "feature_layers", "owner_tag")
+    __slots__ = ("session_id", "epoch", "context_tokens", "prompt_len", "sampling", "acceptance", "feature_layers", "owner_tag", "plan_drafts", "draft_method")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -25,6 +25,8 @@ class SessionOpen(_message.Message):
     ACCEPTANCE_FIELD_NUMBER: _ClassVar[int]
     FEATURE_LAYERS_FIELD_NUMBER: _ClassVar[int]
     OWNER_TAG_FIELD_NUMBER: _ClassVar[int]
+    PLAN_DRAFTS_FIELD_NUMBER: _ClassVar[int]
+    DRAFT_METHOD_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     epoch: int
     context_tokens: _containers.RepeatedScalarFieldContainer[int]
@@ -33,7 +35,9 @@ class SessionOpen(_message.Message):
     acceptance: _common_pb2.Acceptance
     feature_layers: _containers.RepeatedScalarFieldContainer[int]
     owner_tag: bytes
-    def __init__(self, session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., context_tokens: _Optional[_Iterable[int]] = ..., prompt_len: _Optional[int] = ..., sampling: _Optional[_Union[_common_pb2.Sampling, _Mapping]] = ..., acceptance: _Optional[_Union[_common_pb2.Acceptance, _Mapping]] = ..., feature_layers: _Optional[_Iterable[int]] = ..., owner_tag: _Optional[bytes] = ...) -> None: ...
+    plan_drafts: bool
+    draft_method: str
+    def __init__(self, session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., context_tokens: _Optional[_Iterable[int]] = ..., prompt_len: _Optional[int] = ..., sampling: _Optional[_Union[_common_pb2.Sampling, _Mapping]] = ..., acceptance: _Optional[_Union[_common_pb2.Acceptance, _Mapping]] = ..., feature_layers: _Optional[_Iterable[int]] = ..., owner_tag: _Optional[bytes] = ..., plan_drafts: _Optional[bool] = ..., draft_method: _Optional[str] = ...) -> None: ...
 
 class TargetFeatures(_message.Message):
     __slots__ = ("start", "shape", "dtype", "data")
@@ -86,7 +90,7 @@ class Outcome(_message.Message):
     def __init__(self, num_accepted: _Optional[int] = ..., next_token: _Optional[int] = ...) -> None: ...
 
 class Verdict(_message.Message):
-    __slots__ = ("session_id", "epoch", "round", "is_stale", "tokens", "num_accepted", "committed_len", "finish_reason", "verify_us", "features", "num_deferred")
+    __slots__ = ("session_id", "epoch", "round", "is_stale", "tokens", "num_accepted", "committed_len", "finish_reason", "verify_us", "features", "num_deferred", "num_verified", "next_draft_tokens")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
@@ -98,6 +102,8 @@ class Verdict(_message.Message):
     VERIFY_US_FIELD_NUMBER: _ClassVar[int]
     FEATURES_FIELD_NUMBER: _ClassVar[int]
     NUM_DEFERRED_FIELD_NUMBER: _ClassVar[int]
+    NUM_VERIFIED_FIELD_NUMBER: _ClassVar[int]
+    NEXT_DRAFT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     epoch: int
     round: int
@@ -109,7 +115,9 @@ class Verdict(_message.Message):
     verify_us: int
     features: TargetFeatures
     num_deferred: int
-    def __init__(self, session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., round: _Optional[int] = ..., is_stale: _Optional[bool] = ..., tokens: _Optional[_Iterable[int]] = ..., num_accepted: _Optional[int] = ..., committed_len: _Optional[int] = ..., finish_reason: _Optional[_Union[_common_pb2.FinishReason, str]] = ..., verify_us: _Optional[int] = ..., features: _Optional[_Union[TargetFeatures, _Mapping]] = ..., num_deferred: _Optional[int] = ...) -> None: ...
+    num_verified: int
+    next_draft_tokens: int
+    def __init__(self, session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., round: _Optional[int] = ..., is_stale: _Optional[bool] = ..., tokens: _Optional[_Iterable[int]] = ..., num_accepted: _Optional[int] = ..., committed_len: _Optional[int] = ..., finish_reason: _Optional[_Union[_common_pb2.FinishReason, str]] = ..., verify_us: _Optional[int] = ..., features: _Optional[_Union[TargetFeatures, _Mapping]] = ..., num_deferred: _Optional[int] = ..., num_verified: _Optional[int] = ..., next_draft_tokens: _Optional[int] = ...) -> None: ...
 
 class DecodeRequest(_message.Message):
     __slots__ = ("session",)

@@ -115,6 +115,8 @@ class Pane {
       "tokens/s": this.tokensPerSecond.toFixed(1),
       "acceptance rate": this.drafted ? (this.accepted / this.drafted).toFixed(2) : "–",
       "mean accepted length": n ? (this.tokens / n).toFixed(2) : "–",
+      "mean verified draft": n ? (this.drafted / n).toFixed(2) : "–",
+      "rounds at 0 drafts": n ? `${Math.round((100 * this.rounds.filter((r) => !r.num_drafted).length) / n)} %` : "–",
       "time to first token": this.ttftMs === null ? "–" : `${Math.round(this.ttftMs)} ms`,
     };
     this.figures.replaceChildren(...Object.entries(figures).map(([name, value]) => {

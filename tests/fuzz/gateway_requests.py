@@ -77,7 +77,7 @@ COMMON_FIELDS = {
     "acceptance": optional(st.sampled_from(["lossless", "cascade"])),
     "cascade_rule": optional(st.sampled_from(CASCADE_RULE_NAMES)),
     "cascade_alpha": optional(st.floats(0.0, 1.0)),
-    "draft_schedule": optional(st.sampled_from(["fixed", "adaptive"])),
+    "draft_schedule": optional(st.sampled_from(["auto", "fixed", "adaptive"])),
     "draft_min_confidence": optional(st.floats(0.0, 0.99)),
     "draft_max_entropy": optional(st.floats(0.0, 20.0)),
     "stream": optional(st.booleans()),
@@ -155,7 +155,7 @@ GRPC_FIELDS = {
     "stop": (st.lists(TEXTS, max_size=4), st.lists(st.text(max_size=5), max_size=8)),
     "acceptance": (st.sampled_from(["", "lossless"]), WILD_STRINGS),
     "cascade_rule": (st.sampled_from(["", *CASCADE_RULE_NAMES]), WILD_STRINGS),
-    "draft_schedule": (st.sampled_from(["", "fixed"]), WILD_STRINGS),
+    "draft_schedule": (st.sampled_from(["", "auto", "fixed"]), WILD_STRINGS),
 }
 
 

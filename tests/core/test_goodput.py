@@ -1,0 +1,106 @@
+"""The goodput planner on synthetic cost curves and acceptance: steep passes and poor drafts
+give 0, cheap wide passes long drafts, rising load shorter ones; estimates follow acceptance."""
+
+import pytest
+
+from cascade.core.goodput import PlanInputs, RowPlan, plan_pass
+from cascade.core.step_cost import StepShape
+from cascade.core.survival import AcceptanceRates, SurvivalBook
+
+
+class Linear:
+    """A pass costs ``base`` + ``per_token`` per token fed + ``per_row`` per row (seconds)."""
+
+    def __init__(self, base: float, per_token: float, per_row: float = 0.0) -> None:
+        self.base, self.per_token, self.per_row = base, per_token, per_row
+
+    def predict(self, shape: StepShape) -> float:
+        return self.base + self.per_token * shape.num_tokens + self.per_row * shape.num_rows
+
+
+def survival(rate: float, n: int) -> list[float]:
+    return [rate ** (i + 1) for i in range(n)]
+
+
+def rows(count: int, rate: float, drafted: int = 8, **fields) -> list[RowPlan]:
+    return [RowPlan(drafted, survival(rate, drafted), num_cached=100, **fields)
+            for _ in range(count)]
+
+
+AVX2_FLOAT32 = Linear(0.030, 0.006)  # a 9-token pass costs about 2x a one-token pass
+AMX_BFLOAT16 = Linear(0.050, 0.0005)  # a 9-token pass costs about 1.1x
+
+
+@pytest.mark.parametrize("cost,rate,expected", [
+    (AVX2_FLOAT32, 0.08, [0]),  # steep pass cost, poor drafter: verify nothing drafted
+    (AMX_BFLOAT16, 0.8, [8]),  # nearly free wide passes, good drafter: the whole block
+])
+def test_one_session_extremes(cost, rate, expected):
+    assert plan_pass(PlanInputs(rows(1, rate)), cost) == expected
+
+
+def test_longer_drafts_when_the_drafter_is_better():
+    lengths = [plan_pass(PlanInputs(rows(1, rate)), AVX2_FLOAT32)[0]
+               for rate in (0.3, 0.6, 0.8, 0.95)]
+    assert lengths == sorted(lengths) and lengths[0] < lengths[-1]
+
+
+def test_rising_load_shortens_drafts():
+    """Each row's slots cost the same, but with more rows the pass's fixed part is shared and
+    a slot must beat a higher rate of tokens per second."""
+    cost = Linear(0.030, 0.004)
+    per_session = [max(plan_pass(PlanInputs(rows(n, 0.7)), cost)) for n in (1, 4, 16, 32)]
+    assert per_session == sorted(per_session, reverse=True)
+    assert per_session[0] > per_session[-1]
+
+
+def test_verifier_idle_time_favours_longer_blocks():
+    """A verifier waiting 30 ms per round for the drafter gains more from each round."""
+    busy = plan_pass(PlanInputs(rows(1, 0.6)), AVX2_FLOAT32)[0]
+    waiting = plan_pass(PlanInputs(rows(1, 0.6), idle_s=0.03), AVX2_FLOAT32)[0]
+    assert waiting > busy
+
+
+def test_drafting_time_counts_when_the_verifier_waits_for_it():
+    slow_drafter = rows(1, 0.6, draft_s_per_token=0.02)
+    assert plan_pass(PlanInputs(slow_drafter, idle_share=1.0), AVX2_FLOAT32)[0] < plan_pass(
+        PlanInputs(slow_drafter, idle_share=0.0), AVX2_FLOAT32)[0]
+
+
+def test_floors_unplanned_rows_and_the_block_bound_are_kept():
+    probe = RowPlan(4, survival(0.1, 4), 100, floor=2)
+    fixed = RowPlan(3, survival(0.1, 3), 100, is_planned=False, base_tokens=4)
+    short = RowPlan(2, survival(0.99, 2), 100)
+    assert plan_pass(PlanInputs([probe, fixed, short]), AMX_BFLOAT16) == [2, 3, 2]
+
+
+def test_hysteresis_keeps_a_length_that_only_just_pays():
+    """A slot whose value sits within the hysteresis margin of the rate is kept by a row that
+    had it, and not added by a row that did not."""
+    cost = Linear(0.030, 0.006)
+    rate = next(r / 100 for r in range(1, 100) if plan_pass(
+        PlanInputs(rows(1, r / 100, drafted=1)), cost)[0] == 1)  # just pays, previous = 0
+    below = rate - 0.01
+    had = plan_pass(PlanInputs(rows(1, below, drafted=1, previous=1)), cost)
+    fresh = plan_pass(PlanInputs(rows(1, below, drafted=1, previous=0)), cost)
+    assert had == [1] and fresh == [0]
+
+
+def test_acceptance_rates_follow_what_rounds_observe():
+    rates = AcceptanceRates(weight=0.5)
+    rates.observe(num_verified=4, num_accepted=1)  # position 1 accepted, 2 rejected
+    assert rates.rates[0] == pytest.approx(0.75) and rates.rates[1] == pytest.approx(0.25)
+    assert rates.rates[2] == pytest.approx(0.5)  # not reached: unchanged
+    assert rates.survival(2) == pytest.approx([0.75, 0.75 * 0.25])
+    rates.observe(num_verified=0, num_accepted=0)  # nothing verified: nothing learnt
+    assert rates.num_rounds == 1
+
+
+def test_a_new_session_starts_from_its_methods_pooled_estimate():
+    book = SurvivalBook()
+    for _ in range(200):
+        book.observe("old", "ngram", 2, 2)
+    assert book.of("new", "ngram").survival(1)[0] > 0.9
+    assert book.of("other", "model").survival(1)[0] == pytest.approx(0.5)
+    book.forget("old")
+    assert "old" not in book.sessions

@@ -1,0 +1,126 @@
+"""The "auto" schedule through real gRPC servers: the verifier verifies what pays, decodes a
+session alone when nothing does (probing now and then), and the output is the target's."""
+
+import grpc
+import pytest
+
+from cascade.core.blocks import Draft
+from cascade.core.engine import VerifyEngine
+from cascade.core.step_cost import StepShape
+from cascade.core.verification import SequenceVerifier
+from cascade.protocol.settings import DraftConfig, SamplingParams
+from cascade.protocol.wire import draft_settings_to_pb, sampling_to_pb
+from cascade.v1 import drafter_pb2, drafter_pb2_grpc
+from drafter_service.server import build_drafter
+from models import hf_greedy, random_prompts
+from verifier_service.planner import PROBE_TOKENS, DraftPlanner
+from verifier_service.server import build_verifier
+
+
+class Linear:
+    def __init__(self, base: float, per_token: float) -> None:
+        self.base, self.per_token = base, per_token
+
+    def predict(self, shape: StepShape) -> float:
+        return self.base + self.per_token * shape.num_tokens
+
+
+STEEP = Linear(0.001, 0.01)  # a drafted token costs ten one-token passes: never pays
+CHEAP = Linear(0.05, 1e-6)  # wide passes are free: every drafted token pays
+
+
+async def planned_rounds(target, drafter, cost, prompt, params, k=4):
+    verifier, _ = build_verifier(target, grace_s=1.0, step_cost=cost)
+    draft_service, _ = build_drafter(drafter, grace_s=1.0)
+    await verifier.start()
+    await draft_service.start()
+    try:
+        async with grpc.aio.insecure_channel(draft_service.address) as channel:
+            request = drafter_pb2.RunSessionRequest(
+                session_id="auto", epoch=1, context_tokens=prompt, prompt_len=len(prompt),
+                sampling=sampling_to_pb(params),
+                draft=draft_settings_to_pb(DraftConfig(k, planned=True)),
+                verifier_address=verifier.address)
+            stub = drafter_pb2_grpc.DrafterStub(channel)
+            return [r async for r in stub.RunSession(request, timeout=60)]
+    finally:
+        await draft_service.drain()
+        await verifier.drain()
+
+
+@pytest.mark.parametrize("cost", [STEEP, CHEAP], ids=["steep", "cheap"])
+async def test_planned_greedy_output_is_the_targets(gpt2_pair, cost):
+    """The target drafts for itself (every draft is accepted): what the plan verifies then
+    depends on the pass's cost alone."""
+    target, _ = gpt2_pair
+    params = SamplingParams(max_new_tokens=40)
+    for prompt in random_prompts(2, seed=41):
+        rounds = await planned_rounds(target, target, cost, prompt, params)
+        assert [t for r in rounds for t in r.tokens] == hf_greedy(target, prompt, 40)
+        drafted = [r.num_drafted for r in rounds]
+        assert all(len(r.drafted_tokens) == r.num_drafted for r in rounds)
+        if cost is STEEP:  # decoded alone but for probes (each verified whatever it costs)
+            assert set(drafted) <= {0, PROBE_TOKENS}
+            assert drafted.count(0) > 0.7 * len(drafted)
+        else:
+            assert drafted[:-1] == [4] * (len(drafted) - 1)  # the last: what was left
+
+
+async def test_a_drafter_that_never_hits_is_dropped_even_where_passes_are_free(gpt2_pair):
+    target, drafter = gpt2_pair  # two random models: no draft is ever accepted
+    params = SamplingParams(max_new_tokens=40)
+    prompt = random_prompts(1, seed=42)[0]
+    rounds = await planned_rounds(target, drafter, CHEAP, prompt, params)
+    assert [t for r in rounds for t in r.tokens] == hf_greedy(target, prompt, 40)
+    drafted = [r.num_drafted for r in rounds]
+    assert drafted[0] == 4 and drafted[-8:].count(0) >= 6
+
+
+def test_drafts_shorten_as_sessions_share_the_pass(gpt2_pair):
+    """A load ramp on the real engine: with more sessions in each pass (a higher rate of
+    tokens per second to beat), the planner verifies fewer drafted tokens per session."""
+    target, drafter = gpt2_pair
+    cost = Linear(0.02, 0.002)
+    mean_lengths = []
+    for sessions in (1, 4, 16):
+        planner, engine = DraftPlanner(cost), VerifyEngine(target, kv_tokens=4096)
+        prompts = random_prompts(sessions, seed=sessions)
+        sequences = [SequenceVerifier(target, p, SamplingParams(max_new_tokens=30),
+                                      engine=engine) for p in prompts]
+        for sequence in sequences:
+            planner.enroll(sequence, "model")
+        verified = []
+        for _ in range(8):
+            items = [(s, Draft(hf_greedy(target, s.committed, 6)[:6])) for s in sequences
+                     if not s.is_finished]  # perfect drafts: acceptance alone does not limit
+            planned = list(zip([s for s, _ in items], planner.plan(items)))
+            planner.observe(planned, engine.step(planned), seconds=0.0, gap_s=0.0)
+            verified += [d.num_tokens for _, d in planned]
+        mean_lengths.append(sum(verified) / len(verified))
+        for sequence in sequences:
+            sequence.close()
+    assert mean_lengths[0] > mean_lengths[1] > mean_lengths[2]
+
+
+def test_a_drafter_that_starts_paying_is_probed_back_in(gpt2_pair):
+    """Wrong drafts take a session to 0; once its drafts turn right, the next probe notices
+    and the session drafts again, growing a token a round."""
+    target, _ = gpt2_pair
+    planner, engine = DraftPlanner(Linear(0.02, 0.002)), VerifyEngine(target, kv_tokens=1024)
+    prompt = random_prompts(1, seed=43)[0]
+    sequence = SequenceVerifier(target, prompt, SamplingParams(max_new_tokens=120),
+                                engine=engine)
+    planner.enroll(sequence, "model")
+    asked = []
+    for number in range(70):
+        note = planner.note(sequence)
+        length = 4 if note is None else note.next_draft_tokens
+        right = hf_greedy(target, sequence.committed, max(length, 1))[:length]
+        draft = right if number >= 30 else [(t + 1) % 96 for t in right]
+        items = [(sequence, Draft(draft))]
+        planned = list(zip([sequence], planner.plan(items)))
+        planner.observe(planned, engine.step(planned), seconds=0.0, gap_s=0.0)
+        asked.append(planner.note(sequence).next_draft_tokens)
+    sequence.close()
+    assert asked[25:30].count(0) >= 4  # wrong drafts: decoded alone
+    assert max(asked[30:]) >= 3 and asked[-1] >= 3  # probed back in, grown again
