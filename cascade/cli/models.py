@@ -73,6 +73,109 @@ def models_evaluate(target: Path = typer.Option(..., help="Target model folder."
     console.print(table)
 
 
+@models_app.command("profile")
+def models_profile(target: Path = typer.Option(..., help="Target model folder."),
+                   dtype: str = typer.Option("float32", help="float32, bfloat16 or float16."),
+                   seconds: float = typer.Option(60.0, help="Measuring budget in seconds (a short "
+                                                 "one times fewer passes of each size)."),
+                   plot: Path = typer.Option(None, help="Write a PNG of pass time against "
+                                             "tokens per pass."),
+                   threads: int = typer.Option(0, help="torch threads (0 keeps the default).")
+                   ) -> None:
+    """Measure the verifier's pass time on this machine, fit its step-cost model and cache it
+    where the verifier looks first."""
+    import torch
+
+    from cascade.core.runner import ModelRunner, ModelSpec
+    from cascade.core.step_cost import cache_path, profile
+
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        spec = ModelSpec(str(target), dtype)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--dtype") from exc
+    runner = ModelRunner.load(spec)
+    with console.status(f"timing passes of {target.name} ({dtype}, about {seconds:.0f} s)"):
+        model = profile(runner, seconds=seconds)
+    path = cache_path(runner, default_models_dir().parent / "step-cost")
+    model.save(path)
+    _print_profile(model)
+    console.print(f"saved to {path}")
+    if plot:
+        _plot_profile(model, plot, f"{target.name} ({dtype})")
+        console.print(f"plot: {plot}")
+
+
+def _print_profile(model) -> None:
+    """The machine, measured against fitted time per pass, the fitted terms, and the headline:
+    what a 9-token pass (a block of 8 drafts) costs in one-token passes."""
+    meta = model.meta
+    console.print(f"{meta['model']} ({meta['dtype']}, torch {meta['torch']}) on {meta['cpu']}, "
+                  f"{meta['threads']} threads, flags: {' '.join(meta['cpu_flags']) or 'none'}"
+                  + (f"; GPU {meta['gpu']}" if "gpu" in meta else ""))
+    table = Table()
+    for column in ("rows", "tokens/row", "tokens", "cached/row", "measured ms", "fitted ms",
+                   "error"):
+        table.add_column(column, justify="right")
+    retimed = dict(model.retimed)
+    for shape, seconds in sorted(model.points, key=lambda p: (p[0].num_tokens, p[0].num_rows,
+                                                               p[0].num_cached)):
+        predicted = model.predict(shape)
+        error = f"{100 * (predicted / seconds - 1):+.1f}%"
+        if shape in retimed:  # the first fit disagreed with its first timing
+            error += " *"
+        table.add_row(str(shape.num_rows), str(shape.num_tokens // shape.num_rows),
+                      str(shape.num_tokens), str(shape.num_cached // shape.num_rows),
+                      f"{seconds * 1e3:.2f}", f"{predicted * 1e3:.2f}", error)
+    console.print(table)
+    for shape, seconds in model.retimed:
+        console.print(f"* {shape.num_rows} rows, {shape.num_tokens} tokens: timed again, the "
+                      f"first fit disagreeing with its first timing ({seconds * 1e3:.2f} ms)")
+    terms = model.terms
+    console.print(f"per extra row {terms['row'] * 1e3:.3f} ms; per 1000 cached positions "
+                  f"{terms['kv'] * 1e6:.3f} ms, {terms['decode'] * 1e6:.3f} ms more in one-token "
+                  f"rows; per 1000 (new token x cached position) {terms['attention'] * 1e6:.4f} ms")
+    cached = min(s.num_cached // s.num_rows for s, _ in model.points)
+    one_row = {s.num_tokens: t for s, t in model.points
+               if s.num_rows == 1 and s.num_cached == cached}
+    if 1 in one_row and 9 in one_row:
+        console.print(f"[bold]a 9-token pass costs {one_row[9] / one_row[1]:.2f} one-token "
+                      f"passes[/] (one row, {cached} cached: {one_row[9] * 1e3:.1f} ms against "
+                      f"{one_row[1] * 1e3:.1f} ms)")
+
+
+def _plot_profile(model, path: Path, title: str) -> None:
+    """Pass time against tokens in the pass, one colour per row count: measured points at the
+    smallest cached length, the fitted curve through them."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from cascade.core.step_cost import StepShape
+
+    cached = min(s.num_cached // s.num_rows for s, _ in model.points)
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    for rows in sorted({s.num_rows for s, _ in model.points}):
+        points = sorted((s.num_tokens, t) for s, t in model.points
+                        if s.num_rows == rows and s.num_cached == rows * cached)
+        if not points:
+            continue
+        tokens = range(rows, max(n for n, _ in points) + 1)
+        line, = axes.plot(tokens, [1e3 * model.predict(StepShape(rows, n, rows * cached))
+                                   for n in tokens], linewidth=1)
+        axes.plot(*zip(*[(n, 1e3 * t) for n, t in points]), "o", color=line.get_color(),
+                  label=f"{rows} row{'s' * (rows > 1)}")
+    axes.set(xscale="log", xlabel="new tokens in the pass (all rows)", ylabel="ms per pass",
+             title=f"Verifier pass time, {title}, {cached} cached per row")
+    axes.grid(alpha=0.3)
+    axes.legend()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(figure)
+
+
 def distill(target: Path = typer.Option(..., help="Target model folder (its tokenizer is shared)."),
             out: Path = typer.Option(..., help="Where the drafter is written (resumes from it)."),
             minutes: float = typer.Option(60.0, help="Training budget in wall-clock minutes."),

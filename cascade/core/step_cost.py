@@ -89,10 +89,6 @@ class StepShape:
             raise ValueError(f"num_decode_cached must be <= num_cached ({self.num_cached}), "
                              f"got {self.num_decode_cached}")
 
-    def add(self, rows: int = 0, tokens: int = 0, cached: int = 0) -> StepShape:
-        """A bigger pass (which rows decode is derived again)."""
-        return StepShape(self.num_rows + rows, self.num_tokens + tokens, self.num_cached + cached)
-
 
 def _knot_weights(knots: list[int], num_tokens: int) -> list[float]:
     """g(num_tokens) as a combination of g's knot values: linear interpolation; past the last
@@ -200,7 +196,8 @@ class StepCostModel:
 
     @property
     def terms(self) -> dict[str, float]:
-        """Seconds per extra row, per cached position, per (new token x cached position)."""
+        """Seconds per extra row, per cached position, per (new token x cached position), and
+        per cached position of a one-token row on top."""
         return dict(zip(_TERMS, self.coef[len(self.knots):]))
 
     def predict(self, shape: StepShape) -> float:
@@ -208,9 +205,13 @@ class StepCostModel:
         return max(value, MIN_SECONDS)
 
     def marginal(self, shape: StepShape, extra_tokens: int) -> float:
-        """Seconds that ``extra_tokens`` more tokens in the pass's rows add (may be negative
-        where the hardware runs a longer matrix faster)."""
-        return self.predict(shape.add(tokens=extra_tokens)) - self.predict(shape)
+        """Seconds that ``extra_tokens`` more drafted tokens add to the pass. They go to rows
+        that already draft, or, when every row decodes, to every row (none decodes after).
+        Negative where the hardware runs the longer matrix faster."""
+        is_decode = shape.num_tokens == shape.num_rows
+        bigger = replace(shape, num_tokens=shape.num_tokens + extra_tokens,
+                         num_decode_cached=None if is_decode else shape.num_decode_cached)
+        return self.predict(bigger) - self.predict(shape)
 
     def observe(self, shape: StepShape, seconds: float) -> None:
         """Refine from a real step. Its residual is clipped at three times the typical recent
