@@ -9,11 +9,15 @@ real step), and every session's acceptance as it is decided. It plans in two mov
   the prefix that does (``plan_pass``), which changes no output (greedy output is the target's
   whatever the length, and sampling stays exact for any prefix: each token was drawn from its
   own q).
-- **Next**: each verdict tells the drafter how many tokens to draft next: one more than this
-  step took (so a length can grow a token a round), or 0 — the drafter then sends empty blocks
-  and the verifier decodes the session alone. A session at 0 is *probed* every ``probe_every``
-  rounds with a short block (verified whatever it costs) so a drafter that starts paying again
-  is noticed; a probe that does not pay doubles the interval (up to ``max_probe_every``).
+- **Next**: each verdict tells the drafter how many tokens to draft next: what the same pass
+  would take if the session's block were as long as its longest yet (its k), on the estimates
+  this round updated; or 0 — the drafter then sends nothing and the verifier decodes the
+  session alone. A session at 0 is *probed* every ``probe_every`` rounds with a short block
+  (verified whatever it costs; its length the cheapest pass of up to ``MAX_PROBE_TOKENS``
+  drafts, as measured passes are not monotone in their length) so a drafter that starts paying
+  again is noticed. A probe that does not pay doubles the interval (up to ``max_probe_every``),
+  for its session and for every later session of its drafting method on this verifier; one
+  that pays resets both.
 """
 
 from __future__ import annotations
@@ -25,15 +29,15 @@ from pathlib import Path
 
 from cascade.core.blocks import Draft, RoundOutcome
 from cascade.core.goodput import PlanInputs, RowPlan, StepCost, plan_pass
-from cascade.core.step_cost import ProfileGrid, StepCostModel, StepShape, load_or_profile
+from cascade.core.step_cost import StepCostModel, StepShape, load_or_profile
 from cascade.core.survival import SurvivalBook
 from cascade.serving import metrics
 
-PROBE_TOKENS = 2
-"""Drafted tokens a probe asks for (the first positions carry most of a block's value)."""
+MAX_PROBE_TOKENS = 4
+"""Most drafted tokens a probe asks for (the first positions carry most of a block's value)."""
 IDLE_WEIGHT = 0.2
 """Weight of one step in the moving averages of the verifier's idle time and share."""
-PROFILE_SECONDS = 6.0
+PROFILE_SECONDS = 15.0
 """Budget of the start-up profile of the pass time (once per model, dtype and machine)."""
 
 
@@ -41,10 +45,7 @@ def profile_for(runner, seconds: float = PROFILE_SECONDS) -> StepCostModel:
     """The target's step-cost model: cached under the user cache (``$XDG_CACHE_HOME``), else
     profiled now, in about ``seconds``."""
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    grid = ProfileGrid()
-    room = runner.max_length - max(grid.tokens)  # short-context models: shorter caches
-    grid = ProfileGrid(cached=tuple(sorted({min(c, room) for c in grid.cached})))
-    return load_or_profile(runner, cache / "cascade" / "step-cost", seconds=seconds, grid=grid)
+    return load_or_profile(runner, cache / "cascade" / "step-cost", seconds=seconds)
 
 
 @dataclass
@@ -59,6 +60,8 @@ class PlanNote:
 class _Planned:
     method: str
     previous: int = 0
+    most: int = 0
+    """The longest block the session's drafter has sent (its k, as far as the verifier knows)."""
     until_probe: int = 0
     """Rounds at 0 left before the next probe (0: not counting)."""
     probe_every: int = 8
@@ -67,15 +70,18 @@ class _Planned:
 
 
 class DraftPlanner:
-    def __init__(self, cost: StepCost, probe_every: int = 8, max_probe_every: int = 64) -> None:
+    def __init__(self, cost: StepCost, probe_every: int = 8, max_probe_every: int = 128) -> None:
         self.cost, self.book = cost, SurvivalBook()
         self.probe_every, self.max_probe_every = probe_every, max_probe_every
+        self.pooled_probe_every: dict[str, int] = {}
+        """method -> the probe interval a new session of that drafting method starts with."""
         self.sessions: dict[int, _Planned] = {}
         """id(sequence) -> its plan state (planned sessions only)."""
         self.idle_s, self.idle_share = 0.0, 0.0
 
     def enroll(self, sequence, method: str) -> None:
-        self.sessions[id(sequence)] = _Planned(method, probe_every=self.probe_every)
+        every = self.pooled_probe_every.get(method, self.probe_every)
+        self.sessions[id(sequence)] = _Planned(method, probe_every=every)
 
     def release(self, sequence) -> None:
         self.sessions.pop(id(sequence), None)
@@ -123,9 +129,10 @@ class DraftPlanner:
 
     @staticmethod
     def shape(items: Sequence[tuple[object, Draft | None]]) -> StepShape:
-        return StepShape(num_rows=len(items),
-                         num_tokens=sum(s.pending_tokens(d) for s, d in items),
-                         num_cached=sum(len(s.cache.tokens) for s, _ in items))
+        fed = [(s.pending_tokens(d), len(s.cache.tokens)) for s, d in items]
+        return StepShape(num_rows=len(items), num_tokens=sum(n for n, _ in fed),
+                         num_cached=sum(c for _, c in fed),
+                         num_decode_cached=sum(c for n, c in fed if n == 1))
 
     def _row(self, sequence, draft: Draft | None, floors: bool) -> RowPlan:
         state = self.sessions.get(id(sequence))
@@ -133,25 +140,35 @@ class DraftPlanner:
         cached = len(sequence.cache.tokens)
         if state is None or draft is None:  # verified whole (or a prefill: no draft)
             return RowPlan(0, (), cached, base_tokens=fed, is_planned=False)
-        drafted = draft.num_tokens
+        state.most = max(state.most, draft.num_tokens)
+        drafted = draft.num_tokens if floors else state.most  # next: as long as it may be
         survival = self.book.of(id(sequence), state.method).survival(drafted)
-        floor = min(PROBE_TOKENS, drafted) if floors and state.is_probing else 0
+        floor = drafted if floors and state.is_probing else 0  # a probe: verified whole
         return RowPlan(drafted, survival, cached, floor, state.previous,
-                       base_tokens=fed - drafted)
+                       base_tokens=fed - draft.num_tokens)
 
     def _next_length(self, state: _Planned, unforced: int) -> int:
         """How many tokens the session's drafter drafts next (see the module docstring)."""
         was_probing, state.is_probing = state.is_probing, False
         if unforced > 0:
             state.until_probe, state.probe_every = 0, self.probe_every
-            return unforced + 1
+            self.pooled_probe_every[state.method] = self.probe_every
+            return unforced
         metrics.PLANNED_ZERO_ROUNDS.inc()
         if was_probing:  # the probe did not pay: wait longer before the next one
             state.probe_every = min(2 * state.probe_every, self.max_probe_every)
+            pooled = self.pooled_probe_every.get(state.method, self.probe_every)
+            self.pooled_probe_every[state.method] = min(2 * pooled, self.max_probe_every)
         if state.until_probe <= 0:
             state.until_probe = state.probe_every
         state.until_probe -= 1
         if state.until_probe == 0:
             state.is_probing = True
-            return PROBE_TOKENS
+            return self._probe_length(state)
         return 0
+
+    def _probe_length(self, state: _Planned) -> int:
+        """The probe length in [1, MAX_PROBE_TOKENS] (at most the session's k) whose one-row
+        pass is cheapest (the longest among equals)."""
+        lengths = range(1, max(1, min(MAX_PROBE_TOKENS, state.most)) + 1)
+        return min(lengths, key=lambda n: (self.cost.predict(StepShape(1, 1 + n, 0)), -n))

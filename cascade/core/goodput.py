@@ -12,15 +12,19 @@ The plan maximises expected committed tokens per second of verifier time for the
 
 where T is the step-cost model's time for the pass (cascade.core.step_cost; it knows whether
 wide passes are nearly free, as on GPUs or AMX in bfloat16, or cost about 2x, as in float32 on
-AVX2) and ``idle`` the verifier's wait for the next blocks, which longer blocks amortise. It
-starts every planned row at its floor (0, or a probe's length) and adds slots best-survival
-first while a slot's expected tokens per second it adds beats the current rate (the
-marginal-slot rule: such a slot raises the rate, and no later one, with less survival, can pay
-where it did not). Drafting time counts against a slot in proportion to the verifier's idle
-share: with few sessions the verifier waits for the drafter, with many it does not.
+AVX2) and ``idle`` the verifier's wait for the next blocks, which longer blocks amortise. Every
+planned row starts at its floor (0, or a probe's length); the candidate slots are ranked by
+survival, and the pass takes the best-ranked prefix of them: the one with the highest rate.
+That is the marginal-slot rule (a slot is worth adding while its expected tokens buy more than
+its share of the pass) made robust to pass costs that are not convex: measured CPU passes are
+jagged (a 5-token pass can cost less than a 3-token one), so a slot that does not pay alone
+may pay with the next ones, and the search looks at every prefix rather than stopping at the
+first slot that does not pay. Drafting time counts against a slot in proportion to the
+verifier's idle share: with few sessions the verifier waits for the drafter, with many it does
+not.
 
-Stability: a slot beyond a row's previous length must beat the rate by ``HYSTERESIS``, so noise
-in the estimates does not flip lengths every round; acceptance estimates are moving averages.
+Stability: a slot past a row's previous length counts ``HYSTERESIS`` less, so noise in the
+estimates does not flip lengths every round; acceptance estimates are moving averages.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from typing import Protocol
 from cascade.core.step_cost import StepShape
 
 HYSTERESIS = 0.05
-"""A slot past a row's previous length must raise the rate by this share to be added."""
+"""A slot past a row's previous length counts this share less (it must pay that much more)."""
 
 
 class StepCost(Protocol):
@@ -77,34 +81,35 @@ def plan_pass(inputs: PlanInputs, cost: StepCost) -> list[int]:
     """How many drafted tokens of each row the pass verifies (see the module docstring)."""
     rows = inputs.rows
     lengths = [r.num_drafted if not r.is_planned else min(r.floor, r.num_drafted) for r in rows]
+    slots = _slots_by_survival(rows, lengths)
     expected = sum(1 + sum(r.survival[: n]) for r, n in zip(rows, lengths))
-    seconds = cost.predict(_shape(rows, lengths)) + inputs.idle_s
-    for row_index in _slots_by_survival(rows, lengths):
-        row = rows[row_index]
-        position = lengths[row_index]  # 0-based: the slot after the row's current length
-        value = row.survival[position]
-        lengths[row_index] += 1
-        added = (cost.predict(_shape(rows, lengths)) + inputs.idle_s - seconds
-                 + inputs.idle_share * row.draft_s_per_token)
-        margin = 1 + HYSTERESIS if position >= row.previous else 1.0
-        if value * seconds <= margin * expected * max(added, 1e-12):
-            lengths[row_index] -= 1
-            break
+    counts, extra = list(lengths), 0.0
+    best, best_rate = 0, expected / (cost.predict(_shape(rows, counts)) + inputs.idle_s)
+    for taken, (value, r) in enumerate(slots, start=1):
+        counts[r] += 1
         expected += value
-        seconds += added
+        extra += inputs.idle_share * rows[r].draft_s_per_token
+        rate = expected / (cost.predict(_shape(rows, counts)) + inputs.idle_s + extra)
+        if rate > best_rate:
+            best, best_rate = taken, rate
+    for _, r in slots[:best]:
+        lengths[r] += 1
     return lengths
 
 
-def _slots_by_survival(rows: Sequence[RowPlan], lengths: list[int]) -> list[int]:
-    """Row indices of the candidate slots, best survival first (a row's slots in order, as its
-    survival only falls along the block)."""
-    slots = [(row.survival[i], r, i) for r, row in enumerate(rows) if row.is_planned
+def _slots_by_survival(rows: Sequence[RowPlan], lengths: list[int]) -> list[tuple[float, int]]:
+    """(value, row index) of the candidate slots, best first: a slot's survival, discounted by
+    ``HYSTERESIS`` past its row's previous length (a row's slots stay in order, as survival
+    only falls along a block)."""
+    slots = [(row.survival[i] / (1 + HYSTERESIS if i >= row.previous else 1.0), r, i)
+             for r, row in enumerate(rows) if row.is_planned
              for i in range(lengths[r], row.num_drafted)]
     slots.sort(key=lambda slot: (-slot[0], slot[1], slot[2]))
-    return [r for _, r, _ in slots]
+    return [(value, r) for value, r, _ in slots]
 
 
 def _shape(rows: Sequence[RowPlan], lengths: list[int]) -> StepShape:
-    return StepShape(num_rows=len(rows), num_tokens=sum(r.base_tokens + n
-                                                        for r, n in zip(rows, lengths)),
-                     num_cached=sum(r.num_cached for r in rows))
+    fed = [r.base_tokens + n for r, n in zip(rows, lengths)]
+    return StepShape(num_rows=len(rows), num_tokens=sum(fed),
+                     num_cached=sum(r.num_cached for r in rows),
+                     num_decode_cached=sum(r.num_cached for r, n in zip(rows, fed) if n == 1))

@@ -104,3 +104,17 @@ def test_a_new_session_starts_from_its_methods_pooled_estimate():
     assert book.of("other", "model").survival(1)[0] == pytest.approx(0.5)
     book.forget("old")
     assert "old" not in book.sessions
+
+
+class Jagged:
+    """A measured CPU curve's shape: a 2-token pass costs more than a 5-token one."""
+
+    TIMES = {1: 0.037, 2: 0.057, 3: 0.074, 4: 0.056, 5: 0.051}
+
+    def predict(self, shape: StepShape) -> float:
+        return self.TIMES.get(shape.num_tokens, 0.051 + 0.004 * (shape.num_tokens - 5))
+
+
+def test_a_slot_that_does_not_pay_alone_is_taken_with_the_ones_after_it():
+    assert plan_pass(PlanInputs(rows(1, 0.75, drafted=4)), Jagged()) == [4]
+    assert plan_pass(PlanInputs(rows(1, 0.2, drafted=4)), Jagged()) == [0]

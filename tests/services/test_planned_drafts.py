@@ -13,7 +13,7 @@ from cascade.protocol.wire import draft_settings_to_pb, sampling_to_pb
 from cascade.v1 import drafter_pb2, drafter_pb2_grpc
 from drafter_service.server import build_drafter
 from models import hf_greedy, random_prompts
-from verifier_service.planner import PROBE_TOKENS, DraftPlanner
+from verifier_service.planner import MAX_PROBE_TOKENS, DraftPlanner
 from verifier_service.server import build_verifier
 
 
@@ -60,7 +60,7 @@ async def test_planned_greedy_output_is_the_targets(gpt2_pair, cost):
         drafted = [r.num_drafted for r in rounds]
         assert all(len(r.drafted_tokens) == r.num_drafted for r in rounds)
         if cost is STEEP:  # decoded alone but for probes (each verified whatever it costs)
-            assert set(drafted) <= {0, PROBE_TOKENS}
+            assert set(drafted) <= set(range(MAX_PROBE_TOKENS + 1))
             assert drafted.count(0) > 0.7 * len(drafted)
         else:
             assert drafted[:-1] == [4] * (len(drafted) - 1)  # the last: what was left
@@ -124,3 +124,20 @@ def test_a_drafter_that_starts_paying_is_probed_back_in(gpt2_pair):
     sequence.close()
     assert asked[25:30].count(0) >= 4  # wrong drafts: decoded alone
     assert max(asked[30:]) >= 3 and asked[-1] >= 3  # probed back in, grown again
+
+
+def test_probes_are_the_cheapest_pass_and_back_off_for_the_method():
+    """A probe asks for the draft length whose pass costs least (measured CPU passes are not
+    monotone), and a failed probe makes the next session of the method wait longer too."""
+    from verifier_service.planner import _Planned
+
+    jagged = {2: 0.057, 3: 0.074, 4: 0.056, 5: 0.051}
+    planner = DraftPlanner(type("Cost", (), {"predict": lambda self, shape: jagged.get(
+        shape.num_tokens, 0.03)})())
+    state = _Planned("model", most=4, probe_every=2)
+    assert planner._probe_length(state) == 4
+    lengths = [planner._next_length(state, 0) for _ in range(3)]
+    assert lengths == [0, 4, 0] and state.is_probing is False
+    assert planner.pooled_probe_every["model"] == 16  # 8 doubled by the failed probe
+    assert planner._next_length(state, 3) == 3
+    assert planner.pooled_probe_every["model"] == 8
