@@ -23,6 +23,7 @@ real step), and every session's acceptance as it is decided. It plans in two mov
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,8 +36,8 @@ from cascade.serving import metrics
 
 MAX_PROBE_TOKENS = 4
 """Most drafted tokens a probe asks for (the first positions carry most of a block's value)."""
-IDLE_WEIGHT = 0.2
-"""Weight of one step in the moving averages of the verifier's idle time and share."""
+WAIT_WEIGHT = 0.3
+"""Weight of one round in the moving average of a session's round-trip wait."""
 PROFILE_SECONDS = 15.0
 """Budget of the start-up profile of the pass time (once per model, dtype and machine)."""
 
@@ -62,6 +63,11 @@ class _Planned:
     previous: int = 0
     most: int = 0
     """The longest block the session's drafter has sent (its k, as far as the verifier knows)."""
+    wait_s: float | None = None
+    """Moving average of the verifier's wait for this session's next block when it drafts
+    (its verdict's trip to the drafter, the drafting, the block's trip back)."""
+    verdict_at: float | None = None
+    """When (perf_counter) its last verdict was decided, if the drafter was asked to draft."""
     until_probe: int = 0
     """Rounds at 0 left before the next probe (0: not counting)."""
     probe_every: int = 8
@@ -70,14 +76,17 @@ class _Planned:
 
 
 class DraftPlanner:
-    def __init__(self, cost: StepCost, probe_every: int = 8, max_probe_every: int = 128) -> None:
-        self.cost, self.book = cost, SurvivalBook()
+    def __init__(self, cost: StepCost, probe_every: int = 8, max_probe_every: int = 128,
+                 wait_cap_s: float = float("inf")) -> None:
+        """``wait_cap_s``: how long the scheduler holds a step for sessions still drafting."""
+        self.cost, self.book, self.wait_cap_s = cost, SurvivalBook(), wait_cap_s
+        self.pooled_wait_s: dict[str, float] = {}
+        """method -> moving average of the round-trip wait of its sessions."""
         self.probe_every, self.max_probe_every = probe_every, max_probe_every
         self.pooled_probe_every: dict[str, int] = {}
         """method -> the probe interval a new session of that drafting method starts with."""
         self.sessions: dict[int, _Planned] = {}
         """id(sequence) -> its plan state (planned sessions only)."""
-        self.idle_s, self.idle_share = 0.0, 0.0
 
     def enroll(self, sequence, method: str) -> None:
         every = self.pooled_probe_every.get(method, self.probe_every)
@@ -100,11 +109,23 @@ class DraftPlanner:
             out.append(draft.prefix(n) if planned else draft)
         return out
 
+    def arrived(self, sequence, now: float) -> None:
+        """A session's block reached the scheduler: how long the verifier waited for it, if
+        its drafter had to draft it."""
+        state = self.sessions.get(id(sequence))
+        if state is None or state.verdict_at is None:
+            return
+        waited, state.verdict_at = now - state.verdict_at, None
+        state.wait_s = waited if state.wait_s is None else (
+            state.wait_s + WAIT_WEIGHT * (waited - state.wait_s))
+        pooled = self.pooled_wait_s.get(state.method, waited)
+        self.pooled_wait_s[state.method] = pooled + WAIT_WEIGHT * (waited - pooled)
+
     def observe(self, items: Sequence[tuple[object, Draft | None]], results: Sequence,
-                seconds: float, gap_s: float) -> None:
+                seconds: float) -> None:
         """After a step (``items``: the drafts it verified): every planned row's acceptance,
         then its next length (a plan of the same rows without probe floors, on the updated
-        estimates); the step's real time for the cost model; the wait before it (``gap_s``)."""
+        estimates); the step's real time for the cost model."""
         for (sequence, draft), result in zip(items, results):
             state = self.sessions.get(id(sequence))
             if state is None or draft is None or not isinstance(result, RoundOutcome):
@@ -117,15 +138,13 @@ class DraftPlanner:
             state = self.sessions.get(id(sequence))
             if state is not None and draft is not None:
                 state.note = PlanNote(draft.num_tokens, self._next_length(state, n))
+                state.verdict_at = time.perf_counter() if state.note.next_draft_tokens else None
         if hasattr(self.cost, "observe"):
             self.cost.observe(self.shape(items), seconds)
-        self.idle_s += IDLE_WEIGHT * (gap_s - self.idle_s)
-        share = gap_s / max(gap_s + seconds, 1e-9)
-        self.idle_share += IDLE_WEIGHT * (share - self.idle_share)
 
     def _inputs(self, items, floors: bool) -> PlanInputs:
         rows = [self._row(sequence, draft, floors) for sequence, draft in items]
-        return PlanInputs(rows, self.idle_s, self.idle_share)
+        return PlanInputs(rows, self.wait_cap_s)
 
     @staticmethod
     def shape(items: Sequence[tuple[object, Draft | None]]) -> StepShape:
@@ -144,7 +163,9 @@ class DraftPlanner:
         drafted = draft.num_tokens if floors else state.most  # next: as long as it may be
         survival = self.book.of(id(sequence), state.method).survival(drafted)
         floor = drafted if floors and state.is_probing else 0  # a probe: verified whole
-        return RowPlan(drafted, survival, cached, floor, state.previous,
+        wait = state.wait_s if state.wait_s is not None else self.pooled_wait_s.get(
+            state.method, 0.0)
+        return RowPlan(drafted, survival, cached, floor, state.previous, wait,
                        base_tokens=fed - draft.num_tokens)
 
     def _next_length(self, state: _Planned, unforced: int) -> int:

@@ -30,10 +30,6 @@ from cascade.serving import metrics
 from verifier_service.planner import DraftPlanner
 
 
-MAX_GAP_S = 1.0
-"""Longest wait between steps the planner counts as idle (longer: no sessions, not a wait)."""
-
-
 @dataclass(frozen=True)
 class VerifierSettings:
     kv_tokens: int | None = None
@@ -73,7 +69,6 @@ class StepScheduler:
                  planner: DraftPlanner | None = None) -> None:
         self.engine, self.executor, self.planner = engine, executor, planner
         self.settings = settings or VerifierSettings()
-        self._last_end: float | None = None
         self.queue: deque[_Item] = deque()
         self._arrived = asyncio.Event()
         self._worker: asyncio.Task | None = None
@@ -83,6 +78,8 @@ class StepScheduler:
     async def submit(self, sequence: SequenceVerifier, draft: Draft | None):
         """The engine's result for this item (raises the item's own error)."""
         future = asyncio.get_running_loop().create_future()
+        if self.planner is not None:
+            self.planner.arrived(sequence, time.perf_counter())
         self.queue.append(_Item(sequence, draft, sequence.pending_tokens(draft), future))
         metrics.VERIFIER_QUEUE_DEPTH.inc()
         self._arrived.set()
@@ -121,12 +118,10 @@ class StepScheduler:
         return [(s, d) for (s, _), d in zip(items, self.planner.plan(items))]
 
     def _observe(self, items: list, results: list, started: float) -> None:
-        ended = time.perf_counter()
-        metrics.VERIFIER_STEP_SECONDS.observe(ended - started)
-        gap = 0.0 if self._last_end is None else min(started - self._last_end, MAX_GAP_S)
-        self._last_end = ended
+        seconds = time.perf_counter() - started
+        metrics.VERIFIER_STEP_SECONDS.observe(seconds)
         if self.planner is not None and not any(isinstance(r, Exception) for r in results):
-            self.planner.observe(items, results, ended - started, gap)
+            self.planner.observe(items, results, seconds)
 
     async def _gather(self) -> None:
         """Wait (at most max_wait_ms) until the last step's sessions are back in the queue."""

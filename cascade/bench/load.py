@@ -98,6 +98,8 @@ class Point:
     itl_s: list[float] = field(default_factory=list)
     ttft_s: list[float] = field(default_factory=list)
     soak: bool = False
+    drafted: list[int] = field(default_factory=list)
+    """Drafted tokens verified in each round (the plan's choice under auto)."""
 
     def row(self) -> dict:
         return {"mode": self.mode, "sessions": self.sessions, "soak": self.soak,
@@ -106,7 +108,9 @@ class Point:
                 "itl_p50_ms": round(1000 * percentile(self.itl_s, 0.5), 1),
                 "itl_p99_ms": round(1000 * percentile(self.itl_s, 0.99), 1),
                 "ttft_p50_ms": round(1000 * percentile(self.ttft_s, 0.5), 1),
-                "requests": self.requests, "errors": len(self.errors)}
+                "requests": self.requests, "errors": len(self.errors),
+                "mean_drafted": round(sum(self.drafted) / max(len(self.drafted), 1), 2),
+                "rounds_at_0": round(self.drafted.count(0) / max(len(self.drafted), 1), 2)}
 
 
 def _prompts(domains: tuple[str, ...] = ()) -> list[tuple[str, bool]]:
@@ -129,6 +133,7 @@ async def _client(stub, point: Point, index: int, mode: Mode, max_tokens: int,
                 now, count = time.perf_counter(), len(response.token_ids)
                 if not count:
                     continue
+                point.drafted.append(response.num_drafted)
                 if last == started:
                     point.ttft_s.append(now - started)
                 else:
@@ -206,12 +211,13 @@ def run_load(config: LoadConfig, progress=lambda point: None) -> dict:
 
 def table(result: dict) -> str:
     lines = ["| mode | sessions | tokens/s | ITL p50 ms | ITL p99 ms | TTFT p50 ms | requests "
-             "| errors |", "|---|---|---|---|---|---|---|---|"]
+             "| errors | mean drafted | rounds at 0 |", "|---|---|---|---|---|---|---|---|---|---|"]
     for p in result["points"]:
         sessions = f"{p['sessions']} (soak, {p['window_s']:.0f} s)" if p["soak"] else p["sessions"]
         lines.append(f"| {p['mode']} | {sessions} | {p['tokens_per_s']} | {p['itl_p50_ms']}"
                      f" | {p['itl_p99_ms']} | {p['ttft_p50_ms']} | {p['requests']} "
-                     f"| {p['errors']} |")
+                     f"| {p['errors']} | {p.get('mean_drafted', '-')} "
+                     f"| {p.get('rounds_at_0', '-')} |")
     return "\n".join(lines)
 
 

@@ -8,20 +8,23 @@ of the target's own (recovered or bonus) whatever it drafted, so a row with n sl
 
 The plan maximises expected committed tokens per second of verifier time for the whole pass:
 
-    rate = sum over rows (1 + sum of their slots' S_i) / (T(pass) + idle)
+    rate = sum over rows (1 + sum of their slots' S_i) / (T(pass) + wait)
 
 where T is the step-cost model's time for the pass (cascade.core.step_cost; it knows whether
 wide passes are nearly free, as on GPUs or AMX in bfloat16, or cost about 2x, as in float32 on
-AVX2) and ``idle`` the verifier's wait for the next blocks, which longer blocks amortise. Every
+AVX2) and ``wait`` what drafting makes the verifier wait before its next pass: a row that
+drafts sends its next block only after a round trip to its drafter (and its drafting, where
+that is not hidden), while a row decoded alone is ready at once; the next pass waits for the
+slowest drafting row (with other rows ready, at most ``wait_cap_s``, how long the scheduler
+holds a step for latecomers). So drafting costs one session the whole round trip, and many
+sessions the scheduler's hold: it pays at high load only where the pass itself gains. Every
 planned row starts at its floor (0, or a probe's length); the candidate slots are ranked by
 survival, and the pass takes the best-ranked prefix of them: the one with the highest rate.
 That is the marginal-slot rule (a slot is worth adding while its expected tokens buy more than
 its share of the pass) made robust to pass costs that are not convex: measured CPU passes are
 jagged (a 5-token pass can cost less than a 3-token one), so a slot that does not pay alone
 may pay with the next ones, and the search looks at every prefix rather than stopping at the
-first slot that does not pay. Drafting time counts against a slot in proportion to the
-verifier's idle share: with few sessions the verifier waits for the drafter, with many it does
-not.
+first slot that does not pay.
 
 Stability: a slot past a row's previous length counts ``HYSTERESIS`` less, so noise in the
 estimates does not flip lengths every round; acceptance estimates are moving averages.
@@ -59,8 +62,9 @@ class RowPlan:
     """Slots the row verifies whatever they cost (a probe), at most num_drafted."""
     previous: int = 0
     """Slots the row verified last round (hysteresis)."""
-    draft_s_per_token: float = 0.0
-    """The drafter's time per drafted token (on the verifier's critical path when it idles)."""
+    wait_s: float = 0.0
+    """How long the verifier waits for the row's next block when the row drafts (its round
+    trip to the drafter, drafting included), measured."""
     is_planned: bool = True
     """False: the row verifies its whole block (a fixed or drafter-adaptive schedule)."""
     base_tokens: int = 1
@@ -71,10 +75,8 @@ class RowPlan:
 @dataclass(frozen=True)
 class PlanInputs:
     rows: Sequence[RowPlan]
-    idle_s: float = 0.0
-    """The verifier's expected wait for the next blocks after this pass (seconds)."""
-    idle_share: float = 0.0
-    """Share of the verifier's time it spends waiting (0: always busy), in [0, 1]."""
+    wait_cap_s: float = float("inf")
+    """Longest the scheduler holds a step for rows that are still drafting (its max_wait)."""
 
 
 def plan_pass(inputs: PlanInputs, cost: StepCost) -> list[int]:
@@ -83,18 +85,25 @@ def plan_pass(inputs: PlanInputs, cost: StepCost) -> list[int]:
     lengths = [r.num_drafted if not r.is_planned else min(r.floor, r.num_drafted) for r in rows]
     slots = _slots_by_survival(rows, lengths)
     expected = sum(1 + sum(r.survival[: n]) for r, n in zip(rows, lengths))
-    counts, extra = list(lengths), 0.0
-    best, best_rate = 0, expected / (cost.predict(_shape(rows, counts)) + inputs.idle_s)
+    counts, wait = list(lengths), _wait(inputs, [r for r, n in zip(rows, lengths) if n])
+    best, best_rate = 0, expected / (cost.predict(_shape(rows, counts)) + wait)
     for taken, (value, r) in enumerate(slots, start=1):
+        if counts[r] == 0:  # the row starts drafting: the verifier will wait for it
+            wait = max(wait, _wait(inputs, [rows[r]]))
         counts[r] += 1
         expected += value
-        extra += inputs.idle_share * rows[r].draft_s_per_token
-        rate = expected / (cost.predict(_shape(rows, counts)) + inputs.idle_s + extra)
+        rate = expected / (cost.predict(_shape(rows, counts)) + wait)
         if rate > best_rate:
             best, best_rate = taken, rate
     for _, r in slots[:best]:
         lengths[r] += 1
     return lengths
+
+
+def _wait(inputs: PlanInputs, drafting: Sequence[RowPlan]) -> float:
+    """The verifier's wait before its next pass, with ``drafting`` rows drafting."""
+    longest = max((r.wait_s for r in drafting), default=0.0)
+    return longest if len(inputs.rows) == 1 else min(longest, inputs.wait_cap_s)
 
 
 def _slots_by_survival(rows: Sequence[RowPlan], lengths: list[int]) -> list[tuple[float, int]]:

@@ -94,7 +94,7 @@ def test_drafts_shorten_as_sessions_share_the_pass(gpt2_pair):
             items = [(s, Draft(hf_greedy(target, s.committed, 6)[:6])) for s in sequences
                      if not s.is_finished]  # perfect drafts: acceptance alone does not limit
             planned = list(zip([s for s, _ in items], planner.plan(items)))
-            planner.observe(planned, engine.step(planned), seconds=0.0, gap_s=0.0)
+            planner.observe(planned, engine.step(planned), seconds=0.0)
             verified += [d.num_tokens for _, d in planned]
         mean_lengths.append(sum(verified) / len(verified))
         for sequence in sequences:
@@ -119,7 +119,7 @@ def test_a_drafter_that_starts_paying_is_probed_back_in(gpt2_pair):
         draft = right if number >= 30 else [(t + 1) % 96 for t in right]
         items = [(sequence, Draft(draft))]
         planned = list(zip([sequence], planner.plan(items)))
-        planner.observe(planned, engine.step(planned), seconds=0.0, gap_s=0.0)
+        planner.observe(planned, engine.step(planned), seconds=0.0)
         asked.append(planner.note(sequence).next_draft_tokens)
     sequence.close()
     assert asked[25:30].count(0) >= 4  # wrong drafts: decoded alone
