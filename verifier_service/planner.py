@@ -16,8 +16,8 @@ real step), and every session's acceptance as it is decided. It plans in two mov
   (verified whatever it costs; its length the cheapest pass of up to ``MAX_PROBE_TOKENS``
   drafts, as measured passes are not monotone in their length) so a drafter that starts paying
   again is noticed. A probe that does not pay doubles the interval (up to ``max_probe_every``),
-  for its session and for every later session of its drafting method on this verifier; one
-  that pays resets both.
+  for its session and for every later session of its drafting method on this verifier; a
+  round that pays halves both (down to ``probe_every``).
 """
 
 from __future__ import annotations
@@ -96,6 +96,11 @@ class DraftPlanner:
         self.sessions.pop(id(sequence), None)
         self.book.forget(id(sequence))
 
+    def is_drafting(self, sequence) -> bool:
+        """Whether the session's last verdict asked its drafter for a block."""
+        note = self.note(sequence)
+        return note is not None and note.next_draft_tokens > 0
+
     def note(self, sequence) -> PlanNote | None:
         state = self.sessions.get(id(sequence))
         return state.note if state else None
@@ -171,9 +176,11 @@ class DraftPlanner:
     def _next_length(self, state: _Planned, unforced: int) -> int:
         """How many tokens the session's drafter drafts next (see the module docstring)."""
         was_probing, state.is_probing = state.is_probing, False
-        if unforced > 0:
-            state.until_probe, state.probe_every = 0, self.probe_every
-            self.pooled_probe_every[state.method] = self.probe_every
+        if unforced > 0:  # paying: probes, when it next stops paying, come sooner again
+            state.until_probe = 0
+            state.probe_every = max(self.probe_every, state.probe_every // 2)
+            pooled = self.pooled_probe_every.get(state.method, self.probe_every)
+            self.pooled_probe_every[state.method] = max(self.probe_every, pooled // 2)
             return unforced
         metrics.PLANNED_ZERO_ROUNDS.inc()
         if was_probing:  # the probe did not pay: wait longer before the next one

@@ -8,7 +8,8 @@ alone), and runs them as one engine step. Before taking a batch it waits, at mos
 ``max_wait_ms``, for the sessions of the previous step that are still running to send their next
 block (a target-only session does so at once, a drafter after drafting): without that wait the
 first session back would take the model alone and the others would queue behind it, and the
-batches would fragment into ones and twos. With batching off every item is a step of its own, which is how
+batches would fragment into ones and twos. It does not wait for sessions the draft planner sent
+to draft while others come back at once: those join the step after. With batching off every item is a step of its own, which is how
 the verifier worked before the engine (the benchmark's baseline).
 
 A caller that gives up (its stream was cancelled) leaves its item in the queue; the worker drops
@@ -108,8 +109,18 @@ class StepScheduler:
             for item, result in zip(batch, results):
                 if not item.future.done():
                     item.future.set_result(result)
-            self._expected = {id(i.sequence) for i in batch if not i.sequence.is_finished}
+            self._expected = self._coming_back([i.sequence for i in batch])
             await asyncio.sleep(0)  # the callers resume and may queue their next items
+
+    def _coming_back(self, sequences: list) -> set[int]:
+        """The sessions of the last step the next one waits for: all that go on, except,
+        while others come back at once, those the plan sent to draft (the hold would make
+        every session wait for one round trip to a drafter)."""
+        going_on = [s for s in sequences if not s.is_finished]
+        drafting = {id(s) for s in going_on
+                    if self.planner is not None and self.planner.is_drafting(s)}
+        quick = {id(s) for s in going_on} - drafting
+        return quick or drafting
 
     def _planned(self, items: list) -> list:
         """The step's (sequence, draft) rows, planned sessions' blocks cut to what pays."""

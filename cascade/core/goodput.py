@@ -15,9 +15,10 @@ wide passes are nearly free, as on GPUs or AMX in bfloat16, or cost about 2x, as
 AVX2) and ``wait`` what drafting makes the verifier wait before its next pass: a row that
 drafts sends its next block only after a round trip to its drafter (and its drafting, where
 that is not hidden), while a row decoded alone is ready at once; the next pass waits for the
-slowest drafting row (with other rows ready, at most ``wait_cap_s``, how long the scheduler
-holds a step for latecomers). So drafting costs one session the whole round trip, and many
-sessions the scheduler's hold: it pays at high load only where the pass itself gains. Every
+slowest drafting row when it is alone, and at most ``wait_cap_s`` with other rows (the
+scheduler does not hold a step for a drafting row while others are ready; it joins the step
+after, and what the verifier waits is the bit of its round trip no other row fills). So drafting
+costs one session the whole round trip, and many sessions little of it. Every
 planned row starts at its floor (0, or a probe's length); the candidate slots are ranked by
 survival, and the pass takes the best-ranked prefix of them: the one with the highest rate.
 That is the marginal-slot rule (a slot is worth adding while its expected tokens buy more than

@@ -2,11 +2,14 @@
 
 A round that verified n drafted tokens and accepted a of them observed positions 1 .. min(a + 1,
 n): the first a accepted, position a + 1 (if verified) rejected; later positions were not
-reached. The conditional acceptance rate of each position (accepted given reached) is a moving
-average of those observations; survival S_i, the chance that position i is reached *and*
-accepted, is their running product. A session starts from its method's pooled estimate (every
-session of that drafting method on this verifier), so its first rounds are planned from what
-similar sessions did rather than from a fixed guess.
+reached. Survival S_i, the chance that position i is reached *and* accepted, is the running
+product of the positions' conditional acceptance rates (accepted given reached).
+
+The pooled estimate of a drafting method (every session of it on this verifier) is a slow
+moving average. A session's own rate is a Beta-style mean that starts at the pooled rate with
+the weight of ``PRIOR_ROUNDS`` observations and counts its own observations with forgetting
+(``SESSION_DECAY`` per observation): one lucky round moves it a little, a run of them a lot, and
+an old run fades.
 """
 
 from __future__ import annotations
@@ -17,8 +20,10 @@ from cascade.protocol.settings import MAX_DRAFT_TOKENS
 
 PRIOR = 0.5
 """Conditional acceptance before anything was observed (the pooled estimate takes over fast)."""
-SESSION_WEIGHT = 0.3
-"""Weight of one observation in a session's moving average."""
+PRIOR_ROUNDS = 6.0
+"""How many of its own observations a session's rate needs to weigh as much as the pooled one."""
+SESSION_DECAY = 0.9
+"""Weight an earlier observation of a session keeps at each new one of the same position."""
 POOLED_WEIGHT = 0.05
 """Weight of one observation in the pooled (per-method) moving average."""
 
@@ -42,14 +47,35 @@ class AcceptanceRates:
 
     def survival(self, length: int) -> list[float]:
         """S_1 .. S_length."""
-        out, alive = [], 1.0
-        for rate in self.rates[:length]:
-            alive *= rate
-            out.append(alive)
-        return out
+        return _running_product(self.rates[:length])
 
-    def copy_as(self, weight: float) -> AcceptanceRates:
-        return AcceptanceRates(weight, list(self.rates), 0)
+
+@dataclass
+class SessionRates:
+    """A session's rates: its own decayed counts on top of its method's pooled rates."""
+
+    pooled: AcceptanceRates
+    hits: list[float] = field(default_factory=lambda: [0.0] * MAX_DRAFT_TOKENS)
+    trials: list[float] = field(default_factory=lambda: [0.0] * MAX_DRAFT_TOKENS)
+
+    def observe(self, num_verified: int, num_accepted: int) -> None:
+        for position in range(min(num_accepted + 1, num_verified)):
+            self.hits[position] = SESSION_DECAY * self.hits[position] + (
+                position < num_accepted)
+            self.trials[position] = SESSION_DECAY * self.trials[position] + 1.0
+
+    def survival(self, length: int) -> list[float]:
+        rates = [(PRIOR_ROUNDS * prior + hits) / (PRIOR_ROUNDS + trials) for prior, hits, trials
+                 in zip(self.pooled.rates[:length], self.hits, self.trials)]
+        return _running_product(rates)
+
+
+def _running_product(rates: list[float]) -> list[float]:
+    out, alive = [], 1.0
+    for rate in rates:
+        alive *= rate
+        out.append(alive)
+    return out
 
 
 class SurvivalBook:
@@ -57,13 +83,13 @@ class SurvivalBook:
 
     def __init__(self) -> None:
         self.pooled: dict[str, AcceptanceRates] = {}
-        self.sessions: dict[object, AcceptanceRates] = {}
+        self.sessions: dict[object, SessionRates] = {}
 
-    def of(self, key: object, method: str) -> AcceptanceRates:
+    def of(self, key: object, method: str) -> SessionRates:
         """The session's estimate (started from its method's pooled one)."""
         if key not in self.sessions:
             pooled = self.pooled.setdefault(method, AcceptanceRates(POOLED_WEIGHT))
-            self.sessions[key] = pooled.copy_as(SESSION_WEIGHT)
+            self.sessions[key] = SessionRates(pooled)
         return self.sessions[key]
 
     def observe(self, key: object, method: str, num_verified: int, num_accepted: int) -> None:

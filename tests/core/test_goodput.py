@@ -121,3 +121,15 @@ class Jagged:
 def test_a_slot_that_does_not_pay_alone_is_taken_with_the_ones_after_it():
     assert plan_pass(PlanInputs(rows(1, 0.75, drafted=4)), Jagged()) == [4]
     assert plan_pass(PlanInputs(rows(1, 0.2, drafted=4)), Jagged()) == [0]
+
+
+def test_one_lucky_round_moves_a_sessions_estimate_a_little_and_a_run_a_lot():
+    book = SurvivalBook()
+    for _ in range(100):
+        book.observe("pool", "model", 1, 0)  # the method rarely hits
+    fresh = book.of("s", "model").survival(1)[0]
+    book.observe("s", "model", 1, 1)
+    once = book.of("s", "model").survival(1)[0]
+    for _ in range(20):
+        book.observe("s", "model", 1, 1)
+    assert fresh < once < 0.3 < book.of("s", "model").survival(1)[0]
