@@ -148,8 +148,16 @@ class DraftLoop:
             if self.proposer.wants_target_features:  # the context's features come first
                 for _ in range(num_open_replies(len(self.committed))):
                     self._observe(await self._receive(call))
-            last = time.perf_counter()
-            block = await self._draft(0, self.committed)
+            last, first_round = time.perf_counter(), 0
+            if self.config.planned:  # the verifier's plan for the first block comes next
+                self._observe(await self._receive(call))
+                if self.planned_length == 0:  # it decodes alone from the start
+                    async for verdict in self._follow(call):
+                        yield self._round(verdict, EMPTY_BLOCK, UNDRAFTED, None, _micros(last))
+                        last, first_round = time.perf_counter(), verdict.round + 1
+                    if _is_final(verdict):
+                        return
+            block = await self._draft(first_round, self.committed)
             await writer.send(verifier_pb2.VerifyRequest(block=block))
             origin = (common_pb2.SPECULATION_MISS if self.speculation.is_on
                       else common_pb2.SPECULATION_UNSPECIFIED)

@@ -114,6 +114,21 @@ class DraftPlanner:
             out.append(draft.prefix(n) if planned else draft)
         return out
 
+    def first_length(self, sequence, num_active: int) -> int:
+        """The first block's length for a session just opened, planned as one row among
+        ``num_active`` decoding rows (the current load) on its method's pooled estimates."""
+        state = self.sessions[id(sequence)]
+        state.most = MAX_PROBE_TOKENS  # its k is not known yet; its drafter caps the length
+        survival = self.book.of(id(sequence), state.method).survival(state.most)
+        cached = len(sequence.committed)
+        mine = RowPlan(state.most, survival, cached,
+                       wait_s=self.pooled_wait_s.get(state.method, 0.0))
+        others = [RowPlan(0, (), cached, is_planned=False)] * (num_active - 1)
+        length = plan_pass(PlanInputs([mine, *others], self.wait_cap_s), self.cost)[0]
+        state.note = PlanNote(0, length or self._next_length(state, 0))
+        state.verdict_at = time.perf_counter() if state.note.next_draft_tokens else None
+        return state.note.next_draft_tokens
+
     def arrived(self, sequence, now: float) -> None:
         """A session's block reached the scheduler: how long the verifier waited for it, if
         its drafter had to draft it."""

@@ -27,6 +27,11 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
                     if session.sequence.feature_layers:
                         for reply in await self.sessions.open_replies(session):
                             yield reply
+                    if request.open.plan_drafts:  # how long the first block should be
+                        plan = self.sessions.plan_reply(session)
+                        yield plan
+                        async for alone in self._decode_alone(session, plan, first_round=0):
+                            yield alone
                 elif session is None:
                     raise ValueError("open: send a SessionOpen message before draft blocks")
                 elif (verdict := await self.sessions.verify(session, request.block)) is not None:
@@ -37,15 +42,18 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
             if session is not None:
                 await self.sessions.close(session)
 
-    async def _decode_alone(self, session, verdict):
+    async def _decode_alone(self, session, verdict, first_round: int | None = None):
         """While the plan says the session's drafts do not pay (a verdict asking for 0 drafted
         tokens), the verifier decodes it alone, round after round, as Decode does; the drafter
-        sends nothing and relays these verdicts until one asks for drafts again."""
+        sends nothing and relays these verdicts until one asks for drafts again.
+        ``first_round``: the round to start at (default: the one after ``verdict``'s)."""
+        next_round = verdict.round + 1 if first_round is None else first_round
         while (verdict.HasField("next_draft_tokens") and verdict.next_draft_tokens == 0
                and verdict.finish_reason == common_pb2.FINISH_REASON_UNSPECIFIED):
             verdict = await self.sessions.verify(session, verifier_pb2.DraftBlock(
-                session_id=session.session_id, epoch=session.epoch, round=verdict.round + 1,
+                session_id=session.session_id, epoch=session.epoch, round=next_round,
                 base_len=len(session.sequence.committed)))
+            next_round = verdict.round + 1
             yield verdict
             if verdict.is_stale:
                 return

@@ -139,6 +139,14 @@ class SessionTable:
                               epoch=session.epoch)
                 for chunk in context_feature_chunks(features, len(sequence.committed))]
 
+    def plan_reply(self, session: OpenSession) -> verifier_pb2.Verdict:
+        """For a planned session: a verdict that commits nothing and says how long its first
+        block should be (0: the verifier decodes it alone from the start)."""
+        length = self.planner.first_length(session.sequence, max(len(self.sessions), 1))
+        return verifier_pb2.Verdict(session_id=session.session_id, epoch=session.epoch,
+                                    committed_len=len(session.sequence.committed),
+                                    next_draft_tokens=length)
+
     async def close(self, session: OpenSession) -> None:
         """Give the session's KV memory back when its stream ends, and wake waiting opens."""
         session.sequence.close()
