@@ -20,7 +20,7 @@ Defaults, documented once (OpenAI's where OpenAI has the field):
 | acceptance | "lossless" | "lossless" or "cascade" (a speculative cascade: faster, lossy) |
 | cascade_rule | "chow" | chow, diff, opt, token_v1, token_v2, token_v3 (with "cascade") |
 | cascade_alpha | 0.0 | [0, 1]; larger trades quality for speed (with "cascade") |
-| draft_schedule | "auto" | "auto" (the verifier drafts only what pays at its load: each round's length in [0, k], cascade.core.goodput), "fixed" (always k) or "adaptive" (k moves in [1, 2k] with the drafter's success; draft_method "model") |
+| draft_schedule | "auto" | "auto" (the verifier drafts only what pays at its load: each round's length in [0, k], cascade.core.goodput; a speculative cascade is verified as "fixed"), "fixed" (always k) or "adaptive" (k moves in [1, 2k] with the drafter's success; draft_method "model") |
 | draft_min_confidence | 0.0 (off) | [0, 1): a block stops where the drafter's top probability is below it |
 | draft_max_entropy | 0.0 (off) | [0, 20] nats: a block stops where the drafter's entropy is above it |
 """
@@ -216,7 +216,13 @@ def _draft_config(options: GenerationOptions, server: ServerDefaults) -> DraftCo
     return DraftConfig(server.default_num_draft_tokens if k is None else k,
                        min_confidence=options.draft_min_confidence,
                        max_entropy=options.draft_max_entropy, adaptive=adaptive,
-                       planned=options.draft_schedule == "auto", method=options.draft_method)
+                       planned=_is_planned(options), method=options.draft_method)
+
+
+def _is_planned(options: GenerationOptions) -> bool:
+    """"auto" plans lossless sessions only: a speculative cascade's output depends on which
+    positions were drafted, so it verifies every drafted token (as "fixed")."""
+    return options.draft_schedule == "auto" and options.acceptance != "cascade"
 
 
 REQUEST_PARTS = ("body", "query", "path", "header", "cookie")
