@@ -179,15 +179,16 @@ class SessionTable:
                         round=block.round, num_draft=draft.num_tokens) as span:
             outcome, seconds = await self._run_model(session, draft)
             span.set_attribute("num_accepted", outcome.num_accepted)
+        note = self.planner.note(session.sequence)
+        verified = note.num_verified if note is not None else draft.num_tokens
         metrics.VERIFY_SECONDS.observe(seconds)
-        metrics.observe_round(draft.num_tokens, outcome.num_accepted, len(outcome.tokens),
+        metrics.observe_round(verified, outcome.num_accepted, len(outcome.tokens),
                               outcome.num_deferred)
         session.last_round = block.round
         session.last_verdict = verdict_to_pb(outcome, int(seconds * 1e6),
                                              session.sequence.last_features,
                                              session_id=session.session_id, epoch=session.epoch,
                                              round=block.round)
-        note = self.planner.note(session.sequence)
         if note is not None:
             session.last_verdict.num_verified = note.num_verified
             session.last_verdict.next_draft_tokens = note.next_draft_tokens

@@ -3,7 +3,9 @@ gateways and Redis with its append-only file): during a streaming generation, ki
 drafter, the verifier or the gateway serving it, or kill -9 Redis and start it again, after a
 random round. The client (``cascade.tools.client``, which resumes a broken stream on the other
 gateway) reads on; every trial must complete with exactly the tokens of the same request without
-a fault (greedy, and seeded sampling), no round twice and none missing. The killed process is
+a fault (greedy, and seeded sampling), no round twice and none missing. Requests draft a fixed
+k per round: a seeded sampled text depends on where blocks end, and the planner's lengths follow
+timing, which a fault changes. The killed process is
 started again before the next trial.
 
     python -m cascade.bench.faults --pair tiny --trials 30 --out docs/reliability.md
@@ -81,7 +83,8 @@ class FaultRunner:
         """One streaming generation, resumed on the other gateway if its own dies."""
         return stream_generation(self.gateways, self.prompt, self.max_tokens, self.k,
                                  temperature=0.8 if sampled else 0.0, seed=self.seed,
-                                 chat=False, on_response=on_response, timeout_s=300).token_ids
+                                 chat=False, on_response=on_response, timeout_s=300,
+                                 schedule="fixed").token_ids
 
     def reference(self, sampled: bool) -> list[int]:
         if sampled not in self.references:

@@ -3,7 +3,9 @@ verification: a local cluster whose drafter's messages are delayed by each one-w
 (``--inject-delay-ms``), verifier and drafter pinned to different cores (the gateway, Redis and
 the client on the core that would otherwise wait), for each speculation
 mode (``--speculate off``: lock-step; ``cache``: pre-drafts for guessed outcomes; ``ahead``: and
-the best ones sent ahead). Per (mode, delay): tokens/s, the mean round, the verifier's idle share
+the best ones sent ahead). Requests use ``draft_schedule: fixed`` (every round drafts k: the
+benchmark measures the link, not the planner, which would stop drafting over a slow link).
+Per (mode, delay): tokens/s, the mean round, the verifier's idle share
 of the wall time (1 - its verify time / wall), and where the rounds' blocks came from.
 
     python -m cascade.bench.rtt --pair smollm2 --delays 0,5,20,50 --modes off,cache,ahead
@@ -78,7 +80,8 @@ def measure(target: Path, drafter: Path, delays: list[float], workdir: Path,
                     # gateway, Redis and client go on the core that waits: the verifier's
                     # while a lock-step drafter drafts, the drafter's when it pre-drafts
                     place_helpers(cluster, pins, verifier_waits=mode == "off")
-                    stream_generation(cluster.grpc_address, prompts[0], 8, k, chat=False)
+                    stream_generation(cluster.grpc_address, prompts[0], 8, k, chat=False,
+                                      schedule="fixed")
                     _run_prompts(cluster.grpc_address, rows[mode, delay], prompts, max_tokens,
                                  k)
     return list(rows.values())
@@ -89,7 +92,7 @@ def _run_prompts(address: str, row: RttRow, prompts: tuple[str, ...], max_tokens
     for prompt in prompts:
         responses = []
         summary = stream_generation(address, prompt, max_tokens, k, chat=False,
-                                    on_response=responses.append)
+                                    on_response=responses.append, schedule="fixed")
         row.tokens.append(summary.token_ids)
         row.wall_s += summary.elapsed_s
         row.verify_s += sum(r.verify_us for r in responses) / 1e6

@@ -1,6 +1,8 @@
 """Cascade as services on loopback: Redis, verifier, drafter and gateway as separate processes,
 verifier and drafter pinned to different cores (one torch thread each) so they behave like
-separate machines; generations stream through the gateway's gRPC API on one channel."""
+separate machines; generations stream through the gateway's gRPC API on one channel. Rows with
+k > 0 use ``draft_schedule: fixed`` (they compare drafting methods at k; ``cascade bench-load``
+compares the planner's ``auto``)."""
 
 from __future__ import annotations
 
@@ -64,7 +66,7 @@ def place_helpers(cluster: LocalCluster, pins: dict[str, frozenset[int]], verifi
 def service_trace(stub, prompt: BenchPrompt, job: Job, k: int, sampling: bool) -> Trace:
     params = params_for(job, sampling, eos=None)  # the gateway adds the model's eos
     request = gateway_pb2.GenerateRequest(
-        prompt=prompt.text, num_draft_tokens=k, chat=prompt.chat,
+        prompt=prompt.text, num_draft_tokens=k, chat=prompt.chat, draft_schedule="fixed",
         max_tokens=params.max_new_tokens, temperature=params.temperature, seed=params.seed)
     trace = Trace(prompt.domain)
     started = time.perf_counter()

@@ -115,8 +115,10 @@ def generate(prompt: str,
              rule: str = typer.Option(None, help="A speculative cascade (lossy): chow, diff, opt, "
                                       "token_v1, token_v2 or token_v3; unset is lossless."),
              alpha: float = typer.Option(0.0, help="The cascade's quality knob in [0, 1]."),
-             adaptive: bool = typer.Option(False, help="Adapt k to the drafter's success "
-                                           "(between 1 and 2k).")
+             schedule: str = typer.Option("", help="draft_schedule: auto (draft only what "
+                                          "pays at the verifier's load), fixed (always k) or "
+                                          "adaptive (k follows the drafter's success); empty: "
+                                          "the gateway's default (auto).")
              ) -> None:
     """Stream a generation: green text was drafted and accepted, plain text the verifier chose."""
     run = dict(prompt=prompt, max_tokens=max_tokens, temperature=temperature, seed=seed,
@@ -124,7 +126,7 @@ def generate(prompt: str,
     console.print(prompt, style="bold", end="\n" if chat else "", markup=False, highlight=False)
     spec = stream_generation(gateway, num_draft_tokens=num_draft_tokens,
                              on_response=_print_round, cascade_rule=rule, cascade_alpha=alpha,
-                             adaptive=adaptive, **run)
+                             schedule=schedule, **run)
     console.print()
     base = stream_generation(gateway, num_draft_tokens=0, **run) if baseline else None
     _report(spec, base, num_draft_tokens)

@@ -51,19 +51,19 @@ def stream_generation(address: str | Sequence[str], prompt: str, max_tokens: int
                       chat: bool = True,
                       on_response: Callable[[gateway_pb2.GenerateResponse], None] | None = None,
                       timeout_s: float = 600.0, cascade_rule: str | None = None,
-                      cascade_alpha: float = 0.0, adaptive: bool = False,
+                      cascade_alpha: float = 0.0, schedule: str = "",
                       max_resumes: int = 5) -> GenerationSummary:
     """One generation through the gateway; ``cascade_rule`` makes it a speculative cascade,
-    ``adaptive`` adapts k to the drafter's success. ``address``: one gateway or several
+    ``schedule`` is the request's draft_schedule ("auto", "fixed" or "adaptive"; empty: the
+    gateway's default). ``address``: one gateway or several
     (``host:port,host:port``): when a stream breaks, it is resumed on the next one after the
     last round received, up to ``max_resumes`` times."""
     cascade = {"acceptance": "cascade", "cascade_rule": cascade_rule,
                "cascade_alpha": cascade_alpha} if cascade_rule else {}
-    schedule = {"draft_schedule": "adaptive"} if adaptive else {}
     request = gateway_pb2.GenerateRequest(prompt=prompt, num_draft_tokens=num_draft_tokens,
                                           chat=chat, max_tokens=max_tokens,
                                           temperature=temperature, seed=seed, **cascade,
-                                          **schedule)
+                                          draft_schedule=schedule)
     gateways = address.split(",") if isinstance(address, str) else list(address)
     summary, position = GenerationSummary(), _Position()
     started = time.perf_counter()

@@ -4,7 +4,7 @@
 
 const $ = (id) => document.getElementById(id);
 const NUMBER_FIELDS = ["max_tokens", "num_draft_tokens", "temperature", "top_p", "cascade_alpha"];
-const CHOICE_FIELDS = ["draft_method", "acceptance", "cascade_rule"];
+const CHOICE_FIELDS = ["draft_schedule", "draft_method", "acceptance", "cascade_rule"];
 let modelName = null;
 
 async function loadSettings() {

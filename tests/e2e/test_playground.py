@@ -45,9 +45,11 @@ def stream_rounds(body: bytes) -> list[dict]:
     return rounds
 
 
-async def fill_settings(page, prompt: str, max_tokens: int, **fields: str) -> None:
+async def fill_settings(page, prompt: str, max_tokens: int, schedule: str = "fixed",
+                        **fields: str) -> None:
     await page.fill("#prompt", prompt)
     await page.fill("#max_tokens", str(max_tokens))
+    await page.select_option("#draft_schedule", schedule)
     for name, value in fields.items():
         await page.fill(f"#{name}", value)
 
