@@ -36,6 +36,7 @@ from cascade.serving.delay import DelayedWriter, LinkDelay
 from cascade.serving.errors import StaleEpoch
 from cascade.serving.telemetry import current_context, start_span
 from cascade.v1 import common_pb2, drafter_pb2, verifier_pb2, verifier_pb2_grpc
+from drafter_service.shadows import Shadows
 from drafter_service.speculation import SpeculationCache, SpeculationConfig
 
 
@@ -81,7 +82,8 @@ class DraftLoop:
             session_id=r.session_id, epoch=r.epoch, context_tokens=r.context_tokens,
             prompt_len=r.prompt_len, sampling=r.sampling, acceptance=r.acceptance,
             feature_layers=layers, owner_tag=r.owner_tag, plan_drafts=self.config.planned,
-            draft_method=self.config.method))
+            draft_method=self.config.method,
+            shadow_drafts=self.config.planned and self._shadows_exact))
 
     async def _receive(self, call) -> verifier_pb2.Verdict:
         verdict = await call.read()
@@ -152,7 +154,7 @@ class DraftLoop:
             if self.config.planned:  # the verifier's plan for the first block comes next
                 self._observe(await self._receive(call))
                 if self.planned_length == 0:  # it decodes alone from the start
-                    async for verdict in self._follow(call):
+                    async for verdict in self._follow(call, writer):
                         yield self._round(verdict, EMPTY_BLOCK, UNDRAFTED, None, _micros(last))
                         last, first_round = time.perf_counter(), verdict.round + 1
                     if _is_final(verdict):
@@ -168,7 +170,7 @@ class DraftLoop:
                 yield self._round(verdict, block, origin, cache, _micros(last))
                 last = time.perf_counter()
                 if self.planned_length == 0 and not _is_final(verdict):
-                    async for verdict in self._follow(call):  # the verifier decodes alone
+                    async for verdict in self._follow(call, writer):  # the verifier decodes alone
                         yield self._round(verdict, EMPTY_BLOCK, UNDRAFTED, None, _micros(last))
                         last = time.perf_counter()
                     cache = None  # pre-drafts made before it went alone are out of date
@@ -181,16 +183,37 @@ class DraftLoop:
             writer.close()
             call.cancel()
 
-    async def _follow(self, call) -> AsyncIterator[verifier_pb2.Verdict]:
+    async def _follow(self, call, writer: DelayedWriter
+                      ) -> AsyncIterator[verifier_pb2.Verdict]:
         """The verdicts of rounds the verifier decodes alone (the plan asked for 0 drafted
-        tokens), until one asks for drafts again or ends the generation."""
-        while True:
-            verdict = await self._receive(call)
-            self._observe(verdict)
-            self.committed.extend(verdict.tokens)
-            yield verdict
-            if self.planned_length != 0 or _is_final(verdict):
-                return
+        tokens), until one asks for drafts again or ends the generation; shadow blocks
+        meanwhile, where they are exact (drafter_service.shadows)."""
+        shadows = self._shadows(writer)
+        try:
+            while True:
+                verdict = await self._receive(call)
+                self._observe(verdict)
+                self.committed.extend(verdict.tokens)
+                if shadows is not None:
+                    shadows.after(self.committed)
+                yield verdict
+                if self.planned_length != 0 or _is_final(verdict):
+                    return
+        finally:
+            if shadows is not None:
+                await shadows.stop()
+
+    @property
+    def _shadows_exact(self) -> bool:
+        """Shadow blocks score exactly in a greedy session (a draft is accepted while it equals
+        the committed tokens) whose proposer drafts from tokens alone (no target features)."""
+        return self.params.is_greedy and not self.proposer.wants_target_features
+
+    def _shadows(self, writer: DelayedWriter) -> Shadows | None:
+        if not self._shadows_exact:
+            return None
+        return Shadows(self.proposer.propose, self.executor, writer.send, self.request.epoch,
+                       self.config.num_draft_tokens, self.request.prompt_len)
 
     def _round(self, verdict, block, origin, cache: SpeculationCache | None, round_us: int
                ) -> common_pb2.Round:

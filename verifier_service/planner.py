@@ -18,6 +18,13 @@ real step), and every session's acceptance as it is decided. It plans in two mov
   again is noticed. A probe that does not pay doubles the interval (up to ``max_probe_every``),
   for its session and for every later session of its drafting method on this verifier; a
   round that pays halves both (down to ``probe_every``).
+- **Shadows** replace probes where they are exact: while a greedy session is decoded alone its
+  drafter, idle otherwise, drafts now and then from a past context of committed tokens and
+  sends that *shadow* block; the verifier scores it against the tokens it committed there (a
+  greedy draft is accepted exactly while it equals them) and counts it as a round of the
+  session's acceptance, at no cost to any pass. A session whose drafter sends shadows
+  (``SessionOpen.shadow_drafts``) is not probed: it drafts again when its estimates say
+  drafting pays.
 """
 
 from __future__ import annotations
@@ -72,6 +79,9 @@ class _Planned:
     """Rounds at 0 left before the next probe (0: not counting)."""
     probe_every: int = 8
     is_probing: bool = False
+    is_shadowed: bool = False
+    """Its drafter sends shadow blocks while it is decoded alone (it said so at the open, or
+    one came): no probes needed."""
     note: PlanNote | None = None
 
 
@@ -88,9 +98,10 @@ class DraftPlanner:
         self.sessions: dict[int, _Planned] = {}
         """id(sequence) -> its plan state (planned sessions only)."""
 
-    def enroll(self, sequence, method: str) -> None:
+    def enroll(self, sequence, method: str, shadowed: bool = False) -> None:
+        """``shadowed``: its drafter sends shadow blocks while it is decoded alone."""
         every = self.pooled_probe_every.get(method, self.probe_every)
-        self.sessions[id(sequence)] = _Planned(method, probe_every=every)
+        self.sessions[id(sequence)] = _Planned(method, probe_every=every, is_shadowed=shadowed)
 
     def release(self, sequence) -> None:
         self.sessions.pop(id(sequence), None)
@@ -140,6 +151,23 @@ class DraftPlanner:
             state.wait_s + WAIT_WEIGHT * (waited - state.wait_s))
         pooled = self.pooled_wait_s.get(state.method, waited)
         self.pooled_wait_s[state.method] = pooled + WAIT_WEIGHT * (waited - pooled)
+
+    def shadow(self, sequence, base_len: int, tokens: Sequence[int]) -> int | None:
+        """A shadow block: ``tokens`` drafted after the first ``base_len`` committed tokens of a
+        greedy session, all of whose positions are committed already. Counted as a round that
+        verified them all (the greedy rule accepts a drafted token while it equals the committed
+        one); returns the tokens accepted, or None when the session is not planned."""
+        state = self.sessions.get(id(sequence))
+        if state is None or not tokens:
+            return None
+        truth = sequence.committed[base_len:base_len + len(tokens)]
+        accepted = next((i for i, (a, b) in enumerate(zip(tokens, truth)) if a != b),
+                        len(tokens))
+        self.book.observe(id(sequence), state.method, len(tokens), accepted)
+        state.most = max(state.most, len(tokens))
+        state.is_shadowed, state.is_probing, state.until_probe = True, False, 0
+        metrics.SHADOW_DRAFT_TOKENS.inc(len(tokens))
+        return accepted
 
     def observe(self, items: Sequence[tuple[object, Draft | None]], results: Sequence,
                 seconds: float) -> None:
@@ -198,6 +226,8 @@ class DraftPlanner:
             self.pooled_probe_every[state.method] = max(self.probe_every, pooled // 2)
             return unforced
         metrics.PLANNED_ZERO_ROUNDS.inc()
+        if state.is_shadowed:  # its shadows keep the estimates current: no probe
+            return 0
         if was_probing:  # the probe did not pay: wait longer before the next one
             state.probe_every = min(2 * state.probe_every, self.max_probe_every)
             pooled = self.pooled_probe_every.get(state.method, self.probe_every)

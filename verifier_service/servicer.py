@@ -2,11 +2,53 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from cascade.pod.messages import round_from_verdict
 from cascade.serving.errors import StaleEpoch
 from cascade.serving.mesh import OPEN, MeshSecurity
 from cascade.v1 import common_pb2, verifier_pb2, verifier_pb2_grpc
 from verifier_service.sessions import SessionTable
+
+
+class Inbox:
+    """A Verify stream's requests, read by a task of their own: shadow blocks are handed to
+    ``on_shadow`` as they arrive (also while the verifier decodes the session alone and reads
+    nothing else); opens and blocks queue, in order, for ``async for``. A failure (a bad shadow,
+    a broken stream) is raised to the reader."""
+
+    def __init__(self, requests, on_shadow) -> None:
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.failure: Exception | None = None
+        self.task = asyncio.ensure_future(self._pump(requests, on_shadow))
+
+    async def _pump(self, requests, on_shadow) -> None:
+        try:
+            async for request in requests:
+                if request.HasField("shadow"):
+                    on_shadow(request.shadow)
+                else:
+                    self.queue.put_nowait(request)
+        except Exception as exc:  # noqa: BLE001 - handed to the reader, which raises it
+            self.failure = exc
+        self.queue.put_nowait(None)
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self) -> verifier_pb2.VerifyRequest:
+        request = await self.queue.get()
+        if request is None:
+            self.raise_failure()
+            raise StopAsyncIteration
+        return request
+
+    def raise_failure(self) -> None:
+        if self.failure is not None:
+            raise self.failure
+
+    def close(self) -> None:
+        self.task.cancel()
 
 
 class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
@@ -20,8 +62,15 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
 
     async def Verify(self, request_iterator, context):
         session = None
+
+        def on_shadow(msg: verifier_pb2.ShadowBlock) -> None:
+            if session is None:
+                raise ValueError("open: send a SessionOpen message before shadow blocks")
+            self.sessions.shadow(session, msg)
+
+        inbox = Inbox(request_iterator, on_shadow)
         try:
-            async for request in request_iterator:
+            async for request in inbox:
                 if request.HasField("open"):
                     session = await self._open(request.open)
                     if session.sequence.feature_layers:
@@ -30,26 +79,30 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
                     if request.open.plan_drafts:  # how long the first block should be
                         plan = self.sessions.plan_reply(session)
                         yield plan
-                        async for alone in self._decode_alone(session, plan, first_round=0):
+                        async for alone in self._decode_alone(session, plan, inbox, 0):
                             yield alone
                 elif session is None:
                     raise ValueError("open: send a SessionOpen message before draft blocks")
                 elif (verdict := await self.sessions.verify(session, request.block)) is not None:
                     yield verdict  # None: a block sent ahead on a wrong guess, dropped
-                    async for alone in self._decode_alone(session, verdict):
+                    async for alone in self._decode_alone(session, verdict, inbox):
                         yield alone
         finally:
+            inbox.close()
             if session is not None:
                 await self.sessions.close(session)
 
-    async def _decode_alone(self, session, verdict, first_round: int | None = None):
+    async def _decode_alone(self, session, verdict, inbox: Inbox,
+                            first_round: int | None = None):
         """While the plan says the session's drafts do not pay (a verdict asking for 0 drafted
         tokens), the verifier decodes it alone, round after round, as Decode does; the drafter
-        sends nothing and relays these verdicts until one asks for drafts again.
-        ``first_round``: the round to start at (default: the one after ``verdict``'s)."""
+        sends no blocks (shadow blocks at most, which the inbox scores as they come) and relays
+        these verdicts until one asks for drafts again. ``first_round``: the round to start at
+        (default: the one after ``verdict``'s)."""
         next_round = verdict.round + 1 if first_round is None else first_round
         while (verdict.HasField("next_draft_tokens") and verdict.next_draft_tokens == 0
                and verdict.finish_reason == common_pb2.FINISH_REASON_UNSPECIFIED):
+            inbox.raise_failure()
             verdict = await self.sessions.verify(session, verifier_pb2.DraftBlock(
                 session_id=session.session_id, epoch=session.epoch, round=next_round,
                 base_len=len(session.sequence.committed)))

@@ -34,7 +34,7 @@ from cascade.pod.messages import (
     verdict_to_pb,
 )
 from cascade.protocol.methods import DEFAULT_DRAFT_METHOD
-from cascade.protocol.validation import check_feature_layers, session_settings
+from cascade.protocol.validation import check_feature_layers, check_shadow, session_settings
 from cascade.serving import metrics
 from cascade.serving.errors import Overloaded, StaleEpoch
 from cascade.serving.telemetry import current_context, start_span
@@ -92,7 +92,8 @@ class SessionTable:
             raise
         sequence.feature_layers = tuple(msg.feature_layers)
         if msg.plan_drafts:
-            self.planner.enroll(sequence, msg.draft_method or DEFAULT_DRAFT_METHOD)
+            self.planner.enroll(sequence, msg.draft_method or DEFAULT_DRAFT_METHOD,
+                                shadowed=msg.shadow_drafts and sequence.params.is_greedy)
         session = OpenSession(msg.session_id, msg.epoch, sequence, trace_context=current_context())
         self.highest_epoch.opened(msg.session_id, msg.epoch)
         self.sessions[msg.session_id] = session
@@ -146,6 +147,14 @@ class SessionTable:
         return verifier_pb2.Verdict(session_id=session.session_id, epoch=session.epoch,
                                     committed_len=len(session.sequence.committed),
                                     next_draft_tokens=length)
+
+    def shadow(self, session: OpenSession, msg: verifier_pb2.ShadowBlock) -> None:
+        """A shadow block from the session's drafter (verifier.proto): checked, then scored by
+        the planner against the committed tokens; one of an older epoch or of a sampled
+        session (where equality is not the acceptance rule) is ignored."""
+        check_shadow(msg, self.limits.vocab_size, len(session.sequence.committed))
+        if msg.epoch == session.epoch and session.sequence.params.is_greedy:
+            self.planner.shadow(session.sequence, msg.base_len, list(msg.tokens))
 
     async def close(self, session: OpenSession) -> None:
         """Give the session's KV memory back when its stream ends, and wake waiting opens."""

@@ -148,6 +148,6 @@ def demo(prompt: str = typer.Argument("Explain how a rainbow forms."),
                 stream_generation(cluster.grpc_address, prompt, 4, k)
         generate(prompt, gateway=cluster.grpc_address, max_tokens=max_tokens,
                  num_draft_tokens=num_draft_tokens, temperature=0.0, seed=0, chat=True,
-                 baseline=True, rule=None, alpha=0.0)
+                 baseline=True, rule=None, alpha=0.0, schedule="")
     finally:
         cluster.stop()

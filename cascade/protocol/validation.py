@@ -176,6 +176,14 @@ def check_block(msg: verifier_pb2.DraftBlock, vocab_size: int) -> None:
             check_proposal(f"{name}[{row}]", proposal, vocab_size, widest)
 
 
+def check_shadow(msg: verifier_pb2.ShadowBlock, vocab_size: int, num_committed: int) -> None:
+    """A shadow block drafts only where every position is committed already."""
+    check_token_ids("shadow.tokens", msg.tokens, vocab_size, MAX_DRAFT_TOKENS)
+    if msg.base_len + len(msg.tokens) > num_committed:
+        raise invalid("shadow.base_len", f"{msg.base_len} + {len(msg.tokens)} tokens reaches past "
+                                         f"the {num_committed} committed tokens")
+
+
 def check_proposal(field: str, proposal: verifier_pb2.SparseDistribution, vocab_size: int,
                    widest: int) -> None:
     """A sparse distribution: distinct ids in range, one probability each, in [0, 1], summing

@@ -82,6 +82,8 @@ PLANNED_DRAFT_TOKENS = Histogram("cascade:planned_draft_tokens", "Drafted tokens
                                  buckets=(0, 1, 2, 3, 4, 6, 8, 12, 16, 32))
 PLANNED_ZERO_ROUNDS = Counter("cascade:planned_zero_rounds", "Planned rounds after which the "
                               "session drafts nothing (the verifier decodes it alone).")
+SHADOW_DRAFT_TOKENS = Counter("cascade:shadow_draft_tokens", "Tokens of shadow blocks scored "
+                              "(drafted from past contexts of sessions decoded alone).")
 # Gateway.
 REQUESTS_RUNNING = Gauge("cascade:num_requests_running", "Generations in progress.")
 REQUESTS_FINISHED = Counter("cascade:request_success", "Generations finished.", ["finish_reason"])

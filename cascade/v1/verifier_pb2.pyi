@@ -8,15 +8,27 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class VerifyRequest(_message.Message):
-    __slots__ = ("open", "block")
+    __slots__ = ("open", "block", "shadow")
     OPEN_FIELD_NUMBER: _ClassVar[int]
     BLOCK_FIELD_NUMBER: _ClassVar[int]
+    SHADOW_FIELD_NUMBER: _ClassVar[int]
     open: SessionOpen
     block: DraftBlock
-    def __init__(self, open: _Optional[_Union[SessionOpen, _Mapping]] = ..., block: _Optional[_Union[DraftBlock, _Mapping]] = ...) -> None: ...
+    shadow: ShadowBlock
+    def __init__(self, open: _Optional[_Union[SessionOpen, _Mapping]] = ..., block: _Optional[_Union[DraftBlock, _Mapping]] = ..., shadow: _Optional[_Union[ShadowBlock, _Mapping]] = ...) -> None: ...
+
+class ShadowBlock(_message.Message):
+    __slots__ = ("epoch", "base_len", "tokens")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    BASE_LEN_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    base_len: int
+    tokens: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, epoch: _Optional[int] = ..., base_len: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class SessionOpen(_message.Message):
-    __slots__ = ("session_id", "epoch", "context_tokens", "prompt_len", "sampling", "acceptance", "feature_layers", "owner_tag", "plan_drafts", "draft_method")
+    __slots__ = ("session_id", "epoch", "context_tokens", "prompt_len", "sampling", "acceptance", "feature_layers", "owner_tag", "plan_drafts", "draft_method", "shadow_drafts")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -27,6 +39,7 @@ class SessionOpen(_message.Message):
     OWNER_TAG_FIELD_NUMBER: _ClassVar[int]
     PLAN_DRAFTS_FIELD_NUMBER: _ClassVar[int]
     DRAFT_METHOD_FIELD_NUMBER: _ClassVar[int]
+    SHADOW_DRAFTS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     epoch: int
     context_tokens: _containers.RepeatedScalarFieldContainer[int]
@@ -37,7 +50,8 @@ class SessionOpen(_message.Message):
     owner_tag: bytes
     plan_drafts: bool
     draft_method: str
-    def __init__(self, session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., context_tokens: _Optional[_Iterable[int]] = ..., prompt_len: _Optional[int] = ..., sampling: _Optional[_Union[_common_pb2.Sampling, _Mapping]] = ..., acceptance: _Optional[_Union[_common_pb2.Acceptance, _Mapping]] = ..., feature_layers: _Optional[_Iterable[int]] = ..., owner_tag: _Optional[bytes] = ..., plan_drafts: _Optional[bool] = ..., draft_method: _Optional[str] = ...) -> None: ...
+    shadow_drafts: bool
+    def __init__(self, session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., context_tokens: _Optional[_Iterable[int]] = ..., prompt_len: _Optional[int] = ..., sampling: _Optional[_Union[_common_pb2.Sampling, _Mapping]] = ..., acceptance: _Optional[_Union[_common_pb2.Acceptance, _Mapping]] = ..., feature_layers: _Optional[_Iterable[int]] = ..., owner_tag: _Optional[bytes] = ..., plan_drafts: _Optional[bool] = ..., draft_method: _Optional[str] = ..., shadow_drafts: _Optional[bool] = ...) -> None: ...
 
 class TargetFeatures(_message.Message):
     __slots__ = ("start", "shape", "dtype", "data")

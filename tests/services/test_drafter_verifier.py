@@ -154,3 +154,25 @@ async def test_an_injected_delay_lengthens_every_round_and_changes_no_token(gpt2
         await verifier.drain()
     with pytest.raises(ValueError, match=">= 0 ms"):
         LinkDelay(-1.0)
+
+
+async def test_a_shadow_past_the_committed_tokens_is_refused_naming_the_field(services):
+    """A shadow block may only cover committed positions; one reaching past them ends the
+    stream with INVALID_ARGUMENT naming shadow.base_len, and one before any open is refused."""
+    verifier, _, _ = services
+    prompt = random_prompts(1, seed=35)[0]
+    async with grpc.aio.insecure_channel(verifier.address) as channel:
+        call = verifier_pb2_grpc.VerifierStub(channel).Verify(timeout=30)
+        await call.write(open_request(prompt, epoch=1))
+        await call.write(verifier_pb2.VerifyRequest(shadow=verifier_pb2.ShadowBlock(
+            epoch=1, base_len=len(prompt) - 1, tokens=[1, 2])))
+        with pytest.raises(grpc.aio.AioRpcError) as failure:
+            await call.read()
+        assert failure.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "shadow.base_len" in failure.value.details()
+        call = verifier_pb2_grpc.VerifierStub(channel).Verify(timeout=30)
+        await call.write(verifier_pb2.VerifyRequest(shadow=verifier_pb2.ShadowBlock(
+            epoch=1, base_len=0, tokens=[1])))
+        with pytest.raises(grpc.aio.AioRpcError) as failure:
+            await call.read()
+        assert "SessionOpen" in failure.value.details()

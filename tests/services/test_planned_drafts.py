@@ -143,3 +143,51 @@ def test_probes_are_the_cheapest_pass_and_back_off_for_the_method():
     assert planner.pooled_probe_every["model"] == 16  # 8 doubled by the failed probe
     assert planner._next_length(state, 3) == 3
     assert planner.pooled_probe_every["model"] == 8
+
+
+def test_shadows_replace_probes_and_bring_a_session_back(gpt2_pair):
+    """A shadowed session at 0 is never probed while its shadows miss; once they hit, its
+    next verdict asks for drafts again, with no probe round in between."""
+    target, _ = gpt2_pair
+    planner, engine = DraftPlanner(Linear(0.02, 0.002)), VerifyEngine(target, kv_tokens=1024)
+    prompt = random_prompts(1, seed=44)[0]
+    sequence = SequenceVerifier(target, prompt, SamplingParams(max_new_tokens=120),
+                                engine=engine)
+    planner.enroll(sequence, "model", shadowed=True)
+    asked, shadows = [], []
+    for number in range(60):
+        note = planner.note(sequence)
+        length = 4 if note is None else note.next_draft_tokens
+        right = hf_greedy(target, sequence.committed, max(length, 1))[:length]
+        draft = right if number >= 40 else [(t + 1) % 96 for t in right]
+        planned = list(zip([sequence], planner.plan([(sequence, Draft(draft))])))
+        planner.observe(planned, engine.step(planned), seconds=0.0)
+        asked.append(planner.note(sequence).next_draft_tokens)
+        base = len(sequence.committed) - 4
+        if number >= 8 and length == 0 and number % 4 == 0:
+            shadow = sequence.committed[base:]
+            if number < 40:
+                shadow = [(t + 1) % 96 for t in shadow]
+            shadows.append(planner.shadow(sequence, base, shadow))
+    sequence.close()
+    first_zero = asked.index(0)
+    stalled = asked[first_zero:40]
+    assert stalled == [0] * len(stalled)  # wrong shadows: never probed
+    assert 0 in shadows and 4 in shadows
+    assert max(asked[40:]) >= 3  # right shadows brought it back
+
+
+async def test_a_greedy_session_decoded_alone_sends_shadows_not_probes(gpt2_pair):
+    """Through the services, a pass cost under which no draft pays: the verifier decodes the
+    session alone from its first round and never probes it; the drafter's shadow blocks reach
+    the verifier's plan; the output is the target's."""
+    from cascade.serving import metrics
+
+    target, _ = gpt2_pair
+    params = SamplingParams(max_new_tokens=40)
+    prompt = random_prompts(1, seed=45)[0]
+    before = metrics.SHADOW_DRAFT_TOKENS._value.get()
+    rounds = await planned_rounds(target, target, STEEP, prompt, params)
+    assert [t for r in rounds for t in r.tokens] == hf_greedy(target, prompt, 40)
+    assert [r.num_drafted for r in rounds] == [0] * len(rounds)
+    assert metrics.SHADOW_DRAFT_TOKENS._value.get() - before >= 4 * 5
