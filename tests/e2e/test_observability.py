@@ -22,7 +22,8 @@ def tracing():
 
 async def generate(cluster, prompt: str, k: int = 3):
     async with grpc.aio.insecure_channel(cluster.grpc_address) as channel:
-        request = gateway_pb2.GenerateRequest(prompt=prompt, num_draft_tokens=k, temperature=0)
+        request = gateway_pb2.GenerateRequest(prompt=prompt, num_draft_tokens=k, temperature=0,
+                                              draft_schedule="fixed")  # every round drafts
         request.max_tokens = 16
         return [r async for r in gateway_pb2_grpc.GatewayStub(channel).Generate(request, timeout=60)]
 
