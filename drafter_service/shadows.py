@@ -1,9 +1,9 @@
 """Shadow blocks (verifier.proto ``ShadowBlock``): while the verifier decodes a greedy session
-alone, the session's drafter, idle otherwise, drafts k tokens from a past context once every k
-committed tokens and sends them. The verifier scores them against the tokens it committed there
-and so learns when drafting would pay again, with no probe round on the session's critical
-path. Shadow drafting runs on the pod's model thread like any draft; the verdicts keep being
-relayed meanwhile."""
+alone, the session's drafter, idle otherwise, drafts k tokens from a past context now and then
+(``SHADOW_EVERY_BLOCKS``) and sends them. The verifier scores them against the tokens it
+committed there and so learns when drafting would pay again, with no probe round on the
+session's critical path. Shadow drafting runs on the pod's model thread like any draft; the
+verdicts keep being relayed meanwhile."""
 
 from __future__ import annotations
 
@@ -17,6 +17,12 @@ from cascade.core.blocks import Draft
 from cascade.v1 import verifier_pb2
 
 
+SHADOW_EVERY_BLOCKS = 4
+"""A shadow every this many blocks' worth of committed tokens (every 16 tokens at k = 4): often
+enough to notice a drafter that pays again within a few dozen tokens, rare enough that a drafter
+pod serving many sessions decoded alone spends little of its core on shadows."""
+
+
 @dataclass
 class Shadows:
     propose: Callable[[list[int], int], Draft]
@@ -25,19 +31,19 @@ class Shadows:
     send: Callable[[verifier_pb2.VerifyRequest], Awaitable[None]]
     epoch: int
     k: int
-    start: int
-    """The first position a shadow may draft: the prompt's end, then past the last shadow."""
+    due: int
+    """The committed length at which the next shadow is due (the prompt's end plus k at first,
+    then SHADOW_EVERY_BLOCKS blocks past the last shadow)."""
     task: asyncio.Future | None = None
     stopped: bool = False
 
     def after(self, committed: list[int]) -> None:
-        """After a round decoded alone: a shadow of the last k committed tokens, when they all
-        lie past the previous shadow's and none is being drafted."""
-        base = len(committed) - self.k
-        if self.stopped or base < self.start or (self.task and not self.task.done()):
+        """After a round decoded alone: a shadow of the last k committed tokens when one is
+        due and none is being drafted."""
+        if self.stopped or len(committed) < self.due or (self.task and not self.task.done()):
             return
-        self.start = len(committed)
-        self.task = asyncio.ensure_future(self._shadow(committed[:base]))
+        self.due = len(committed) + SHADOW_EVERY_BLOCKS * self.k
+        self.task = asyncio.ensure_future(self._shadow(committed[:len(committed) - self.k]))
 
     async def _shadow(self, context: list[int]) -> None:
         loop = asyncio.get_running_loop()

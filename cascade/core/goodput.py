@@ -15,10 +15,12 @@ wide passes are nearly free, as on GPUs or AMX in bfloat16, or cost about 2x, as
 AVX2) and ``wait`` what drafting makes the verifier wait before its next pass: a row that
 drafts sends its next block only after a round trip to its drafter (and its drafting, where
 that is not hidden), while a row decoded alone is ready at once; the next pass waits for the
-slowest drafting row when it is alone, and at most ``wait_cap_s`` with other rows (the
-scheduler does not hold a step for a drafting row while others are ready; it joins the step
-after, and what the verifier waits is the bit of its round trip no other row fills). So drafting
-costs one session the whole round trip, and many sessions little of it. Every
+slowest drafting row when every row drafts, and at most ``wait_cap_s`` then with other rows.
+While some row is ready at once (decoded alone), the scheduler holds no step for a drafting
+row: the verifier does not wait, but the row misses the steps that pass during its round trip,
+so its round's tokens count spread over 1 + those steps. So drafting costs a lone session the
+whole round trip, and among sessions decoded alone it pays only where a round commits more than
+the steps it misses would have. Every
 planned row starts at its floor (0, or a probe's length); the candidate slots are ranked by
 survival, and the pass takes the best-ranked prefix of them: the one with the highest rate.
 That is the marginal-slot rule (a slot is worth adding while its expected tokens buy more than
@@ -33,6 +35,7 @@ estimates does not flip lengths every round; acceptance estimates are moving ave
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -85,20 +88,36 @@ def plan_pass(inputs: PlanInputs, cost: StepCost) -> list[int]:
     rows = inputs.rows
     lengths = [r.num_drafted if not r.is_planned else min(r.floor, r.num_drafted) for r in rows]
     slots = _slots_by_survival(rows, lengths)
-    expected = sum(1 + sum(r.survival[: n]) for r, n in zip(rows, lengths))
-    counts, wait = list(lengths), _wait(inputs, [r for r, n in zip(rows, lengths) if n])
-    best, best_rate = 0, expected / (cost.predict(_shape(rows, counts)) + wait)
-    for taken, (value, r) in enumerate(slots, start=1):
-        if counts[r] == 0:  # the row starts drafting: the verifier will wait for it
-            wait = max(wait, _wait(inputs, [rows[r]]))
+    counts = list(lengths)
+    best, best_rate = 0, _rate(inputs, counts, cost)
+    for taken, (_, r) in enumerate(slots, start=1):
         counts[r] += 1
-        expected += value
-        rate = expected / (cost.predict(_shape(rows, counts)) + wait)
+        rate = _rate(inputs, counts, cost)
         if rate > best_rate:
             best, best_rate = taken, rate
     for _, r in slots[:best]:
         lengths[r] += 1
     return lengths
+
+
+def _rate(inputs: PlanInputs, counts: Sequence[int], cost: StepCost) -> float:
+    """Expected committed tokens per second of verifier time with ``counts`` slots per row.
+
+    While some row is ready at once (one decoded alone), the scheduler does not wait for
+    drafting rows: each misses the steps that pass during its round trip, so its round's tokens
+    are spread over 1 + missed steps. With every row drafting, the verifier waits for them."""
+    rows = inputs.rows
+    seconds = cost.predict(_shape(rows, counts))
+    ready = len(rows) > 1 and 0 in counts
+    tokens = 0.0
+    for row, n in zip(rows, counts):
+        got = 1 + (sum(_slot_value(row, i) for i in range(n)) if row.is_planned
+                   else sum(row.survival[:n]))
+        if n and ready and row.is_planned:
+            got /= 1 + max(1, math.ceil(row.wait_s / seconds))
+        tokens += got
+    wait = 0.0 if ready else _wait(inputs, [r for r, n in zip(rows, counts) if n])
+    return tokens / (seconds + wait)
 
 
 def _wait(inputs: PlanInputs, drafting: Sequence[RowPlan]) -> float:
@@ -111,11 +130,15 @@ def _slots_by_survival(rows: Sequence[RowPlan], lengths: list[int]) -> list[tupl
     """(value, row index) of the candidate slots, best first: a slot's survival, discounted by
     ``HYSTERESIS`` past its row's previous length (a row's slots stay in order, as survival
     only falls along a block)."""
-    slots = [(row.survival[i] / (1 + HYSTERESIS if i >= row.previous else 1.0), r, i)
-             for r, row in enumerate(rows) if row.is_planned
+    slots = [(_slot_value(row, i), r, i) for r, row in enumerate(rows) if row.is_planned
              for i in range(lengths[r], row.num_drafted)]
     slots.sort(key=lambda slot: (-slot[0], slot[1], slot[2]))
     return [(value, r) for value, r, _ in slots]
+
+
+def _slot_value(row: RowPlan, i: int) -> float:
+    """Slot i's survival, discounted by ``HYSTERESIS`` past the row's previous length."""
+    return row.survival[i] / (1 + HYSTERESIS if i >= row.previous else 1.0)
 
 
 def _shape(rows: Sequence[RowPlan], lengths: list[int]) -> StepShape:

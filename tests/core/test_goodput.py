@@ -70,6 +70,19 @@ def test_under_load_a_drafting_row_costs_the_schedulers_hold_at_most():
     assert min(plan_pass(PlanInputs(slow, wait_cap_s=0.002), cost)) > 0
 
 
+def test_among_rows_decoded_alone_a_drafting_row_pays_for_the_steps_it_misses():
+    """Three rows decode alone; the fourth's round trip makes it miss the next step, so its
+    round must commit more than two steps alone would: a mediocre drafter does not, however
+    cheap the wider pass, and a good one does."""
+    decoding = [RowPlan(0, (), 100, is_planned=False)] * 3
+
+    def planned(rate):
+        row = RowPlan(8, survival(rate, 8), 100, wait_s=0.002)
+        return plan_pass(PlanInputs([row, *decoding], wait_cap_s=0.002), AMX_BFLOAT16)[0]
+
+    assert planned(0.5) == 0 and planned(0.9) > 0
+
+
 def test_floors_unplanned_rows_and_the_block_bound_are_kept():
     probe = RowPlan(4, survival(0.1, 4), 100, floor=2)
     fixed = RowPlan(3, survival(0.1, 3), 100, is_planned=False, base_tokens=4)

@@ -190,4 +190,4 @@ async def test_a_greedy_session_decoded_alone_sends_shadows_not_probes(gpt2_pair
     rounds = await planned_rounds(target, target, STEEP, prompt, params)
     assert [t for r in rounds for t in r.tokens] == hf_greedy(target, prompt, 40)
     assert [r.num_drafted for r in rounds] == [0] * len(rounds)
-    assert metrics.SHADOW_DRAFT_TOKENS._value.get() - before >= 4 * 5
+    assert metrics.SHADOW_DRAFT_TOKENS._value.get() - before >= 4 * 2  # one per 16 tokens
