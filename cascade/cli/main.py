@@ -77,10 +77,12 @@ def _print_round(response) -> None:
     console.print(chosen, end="", markup=False, highlight=False)
 
 
-def _report(spec: GenerationSummary, base: GenerationSummary | None, k: int) -> None:
+def _report(spec: GenerationSummary, base: GenerationSummary | None, k: int,
+            schedule: str = "") -> None:
     table = Table(title="generation")
     table.add_column("")
-    table.add_column(f"speculative (k={k})", justify="right")
+    label = f"speculative (k={k})" if schedule == "fixed" else f"{schedule or 'auto'} (k<={k})"
+    table.add_column(label, justify="right")
     if base:
         table.add_column("target only", justify="right")
     rows = [("tokens", lambda s: f"{len(s.token_ids)}"),
@@ -129,7 +131,7 @@ def generate(prompt: str,
                              schedule=schedule, **run)
     console.print()
     base = stream_generation(gateway, num_draft_tokens=0, **run) if baseline else None
-    _report(spec, base, num_draft_tokens)
+    _report(spec, base, num_draft_tokens, schedule)
 
 
 @app.command()
