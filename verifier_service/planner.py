@@ -86,10 +86,9 @@ class _Planned:
 
 
 class DraftPlanner:
-    def __init__(self, cost: StepCost, probe_every: int = 8, max_probe_every: int = 128,
-                 wait_cap_s: float = float("inf")) -> None:
-        """``wait_cap_s``: how long the scheduler holds a step for sessions still drafting."""
-        self.cost, self.book, self.wait_cap_s = cost, SurvivalBook(), wait_cap_s
+    def __init__(self, cost: StepCost, probe_every: int = 8, max_probe_every: int = 128
+                 ) -> None:
+        self.cost, self.book = cost, SurvivalBook()
         self.pooled_wait_s: dict[str, float] = {}
         """method -> moving average of the round-trip wait of its sessions."""
         self.probe_every, self.max_probe_every = probe_every, max_probe_every
@@ -135,7 +134,7 @@ class DraftPlanner:
         mine = RowPlan(state.most, survival, cached,
                        wait_s=self.pooled_wait_s.get(state.method, 0.0))
         others = [RowPlan(0, (), cached, is_planned=False)] * (num_active - 1)
-        length = plan_pass(PlanInputs([mine, *others], self.wait_cap_s), self.cost)[0]
+        length = plan_pass(PlanInputs([mine, *others]), self.cost)[0]
         state.note = PlanNote(0, length or self._next_length(state, 0))
         state.verdict_at = time.perf_counter() if state.note.next_draft_tokens else None
         return state.note.next_draft_tokens
@@ -192,7 +191,7 @@ class DraftPlanner:
 
     def _inputs(self, items, floors: bool) -> PlanInputs:
         rows = [self._row(sequence, draft, floors) for sequence, draft in items]
-        return PlanInputs(rows, self.wait_cap_s)
+        return PlanInputs(rows)
 
     @staticmethod
     def shape(items: Sequence[tuple[object, Draft | None]]) -> StepShape:

@@ -66,8 +66,7 @@ class SessionTable:
         self.limits = model_limits(runner)
         self.settings = settings or VerifierSettings()
         self.engine = VerifyEngine(runner, self.settings.kv_tokens)
-        self.planner = DraftPlanner(step_cost or profile_for(runner),
-                                    wait_cap_s=self.settings.max_wait_ms / 1000)
+        self.planner = DraftPlanner(step_cost or profile_for(runner))
         self.scheduler = StepScheduler(self.engine, executor, self.settings, self.planner)
         self.sessions: dict[str, OpenSession] = {}
         self.highest_epoch = EpochMemory()

@@ -14,13 +14,15 @@ where T is the step-cost model's time for the pass (cascade.core.step_cost; it k
 wide passes are nearly free, as on GPUs or AMX in bfloat16, or cost about 2x, as in float32 on
 AVX2) and ``wait`` what drafting makes the verifier wait before its next pass: a row that
 drafts sends its next block only after a round trip to its drafter (and its drafting, where
-that is not hidden), while a row decoded alone is ready at once; the next pass waits for the
-slowest drafting row when every row drafts, and at most ``wait_cap_s`` then with other rows.
-While some row is ready at once (decoded alone), the scheduler holds no step for a drafting
-row: the verifier does not wait, but the row misses the steps that pass during its round trip,
-so its round's tokens count spread over 1 + those steps. So drafting costs a lone session the
-whole round trip, and among sessions decoded alone it pays only where a round commits more than
-the steps it misses would have. Every
+that is not hidden, and its queue on a busy drafter pod: the measured time from verdict to
+block), while a row decoded alone is ready at once. While some row is ready, the scheduler
+holds no step for a drafting row: the verifier does not wait, but the row misses the steps that
+pass during its round trip, so its round's tokens count spread over 1 + those steps. With
+every row drafting the verifier idles until the first block is back (``wait``), and slower rows
+miss steps as well. So drafting costs a lone session the whole round trip, among sessions
+decoded alone it pays only where a round commits more than the steps it misses would have,
+and a drafter pod too slow for its sessions makes the verifier idle, which the plan sees.
+Every
 planned row starts at its floor (0, or a probe's length); the candidate slots are ranked by
 survival, and the pass takes the best-ranked prefix of them: the one with the highest rate.
 That is the marginal-slot rule (a slot is worth adding while its expected tokens buy more than
@@ -79,8 +81,6 @@ class RowPlan:
 @dataclass(frozen=True)
 class PlanInputs:
     rows: Sequence[RowPlan]
-    wait_cap_s: float = float("inf")
-    """Longest the scheduler holds a step for rows that are still drafting (its max_wait)."""
 
 
 def plan_pass(inputs: PlanInputs, cost: StepCost) -> list[int]:
@@ -103,27 +103,28 @@ def plan_pass(inputs: PlanInputs, cost: StepCost) -> list[int]:
 def _rate(inputs: PlanInputs, counts: Sequence[int], cost: StepCost) -> float:
     """Expected committed tokens per second of verifier time with ``counts`` slots per row.
 
-    While some row is ready at once (one decoded alone), the scheduler does not wait for
-    drafting rows: each misses the steps that pass during its round trip, so its round's tokens
-    are spread over 1 + missed steps. With every row drafting, the verifier waits for them."""
+    A drafting row's next block comes back after its round trip (``wait_s``). While some row
+    is ready at once (decoded alone) the verifier goes on without it, and the row misses the
+    steps that pass meanwhile; with every row drafting the verifier idles until the first block
+    is back, and rows slower than that miss steps too. A row's round counts its tokens spread
+    over 1 + the steps it misses."""
     rows = inputs.rows
     seconds = cost.predict(_shape(rows, counts))
-    ready = len(rows) > 1 and 0 in counts
+    drafting = [r for r, n in zip(rows, counts) if n and r.is_planned]
+    ready = any(n == 0 for n in counts)
+    idle = 0.0 if ready or not drafting else min(r.wait_s for r in drafting)
+    cycle = seconds + idle
     tokens = 0.0
     for row, n in zip(rows, counts):
-        got = 1 + (sum(_slot_value(row, i) for i in range(n)) if row.is_planned
-                   else sum(row.survival[:n]))
-        if n and ready and row.is_planned:
-            got /= 1 + max(1, math.ceil(row.wait_s / seconds))
+        if not row.is_planned:
+            tokens += 1 + sum(row.survival[:n])
+            continue
+        got = 1 + sum(_slot_value(row, i) for i in range(n))
+        if n:
+            missed = math.ceil(max(0.0, row.wait_s - idle) / cycle)
+            got /= 1 + (max(1, missed) if ready else missed)
         tokens += got
-    wait = 0.0 if ready else _wait(inputs, [r for r, n in zip(rows, counts) if n])
-    return tokens / (seconds + wait)
-
-
-def _wait(inputs: PlanInputs, drafting: Sequence[RowPlan]) -> float:
-    """The verifier's wait before its next pass, with ``drafting`` rows drafting."""
-    longest = max((r.wait_s for r in drafting), default=0.0)
-    return longest if len(inputs.rows) == 1 else min(longest, inputs.wait_cap_s)
+    return tokens / cycle
 
 
 def _slots_by_survival(rows: Sequence[RowPlan], lengths: list[int]) -> list[tuple[float, int]]:
