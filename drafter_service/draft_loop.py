@@ -213,7 +213,7 @@ class DraftLoop:
         if not self._shadows_exact:
             return None
         return Shadows(self.proposer.propose, self.executor, writer.send, self.request.epoch,
-                       self.config.num_draft_tokens,
+                       self.config.num_draft_tokens, self.num_sessions,
                        self.request.prompt_len + self.config.num_draft_tokens)
 
     def _round(self, verdict, block, origin, cache: SpeculationCache | None, round_us: int

@@ -1,6 +1,6 @@
 """Shadow blocks (verifier.proto ``ShadowBlock``): while the verifier decodes a greedy session
 alone, the session's drafter, idle otherwise, drafts k tokens from a past context now and then
-(``SHADOW_EVERY_BLOCKS``) and sends them. The verifier scores them against the tokens it
+(``MAX_SHADOW_BLOCKS``) and sends them. The verifier scores them against the tokens it
 committed there and so learns when drafting would pay again, with no probe round on the
 session's critical path. Shadow drafting runs on the pod's model thread like any draft; the
 verdicts keep being relayed meanwhile."""
@@ -17,10 +17,12 @@ from cascade.core.blocks import Draft
 from cascade.v1 import verifier_pb2
 
 
-SHADOW_EVERY_BLOCKS = 4
-"""A shadow every this many blocks' worth of committed tokens (every 16 tokens at k = 4): often
-enough to notice a drafter that pays again within a few dozen tokens, rare enough that a drafter
-pod serving many sessions decoded alone spends little of its core on shadows."""
+MAX_SHADOW_BLOCKS = 16
+"""Blocks' worth of committed tokens between a session's shadows: one per session on the pod
+(a lone session shadows every block), at most this many (64 tokens at k = 4). A pod's shadow
+work then stays about one block per k tokens the verifier commits for one session, whatever the
+load: a lightly loaded pod learns a session's acceptance within a few blocks, a busy one (whose
+sessions' estimates pool per method) spends little of its core on shadows."""
 
 
 @dataclass
@@ -31,9 +33,11 @@ class Shadows:
     send: Callable[[verifier_pb2.VerifyRequest], Awaitable[None]]
     epoch: int
     k: int
+    load: Callable[[], int]
+    """Sessions on the drafter pod now."""
     due: int
     """The committed length at which the next shadow is due (the prompt's end plus k at first,
-    then SHADOW_EVERY_BLOCKS blocks past the last shadow)."""
+    then one block per session on the pod past the last shadow, at most MAX_SHADOW_BLOCKS)."""
     task: asyncio.Future | None = None
     stopped: bool = False
 
@@ -42,7 +46,8 @@ class Shadows:
         due and none is being drafted."""
         if self.stopped or len(committed) < self.due or (self.task and not self.task.done()):
             return
-        self.due = len(committed) + SHADOW_EVERY_BLOCKS * self.k
+        blocks = min(MAX_SHADOW_BLOCKS, max(1, self.load()))
+        self.due = len(committed) + blocks * self.k
         self.task = asyncio.ensure_future(self._shadow(committed[:len(committed) - self.k]))
 
     async def _shadow(self, context: list[int]) -> None:

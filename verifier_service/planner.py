@@ -71,8 +71,12 @@ class _Planned:
     most: int = 0
     """The longest block the session's drafter has sent (its k, as far as the verifier knows)."""
     wait_s: float | None = None
-    """Moving average of the verifier's wait for this session's next block when it drafts
-    (its verdict's trip to the drafter, the drafting, the block's trip back)."""
+    """Moving average of the verifier's wait for this session's next block when it drafts,
+    drafting excepted (its verdict's trip to the drafter, the pod's queue, the way back)."""
+    draft_token_s: float | None = None
+    """Moving average of its drafter's time per drafted token (the blocks' draft_us)."""
+    last_draft_s: float = 0.0
+    """Drafting time of the block on its way to the scheduler."""
     verdict_at: float | None = None
     """When (perf_counter) its last verdict was decided, if the drafter was asked to draft."""
     until_probe: int = 0
@@ -90,7 +94,9 @@ class DraftPlanner:
                  ) -> None:
         self.cost, self.book = cost, SurvivalBook()
         self.pooled_wait_s: dict[str, float] = {}
-        """method -> moving average of the round-trip wait of its sessions."""
+        """method -> moving average of the round-trip wait of its sessions (drafting excepted)."""
+        self.pooled_draft_token_s: dict[str, float] = {}
+        """method -> moving average of its drafters' time per drafted token."""
         self.probe_every, self.max_probe_every = probe_every, max_probe_every
         self.pooled_probe_every: dict[str, int] = {}
         """method -> the probe interval a new session of that drafting method starts with."""
@@ -132,7 +138,8 @@ class DraftPlanner:
         survival = self.book.of(id(sequence), state.method).survival(state.most)
         cached = len(sequence.committed)
         mine = RowPlan(state.most, survival, cached,
-                       wait_s=self.pooled_wait_s.get(state.method, 0.0))
+                       wait_s=self.pooled_wait_s.get(state.method, 0.0),
+                       draft_token_s=self.pooled_draft_token_s.get(state.method, 0.0))
         others = [RowPlan(0, (), cached, is_planned=False)] * (num_active - 1)
         length = plan_pass(PlanInputs([mine, *others]), self.cost)[0]
         state.note = PlanNote(0, length or self._next_length(state, 0))
@@ -145,11 +152,24 @@ class DraftPlanner:
         state = self.sessions.get(id(sequence))
         if state is None or state.verdict_at is None:
             return
-        waited, state.verdict_at = now - state.verdict_at, None
-        state.wait_s = waited if state.wait_s is None else (
-            state.wait_s + WAIT_WEIGHT * (waited - state.wait_s))
-        pooled = self.pooled_wait_s.get(state.method, waited)
-        self.pooled_wait_s[state.method] = pooled + WAIT_WEIGHT * (waited - pooled)
+        waited = max(0.0, now - state.verdict_at - state.last_draft_s)
+        state.verdict_at = None
+        state.wait_s = _average(state.wait_s, waited)
+        self.pooled_wait_s[state.method] = _average(self.pooled_wait_s.get(state.method),
+                                                    waited)
+
+    def drafted(self, sequence, seconds: float, num_tokens: int) -> None:
+        """A session's block came in: its drafter took ``seconds`` for ``num_tokens`` tokens
+        (told before the block reaches the scheduler, ``arrived``)."""
+        state = self.sessions.get(id(sequence))
+        if state is None:
+            return
+        state.last_draft_s = seconds
+        if num_tokens > 0:
+            per_token = seconds / num_tokens
+            state.draft_token_s = _average(state.draft_token_s, per_token)
+            self.pooled_draft_token_s[state.method] = _average(
+                self.pooled_draft_token_s.get(state.method), per_token)
 
     def shadow(self, sequence, base_len: int, tokens: Sequence[int]) -> int | None:
         """A shadow block: ``tokens`` drafted after the first ``base_len`` committed tokens of a
@@ -212,7 +232,9 @@ class DraftPlanner:
         floor = drafted if floors and state.is_probing else 0  # a probe: verified whole
         wait = state.wait_s if state.wait_s is not None else self.pooled_wait_s.get(
             state.method, 0.0)
-        return RowPlan(drafted, survival, cached, floor, state.previous, wait,
+        per_token = (state.draft_token_s if state.draft_token_s is not None
+                     else self.pooled_draft_token_s.get(state.method, 0.0))
+        return RowPlan(drafted, survival, cached, floor, state.previous, wait, per_token,
                        base_tokens=fed - draft.num_tokens)
 
     def _next_length(self, state: _Planned, unforced: int) -> int:
@@ -244,3 +266,8 @@ class DraftPlanner:
         pass is cheapest (the longest among equals)."""
         lengths = range(1, max(1, min(MAX_PROBE_TOKENS, state.most)) + 1)
         return min(lengths, key=lambda n: (self.cost.predict(StepShape(1, 1 + n, 0)), -n))
+
+
+def _average(average: float | None, value: float) -> float:
+    """A moving average (weight ``WAIT_WEIGHT``) updated with ``value``; None: none yet."""
+    return value if average is None else average + WAIT_WEIGHT * (value - average)

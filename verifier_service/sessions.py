@@ -183,6 +183,7 @@ class SessionTable:
             return session.last_verdict  # a resent block: answer again, change nothing
         if self._is_stale(session, block):
             return self._stale(session, block)
+        self.planner.drafted(session.sequence, block.draft_us / 1e6, draft.num_tokens)
         with start_span("verify", session.trace_context, session_id=session.session_id,
                         round=block.round, num_draft=draft.num_tokens) as span:
             outcome, seconds = await self._run_model(session, draft)

@@ -69,8 +69,11 @@ class RowPlan:
     previous: int = 0
     """Slots the row verified last round (hysteresis)."""
     wait_s: float = 0.0
-    """How long the verifier waits for the row's next block when the row drafts (its round
-    trip to the drafter, drafting included), measured."""
+    """The round trip to the row's drafter besides drafting (the verdict's way there, the
+    block's way back, the pod's queue), measured."""
+    draft_token_s: float = 0.0
+    """The drafter's time per drafted token, measured: a row drafting n tokens is back after
+    wait_s + n * draft_token_s."""
     is_planned: bool = True
     """False: the row verifies its whole block (a fixed or drafter-adaptive schedule)."""
     base_tokens: int = 1
@@ -110,18 +113,19 @@ def _rate(inputs: PlanInputs, counts: Sequence[int], cost: StepCost) -> float:
     over 1 + the steps it misses."""
     rows = inputs.rows
     seconds = cost.predict(_shape(rows, counts))
-    drafting = [r for r, n in zip(rows, counts) if n and r.is_planned]
+    waits = [r.wait_s + n * r.draft_token_s for r, n in zip(rows, counts)]
+    drafting = [w for r, n, w in zip(rows, counts, waits) if n and r.is_planned]
     ready = any(n == 0 for n in counts)
-    idle = 0.0 if ready or not drafting else min(r.wait_s for r in drafting)
+    idle = 0.0 if ready or not drafting else min(drafting)
     cycle = seconds + idle
     tokens = 0.0
-    for row, n in zip(rows, counts):
+    for row, n, wait in zip(rows, counts, waits):
         if not row.is_planned:
             tokens += 1 + sum(row.survival[:n])
             continue
         got = 1 + sum(_slot_value(row, i) for i in range(n))
         if n:
-            missed = math.ceil(max(0.0, row.wait_s - idle) / cycle)
+            missed = math.ceil(max(0.0, wait - idle) / cycle)
             got /= 1 + (max(1, missed) if ready else missed)
         tokens += got
     return tokens / cycle

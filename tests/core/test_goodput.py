@@ -84,6 +84,18 @@ def test_among_rows_decoded_alone_a_drafting_row_pays_for_the_steps_it_misses():
     assert planned(0.5) == 0 and planned(0.9) > 0
 
 
+def test_a_slow_drafter_drafts_shorter_blocks():
+    """A lone session waits for its drafter's tokens one by one: the slower each drafted
+    token, the fewer of them pay, though pass and acceptance are the same."""
+    def planned(per_token):
+        row = RowPlan(8, survival(0.8, 8), 100, wait_s=0.002, draft_token_s=per_token)
+        return plan_pass(PlanInputs([row]), AMX_BFLOAT16)[0]
+
+    lengths = [planned(s) for s in (0.0, 0.01, 0.03, 0.2)]
+    assert lengths == sorted(lengths, reverse=True) and lengths[0] > lengths[2]
+    assert lengths[-1] == 0
+
+
 def test_floors_unplanned_rows_and_the_block_bound_are_kept():
     probe = RowPlan(4, survival(0.1, 4), 100, floor=2)
     fixed = RowPlan(3, survival(0.1, 3), 100, is_planned=False, base_tokens=4)
