@@ -21,8 +21,10 @@ recovered or bonus token at position i (inverse CDF). Each function returns ``Ac
 the caller makes the round's single host sync when it serialises them.
 
 Policies: ``ACCEPTANCE_RULES`` maps each ``AcceptanceRule`` to one function over one input type,
-``AcceptanceInput``; ``accept(rule, batch)`` is the only dispatch. Greedy, speculative and
-point-mass are lossless; the speculative-cascade rules (cascade.core.cascades) are lossy by
+``AcceptanceInput``; ``accept(rule, batch)`` is the only dispatch. Greedy, speculative,
+point-mass and keyed are lossless (keyed: the target's choice at each position is the Gumbel-max
+of p under noise keyed by seed and position, so the emitted text never depends on the draft, and
+it also verifies token trees, ``cascade.core.tree_accept``); the speculative-cascade rules (cascade.core.cascades) are lossy by
 design and also count the positions they deferred to the target.
 """
 
@@ -37,7 +39,7 @@ import torch.nn.functional as F
 from cascade.protocol.settings import AcceptanceRule, SamplingParams
 
 from cascade.core.cascades import cascade_target
-from cascade.core.sampling import RowSampling, process_logits, sample_from
+from cascade.core.sampling import RowSampling, keyed_choice, process_logits, sample_from
 
 
 class AcceptResult(NamedTuple):
@@ -124,6 +126,21 @@ def point_mass_accept(
     )
 
 
+def keyed_accept(
+    draft_tokens: torch.Tensor,  # [B, k] int64
+    num_draft: torch.Tensor,  # [B] int64
+    target_probs: torch.Tensor,  # [B, k+1, vocab], processed p
+    noise: torch.Tensor,  # [B, k+1, vocab] float64 Gumbel noise of each position
+) -> AcceptResult:
+    """Position-keyed sampling: the target's choice at each position is argmax(log p +
+    noise); keep drafted tokens while they equal it, then emit the choice after them."""
+    k = draft_tokens.shape[1]
+    choices = keyed_choice(target_probs, noise)  # [B, k+1]
+    accept = (draft_tokens == choices[:, :k]) & _valid_mask(num_draft, k)
+    num_accepted = _count_accepted(accept)
+    return AcceptResult(num_accepted, choices.gather(1, num_accepted.unsqueeze(1)).squeeze(1))
+
+
 class AcceptanceInput(NamedTuple):
     """The one input every acceptance rule takes: a batch of drafts and the target's view."""
 
@@ -147,6 +164,8 @@ class AcceptanceInput(NamedTuple):
     decision_probs: torch.Tensor | None = None
     """[B, k, vocab] the drafter's temperature-1 q, which cascade rules decide on; None: they
     decide on draft_probs."""
+    noise: torch.Tensor | None = None
+    """[B, k+1, vocab] float64 Gumbel noise of each position (the keyed rule)."""
 
 
 def _greedy_rule(batch: AcceptanceInput) -> AcceptResult:
@@ -165,6 +184,11 @@ def _speculative_rule(batch: AcceptanceInput) -> AcceptResult:
     p = process_logits(batch.target_logits, batch.sampling)  # [B, k+1, vocab]
     return speculative_accept(batch.draft_tokens, batch.num_draft, p, batch.draft_probs,
                               batch.u_accept, batch.u_sample)
+
+
+def _keyed_rule(batch: AcceptanceInput) -> AcceptResult:
+    p = process_logits(batch.target_logits, batch.sampling)  # [B, k+1, vocab]
+    return keyed_accept(batch.draft_tokens, batch.num_draft, p, batch.noise)
 
 
 def _cascade_rule(name: str) -> Callable[[AcceptanceInput], AcceptResult]:
@@ -204,6 +228,7 @@ ACCEPTANCE_RULES: dict[AcceptanceRule, Callable[[AcceptanceInput], AcceptResult]
     AcceptanceRule.GREEDY: _greedy_rule,
     AcceptanceRule.SPECULATIVE: _speculative_rule,
     AcceptanceRule.POINT_MASS: _point_mass_rule,
+    AcceptanceRule.KEYED: _keyed_rule,
     **{rule: _cascade_rule(rule.value) for rule in AcceptanceRule if not rule.is_lossless},
 }
 """Every rule a session can name, as one function over AcceptanceInput."""

@@ -35,12 +35,16 @@ class AcceptRow(NamedTuple):
     decision_probs: torch.Tensor | None = None
     """Cascade rules when sampling: [k, vocab] the drafter's temperature-1 q the rule decides
     on (None: it decides on draft_probs)."""
+    noise: torch.Tensor | None = None
+    """The keyed rule: [k+1, vocab] float64 Gumbel noise of each position."""
 
 
 class RowResult(NamedTuple):
     num_accepted: int
     next_token: int
     num_deferred: int
+    path: tuple[int, ...] | None = None
+    """A tree's accepted node indices (None: a chain's first num_accepted)."""
 
 
 def accept_rows(rows: list[AcceptRow]) -> list[RowResult]:
@@ -71,6 +75,8 @@ def _collate(rows: list[AcceptRow]) -> AcceptanceInput:
     q = None if rows[0].draft_probs is None else _point_masses(len(rows), widest, vocab)
     decision = (None if rows[0].decision_probs is None
                 else _point_masses(len(rows), widest, vocab))
+    noise = (None if rows[0].noise is None
+             else torch.zeros(len(rows), widest + 1, vocab, dtype=torch.float64))
     for i, r in enumerate(rows):
         k = len(r.draft_tokens)
         tokens[i, :k] = torch.tensor(r.draft_tokens, dtype=torch.long)
@@ -80,10 +86,12 @@ def _collate(rows: list[AcceptRow]) -> AcceptanceInput:
             q[i, :k] = r.draft_probs
         if decision is not None:
             decision[i, :k] = r.decision_probs
+        if noise is not None:
+            noise[i, : k + 1] = r.noise
     sampling = RowSampling.of([r.sampling for r in rows])
     return AcceptanceInput(tokens, torch.tensor([len(r.draft_tokens) for r in rows]), logits,
                            sampling, q, u_accept, u_sample, rows[0].policy.alpha,
-                           decision_probs=decision)
+                           decision_probs=decision, noise=noise)
 
 
 def _point_masses(count: int, width: int, vocab: int) -> torch.Tensor:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
+from cascade.core.trees import is_chain
 from cascade.protocol.settings import FinishReason
 
 
@@ -24,6 +25,13 @@ class Draft:
     distribution, which the deferral rules decide on (None: they decide on q)."""
     decision_probs: torch.Tensor | None = None
     """[k, K] float32 probabilities matching decision_ids."""
+    parents: list[int] | None = None
+    """A token tree: each node's parent index, -1 for the root (``cascade.core.trees``);
+    None for a chain (a chain's parents are normalised to None)."""
+
+    def __post_init__(self) -> None:
+        if self.parents is not None and is_chain(self.parents):
+            self.parents = None
 
     @property
     def num_tokens(self) -> int:
@@ -35,12 +43,13 @@ class Draft:
 
     def prefix(self, n: int) -> Draft:
         """The first ``n`` drafted tokens with their proposals: a block in its own right (each
-        token was sampled from its own q, whatever follows it)."""
+        token was sampled from its own q, whatever follows it; a tree's first n nodes are a
+        tree, parents come first)."""
         if n >= self.num_tokens:
             return self
         cut = (lambda t: None if t is None else t[:n])
         return Draft(self.tokens[:n], cut(self.q_ids), cut(self.q_probs),
-                     cut(self.decision_ids), cut(self.decision_probs))
+                     cut(self.decision_ids), cut(self.decision_probs), cut(self.parents))
 
 
 @dataclass(frozen=True)
@@ -57,6 +66,8 @@ class RoundOutcome:
     finish_reason: FinishReason | None = None
     num_deferred: int = 0
     """Cascade rules: verified drafted positions the target's distribution decided."""
+    path: tuple[int, ...] | None = None
+    """A tree's accepted node indices, from a root child down (None for a chain)."""
 
 
 @dataclass(frozen=True)

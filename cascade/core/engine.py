@@ -24,6 +24,7 @@ from cascade.core.batch_accept import accept_rows
 from cascade.core.kv_store import KVShape, KVStore, Region, default_budget
 from cascade.core.packed import Feed, enable, packed_forward
 from cascade.core.runner import ForwardOutput, ModelRunner, common_prefix_len
+from cascade.core.trees import leaf_chain_len
 
 
 class KVBudgetExhausted(Exception):
@@ -45,6 +46,8 @@ class Pass(NamedTuple):
     num_hidden: int | None = None
     """Positions (from the end) whose hidden states are returned; None = num_logits, 0 = all
     positions fed."""
+    parents: tuple[int, ...] | None = None
+    """The last len(parents) tokens are a token tree's nodes (``cascade.core.trees``)."""
 
 
 class RegionCache:
@@ -54,15 +57,28 @@ class RegionCache:
         self.engine, self.region = engine, region
         self.tokens: list[int] = []
 
-    def feed(self, tokens: list[int], num_logits: int) -> Feed:
+    def feed(self, tokens: list[int], num_logits: int,
+             parents: tuple[int, ...] | None = None) -> Feed:
         """The row that makes the region hold ``tokens`` (rejected positions are forgotten by
-        shortening, nothing is copied); at least the last ``num_logits`` are fed again."""
+        shortening, nothing is copied); at least the last ``num_logits`` are fed again. With
+        ``parents`` the last tokens are a tree: afterwards the region holds, as a sequence, the
+        part before the tree and its leading chain, until ``compact`` keeps a path."""
         if len(tokens) > self.region.size:
             raise ValueError(f"{len(tokens)} tokens exceed the sequence's KV region "
                              f"({self.region.size})")
         reuse = min(common_prefix_len(self.tokens, tokens), len(tokens) - num_logits)
-        self.tokens = list(tokens)
-        return Feed(self.region, reuse, tokens[reuse:])
+        held = len(tokens) - len(parents or ()) + leaf_chain_len(parents or ())
+        self.tokens = list(tokens[:held])
+        return Feed(self.region, reuse, tokens[reuse:], parents)
+
+    def compact(self, base: int, path: list[int], tokens: list[int]) -> None:
+        """Keep a tree's accepted path: move the KV entries of nodes ``path`` (fed from slot
+        ``base``) into slots base, base + 1, ... (only those entries move)."""
+        sources = [base + node for node in path]
+        targets = list(range(base, base + len(path)))
+        if sources != targets:
+            self.engine.store.move(self.region, sources, targets)
+        self.tokens = self.tokens[:base] + tokens
 
     def release(self) -> None:
         if self.region is not None:
@@ -117,16 +133,20 @@ class VerifyEngine:
     @staticmethod
     def _conclude(items: list, outputs: list[ForwardOutput], owners: list[int],
                   results: list) -> None:
-        """Each row's acceptance (batched across sequences by rule), then its commit."""
-        verifying = [j for j, (_, draft) in enumerate(items) if draft is not None]
-        decided = dict(zip(verifying, accept_rows(
-            [items[j][0].acceptance_row(items[j][1], outputs[j]) for j in verifying])))
+        """Each row's acceptance (chains batched across sequences by rule, trees one by
+        one), then its commit."""
+        chains = [j for j, (_, draft) in enumerate(items)
+                  if draft is not None and draft.parents is None]
+        decided = dict(zip(chains, accept_rows(
+            [items[j][0].acceptance_row(items[j][1], outputs[j]) for j in chains])))
         for j, ((sequence, draft), output) in enumerate(zip(items, outputs)):
+            if draft is not None and draft.parents is not None:
+                decided[j] = sequence.accept_tree(draft, output)
             results[owners[j]] = sequence.conclude(draft, output, decided.get(j))
 
     def run(self, passes: list[Pass]) -> list[ForwardOutput]:
         """One packed forward pass over every row."""
-        feeds = [p.cache.feed(p.tokens, p.num_logits) for p in passes]
+        feeds = [p.cache.feed(p.tokens, p.num_logits, p.parents) for p in passes]
         keep, ends, end = [], [], 0
         for p, f in zip(passes, feeds):
             end += len(f.tokens)

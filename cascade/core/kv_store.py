@@ -129,6 +129,14 @@ class KVStore:
                                   self._holes[i - 1][1] + self._holes[i][1])
             del self._holes[i]
 
+    def move(self, region: Region, sources: list[int], targets: list[int]) -> None:
+        """Copy the entries of slots ``sources`` of ``region`` to slots ``targets`` (every
+        layer; the sources are read before anything is written)."""
+        src = torch.tensor(sources, device=self.keys.device) + region.start
+        dst = torch.tensor(targets, device=self.keys.device) + region.start
+        self.keys[:, :, dst] = self.keys[:, :, src]
+        self.values[:, :, dst] = self.values[:, :, src]
+
     def largest_hole(self) -> int:
         with self._lock:
             return max((size for _, size in self._holes), default=0)

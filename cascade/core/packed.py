@@ -38,6 +38,7 @@ from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from cascade.core.kv_store import KVStore, Region
+from cascade.core.trees import ancestor_mask, depths
 
 ATTENTION = "cascade_packed"
 ATTENTION_EAGER = "cascade_packed_eager"
@@ -59,11 +60,35 @@ class UnsupportedModel(ValueError):
 
 @dataclass(frozen=True)
 class Feed:
-    """What one row feeds in a step: ``tokens`` at positions ``start ..`` of its sequence."""
+    """What one row feeds in a step: ``tokens`` into slots ``start ..`` of its region.
+
+    Without ``parents`` slot and position coincide. With them the last ``len(parents)`` tokens
+    are the nodes of a token tree (``cascade.core.trees``) whose root is the token before them:
+    node i sits at position root + depth(i) and sees the slots before the tree, its ancestors
+    and itself."""
 
     region: Region
     start: int
     tokens: list[int]
+    parents: tuple[int, ...] | None = None
+
+    @property
+    def length(self) -> int:
+        """Slots the row holds after the step."""
+        return self.start + len(self.tokens)
+
+    @property
+    def tree_start(self) -> int:
+        """The slot of the first tree node (``length`` without a tree)."""
+        return self.length - len(self.parents or ())
+
+    def positions(self) -> torch.Tensor:
+        """[len(tokens)] the position of each fed token."""
+        slots = torch.arange(self.start, self.length)
+        if self.parents:
+            tree = self.tree_start - 1 + torch.tensor(depths(self.parents))
+            slots[self.tree_start - self.start:] = tree
+        return slots
 
 
 class PackedStep:
@@ -71,6 +96,7 @@ class PackedStep:
 
     def __init__(self, store: KVStore, feeds: list[Feed]) -> None:
         self.store, self.feeds = store, feeds
+        self._mask_cache: dict[tuple, list[torch.Tensor | None]] = {}
         slots = [torch.arange(f.region.start + f.start, f.region.start + f.start + len(f.tokens))
                  for f in feeds]
         self.slots = torch.cat(slots).to(store.keys.device)  # [N] store positions written
@@ -82,37 +108,51 @@ class PackedStep:
                                                  values[0].to(self.store.values.dtype))
         return keys, values
 
+    def _masks(self, window: int | None, device: torch.device) -> list[torch.Tensor | None]:
+        """Each row's mask for one kind of layer (sliding or not), built once per step."""
+        key = (window, device)
+        if key not in self._mask_cache:
+            self._mask_cache[key] = [_row_mask(f, window, device) for f in self.feeds]
+        return self._mask_cache[key]
+
     def attend(self, query: torch.Tensor, layer: int, scaling: float | None,
                window: int | None = None, softcap: float | None = None) -> torch.Tensor:
         """query: [1, heads, N, head_dim] -> [1, N, heads, head_dim]. ``window``: a query at
         position q sees keys q - window + 1 .. q (None: all of 0 .. q)."""
         outputs, offset = [], 0
-        for feed in self.feeds:
-            count, length = len(feed.tokens), feed.start + len(feed.tokens)
+        for feed, mask in zip(self.feeds, self._masks(window, query.device)):
+            count, length = len(feed.tokens), feed.length
             first = 0 if window is None else max(0, feed.start - window + 1)
             span = slice(feed.region.start + first, feed.region.start + length)
             keys = self.store.keys[layer, :, span].unsqueeze(0)  # views of the store
             values = self.store.values[layer, :, span].unsqueeze(0)
             rows = query[:, :, offset : offset + count]
-            mask = _row_mask(feed.start, length, first, window, query.device)
             outputs.append(_row_attention(rows, keys.to(rows.dtype), values.to(rows.dtype),
                                           mask, scaling, softcap))
             offset += count
         return torch.cat(outputs, dim=2).transpose(1, 2).contiguous()
 
 
-def _row_mask(start: int, length: int, first: int, window: int | None,
-              device: torch.device) -> torch.Tensor | None:
-    """[queries, keys] True where query position start + i sees key position first + j (the
-    key rule of transformers' causal and sliding-window masks); None when every key is seen."""
+def _row_mask(feed: Feed, window: int | None, device: torch.device) -> torch.Tensor | None:
+    """[queries, keys] True where the row's query at slot start + i sees the key at slot
+    first + j: causal by slot (the key rule of transformers' causal and sliding-window masks,
+    the window counted in positions), and among tree nodes only ancestors and self; None when
+    every key is seen."""
+    start, length = feed.start, feed.length
     if length - start == 1:  # the keys were already cut to the one query's window
         return None
-    queries = torch.arange(start, length, device=device)[:, None]
-    keys = torch.arange(first, length, device=device)[None, :]
-    visible = keys <= queries
+    first = 0 if window is None else max(0, start - window + 1)
+    query_slots = torch.arange(start, length)[:, None]
+    key_slots = torch.arange(first, length)[None, :]
+    visible = key_slots <= query_slots
+    if feed.parents:
+        tree = feed.tree_start
+        visible[tree - start:, tree - first:] = ancestor_mask(feed.parents)
     if window is not None:
-        visible &= keys > queries - window
-    return visible
+        positions = torch.arange(first, length)
+        positions[start - first:] = feed.positions()
+        visible &= positions[None, :] > positions[start - first:, None] - window
+    return visible.to(device)
 
 
 def _row_attention(rows: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
@@ -283,9 +323,11 @@ def packed_forward(model, store: KVStore, feeds: list[Feed], keep: torch.Tensor,
     tokens = torch.tensor([t for f in feeds for t in f.tokens], dtype=torch.long)
     if to_local is not None:
         tokens = to_local[tokens]
-    positions = torch.cat([torch.arange(f.start, f.start + len(f.tokens)) for f in feeds])
+    row_positions = [f.positions() for f in feeds]
+    positions = torch.cat(row_positions)
     step = PackedStep(store, feeds)
-    rows = _ROWS.set(tuple((len(f.tokens), f.start + len(f.tokens)) for f in feeds))
+    rows = _ROWS.set(tuple((len(f.tokens), int(p[-1]) + 1)
+                           for f, p in zip(feeds, row_positions)))
     try:
         output = model(input_ids=tokens[None].to(device),
                        position_ids=positions[None].to(device), past_key_values=step,

@@ -12,6 +12,7 @@ draw consumes exactly one number.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
@@ -24,6 +25,8 @@ STREAM_ACCEPT = 1
 """Uniform the verifier compares with p/q to accept a drafted token."""
 STREAM_SAMPLE = 2
 """Uniform the verifier uses to sample the recovered or bonus token."""
+STREAM_GUMBEL = 3
+"""Key of the per-token Gumbel noise of a position (position-keyed sampling)."""
 
 _MASK64 = (1 << 64) - 1
 
@@ -39,6 +42,49 @@ def position_uniform(seed: int, position: int, stream: int) -> float:
     """A uniform in [0, 1) that depends only on (seed, position, stream)."""
     h = _splitmix64(_splitmix64(_splitmix64(seed & _MASK64) ^ position) ^ stream)
     return (h >> 11) * 2.0**-53
+
+
+def _signed(x: int) -> int:
+    return x - (1 << 64) if x >= 1 << 63 else x
+
+
+_GAMMA, _MIX1, _MIX2 = (_signed(c) for c in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9,
+                                            0x94D049BB133111EB))
+
+
+def _shift_right(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """Logical right shift of int64 values holding unsigned 64-bit words."""
+    return (x >> bits) & ((1 << (64 - bits)) - 1)
+
+
+def _splitmix64_tensor(x: torch.Tensor) -> torch.Tensor:
+    """``_splitmix64`` on int64 tensors (two's-complement wrap-around stands for mod 2**64)."""
+    x = x + _GAMMA
+    x = (x ^ _shift_right(x, 30)) * _MIX1
+    x = (x ^ _shift_right(x, 27)) * _MIX2
+    return x ^ _shift_right(x, 31)
+
+
+def gumbel_noise(seed: int, positions: Sequence[int], vocab_size: int) -> torch.Tensor:
+    """Gumbel(0, 1) noise [len(positions), vocab] float64 that depends only on (seed, position,
+    token id): token v at position t gets -log(-log(u)) with u a pure function of the three.
+
+    Position-keyed sampling draws the token at position t as argmax(log p + noise[t]) (the
+    Gumbel-max trick: exactly a sample of p), so the token emitted at a position depends on the
+    seed and the tokens before it alone, never on what was drafted."""
+    keys = torch.tensor([_signed(_splitmix64(_splitmix64(_splitmix64(seed & _MASK64) ^ t)
+                                             ^ STREAM_GUMBEL)) for t in positions],
+                        dtype=torch.long)
+    ids = torch.arange(vocab_size, dtype=torch.long)
+    words = _splitmix64_tensor(keys[:, None] ^ ids[None, :])  # [n, vocab]
+    uniforms = (_shift_right(words, 11).double() + 0.5) * 2.0**-53  # in (0, 1)
+    return -torch.log(-torch.log(uniforms))
+
+
+def keyed_choice(probs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """argmax(log probs + noise) over the last dimension (a token outside the support, with
+    probability 0, is never chosen)."""
+    return (probs.double().log() + noise).argmax(dim=-1)
 
 
 def position_uniforms(seed: int, start: int, count: int, stream: int) -> torch.Tensor:

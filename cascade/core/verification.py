@@ -20,14 +20,27 @@ from cascade.core.batch_accept import AcceptRow, RowResult
 from cascade.core.blocks import Draft, RoundOutcome, TargetFeatures
 from cascade.core.engine import Pass, VerifyEngine, engine_for
 from cascade.core.runner import ForwardOutput, ModelRunner
-from cascade.core.sampling import STREAM_ACCEPT, STREAM_SAMPLE, position_uniforms, sparse_to_dense
+from cascade.core.sampling import (
+    STREAM_ACCEPT,
+    STREAM_SAMPLE,
+    gumbel_noise,
+    position_uniforms,
+    sparse_to_dense,
+)
+from cascade.core.tree_accept import row_depths, target_choices, walk
+from cascade.core.trees import tree_problem
 from cascade.protocol.settings import (
+    MAX_TREE_NODES,
     AcceptancePolicy,
     AcceptanceRule,
     FinishReason,
     SamplingParams,
 )
 from cascade.protocol.stats import SpecStats
+
+
+TREE_RULES = (AcceptanceRule.GREEDY, AcceptanceRule.KEYED)
+"""The rules that verify token trees (the others verify chains)."""
 
 
 class InvalidDraft(ValueError):
@@ -76,6 +89,8 @@ class SequenceVerifier:
         self.finish_reason: FinishReason | None = None
         self.stats = SpecStats()
         self.last_forward: ForwardOutput | None = None
+        self._noise_rows: dict[int, torch.Tensor] = {}
+        """The keyed rule's noise rows by position, from the committed length on."""
         self.feature_layers: tuple[int, ...] = ()
         """The target layers whose hidden states the drafter asked for (none by default)."""
         self.last_features: TargetFeatures | None = None
@@ -124,8 +139,9 @@ class SequenceVerifier:
             raise InvalidDraft(f"block: the generation already finished "
                                f"({self.finish_reason.value})")
         self._check(draft)
+        parents = None if draft.parents is None else tuple(draft.parents)
         return Pass(self.cache, self.committed + draft.tokens, draft.num_tokens + 1,
-                    self.feature_layers)
+                    self.feature_layers, parents=parents)
 
     def conclude(self, draft: Draft | None, output: ForwardOutput | None,
                  result: RowResult | None = None):
@@ -134,34 +150,65 @@ class SequenceVerifier:
         self.last_forward = output
         if draft is None:
             return None if output is None else self._features(0, len(self.committed) - 1)
-        num_accepted, next_token, deferred = result
-        self.last_features = self._features(len(self.committed) - 1, num_accepted + 1)
-        emitted = self._apply_limits(draft.tokens[:num_accepted] + [next_token])
+        num_accepted, next_token, deferred, path = result
+        path = list(range(num_accepted)) if path is None else list(path)
+        accepted = [draft.tokens[node] for node in path]
+        if draft.parents is not None:
+            self.cache.compact(len(self.committed), path, accepted)
+        self.last_features = self._features(len(self.committed) - 1, [0] + [n + 1 for n in path])
+        emitted = self._apply_limits(accepted + [next_token])
         self.committed += emitted
         self.stats.observe(draft.num_tokens, num_accepted, len(emitted), deferred)
         return RoundOutcome(num_accepted, emitted, len(self.committed), self.finish_reason,
-                            deferred)
+                            deferred, tuple(path) if draft.parents is not None else None)
+
+    def accept_tree(self, draft: Draft, output: ForwardOutput) -> RowResult:
+        """The walk down a tree (``cascade.core.tree_accept``) over its n+1 logits rows."""
+        rows = row_depths(draft.parents)
+        noise = None
+        if self.policy.rule is AcceptanceRule.KEYED:
+            base = len(self.committed)
+            noise = self._noise(base, max(rows) + 1)[torch.tensor(rows)]
+        choices = target_choices(output.logits, self.params, noise).tolist()
+        verdict = walk(draft.parents, draft.tokens, choices)
+        return RowResult(len(verdict.path), verdict.next_token, 0, tuple(verdict.path))
 
     def acceptance_row(self, draft: Draft, output: ForwardOutput) -> AcceptRow:
         """What this sequence's policy needs to judge ``draft`` (its k+1 logits rows, its q,
         the random numbers of its positions)."""
         k, base, seed = draft.num_tokens, len(self.committed), self.params.seed
         vocab = output.logits.shape[-1]
+        noise = self._noise(base, k + 1) if self.policy.rule is AcceptanceRule.KEYED else None
         return AcceptRow(self.policy, self.params, list(draft.tokens), output.logits,
                          self._dense_proposal(draft, vocab),
                          position_uniforms(seed, base, k, STREAM_ACCEPT),
                          position_uniforms(seed, base, k + 1, STREAM_SAMPLE),
-                         self._dense_decision(draft, vocab))
+                         self._dense_decision(draft, vocab), noise)
 
-    def _features(self, start: int, count: int) -> TargetFeatures | None:
-        """The first ``count`` rows of the last pass's features, for positions from ``start``."""
+    def _noise(self, base: int, count: int) -> torch.Tensor:
+        """[count, vocab] the keyed rule's noise for positions base .. base + count - 1 (rows
+        of positions a rejection left unused are kept for the next round)."""
+        kept = self._noise_rows
+        for position in [p for p in kept if p < base]:
+            del kept[position]
+        missing = [p for p in range(base, base + count) if p not in kept]
+        if missing:
+            rows = gumbel_noise(self.params.seed, missing, self.runner.vocab_size)
+            kept.update(zip(missing, rows))
+        return torch.stack([kept[p] for p in range(base, base + count)])
+
+    def _features(self, start: int, rows: list[int] | int) -> TargetFeatures | None:
+        """Rows ``rows`` of the last pass's features (a count: the first ones), for the
+        positions from ``start`` on."""
         if not self.feature_layers:
             return None
         stacked = torch.cat(self.last_forward.hidden_states, dim=-1)  # [rows, layers * d]
-        return TargetFeatures(start, stacked[:count])
+        picked = stacked[:rows] if isinstance(rows, int) else stacked[torch.tensor(rows)]
+        return TargetFeatures(start, picked)
 
     def _dense_proposal(self, draft: Draft, vocab: int) -> torch.Tensor | None:
-        if not draft.has_proposal or self.policy.rule is AcceptanceRule.GREEDY:
+        if not draft.has_proposal or self.policy.rule in (AcceptanceRule.GREEDY,
+                                                          AcceptanceRule.KEYED):
             return None
         return sparse_to_dense(draft.q_ids, draft.q_probs, vocab)  # [k, vocab]
 
@@ -174,7 +221,7 @@ class SequenceVerifier:
 
     def _check(self, draft: Draft) -> None:
         k, vocab = draft.num_tokens, self.runner.vocab_size
-        if k > self.max_draft_len():
+        if k > self.max_draft_len() and draft.parents is None:
             raise InvalidDraft(f"tokens: block has {k} tokens; at most {self.max_draft_len()} "
                                "fit now")
         if any(not 0 <= t < vocab for t in draft.tokens):
@@ -187,6 +234,21 @@ class SequenceVerifier:
                                "drafter's q with every block")
         if draft.has_proposal:
             _check_proposal(draft, vocab)
+        if draft.parents is not None:
+            self._check_tree(draft)
+
+    def _check_tree(self, draft: Draft) -> None:
+        if self.policy.rule not in TREE_RULES:
+            raise InvalidDraft(f"parents: a token tree is verified with the greedy or keyed "
+                               f"rule; the session's rule is {self.policy.rule.value}: send "
+                               f"a chain")
+        if len(draft.parents) != draft.num_tokens:
+            raise InvalidDraft(f"parents: {len(draft.parents)} parents for "
+                               f"{draft.num_tokens} tokens; one per token")
+        room = self.cache.region.size - len(self.committed)
+        problem = tree_problem(draft.parents, min(MAX_TREE_NODES, room), self.max_draft_len())
+        if problem is not None:
+            raise InvalidDraft(f"parents: {problem}")
 
     def _apply_limits(self, emitted: list[int]) -> list[int]:
         """Cut the round's tokens at the first stop token or at max_new_tokens."""

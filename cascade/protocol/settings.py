@@ -22,6 +22,9 @@ verifier accepts per drafted token)."""
 MAX_NGRAM_N = 16
 """Longest suffix prompt lookup may try (DraftConfig.ngram_max_n). A lookup compares every
 window of each length it tries with the suffix, so unbounded it costs O(context^3)."""
+MAX_TREE_NODES = 64
+"""Most nodes a token tree may carry (chains stay within MAX_DRAFT_TOKENS)."""
+MAX_TREE_BRANCHING = 16
 
 
 class FinishReason(str, Enum):
@@ -110,6 +113,11 @@ class DraftConfig:
     """Longest context suffix prompt lookup tries to match, in [ngram_min_n, MAX_NGRAM_N]."""
     ngram_min_n: int = 2
     """Shortest suffix it accepts as a match, in [1, ngram_max_n]."""
+    tree_nodes: int = 0
+    """Draft a token tree of at most this many nodes, depth at most k (model drafters; the
+    greedy or keyed rule), in [0, MAX_TREE_NODES]; 0 drafts a chain."""
+    tree_branching: int = 4
+    """Children a tree node offers, and nodes kept per depth, in [1, MAX_TREE_BRANCHING]."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.num_draft_tokens <= MAX_DRAFT_TOKENS:
@@ -131,14 +139,28 @@ class DraftConfig:
         if method not in DRAFT_METHODS:
             raise ValueError(f"draft method must be one of {sorted(DRAFT_METHODS)}, got {method!r}")
         object.__setattr__(self, "method", method)
+        self._check_tree()
         if self.planned and self.adaptive:
             raise ValueError("a draft schedule is planned by the verifier or adaptive on the "
                              "drafter, not both")
+
+    def _check_tree(self) -> None:
+        if not 0 <= self.tree_nodes <= MAX_TREE_NODES:
+            raise ValueError(f"tree_nodes must be in [0, {MAX_TREE_NODES}], got {self.tree_nodes}")
+        if not 1 <= self.tree_branching <= MAX_TREE_BRANCHING:
+            raise ValueError(f"tree_branching must be in [1, {MAX_TREE_BRANCHING}], got "
+                             f"{self.tree_branching}")
+        if self.tree_nodes and (self.adaptive or self.method != DEFAULT_DRAFT_METHOD):
+            raise ValueError(f"tree_nodes: token trees are drafted by the '{DEFAULT_DRAFT_METHOD}'"
+                             " method with a fixed or planned k (not adaptive)")
 
     def check(self, policy: AcceptancePolicy) -> None:
         """Raises ValueError when this drafting cannot serve ``policy``: a speculative cascade
         (a lossy rule) decides on the drafter model's distribution, which only the model method
         sends with every block."""
+        if self.tree_nodes and policy.rule not in (AcceptanceRule.GREEDY, AcceptanceRule.KEYED):
+            raise ValueError(f"tree_nodes: a token tree is verified with the greedy or keyed "
+                             f"rule, not {policy.rule.value}; send tree_nodes 0 for a chain")
         if not policy.rule.is_lossless and self.method != DEFAULT_DRAFT_METHOD:
             raise ValueError(f"a speculative cascade decides on the drafter model's "
                              f"distribution, so it needs draft method '{DEFAULT_DRAFT_METHOD}', "
@@ -168,6 +190,10 @@ class AcceptanceRule(str, Enum):
     POINT_MASS = "point_mass"
     """Speculative sampling with q a point mass on each drafted token; blocks carry no q
     (lossless)."""
+    KEYED = "keyed"
+    """Position-keyed sampling: the token at position t is the target's Gumbel-max sample
+    with noise keyed by (seed, t); drafted tokens (chains or trees) are kept while they are
+    that sample, so the text depends on the prompt and seed alone (lossless; no q needed)."""
     CHOW = "chow"
     """Speculative cascade (lossy): keep the drafter's q where max q >= 1 - alpha."""
     DIFF = "diff"
@@ -188,7 +214,7 @@ class AcceptanceRule(str, Enum):
 
 
 LOSSLESS_RULES = frozenset({AcceptanceRule.GREEDY, AcceptanceRule.SPECULATIVE,
-                            AcceptanceRule.POINT_MASS})
+                            AcceptanceRule.POINT_MASS, AcceptanceRule.KEYED})
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,18 @@ from cascade.core.blocks import Draft, TargetFeatures
 from cascade.core.branches import Branches
 from cascade.core.proposers.base import DraftStopped, Proposer, ProposerContext
 from cascade.core.proposers.schedule import AdaptiveSchedule
+from cascade.core.proposers.tree import TreeShape, draft_tree, log_softmax_rank
 from cascade.core.runner import common_prefix_len
-from cascade.core.sampling import STREAM_DRAFT, position_uniform, process_logits, sample_from, sparsify
+from cascade.core.sampling import (
+    STREAM_DRAFT,
+    gumbel_noise,
+    keyed_choice,
+    position_uniform,
+    process_logits,
+    sample_from,
+    sparsify,
+)
+from cascade.protocol.settings import AcceptanceRule
 
 
 CATCH_UP_CHUNK = 256
@@ -38,6 +48,13 @@ class ModelProposer(Proposer):
         """The drafter's argmax at each generated position given the committed tokens before
         it (adaptive schedule only), from ``first_generated`` on."""
         self.schedule = None
+        self.keyed = context.policy is not None and context.policy.rule is AcceptanceRule.KEYED
+        """Position-keyed sampling: draft the keyed choice under the drafter's own q (the
+        target's choice whenever the two agree), send no q."""
+        self.prompt_len = context.prompt_len
+        if self.config.tree_nodes and self.wants_target_features:
+            raise ValueError("tree_nodes: token trees need a model drafter; a feature drafter "
+                             "predicts one position at a time")
         if self.config.adaptive and self.wants_target_features:
             raise ValueError("adaptive draft length needs a model drafter; a feature drafter "
                              "predicts one position at a time")
@@ -48,8 +65,8 @@ class ModelProposer(Proposer):
     @property
     def can_speculate(self) -> bool:
         """The adaptive schedule learns from every context it drafts after, so it may only see
-        committed ones: no pre-drafting for guesses with it."""
-        return self.schedule is None
+        committed ones: no pre-drafting for guesses with it (nor, for now, with trees)."""
+        return self.schedule is None and not self.config.tree_nodes
 
     def observe(self, features: TargetFeatures) -> None:
         if self.wants_target_features:
@@ -58,6 +75,8 @@ class ModelProposer(Proposer):
     def propose(self, committed: list[int], num_tokens: int, stop=None) -> Draft:
         if num_tokens <= 0:
             return Draft(tokens=[])
+        if self.config.tree_nodes:
+            return self._propose_tree(committed, num_tokens)
         if self.schedule is None:
             logits = self.cache.forward_to(committed).logits[-1]  # [vocab]
         else:
@@ -111,6 +130,22 @@ class ModelProposer(Proposer):
                                           num_logits=len(drafted) + 1).logits
         return torch.softmax(logits.float(), dim=-1)
 
+    def _propose_tree(self, committed: list[int], depth: int) -> Draft:
+        """A tree of at most ``tree_nodes`` nodes (no more than the generation has room left
+        for), at most ``depth`` deep."""
+        room = self.sampling.max_new_tokens - (len(committed) - self.prompt_len)
+        shape = TreeShape(max(1, min(self.config.tree_nodes, room)), depth,
+                          self.config.tree_branching)
+        rank = self._keyed_rank if self.keyed else log_softmax_rank
+        tokens, parents = draft_tree(self.cache, committed, shape, rank)
+        return Draft(tokens, parents=parents)
+
+    def _keyed_rank(self, logits: torch.Tensor, position: int) -> torch.Tensor:
+        """Children ranked by log q + the position's noise: the first is the keyed choice."""
+        noise = gumbel_noise(self.sampling.seed, [position], logits.shape[-1])  # [1, vocab]
+        return torch.log_softmax(process_logits(logits, self.sampling).double().log() + noise,
+                                 dim=-1)
+
     def _catch_up(self, committed: list[int]) -> torch.Tensor:
         """The last position's logits, after noting the drafter's greedy choice at every
         generated position that has none yet (a few per round; the whole generation, in chunks,
@@ -150,6 +185,9 @@ class ModelProposer(Proposer):
             ids, values = self._temperature_one(logits)
             return int(logits.argmax()), ids, values, None, None
         probs = process_logits(logits.unsqueeze(0), self.sampling)  # [1, vocab]
+        if self.keyed:
+            noise = gumbel_noise(self.sampling.seed, [position], probs.shape[-1])
+            return int(keyed_choice(probs, noise)[0]), None, None, None, None
         ids, values = sparsify(probs, self.config.max_proposal_tokens)  # [1, K] each
         uniform = position_uniform(self.sampling.seed, position, STREAM_DRAFT)
         column = int(sample_from(values, torch.tensor([uniform], dtype=torch.float64))[0])

@@ -1,0 +1,120 @@
+"""A token tree from the drafter model, one forward pass per depth (EAGLE-2's dynamic trees).
+
+At each depth every frontier node offers its ``branching`` best children, scored by the drafter's
+cumulative log-probability along the path (a child never outscores its parent); the next frontier
+is the ``branching`` best of them. Only frontier nodes are fed: all of one depth in one pass on
+the drafter's own cache, each attending to the committed tokens, its ancestors and itself (a 4D
+mask), at position committed length + depth - 1. At the end the ``nodes`` best candidates are the
+tree (ancestor-closed: parents score at least as well and were made first), listed parents first,
+and the cache is cut back to the committed tokens.
+
+``rank`` turns a frontier's logits into the log-scores of its children: the drafter's log-softmax
+(greedy), or for position-keyed sampling the log-softmax of log q + the position's noise, so the
+first child is the drafter's keyed choice (the target's own, when the two models agree).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import torch
+
+from cascade.core.runner import SequenceCache
+
+Rank = Callable[[torch.Tensor, int], torch.Tensor]
+"""(logits [F, vocab], the children's position) -> log-scores [F, vocab]."""
+
+
+class TreeShape(NamedTuple):
+    nodes: int
+    """Most nodes in the tree."""
+    depth: int
+    """Most nodes on a path (the block length a chain would have)."""
+    branching: int
+    """Children offered per frontier node, and frontier nodes kept per depth."""
+
+
+class _Candidate(NamedTuple):
+    score: float
+    parent: int
+    """Candidate index of the parent, -1 for the root."""
+    token: int
+
+
+def log_softmax_rank(logits: torch.Tensor, position: int) -> torch.Tensor:
+    return torch.log_softmax(logits.float(), dim=-1)
+
+
+@torch.inference_mode()
+def draft_tree(cache: SequenceCache, committed: list[int], shape: TreeShape,
+               rank: Rank = log_softmax_rank) -> tuple[list[int], list[int]]:
+    """(tokens, parents) of a tree after ``committed`` (parents: -1 for a root child)."""
+    base = len(committed)
+    logits = cache.forward_to(committed).logits[-1:]  # [1, vocab]
+    grower = _Grower(cache, base)
+    candidates: list[_Candidate] = []
+    frontier, frontier_scores = [-1], torch.zeros(1, dtype=torch.float64)
+    try:
+        for depth in range(1, shape.depth + 1):
+            scores = rank(logits, base + depth - 1).double().clamp_max(0.0)  # [F, vocab]
+            width = min(shape.branching, scores.shape[-1])
+            top = (frontier_scores[:, None] + scores).topk(width, dim=-1)
+            first = len(candidates)
+            for f, parent in enumerate(frontier):
+                candidates += [_Candidate(float(s), parent, int(t))
+                               for s, t in zip(top.values[f], top.indices[f])]
+            new = torch.tensor([c.score for c in candidates[first:]], dtype=torch.float64)
+            keep = new.topk(min(shape.branching, len(new))).indices.sort().values
+            frontier = [first + int(i) for i in keep]
+            frontier_scores = new[keep]
+            if depth < shape.depth:
+                logits = grower.feed([candidates[i] for i in frontier], frontier, depth)
+    finally:
+        excess = cache.cache.get_seq_length() - base  # the nodes fed here (not in .tokens)
+        if excess > 0:
+            cache.cache.crop(-excess)
+    return _select(candidates, shape.nodes)
+
+
+def _select(candidates: list[_Candidate], count: int) -> tuple[list[int], list[int]]:
+    """The ``count`` best candidates in creation order (parents first), parents renumbered."""
+    order = sorted(range(len(candidates)), key=lambda i: (-candidates[i].score, i))[:count]
+    kept = sorted(order)
+    index = {c: n for n, c in enumerate(kept)}
+    tokens = [candidates[c].token for c in kept]
+    parents = [-1 if candidates[c].parent < 0 else index[candidates[c].parent] for c in kept]
+    return tokens, parents
+
+
+class _Grower:
+    """Feeds tree nodes into a sequence's drafter cache after its ``base`` committed tokens."""
+
+    def __init__(self, cache: SequenceCache, base: int) -> None:
+        self.cache, self.base = cache, base
+        self.slot_of: dict[int, int] = {}
+        """Candidate index -> slot (after the committed ones) of each node fed so far."""
+        self.seen: list[list[int]] = []
+        """Per fed slot: the slots it attends to (its ancestors' and its own)."""
+
+    def feed(self, nodes: list[_Candidate], ids: list[int], depth: int) -> torch.Tensor:
+        """One pass over one depth's ``nodes`` (candidate indices ``ids``); [F, vocab] logits."""
+        fed, count = len(self.seen), len(nodes)
+        for node, candidate in zip(ids, nodes):
+            above = self.seen[self.slot_of[candidate.parent]] if candidate.parent >= 0 else []
+            self.slot_of[node] = len(self.seen)
+            self.seen.append(above + [len(self.seen)])
+        visible = torch.zeros(count, self.base + fed + count, dtype=torch.bool)
+        visible[:, : self.base] = True
+        for row, slots in enumerate(self.seen[fed:]):
+            visible[row, [self.base + s for s in slots]] = True
+        runner = self.cache.runner
+        dtype = next(runner.model.parameters()).dtype
+        mask = torch.zeros(1, 1, *visible.shape, dtype=dtype)  # additive: eager and sdpa
+        mask.masked_fill_(~visible, torch.finfo(dtype).min)
+        start = self.base + fed
+        positions = torch.full((1, count), self.base + depth - 1, dtype=torch.long)
+        output = runner.forward(torch.tensor([[c.token for c in nodes]]), positions,
+                                torch.arange(start, start + count), self.cache.cache,
+                                attention_mask=mask)
+        return runner.target_logits(output.logits[0])
