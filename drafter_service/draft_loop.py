@@ -206,8 +206,10 @@ class DraftLoop:
     @property
     def _shadows_exact(self) -> bool:
         """Shadow blocks score exactly in a greedy session (a draft is accepted while it equals
-        the committed tokens) whose proposer drafts from tokens alone (no target features)."""
-        return self.params.is_greedy and not self.proposer.wants_target_features
+        the committed tokens) whose proposer drafts chains from tokens alone (no target
+        features)."""
+        return (self.params.is_greedy and not self.proposer.wants_target_features
+                and not self.config.tree_nodes)
 
     def _shadows(self, writer: DelayedWriter) -> Shadows | None:
         if not self._shadows_exact:
@@ -220,7 +222,8 @@ class DraftLoop:
                ) -> common_pb2.Round:
         verified = (block.tokens[: verdict.num_verified] if verdict.HasField("num_verified")
                     else block.tokens)
-        result = round_from_verdict(verdict, verified, block.draft_us, round_us)
+        parents = block.parents[: len(verified)]
+        result = round_from_verdict(verdict, verified, block.draft_us, round_us, parents)
         result.speculation = origin
         if cache is not None:
             result.num_predrafted, result.num_sent_ahead = len(cache.blocks), len(cache.sent)

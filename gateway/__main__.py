@@ -59,6 +59,9 @@ def main(
                                           "resume it."),
     allow_open: bool = typer.Option(False, help="Serve without API keys (otherwise refused): "
                                     "for local development."),
+    tree_nodes: int = typer.Option(0, help="Default token-tree nodes per round for requests "
+                                   "that do not set draft_tree_nodes (0: chains; trees pay where "
+                                   "a many-token pass costs about one, as on GPUs)."),
 ) -> None:
     """Serve the OpenAI-compatible HTTP API and the gRPC Generate stream."""
     setup_logging()
@@ -72,7 +75,7 @@ def main(
                            OrchestratorSettings(first_round_timeout_s=first_round_timeout_s,
                                                 round_timeout_s=round_timeout_s), mesh,
                            max_body_bytes, max_sessions_per_key, tokens_per_minute_per_key,
-                           session_lease_s)
+                           session_lease_s, tree_nodes)
     asyncio.run(serve(config))
 
 

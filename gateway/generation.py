@@ -85,6 +85,10 @@ class GeneratedChunk:
     speculation: int = 0
     """Where the round's block came from (``cascade.v1.common_pb2.Speculation``; 0: drafted
     after the previous verdict, or unknown)."""
+    drafted_parents: tuple[int, ...] = ()
+    """A token tree's parent per drafted token (-1: a root child); empty for a chain."""
+    path: tuple[int, ...] = ()
+    """A token tree's accepted nodes, from a root child down."""
     is_replayed: bool = False
     """A stored round a resumed stream sends again (generated before, by some stream)."""
 

@@ -27,7 +27,7 @@ from gateway.limits import KeyLimits
 from gateway.session_store import SessionLost
 
 OPTIONAL_FIELDS = ("temperature", "top_p", "top_k", "seed", "num_draft_tokens", "cascade_alpha",
-                   "draft_min_confidence", "draft_max_entropy")
+                   "draft_min_confidence", "draft_max_entropy", "draft_tree_nodes")
 """GenerateRequest fields whose absence means "the default" (proto3 presence)."""
 
 
@@ -148,4 +148,13 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
             num_drafted=chunk.num_drafted, finish_reason=FINISH_TO_PB[finish],
             prompt_tokens=num_prompt, completion_tokens=completion_tokens,
             draft_us=chunk.draft_us, verify_us=chunk.verify_us, round_us=chunk.round_us,
-            num_deferred=chunk.num_deferred, round=chunk.round, speculation=chunk.speculation)
+            num_deferred=chunk.num_deferred, round=chunk.round, speculation=chunk.speculation,
+            **_tree_fields(chunk))
+
+
+def _tree_fields(chunk) -> dict[str, Any]:
+    """A token tree round's nodes and accepted path (nothing for a chain)."""
+    if not chunk.drafted_parents:
+        return {}
+    return {"drafted_tokens": chunk.drafted_tokens, "drafted_parents": chunk.drafted_parents,
+            "path": chunk.path}

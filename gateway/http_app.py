@@ -57,13 +57,16 @@ class HttpSettings:
     """Concurrent sessions one API key may run on this gateway (429 above it); 0: no limit."""
     max_tokens_per_minute_per_key: int = 0
     """Tokens one API key's sessions may generate per minute on this gateway; 0: no limit."""
+    default_tree_nodes: int = 0
+    """Token-tree nodes per round when a request does not set draft_tree_nodes (0: chains)."""
 
     def __post_init__(self) -> None:
         self.server_defaults(None)  # the one mapping checks the limits
 
     def server_defaults(self, eos_token_id: int | None) -> ServerDefaults:
         return ServerDefaults(self.context_length, self.max_tokens_limit,
-                              self.default_num_draft_tokens, eos_token_id)
+                              self.default_num_draft_tokens, eos_token_id,
+                              self.default_tree_nodes)
 
 
 def create_app(

@@ -274,7 +274,8 @@ class Orchestrator:
                                  result.num_drafted, finish, result.draft_us, result.verify_us,
                                  result.round_us, result.num_deferred,
                                  tuple(result.drafted_tokens), len(job.round_ends),
-                                 result.speculation)
+                                 result.speculation, tuple(result.drafted_parents),
+                                 tuple(result.path))
 
     async def _commit(self, request, job: SessionJob, generated: list[int],
                       tokens: list[int], finish: FinishReason | None) -> None:

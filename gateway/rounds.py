@@ -9,6 +9,7 @@ fields; OpenAI clients keep unknown fields, so they parse these chunks unchanged
 | round | round number within the generation, from 0 |
 | tokens | the round's committed tokens in order: ``{"text", "kind"}``; kind is ``accepted`` (drafted and accepted), ``recovered`` (the verifier's correction after a rejection), ``bonus`` (the verifier's extra token after a fully accepted draft) or ``target`` (decoded by the target alone, k = 0) |
 | drafted | text of each drafted token, rejected ones included |
+| parents, path | token trees only: each drafted node's parent index (-1: a child of the last committed token) and the accepted branch (node indices from a root child down) |
 | num_drafted, num_accepted | the round's drafted and accepted counts |
 | num_deferred | speculative cascades: drafted positions the target's distribution decided |
 | draft_ms, verify_ms, round_ms | drafting, target pass plus acceptance, and the round's wall time |
@@ -64,7 +65,9 @@ class RoundView:
     def to_json(self) -> dict[str, Any]:
         c = self.chunk
         kinds = token_kinds(len(self.texts), c.num_accepted, c.num_drafted)
+        tree = {"parents": list(c.drafted_parents), "path": list(c.path)} if c.drafted_parents else {}
         return {
+            **tree,
             "round": self.index,
             "tokens": [{"text": t, "kind": k} for t, k in zip(self.texts, kinds, strict=True)],
             "drafted": list(self.drafted),

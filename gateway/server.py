@@ -62,6 +62,8 @@ class GatewayConfig:
     session_lease_s: float = 10.0
     """How long a session stays this gateway's after its last renewal: a client resuming on
     another gateway waits at most this long after this one died."""
+    default_tree_nodes: int = 0
+    """Token-tree nodes per round for requests that do not set draft_tree_nodes (0: chains)."""
 
 
 def context_length(model: str) -> int:
@@ -114,7 +116,8 @@ def build_gateway(config: GatewayConfig, client: redis.Redis,
                             api_keys=config.api_keys, playground=config.playground,
                             max_body_bytes=config.max_body_bytes,
                             max_sessions_per_key=config.max_sessions_per_key,
-                            max_tokens_per_minute_per_key=config.max_tokens_per_minute_per_key)
+                            max_tokens_per_minute_per_key=config.max_tokens_per_minute_per_key,
+                            default_tree_nodes=config.default_tree_nodes)
     store = SessionStore(client, lease_s=config.session_lease_s)
     orchestrator = Orchestrator(client, store, ChannelPool(config.mesh),
                                 config.orchestrator)

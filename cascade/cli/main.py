@@ -78,10 +78,12 @@ def _print_round(response) -> None:
 
 
 def _report(spec: GenerationSummary, base: GenerationSummary | None, k: int,
-            schedule: str = "") -> None:
+            schedule: str = "", tree_nodes: int | None = None) -> None:
     table = Table(title="generation")
     table.add_column("")
     label = f"speculative (k={k})" if schedule == "fixed" else f"{schedule or 'auto'} (k<={k})"
+    if tree_nodes:
+        label = f"trees (<={tree_nodes} nodes, depth<={k})"
     table.add_column(label, justify="right")
     if base:
         table.add_column("target only", justify="right")
@@ -120,18 +122,25 @@ def generate(prompt: str,
              schedule: str = typer.Option("", help="draft_schedule: auto (draft only what "
                                           "pays at the verifier's load), fixed (always k) or "
                                           "adaptive (k follows the drafter's success); empty: "
-                                          "the gateway's default (auto).")
+                                          "the gateway's default (auto)."),
+             tree_nodes: int = typer.Option(None, help="Draft token trees of at most this many "
+                                            "nodes, k deep (0: chains; unset: the gateway's "
+                                            "default). Sampled trees use the keyed rule, and so "
+                                            "does the baseline, so their texts compare."),
+             keyed: bool = typer.Option(False, help="The keyed lossless rule: a seeded sampled "
+                                        "text depends on the prompt and seed alone.")
              ) -> None:
     """Stream a generation: green text was drafted and accepted, plain text the verifier chose."""
+    acceptance = "keyed" if keyed or (tree_nodes and temperature > 0) else ""
     run = dict(prompt=prompt, max_tokens=max_tokens, temperature=temperature, seed=seed,
-               chat=chat)
+               chat=chat, acceptance="" if rule else acceptance)
     console.print(prompt, style="bold", end="\n" if chat else "", markup=False, highlight=False)
     spec = stream_generation(gateway, num_draft_tokens=num_draft_tokens,
                              on_response=_print_round, cascade_rule=rule, cascade_alpha=alpha,
-                             schedule=schedule, **run)
+                             schedule=schedule, tree_nodes=tree_nodes, **run)
     console.print()
     base = stream_generation(gateway, num_draft_tokens=0, **run) if baseline else None
-    _report(spec, base, num_draft_tokens, schedule)
+    _report(spec, base, num_draft_tokens, schedule, tree_nodes)
 
 
 @app.command()
@@ -150,6 +159,7 @@ def demo(prompt: str = typer.Argument("Explain how a rainbow forms."),
                 stream_generation(cluster.grpc_address, prompt, 4, k)
         generate(prompt, gateway=cluster.grpc_address, max_tokens=max_tokens,
                  num_draft_tokens=num_draft_tokens, temperature=0.0, seed=0, chat=True,
-                 baseline=True, rule=None, alpha=0.0, schedule="")
+                 baseline=True, rule=None, alpha=0.0, schedule="", tree_nodes=None,
+                 keyed=False)
     finally:
         cluster.stop()

@@ -41,7 +41,11 @@ def models_evaluate(target: Path = typer.Option(..., help="Target model folder."
                     k: int = typer.Option(4, help="Draft length."),
                     adaptive: bool = typer.Option(False, help="Adapt the draft length (start "
                                                   "at k, within [1, 2k])."),
-                    dtype: str = typer.Option("float32", help="Dtype of both models.")) -> None:
+                    dtype: str = typer.Option("float32", help="Dtype of both models."),
+                    tree_nodes: int = typer.Option(0, help="Draft token trees of at most this "
+                                                   "many nodes, k deep (0: chains); acceptance "
+                                                   "then counts accepted nodes over all "
+                                                   "drafted ones.")) -> None:
     """Greedy acceptance at draft length k, cost per token, and speedup of a pair."""
     from cascade.distill.evaluate import evaluate_pair
     from cascade.core.feature_runner import load_model
@@ -50,8 +54,9 @@ def models_evaluate(target: Path = typer.Option(..., help="Target model folder."
     pair = [load_model(ModelSpec(str(path), dtype), str(target)) for path in (target, drafter)]
     with console.status("measuring"):
         report = evaluate_pair(*pair, num_prompts=prompts, max_new_tokens=max_tokens, k=k,
-                               adaptive=adaptive)
-    schedule = "adaptive from " if adaptive else ""
+                               adaptive=adaptive, tree_nodes=tree_nodes)
+    schedule = "adaptive from " if adaptive else f"trees of <= {tree_nodes} nodes, " \
+        if tree_nodes else ""
     table = Table(title=f"{drafter.name} drafting for {target.name} ({schedule}k={k}, greedy, "
                   f"{dtype})")
     table.add_column("metric")

@@ -50,7 +50,8 @@ class PairReport:
 
 
 def evaluate_pair(target: ModelRunner, drafter: ModelRunner, num_prompts: int = 12,
-                  max_new_tokens: int = 64, k: int = 4, adaptive: bool = False) -> PairReport:
+                  max_new_tokens: int = 64, k: int = 4, adaptive: bool = False,
+                  tree_nodes: int = 0) -> PairReport:
     prompts = chat_prompts_ids(target.tokenizer, prompt_set(held_out=True)[:num_prompts])
     eos = target.tokenizer.eos_token_id
     params = SamplingParams(max_new_tokens=max_new_tokens,
@@ -59,7 +60,8 @@ def evaluate_pair(target: ModelRunner, drafter: ModelRunner, num_prompts: int = 
     spec_tokens = base_tokens = 0
     spec_s = base_s = 0.0
     for prompt in prompts:
-        spec = generate(target, prompt, params, drafter, DraftConfig(k, adaptive=adaptive))
+        spec = generate(target, prompt, params, drafter,
+                        DraftConfig(k, adaptive=adaptive, tree_nodes=tree_nodes))
         base = generate(target, prompt, params)
         stats = stats + spec.stats
         per_prompt.append(spec.stats.acceptance_rate)

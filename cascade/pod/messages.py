@@ -20,7 +20,7 @@ from cascade.v1 import common_pb2, verifier_pb2
 
 def draft_to_pb(draft: Draft, **fields) -> verifier_pb2.DraftBlock:
     """``fields``: session_id, epoch, round, base_len, draft_us."""
-    msg = verifier_pb2.DraftBlock(tokens=draft.tokens, **fields)
+    msg = verifier_pb2.DraftBlock(tokens=draft.tokens, parents=draft.parents or (), **fields)
     if draft.has_proposal:
         _add_sparse(msg.proposals, draft.q_ids, draft.q_probs)
     if draft.decision_ids is not None:
@@ -46,7 +46,8 @@ def draft_from_pb(msg: verifier_pb2.DraftBlock, vocab_size: int) -> Draft:
     check_block(msg, vocab_size)
     q_ids, q_probs = _padded(msg.proposals)
     decision_ids, decision_probs = _padded(msg.decision_proposals)
-    return Draft(list(msg.tokens), q_ids, q_probs, decision_ids, decision_probs)
+    return Draft(list(msg.tokens), q_ids, q_probs, decision_ids, decision_probs,
+                 list(msg.parents) or None)
 
 
 def _padded(rows) -> tuple[torch.Tensor | None, torch.Tensor | None]:
@@ -74,7 +75,7 @@ def verdict_to_pb(outcome: RoundOutcome, verify_us: int, features: TargetFeature
         tokens=outcome.tokens, num_accepted=outcome.num_accepted,
         committed_len=outcome.committed_len, finish_reason=FINISH_TO_PB[outcome.finish_reason],
         verify_us=verify_us, features=features_to_pb(features),
-        num_deferred=outcome.num_deferred, **fields)
+        num_deferred=outcome.num_deferred, path=outcome.path or (), **fields)
 
 
 def features_to_pb(features: TargetFeatures | None) -> verifier_pb2.TargetFeatures | None:
@@ -110,10 +111,10 @@ def num_open_replies(context_len: int) -> int:
 
 
 def round_from_verdict(verdict: verifier_pb2.Verdict, drafted: Sequence[int], draft_us: int,
-                       round_us: int) -> common_pb2.Round:
+                       round_us: int, parents: Sequence[int] = ()) -> common_pb2.Round:
     """What the drafter streams to the gateway for one verified block (``drafted``: the
-    block's tokens, rejected ones included)."""
-    return common_pb2.Round(
+    block's tokens, rejected ones included; ``parents``: a tree's, empty for a chain)."""
+    return common_pb2.Round(drafted_parents=parents, path=verdict.path,
         round=verdict.round, tokens=verdict.tokens, num_accepted=verdict.num_accepted,
         num_drafted=len(drafted), committed_len=verdict.committed_len,
         finish_reason=verdict.finish_reason, draft_us=draft_us, verify_us=verdict.verify_us,

@@ -17,12 +17,13 @@ Defaults, documented once (OpenAI's where OpenAI has the field):
 | stop | none | up to 4 strings |
 | num_draft_tokens | the server's default k (4) | [0, 32]; 0 decodes on the target alone |
 | draft_method | "model" | cascade.protocol.methods.DRAFT_METHODS |
-| acceptance | "lossless" | "lossless" or "cascade" (a speculative cascade: faster, lossy) |
+| acceptance | "lossless" | "lossless", "keyed" (lossless, and a seeded sampled request's text depends on its prompt and seed alone, whatever was drafted) or "cascade" (a speculative cascade: faster, lossy) |
 | cascade_rule | "chow" | chow, diff, opt, token_v1, token_v2, token_v3 (with "cascade") |
 | cascade_alpha | 0.0 | [0, 1]; larger trades quality for speed (with "cascade") |
 | draft_schedule | "auto" | "auto" (the verifier drafts only what pays at its load: each round's length in [0, k], cascade.core.goodput; a speculative cascade is verified as "fixed"), "fixed" (always k) or "adaptive" (k moves in [1, 2k] with the drafter's success; draft_method "model") |
 | draft_min_confidence | 0.0 (off) | [0, 1): a block stops where the drafter's top probability is below it |
 | draft_max_entropy | 0.0 (off) | [0, 20] nats: a block stops where the drafter's entropy is above it |
+| draft_tree_nodes | the server's default (0: chains) | [0, 64]: each round drafts a token tree of at most this many nodes, at most k deep (draft_method "model"; not with "cascade" or "adaptive"); sampled trees are verified with the keyed rule, and a tree is verified whole (the "auto" schedule plans chains only) |
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from cascade.protocol.methods import DEFAULT_DRAFT_METHOD, DRAFT_METHODS
 from cascade.protocol.settings import (
     MAX_DRAFT_TOKENS,
     MAX_ENTROPY,
+    MAX_TREE_NODES,
     MIN_TEMPERATURE,
     AcceptancePolicy,
     AcceptanceRule,
@@ -88,8 +90,9 @@ class GenerationOptions(Lenient):
     """Cascade extension (OpenAI clients send it via extra_body): drafted tokens per round."""
     draft_method: str = DEFAULT_DRAFT_METHOD
     """Cascade extension: model, ngram (prompt lookup) or ngram_then_model."""
-    acceptance: Literal["lossless", "cascade"] = "lossless"
-    """Cascade extension: lossless speculative decoding, or a speculative cascade."""
+    acceptance: Literal["lossless", "keyed", "cascade"] = "lossless"
+    """Cascade extension: lossless speculative decoding (keyed: with the text a function of the
+    prompt and seed alone), or a speculative cascade."""
     cascade_rule: Literal[CASCADE_RULE_NAMES] = "chow"
     """Cascade extension: the deferral rule of a speculative cascade."""
     cascade_alpha: float = Field(0.0, ge=0.0, le=1.0)
@@ -100,6 +103,8 @@ class GenerationOptions(Lenient):
     """Cascade extension: end a block where the drafter's top probability is below this."""
     draft_max_entropy: float = Field(0.0, ge=0.0, le=MAX_ENTROPY)
     """Cascade extension: end a block where the drafter's entropy (nats) is above this."""
+    draft_tree_nodes: int | None = Field(None, ge=0, le=MAX_TREE_NODES)
+    """Cascade extension: draft token trees of at most this many nodes (0: chains)."""
 
     @field_validator("temperature")
     @classmethod
@@ -136,6 +141,9 @@ class ServerDefaults:
     """Drafted tokens per round when a request does not say."""
     eos_token_id: int | None = None
     """Ends every generation (the stop token of the model)."""
+    default_tree_nodes: int = 0
+    """Token-tree nodes per round when a request does not say (0: chains); requests that
+    cannot draft trees (another method, a cascade, the adaptive schedule) get chains."""
 
     def __post_init__(self) -> None:
         if self.context_length < 2:
@@ -145,6 +153,9 @@ class ServerDefaults:
         if not 0 <= self.default_num_draft_tokens <= MAX_DRAFT_TOKENS:
             raise ValueError(f"default_num_draft_tokens must be in [0, {MAX_DRAFT_TOKENS}], "
                              f"got {self.default_num_draft_tokens}")
+        if not 0 <= self.default_tree_nodes <= MAX_TREE_NODES:
+            raise ValueError(f"default_tree_nodes must be in [0, {MAX_TREE_NODES}], "
+                             f"got {self.default_tree_nodes}")
 
 
 @dataclass(frozen=True)
@@ -196,7 +207,7 @@ def build_request(options: GenerationOptions, prompt_tokens: list[int], max_toke
         max_new_tokens=max_new_tokens,
         stop_token_ids=() if server.eos_token_id is None else (server.eos_token_id,))
     draft = _draft_config(options, server)
-    policy = None
+    policy = _lossless_policy(options, sampling, draft)
     if options.acceptance == "cascade":
         policy = AcceptancePolicy(AcceptanceRule(options.cascade_rule), options.cascade_alpha)
         try:
@@ -206,6 +217,16 @@ def build_request(options: GenerationOptions, prompt_tokens: list[int], max_toke
     return GenerationRequest(list(prompt_tokens), sampling, draft, policy)
 
 
+def _lossless_policy(options: GenerationOptions, sampling: SamplingParams,
+                     draft: DraftConfig) -> AcceptancePolicy | None:
+    """The keyed rule where asked for, or where a sampled request drafts trees (the one
+    lossless rule that verifies them); None: the default for the settings."""
+    keyed = options.acceptance == "keyed" or (draft.tree_nodes and options.acceptance != "cascade")
+    if not keyed:
+        return None
+    return AcceptancePolicy(AcceptanceRule.GREEDY if sampling.is_greedy else AcceptanceRule.KEYED)
+
+
 def _draft_config(options: GenerationOptions, server: ServerDefaults) -> DraftConfig:
     adaptive = options.draft_schedule == "adaptive"
     if adaptive and options.draft_method != DEFAULT_DRAFT_METHOD:
@@ -213,10 +234,30 @@ def _draft_config(options: GenerationOptions, server: ServerDefaults) -> DraftCo
                              f"the drafter model, so it needs draft_method "
                              f"'{DEFAULT_DRAFT_METHOD}'.", "draft_schedule")
     k = options.num_draft_tokens
-    return DraftConfig(server.default_num_draft_tokens if k is None else k,
-                       min_confidence=options.draft_min_confidence,
+    k = server.default_num_draft_tokens if k is None else k
+    tree_nodes = _tree_nodes(options, server) if k else 0
+    return DraftConfig(k, min_confidence=options.draft_min_confidence,
                        max_entropy=options.draft_max_entropy, adaptive=adaptive,
-                       planned=_is_planned(options), method=options.draft_method)
+                       planned=_is_planned(options) and not tree_nodes,
+                       method=options.draft_method, tree_nodes=tree_nodes)
+
+
+def _tree_nodes(options: GenerationOptions, server: ServerDefaults) -> int:
+    """The request's tree size; the server's default where it says nothing and can draft
+    trees. A request that asks for a tree it cannot draft is refused, naming the field."""
+    cannot = None
+    if options.draft_method != DEFAULT_DRAFT_METHOD:
+        cannot = f"token trees are drafted by draft_method '{DEFAULT_DRAFT_METHOD}'"
+    elif options.acceptance == "cascade":
+        cannot = "a speculative cascade verifies chains only"
+    elif options.draft_schedule == "adaptive":
+        cannot = "the adaptive schedule drafts chains"
+    if options.draft_tree_nodes is None:
+        return 0 if cannot else server.default_tree_nodes
+    if options.draft_tree_nodes and cannot:
+        raise RequestInvalid(f"Invalid value for 'draft_tree_nodes': {cannot}; send 0 or leave "
+                             "it out.", "draft_tree_nodes")
+    return options.draft_tree_nodes
 
 
 def _is_planned(options: GenerationOptions) -> bool:

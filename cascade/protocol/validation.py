@@ -20,7 +20,8 @@ Bounds, documented once (V: the model's vocabulary, L: its context length in tok
 | draft (drafter) | DraftConfig's ranges: num_draft_tokens <= MAX_DRAFT_TOKENS (32), ngram_max_n <= MAX_NGRAM_N (16), a known method, one that can serve the acceptance rule |
 | verifier_address (drafter) | host:port (port 1-65535), at most 255 characters |
 | feature_layers (verifier) | at most (layers + 1) indices in [0, layers] |
-| block tokens (verifier) | at most MAX_DRAFT_TOKENS (32) ids in [0, V) |
+| block tokens (verifier) | at most MAX_DRAFT_TOKENS (32) ids in [0, V); a tree: at most MAX_TREE_NODES (64) |
+| block parents (verifier) | none (a chain), or one per token, each in [-1, own index); depth and node count also within what the generation has room for (checked by the session) |
 | block proposals and decision_proposals (verifier) | none, or one per drafted token: 1 to min(MAX_PROPOSAL_TOKENS, V) distinct ids in [0, V), as many probs, each in [0, 1], summing to at most 1 + PROBABILITY_SUM_SLACK |
 """
 
@@ -35,6 +36,7 @@ from cascade.protocol.limits import RequestInvalid
 from cascade.protocol.settings import (
     MAX_DRAFT_TOKENS,
     MAX_PROPOSAL_TOKENS,
+    MAX_TREE_NODES,
     AcceptancePolicy,
     DraftConfig,
     SamplingParams,
@@ -165,7 +167,10 @@ def check_verifier_address(address: str) -> None:
 
 def check_block(msg: verifier_pb2.DraftBlock, vocab_size: int) -> None:
     """A block's sizes and values, before any tensor is built from it."""
-    check_token_ids("tokens", msg.tokens, vocab_size, MAX_DRAFT_TOKENS)
+    check_token_ids("tokens", msg.tokens, vocab_size,
+                    MAX_TREE_NODES if msg.parents else MAX_DRAFT_TOKENS)
+    if msg.parents:
+        check_parents(msg.parents, len(msg.tokens))
     widest = min(MAX_PROPOSAL_TOKENS, vocab_size)
     for name in ("proposals", "decision_proposals"):
         rows = getattr(msg, name)
@@ -174,6 +179,18 @@ def check_block(msg: verifier_pb2.DraftBlock, vocab_size: int) -> None:
                                 f"for {len(msg.tokens)} tokens")
         for row, proposal in enumerate(rows):
             check_proposal(f"{name}[{row}]", proposal, vocab_size, widest)
+
+
+def check_parents(parents: Sequence[int], num_tokens: int) -> None:
+    """One parent per token, each listed before its child (so a tree, no cycle)."""
+    if len(parents) != num_tokens:
+        raise invalid("parents", f"one per token or none; got {len(parents)} for {num_tokens} "
+                                 "tokens")
+    for i, parent in enumerate(parents):
+        if not -1 <= parent < i:
+            raise invalid(f"parents[{i}]", f"must be in [-1, {i}) (a parent comes before its "
+                                           f"children; -1: the last committed token), got "
+                                           f"{parent}")
 
 
 def check_shadow(msg: verifier_pb2.ShadowBlock, vocab_size: int, num_committed: int) -> None:

@@ -54,6 +54,8 @@ def draft_settings_to_pb(config: DraftConfig) -> common_pb2.DraftSettings:
         max_entropy=config.max_entropy,
         adaptive=config.adaptive,
         planned=config.planned,
+        tree_nodes=config.tree_nodes,
+        tree_branching=config.tree_branching,
     )
 
 
@@ -70,6 +72,8 @@ def draft_settings_from_pb(msg: common_pb2.DraftSettings) -> DraftConfig:
         max_entropy=msg.max_entropy,
         adaptive=msg.adaptive,
         planned=msg.planned,
+        tree_nodes=msg.tree_nodes,
+        tree_branching=msg.tree_branching or defaults.tree_branching,
     )
 
 

@@ -52,18 +52,20 @@ def stream_generation(address: str | Sequence[str], prompt: str, max_tokens: int
                       on_response: Callable[[gateway_pb2.GenerateResponse], None] | None = None,
                       timeout_s: float = 600.0, cascade_rule: str | None = None,
                       cascade_alpha: float = 0.0, schedule: str = "",
-                      max_resumes: int = 5) -> GenerationSummary:
+                      max_resumes: int = 5, tree_nodes: int | None = None,
+                      acceptance: str = "") -> GenerationSummary:
     """One generation through the gateway; ``cascade_rule`` makes it a speculative cascade,
     ``schedule`` is the request's draft_schedule ("auto", "fixed" or "adaptive"; empty: the
-    gateway's default). ``address``: one gateway or several
+    gateway's default), ``tree_nodes`` its draft_tree_nodes (None: the gateway's default),
+    ``acceptance`` its rule family ("lossless", "keyed"; empty: the default). ``address``: one gateway or several
     (``host:port,host:port``): when a stream breaks, it is resumed on the next one after the
     last round received, up to ``max_resumes`` times."""
     cascade = {"acceptance": "cascade", "cascade_rule": cascade_rule,
-               "cascade_alpha": cascade_alpha} if cascade_rule else {}
+               "cascade_alpha": cascade_alpha} if cascade_rule else {"acceptance": acceptance}
     request = gateway_pb2.GenerateRequest(prompt=prompt, num_draft_tokens=num_draft_tokens,
                                           chat=chat, max_tokens=max_tokens,
                                           temperature=temperature, seed=seed, **cascade,
-                                          draft_schedule=schedule)
+                                          draft_schedule=schedule, draft_tree_nodes=tree_nodes)
     gateways = address.split(",") if isinstance(address, str) else list(address)
     summary, position = GenerationSummary(), _Position()
     started = time.perf_counter()

@@ -69,7 +69,7 @@ class Sampling(_message.Message):
     def __init__(self, temperature: _Optional[float] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., seed: _Optional[int] = ..., max_new_tokens: _Optional[int] = ..., stop_token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class DraftSettings(_message.Message):
-    __slots__ = ("num_draft_tokens", "max_proposal_tokens", "send_proposal", "min_confidence", "method", "ngram_max_n", "ngram_min_n", "max_entropy", "adaptive", "planned")
+    __slots__ = ("num_draft_tokens", "max_proposal_tokens", "send_proposal", "min_confidence", "method", "ngram_max_n", "ngram_min_n", "max_entropy", "adaptive", "planned", "tree_nodes", "tree_branching")
     NUM_DRAFT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MAX_PROPOSAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
     SEND_PROPOSAL_FIELD_NUMBER: _ClassVar[int]
@@ -80,6 +80,8 @@ class DraftSettings(_message.Message):
     MAX_ENTROPY_FIELD_NUMBER: _ClassVar[int]
     ADAPTIVE_FIELD_NUMBER: _ClassVar[int]
     PLANNED_FIELD_NUMBER: _ClassVar[int]
+    TREE_NODES_FIELD_NUMBER: _ClassVar[int]
+    TREE_BRANCHING_FIELD_NUMBER: _ClassVar[int]
     num_draft_tokens: int
     max_proposal_tokens: int
     send_proposal: bool
@@ -90,7 +92,9 @@ class DraftSettings(_message.Message):
     max_entropy: float
     adaptive: bool
     planned: bool
-    def __init__(self, num_draft_tokens: _Optional[int] = ..., max_proposal_tokens: _Optional[int] = ..., send_proposal: _Optional[bool] = ..., min_confidence: _Optional[float] = ..., method: _Optional[str] = ..., ngram_max_n: _Optional[int] = ..., ngram_min_n: _Optional[int] = ..., max_entropy: _Optional[float] = ..., adaptive: _Optional[bool] = ..., planned: _Optional[bool] = ...) -> None: ...
+    tree_nodes: int
+    tree_branching: int
+    def __init__(self, num_draft_tokens: _Optional[int] = ..., max_proposal_tokens: _Optional[int] = ..., send_proposal: _Optional[bool] = ..., min_confidence: _Optional[float] = ..., method: _Optional[str] = ..., ngram_max_n: _Optional[int] = ..., ngram_min_n: _Optional[int] = ..., max_entropy: _Optional[float] = ..., adaptive: _Optional[bool] = ..., planned: _Optional[bool] = ..., tree_nodes: _Optional[int] = ..., tree_branching: _Optional[int] = ...) -> None: ...
 
 class Acceptance(_message.Message):
     __slots__ = ("rule", "alpha")
@@ -101,7 +105,7 @@ class Acceptance(_message.Message):
     def __init__(self, rule: _Optional[_Union[AcceptanceRule, str]] = ..., alpha: _Optional[float] = ...) -> None: ...
 
 class Round(_message.Message):
-    __slots__ = ("round", "tokens", "num_accepted", "num_drafted", "committed_len", "finish_reason", "draft_us", "verify_us", "round_us", "num_deferred", "drafted_tokens", "speculation", "num_predrafted", "num_sent_ahead")
+    __slots__ = ("round", "tokens", "num_accepted", "num_drafted", "committed_len", "finish_reason", "draft_us", "verify_us", "round_us", "num_deferred", "drafted_tokens", "speculation", "num_predrafted", "num_sent_ahead", "drafted_parents", "path")
     ROUND_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     NUM_ACCEPTED_FIELD_NUMBER: _ClassVar[int]
@@ -116,6 +120,8 @@ class Round(_message.Message):
     SPECULATION_FIELD_NUMBER: _ClassVar[int]
     NUM_PREDRAFTED_FIELD_NUMBER: _ClassVar[int]
     NUM_SENT_AHEAD_FIELD_NUMBER: _ClassVar[int]
+    DRAFTED_PARENTS_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
     round: int
     tokens: _containers.RepeatedScalarFieldContainer[int]
     num_accepted: int
@@ -130,4 +136,6 @@ class Round(_message.Message):
     speculation: Speculation
     num_predrafted: int
     num_sent_ahead: int
-    def __init__(self, round: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., num_accepted: _Optional[int] = ..., num_drafted: _Optional[int] = ..., committed_len: _Optional[int] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., draft_us: _Optional[int] = ..., verify_us: _Optional[int] = ..., round_us: _Optional[int] = ..., num_deferred: _Optional[int] = ..., drafted_tokens: _Optional[_Iterable[int]] = ..., speculation: _Optional[_Union[Speculation, str]] = ..., num_predrafted: _Optional[int] = ..., num_sent_ahead: _Optional[int] = ...) -> None: ...
+    drafted_parents: _containers.RepeatedScalarFieldContainer[int]
+    path: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, round: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., num_accepted: _Optional[int] = ..., num_drafted: _Optional[int] = ..., committed_len: _Optional[int] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., draft_us: _Optional[int] = ..., verify_us: _Optional[int] = ..., round_us: _Optional[int] = ..., num_deferred: _Optional[int] = ..., drafted_tokens: _Optional[_Iterable[int]] = ..., speculation: _Optional[_Union[Speculation, str]] = ..., num_predrafted: _Optional[int] = ..., num_sent_ahead: _Optional[int] = ..., drafted_parents: _Optional[_Iterable[int]] = ..., path: _Optional[_Iterable[int]] = ...) -> None: ...

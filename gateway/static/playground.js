@@ -3,7 +3,8 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const NUMBER_FIELDS = ["max_tokens", "num_draft_tokens", "temperature", "top_p", "cascade_alpha"];
+const NUMBER_FIELDS = ["max_tokens", "num_draft_tokens", "draft_tree_nodes", "temperature", "top_p",
+  "cascade_alpha"];
 const CHOICE_FIELDS = ["draft_schedule", "draft_method", "acceptance", "cascade_rule"];
 let modelName = null;
 
@@ -202,11 +203,21 @@ function showRoundInfo(element, round) {
   const last = round.tokens[round.tokens.length - 1];
   const verifierToken = last && last.kind !== "accepted"
     ? `<br>verifier's token (${last.kind}): <code>${escapeHtml(visible(last.text))}</code>` : "";
-  info.innerHTML = `<strong>Round ${round.round}</strong><br>drafted: ${drafted}` +
+  info.innerHTML = `<strong>Round ${round.round}</strong><br>drafted: ${drafted}${treeInfo(round)}` +
     `<br>accepted ${round.num_accepted} of ${round.num_drafted}${verifierToken}` +
     `<br>draft ${round.draft_ms.toFixed(1)} ms · verify ${round.verify_ms.toFixed(1)} ms` +
     ` · round ${round.round_ms.toFixed(1)} ms<br>block: ${BLOCK_ORIGINS[round.block] || round.block}`;
   info.hidden = false;
+}
+
+function treeInfo(round) {
+  // A token tree: each node's parent, and the branch the verifier took (node indices).
+  if (!round.parents || !round.parents.length) return "";
+  const label = (i) => `<code>${escapeHtml(visible(round.drafted[i]))}</code>`;
+  const roots = round.parents.filter((p) => p < 0).length;
+  const taken = round.path.length ? round.path.map(label).join(" → ") : "none of its branches";
+  return `<br>a tree of ${round.parents.length} nodes (${roots} first candidates); ` +
+    `branch taken: ${taken}`;
 }
 
 function hideRoundInfo() {

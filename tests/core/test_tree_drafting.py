@@ -49,9 +49,11 @@ def test_a_tree_is_ancestor_closed_within_its_shape_and_leaves_the_cache_committ
     # The root's best child is the drafter's argmax; a one-wide tree is the greedy chain.
     first = drafter.new_cache().forward_to(PREFIX).logits[-1].argmax()
     assert tokens[0] == int(first)
-    chain, chain_parents = draft_tree(cache, PREFIX, TreeShape(4, 4, 1))
+    chain, chain_parents = draft_tree(cache, PREFIX, TreeShape(4, 4, 1, root_branching=1))
     assert chain_parents == [-1, 0, 1, 2]
     assert chain == hf_greedy(drafter, PREFIX, 4)
+    wide, wide_parents = draft_tree(cache, PREFIX, TreeShape(nodes=64, depth=2, branching=2))
+    assert wide_parents.count(-1) == 8  # the root offers 4 x branching candidates
 
 
 def _tree_config(nodes: int = 10, k: int = 4, branching: int = 3) -> DraftConfig:

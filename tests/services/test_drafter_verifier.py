@@ -176,3 +176,35 @@ async def test_a_shadow_past_the_committed_tokens_is_refused_naming_the_field(se
         with pytest.raises(grpc.aio.AioRpcError) as failure:
             await call.read()
         assert "SessionOpen" in failure.value.details()
+
+
+async def test_hostile_trees_are_refused_at_the_verifier_naming_the_field(services):
+    """A forward parent, a parent count that is not one per token, too many nodes, an id out of
+    range and a tree larger than the generation has room for each end the stream with
+    INVALID_ARGUMENT naming the field; a valid tree is verified."""
+    verifier, _, _ = services
+    prompt = random_prompts(1, seed=36)[0]
+    hostile = {"parents[1]": ([5, 6, 7], [-1, 1, 0]),
+               "parents:": ([5, 6, 7], [-1, 0]),
+               "tokens": ([5] * 65, [-1] * 65),
+               "tokens: token ids": ([5, 10**6], [-1, 0]),
+               "parents: 11 nodes; at most 10": ([5] * 11, [-1, *range(-1, 9)])}
+    async with grpc.aio.insecure_channel(verifier.address) as channel:
+        for field, (tokens, parents) in hostile.items():
+            call = verifier_pb2_grpc.VerifierStub(channel).Verify(timeout=30)
+            await call.write(open_request(prompt, epoch=1))
+            block = block_request(1, 0, len(prompt), tokens)
+            block.block.parents.extend(parents)
+            await call.write(block)
+            with pytest.raises(grpc.aio.AioRpcError) as failure:
+                await call.read()
+            assert failure.value.code() == grpc.StatusCode.INVALID_ARGUMENT, field
+            assert field in failure.value.details(), failure.value.details()
+        call = verifier_pb2_grpc.VerifierStub(channel).Verify(timeout=30)
+        await call.write(open_request(prompt, epoch=1))
+        block = block_request(1, 0, len(prompt), [5, 6, 7])
+        block.block.parents.extend([-1, -1, 0])
+        await call.write(block)
+        verdict = await call.read()
+        assert len(verdict.tokens) == len(verdict.path) + 1
+        await call.done_writing()

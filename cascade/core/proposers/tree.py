@@ -1,8 +1,8 @@
 """A token tree from the drafter model, one forward pass per depth (EAGLE-2's dynamic trees).
 
-At each depth every frontier node offers its ``branching`` best children, scored by the drafter's
-cumulative log-probability along the path (a child never outscores its parent); the next frontier
-is the ``branching`` best of them. Only frontier nodes are fed: all of one depth in one pass on
+At each depth every frontier node offers its ``branching`` best children (the root up to four
+times as many), scored by the drafter's cumulative log-probability along the path (a child never
+outscores its parent); the next frontier is the ``branching`` best of them. Only frontier nodes are fed: all of one depth in one pass on
 the drafter's own cache, each attending to the committed tokens, its ancestors and itself (a 4D
 mask), at position committed length + depth - 1. At the end the ``nodes`` best candidates are the
 tree (ancestor-closed: parents score at least as well and were made first), listed parents first,
@@ -22,6 +22,8 @@ import torch
 
 from cascade.core.runner import SequenceCache
 
+ROOT_WIDTH_FACTOR = 4
+
 Rank = Callable[[torch.Tensor, int], torch.Tensor]
 """(logits [F, vocab], the children's position) -> log-scores [F, vocab]."""
 
@@ -33,6 +35,16 @@ class TreeShape(NamedTuple):
     """Most nodes on a path (the block length a chain would have)."""
     branching: int
     """Children offered per frontier node, and frontier nodes kept per depth."""
+    root_branching: int = 0
+    """Children the root offers; 0: wider than the rest (the drafter's first token is the one
+    most often wrong, and a miss there loses the whole block), ``ROOT_WIDTH_FACTOR`` x
+    branching, at most ``nodes``."""
+
+    @property
+    def root_width(self) -> int:
+        if self.root_branching:
+            return self.root_branching
+        return max(self.branching, min(self.nodes, ROOT_WIDTH_FACTOR * self.branching))
 
 
 class _Candidate(NamedTuple):
@@ -58,7 +70,7 @@ def draft_tree(cache: SequenceCache, committed: list[int], shape: TreeShape,
     try:
         for depth in range(1, shape.depth + 1):
             scores = rank(logits, base + depth - 1).double().clamp_max(0.0)  # [F, vocab]
-            width = min(shape.branching, scores.shape[-1])
+            width = min(shape.root_width if depth == 1 else shape.branching, scores.shape[-1])
             top = (frontier_scores[:, None] + scores).topk(width, dim=-1)
             first = len(candidates)
             for f, parent in enumerate(frontier):

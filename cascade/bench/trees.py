@@ -1,0 +1,144 @@
+"""Chains against token trees in one process: what each commits per target pass and what that
+buys in tokens per second, on the default pair (or any pair), side by side in one run.
+
+    python -m cascade.bench.trees --domain chat --max-tokens 64 --prompts 6 \\
+        --config 0 --config 4 --config 4:8:2 --config 4:16:4 [--dtype bfloat16] [--keyed 0.7]
+
+A config is ``k`` (a chain of k; 0: the target alone) or ``k:nodes:branching`` (a tree of
+depth k). Greedy by default: every config must emit the same tokens (checked, not assumed);
+``--keyed T`` samples at temperature T with the position-keyed rule, where every config must
+also emit the same tokens for one seed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from cascade.bench.prompts import bench_prompts, domain_names
+from cascade.bench.run import machine
+from cascade.distill.prompts import prompt_set
+from cascade.protocol.chat import chat_prompts_ids
+from cascade.core.loop import RoundTiming, speculative_rounds
+from cascade.core.runner import ModelRunner, ModelSpec
+from cascade.protocol.settings import AcceptancePolicy, AcceptanceRule, DraftConfig, SamplingParams
+
+
+@dataclass
+class Tally:
+    tokens: int = 0
+    passes: int = 0
+    nodes: int = 0
+    seconds: float = 0.0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+
+
+def parse_config(text: str) -> DraftConfig:
+    k, *tree = (int(part) for part in text.split(":"))
+    if tree and len(tree) != 2:
+        raise argparse.ArgumentTypeError(f"a config is k or k:nodes:branching, got {text!r}")
+    nodes, branching = tree or (0, 4)
+    return DraftConfig(num_draft_tokens=k, tree_nodes=nodes, tree_branching=branching)
+
+
+def label(config: DraftConfig) -> str:
+    if config.num_draft_tokens == 0:
+        return "target alone"
+    if not config.tree_nodes:
+        return f"chain k={config.num_draft_tokens}"
+    return (f"tree: depth {config.num_draft_tokens}, {config.tree_nodes} nodes, "
+            f"branching {config.tree_branching}")
+
+
+def run_one(target, drafter, prompt: list[int], params, config, policy, tally: Tally
+            ) -> list[int]:
+    timing, emitted = RoundTiming(), []
+    started = time.perf_counter()
+    for draft, outcome, _ in speculative_rounds(target, prompt, params,
+                                                drafter if config.num_draft_tokens else None,
+                                                config, timing, policy):
+        emitted += outcome.tokens
+        tally.passes += 1
+        tally.nodes += draft.num_tokens
+    tally.seconds += time.perf_counter() - started
+    tally.tokens += len(emitted)
+    tally.draft_s += timing.draft_s
+    tally.verify_s += timing.verify_s
+    return emitted
+
+
+def measure(args) -> list[tuple[DraftConfig, Tally]]:
+    target = ModelRunner.load(ModelSpec(str(args.target), dtype=args.dtype))
+    drafter = ModelRunner.load(ModelSpec(str(args.drafter)))
+    if args.domain == "held-out":  # the drafter's held-out evaluation prompts
+        prompts = chat_prompts_ids(target.tokenizer, prompt_set(held_out=True)[:args.prompts])
+    else:
+        prompts = [list(p.token_ids) for p in bench_prompts(target.tokenizer, args.prompts,
+                                                             [args.domain])]
+    eos = target.tokenizer.eos_token_id
+    params = SamplingParams(temperature=args.keyed, seed=args.seed,
+                            max_new_tokens=args.max_tokens,
+                            stop_token_ids=(eos,) if eos is not None else ())
+    policy = AcceptancePolicy(AcceptanceRule.KEYED if args.keyed else AcceptanceRule.GREEDY)
+    tallies = [Tally() for _ in args.config]
+    for n, prompt in enumerate(prompts, 1):
+        outputs = []
+        for config, tally in zip(args.config, tallies):  # configs take turns on each prompt
+            outputs.append(run_one(target, drafter, prompt, params, config, policy, tally))
+        differ = [label(c) for c, out in zip(args.config, outputs) if out != outputs[0]]
+        if differ and args.dtype == "float32":
+            raise SystemExit(f"prompt {n}: {', '.join(differ)} emitted other tokens than "
+                             f"{label(args.config[0])}")
+        print(f"prompt {n}/{len(prompts)} done, {len(outputs[0])} tokens; "
+              + (f"differ from the first (low-precision rounding): {', '.join(differ)}"
+                 if differ else "all configs equal"), flush=True)
+    return list(zip(args.config, tallies))
+
+
+def report(results, args) -> None:
+    base = results[0][1]
+    table = Table(title=f"{args.domain}, {args.dtype} target, "
+                        f"{'keyed T=' + str(args.keyed) if args.keyed else 'greedy'}")
+    for column in ("config", "tokens / pass", "nodes / pass", "tokens/s", "vs first",
+                   "draft ms / pass", "verify ms / pass"):
+        table.add_column(column, justify="left" if column == "config" else "right")
+    for config, t in results:
+        table.add_row(label(config), f"{t.tokens / t.passes:.2f}", f"{t.nodes / t.passes:.1f}",
+                      f"{t.tokens / t.seconds:.2f}",
+                      f"{(t.tokens / t.seconds) / (base.tokens / base.seconds):.2f}x",
+                      f"{1000 * t.draft_s / t.passes:.1f}", f"{1000 * t.verify_s / t.passes:.1f}")
+    Console(width=150).print(table)
+    print(machine())
+
+
+def main() -> None:
+    from cascade.tools.pairs import default_pair
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--target", default=None)
+    parser.add_argument("--drafter", default=None)
+    parser.add_argument("--dtype", default="float32", help="the target's dtype")
+    parser.add_argument("--domain", default="chat", choices=[*domain_names(), "held-out"])
+    parser.add_argument("--prompts", type=int, default=6, help="prompts of the domain")
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--config", type=parse_config, action="append",
+                        help="k or k:nodes:branching; the first is the ratios' base")
+    parser.add_argument("--keyed", type=float, default=0.0,
+                        help="sample at this temperature with the keyed rule (0: greedy)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    args.config = args.config or [parse_config(c) for c in ("0", "4", "4:8:2", "4:16:4")]
+    torch.set_num_threads(args.threads)
+    args.target, args.drafter = default_pair(args.target, args.drafter, "smollm2")
+    report(measure(args), args)
+
+
+if __name__ == "__main__":
+    main()

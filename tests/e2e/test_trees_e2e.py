@@ -1,0 +1,112 @@
+"""Token trees through the whole cluster (gateway, drafter and verifier pods, Redis): greedy trees
+equal the target's greedy decoding (alone, batched with chains, after the drafter dies), a
+seeded keyed request gives the same text with k = 0, chains and trees, rounds name the branch
+taken, and requests that cannot draft trees are refused naming the field."""
+
+import asyncio
+import json
+
+import grpc
+import httpx
+
+from cascade.v1 import gateway_pb2, gateway_pb2_grpc
+from drafter_service.server import build_drafter
+from test_gateway_e2e import MAX_TOKENS, PROMPTS, expected_tokens
+
+from conftest import _start_pod
+
+TREE = {"num_draft_tokens": 3, "draft_tree_nodes": 12}
+
+
+async def _complete(http: httpx.AsyncClient, prompt: str, **fields) -> dict:
+    body = {"model": "tiny", "prompt": prompt, "max_tokens": MAX_TOKENS, **fields}
+    response = await http.post("/v1/completions", json=body)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+async def test_greedy_trees_alone_and_batched_with_chains_equal_target_greedy(cluster):
+    tokenizer = cluster.target.tokenizer
+    async with httpx.AsyncClient(base_url=cluster.http_url, timeout=60) as http:
+        trees = [_complete(http, p, temperature=0, **TREE) for p in PROMPTS]
+        chains = [_complete(http, p, temperature=0, num_draft_tokens=2) for p in PROMPTS]
+        results = await asyncio.gather(*trees, *chains)  # one verifier batches them together
+    for prompt, result in zip(PROMPTS * 2, results):
+        expected = tokenizer.decode(expected_tokens(cluster, prompt), skip_special_tokens=True)
+        assert result["choices"][0]["text"] == expected
+
+
+async def _grpc_tokens(cluster, prompt: str, **fields) -> list[gateway_pb2.GenerateResponse]:
+    async with grpc.aio.insecure_channel(cluster.grpc_address) as channel:
+        request = gateway_pb2.GenerateRequest(prompt=prompt, max_tokens=24, **fields)
+        return [r async for r in gateway_pb2_grpc.GatewayStub(channel).Generate(request,
+                                                                                 timeout=60)]
+
+
+async def test_a_seeded_keyed_request_gives_one_text_with_k0_chains_and_trees(cluster):
+    sampled = dict(temperature=0.9, seed=1234, acceptance="keyed")
+    texts = []
+    for draft in ({"num_draft_tokens": 0}, {"num_draft_tokens": 4},
+                  {"num_draft_tokens": 3, "draft_tree_nodes": 10}):
+        responses = await _grpc_tokens(cluster, "The quick brown fox", **sampled, **draft)
+        texts.append([t for r in responses for t in r.token_ids])
+    assert texts[0] == texts[1] == texts[2] and len(texts[0]) > 4
+    other = await _grpc_tokens(cluster, "The quick brown fox", num_draft_tokens=3,
+                               draft_tree_nodes=10, **{**sampled, "seed": 99})
+    assert [t for r in other for t in r.token_ids] != texts[0]
+
+
+async def test_tree_rounds_name_the_branch_taken(cluster):
+    responses = await _grpc_tokens(cluster, "def main():", temperature=0, **TREE)
+    drafted = [r for r in responses if r.drafted_parents]
+    assert drafted, "every drafting round of a tree request carries its nodes"
+    for r in drafted:
+        assert len(r.drafted_parents) == len(r.drafted_tokens) == r.num_drafted
+        assert len(r.path) == r.num_accepted
+        assert [r.drafted_tokens[n] for n in r.path] == list(r.token_ids[: r.num_accepted])
+        for parent, child in zip([-1, *r.path], r.path):  # each node's parent is the previous
+            assert r.drafted_parents[child] == parent
+    async with httpx.AsyncClient(base_url=cluster.http_url, timeout=60) as http:
+        body = {"model": "tiny", "prompt": "def main():", "max_tokens": 8, "temperature": 0,
+                "stream": True, "cascade_rounds": True, **TREE}
+        response = await http.post("/v1/completions", json=body)
+    rounds = [json.loads(line[6:])["cascade"] for line in response.text.splitlines()
+              if line.startswith("data: {") and '"cascade"' in line]
+    assert any(r.get("parents") for r in rounds)
+    assert all(len(r["path"]) == r["num_accepted"] for r in rounds if r.get("parents"))
+
+
+async def test_requests_that_cannot_draft_trees_are_refused_naming_the_field(cluster):
+    async with httpx.AsyncClient(base_url=cluster.http_url, timeout=60) as http:
+        for fields in ({"acceptance": "cascade"}, {"draft_method": "ngram"},
+                       {"draft_schedule": "adaptive"}):
+            body = {"model": "tiny", "prompt": "x", "max_tokens": 4, "draft_tree_nodes": 8,
+                    **fields}
+            response = await http.post("/v1/completions", json=body)
+            assert response.status_code == 400, response.text
+            assert response.json()["error"]["param"] == "draft_tree_nodes"
+        body = {"model": "tiny", "prompt": "x", "max_tokens": 4, "draft_tree_nodes": 65}
+        response = await http.post("/v1/completions", json=body)
+        assert response.status_code == 400 and "draft_tree_nodes" in response.text
+
+
+async def test_a_tree_session_moves_when_its_drafter_dies_and_stays_exact(cluster, tiny_runners):
+    spare, spare_servicer = build_drafter(tiny_runners[1], grace_s=1.0)
+    spare = await _start_pod(spare, "drafter", cluster.client,
+                             lambda: 1 + spare_servicer.num_active)
+    prompt, max_tokens = "class Config:", 40
+    async with grpc.aio.insecure_channel(cluster.grpc_address) as channel:
+        request = gateway_pb2.GenerateRequest(prompt=prompt, max_tokens=max_tokens,
+                                              temperature=0, num_draft_tokens=3,
+                                              draft_tree_nodes=12)
+        stream = gateway_pb2_grpc.GatewayStub(channel).Generate(request, timeout=60)
+        first = await stream.read()
+        victim = cluster.services["drafter"]
+        await victim.heartbeat.stop()
+        await victim.server.stop(0)
+        rest = []
+        while (response := await stream.read()) is not grpc.aio.EOF:
+            rest.append(response)
+    assert [t for r in [first, *rest] for t in r.token_ids] == expected_tokens(
+        cluster, prompt, max_tokens)
+    await spare.drain()
