@@ -34,7 +34,12 @@ from cascade.pod.messages import (
     verdict_to_pb,
 )
 from cascade.protocol.methods import DEFAULT_DRAFT_METHOD
-from cascade.protocol.validation import check_feature_layers, check_shadow, session_settings
+from cascade.protocol.validation import (
+    check_feature_layers,
+    check_shadow,
+    check_tree_nodes,
+    session_settings,
+)
 from cascade.serving import metrics
 from cascade.serving.errors import Overloaded, StaleEpoch
 from cascade.serving.telemetry import current_context, start_span
@@ -80,10 +85,11 @@ class SessionTable:
         """Checks every field (RequestInvalid), then reserves the session's KV memory."""
         settings = session_settings(msg, self.limits)
         check_feature_layers(msg.feature_layers, self.limits.num_layers)
+        check_tree_nodes(msg.tree_nodes)
         self._check_epoch(msg.session_id, msg.epoch)
         sequence = await self._admit(lambda: SequenceVerifier(
             self.runner, list(msg.context_tokens), settings.sampling, msg.prompt_len,
-            settings.policy, self.engine))
+            settings.policy, self.engine, tree_room=msg.tree_nodes))
         try:
             self._check_epoch(msg.session_id, msg.epoch)  # a newer owner may have come meanwhile
         except StaleEpoch:

@@ -58,12 +58,14 @@ class SequenceVerifier:
         prompt_len: int | None = None,
         policy: AcceptancePolicy | None = None,
         engine: VerifyEngine | None = None,
+        tree_room: int = 0,
     ) -> None:
         """``context`` is the prompt followed by any tokens already committed (a moved session
         resumes this way); ``prompt_len`` says where the prompt ends (default: all of it);
         ``policy`` defaults to the one for the temperature; ``engine`` to the runner's own.
-        Reserves KV memory for prompt plus max_new_tokens (``KVBudgetExhausted`` when it
-        does not fit); ``close`` gives it back (so does garbage collection)."""
+        Reserves KV memory for prompt plus max_new_tokens, plus ``tree_room`` positions so a
+        tree of that many nodes fits to the end (``KVBudgetExhausted`` when it does not fit);
+        ``close`` gives it back (so does garbage collection)."""
         prompt_len = len(context) if prompt_len is None else prompt_len
         if not 0 < prompt_len <= len(context):
             raise ValueError(f"prompt_len must be in [1, {len(context)}], got {prompt_len}")
@@ -84,7 +86,7 @@ class SequenceVerifier:
         self.prompt_len = prompt_len
         self.committed: list[int] = list(context)
         self.engine = engine or engine_for(runner)
-        self.cache = self.engine.admit(prompt_len + params.max_new_tokens)
+        self.cache = self.engine.admit(prompt_len + params.max_new_tokens + tree_room)
         self._release = weakref.finalize(self, self.cache.release)
         self.finish_reason: FinishReason | None = None
         self.stats = SpecStats()

@@ -20,6 +20,7 @@ Bounds, documented once (V: the model's vocabulary, L: its context length in tok
 | draft (drafter) | DraftConfig's ranges: num_draft_tokens <= MAX_DRAFT_TOKENS (32), ngram_max_n <= MAX_NGRAM_N (16), a known method, one that can serve the acceptance rule |
 | verifier_address (drafter) | host:port (port 1-65535), at most 255 characters |
 | feature_layers (verifier) | at most (layers + 1) indices in [0, layers] |
+| tree_nodes (verifier) | at most MAX_TREE_NODES (64) |
 | block tokens (verifier) | at most MAX_DRAFT_TOKENS (32) ids in [0, V); a tree: at most MAX_TREE_NODES (64) |
 | block parents (verifier) | none (a chain), or one per token, each in [-1, own index); depth and node count also within what the generation has room for (checked by the session) |
 | block proposals and decision_proposals (verifier) | none, or one per drafted token: 1 to min(MAX_PROPOSAL_TOKENS, V) distinct ids in [0, V), as many probs, each in [0, 1], summing to at most 1 + PROBABILITY_SUM_SLACK |
@@ -149,6 +150,11 @@ def check_lengths(num_context: int, prompt_len: int, max_new_tokens: int,
     if num_context - prompt_len > max_new_tokens:
         raise invalid("context_tokens", f"{num_context - prompt_len} tokens after the prompt; "
                                         f"max_new_tokens allows {max_new_tokens}")
+
+
+def check_tree_nodes(tree_nodes: int) -> None:
+    if tree_nodes > MAX_TREE_NODES:
+        raise invalid("tree_nodes", f"at most {MAX_TREE_NODES}, got {tree_nodes}")
 
 
 def check_feature_layers(layers: Sequence[int], num_layers: int) -> None:

@@ -51,7 +51,6 @@ class ModelProposer(Proposer):
         self.keyed = context.policy is not None and context.policy.rule is AcceptanceRule.KEYED
         """Position-keyed sampling: draft the keyed choice under the drafter's own q (the
         target's choice whenever the two agree), send no q."""
-        self.prompt_len = context.prompt_len
         if self.config.tree_nodes and self.wants_target_features:
             raise ValueError("tree_nodes: token trees need a model drafter; a feature drafter "
                              "predicts one position at a time")
@@ -131,11 +130,9 @@ class ModelProposer(Proposer):
         return torch.softmax(logits.float(), dim=-1)
 
     def _propose_tree(self, committed: list[int], depth: int) -> Draft:
-        """A tree of at most ``tree_nodes`` nodes (no more than the generation has room left
-        for), at most ``depth`` deep."""
-        room = self.sampling.max_new_tokens - (len(committed) - self.prompt_len)
-        shape = TreeShape(max(1, min(self.config.tree_nodes, room)), depth,
-                          self.config.tree_branching)
+        """A tree of at most ``tree_nodes`` nodes (the verifier keeps room for that many, from
+        SessionOpen.tree_nodes), at most ``depth`` deep."""
+        shape = TreeShape(self.config.tree_nodes, depth, self.config.tree_branching)
         rank = self._keyed_rank if self.keyed else log_softmax_rank
         tokens, parents = draft_tree(self.cache, committed, shape, rank)
         return Draft(tokens, parents=parents)

@@ -1,7 +1,7 @@
 """Chains against token trees in one process: what each commits per target pass and what that
 buys in tokens per second, on the default pair (or any pair), side by side in one run.
 
-    python -m cascade.bench.trees --domain chat --max-tokens 64 --prompts 6 \\
+    python -m cascade.distill.tree_eval --domain chat --max-tokens 64 --prompts 6 \\
         --config 0 --config 4 --config 4:8:2 --config 4:16:4 [--dtype bfloat16] [--keyed 0.7]
 
 A config is ``k`` (a chain of k; 0: the target alone) or ``k:nodes:branching`` (a tree of
