@@ -2,8 +2,8 @@
 
 For each mode — speculative with the verifier unbatched (one block per pass), speculative batched
 (the engine), target-only batched (k = 0 through the same engine: what a continuous-batching
-server gives), fixed k = 1, 2, 4 and the "auto" schedule (the verifier's goodput planner) with
-the drafters as shipped — a local cluster runs as separate processes, verifier and drafter pinned to
+server gives), fixed k = 1, 2, 4, the "auto" schedule (the verifier's goodput planner) and token
+trees (``tree_nodes`` nodes, depth k) with the drafters as shipped — a local cluster runs as separate processes, verifier and drafter pinned to
 different cores, gateway, Redis and this client on the drafter's core; the modes take turns at
 each number of sessions. For each number of
 sessions, that many streaming clients send requests back to back through the gateway's gRPC API
@@ -42,6 +42,8 @@ class Mode:
     drafter_args: tuple[str, ...] = ("--speculate", "off")
     schedule: str = "fixed"
     """The requests' draft_schedule."""
+    tree_nodes: int | None = None
+    """The requests' draft_tree_nodes (None: unset, chains)."""
 
 
 SSD_ARGS = ("--speculate", "ahead", "--speculate-max-sessions", "64")
@@ -67,6 +69,8 @@ class LoadConfig:
     dtype: str = "float32"
     fixed_k: tuple[int, ...] = (1, 2, 4)
     """The fixed-k modes beside auto (drafters as shipped)."""
+    tree_nodes: int = 16
+    """Nodes per round of the "tree" mode (depth k)."""
 
     def modes(self) -> list[Mode]:
         batched = () if self.max_wait_ms is None else ("--max-wait-ms", str(self.max_wait_ms))
@@ -79,7 +83,9 @@ class LoadConfig:
                  Mode("target-only", "target-only, batched", 0, batched),
                  *[Mode(f"fixed-k{k}", f"fixed k={k}", k, batched, shipped)
                    for k in self.fixed_k],
-                 Mode("auto", f"auto (k <= {self.k})", self.k, batched, shipped, "auto")]
+                 Mode("auto", f"auto (k <= {self.k})", self.k, batched, shipped, "auto"),
+                 Mode("tree", f"trees ({self.tree_nodes} nodes, depth {self.k})", self.k,
+                      batched, shipped, "fixed", self.tree_nodes)]
         keys = [m.key for m in modes]
         unknown = set(self.only) - set(keys)
         if unknown:
@@ -126,7 +132,8 @@ async def _client(stub, point: Point, index: int, mode: Mode, max_tokens: int,
         text, chat = prompts[(index + point.requests) % len(prompts)]
         request = gateway_pb2.GenerateRequest(prompt=text, chat=chat, num_draft_tokens=mode.k,
                                               temperature=0.0, max_tokens=max_tokens,
-                                              draft_schedule=mode.schedule)
+                                              draft_schedule=mode.schedule,
+                                              draft_tree_nodes=mode.tree_nodes)
         started = last = time.perf_counter()
         try:
             async for response in stub.Generate(request, timeout=300):

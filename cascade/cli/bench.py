@@ -59,24 +59,27 @@ def bench_load(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT,
                                                  "--max-wait-ms (default: theirs)."),
                only: list[str] = typer.Option([], "--only", help="Run only this mode (repeat):"
                                               " unbatched, batched, batched-ssd, target-only, "
-                                              "fixed-k<n>, auto."),
+                                              "fixed-k<n>, auto, tree."),
                fixed_k: list[int] = typer.Option([1, 2, 4], "--fixed-k", help="The fixed-k "
                                                  "modes beside auto (repeat)."),
                domain: list[str] = typer.Option([], "--domain", help="Prompt domain the "
                                                 "clients send (repeat; prose, chat, code)."),
                dtype: str = typer.Option("float32", help="The pods' dtype: float32 or "
                                          "bfloat16."),
+               tree_nodes: int = typer.Option(16, help="Nodes per round of the tree mode "
+                                              "(depth k)."),
                out: Path = typer.Option(Path("runs/bench-load"), help="Where load.json, "
                                         "load.md and load.png go.")) -> None:
     """The verifier under 1..32 concurrent streaming sessions: speculative unbatched and
-    batched, target-only batched, fixed k and the auto schedule, side by side in one run."""
+    batched, target-only batched, fixed k, the auto schedule and token trees, side by side in
+    one run."""
     from cascade.bench.load import LoadConfig, comparison, run_load, save, table
 
     target, drafter = pair_folders(target, drafter, pair)
     try:
         config = LoadConfig(target, drafter, out, k, tuple(sessions), max_tokens, window_s,
                             soak_s, max_wait_ms, tuple(only), tuple(domain), dtype,
-                            tuple(fixed_k))
+                            tuple(fixed_k), tree_nodes)
         config.modes()
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc

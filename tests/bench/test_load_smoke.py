@@ -1,5 +1,5 @@
-"""The load benchmark on the tiny pair in seconds (no speed assertions): batched, target-only and
-auto modes run
+"""The load benchmark on the tiny pair in seconds (no speed assertions): batched, target-only,
+auto and tree modes run
 against real processes, every point streams tokens without errors, and the table and the plot
 are written."""
 
@@ -13,7 +13,8 @@ from cascade.tools.tiny_models import build_tiny_pair
 def test_load_points_stream_tokens_and_are_saved(tmp_path):
     target, drafter = build_tiny_pair(tmp_path / "models")
     config = LoadConfig(target, drafter, tmp_path / "out", k=3, sessions=(1, 3), max_tokens=8,
-                        window_s=1.5, soak_s=1.5, only=("batched", "target-only", "auto"))
+                        window_s=1.5, soak_s=1.5, only=("batched", "target-only", "auto", "tree"),
+                        tree_nodes=6)
     cores = os.sched_getaffinity(0)
     result = run_load(config)
     assert os.sched_getaffinity(0) == cores  # the client's pinning is undone
@@ -22,7 +23,8 @@ def test_load_points_stream_tokens_and_are_saved(tmp_path):
         ("speculative k=3, batched", 1, False), ("speculative k=3, batched", 3, False),
         ("speculative k=3, batched", 3, True), ("target-only, batched", 1, False),
         ("target-only, batched", 3, False), ("auto (k <= 3)", 1, False),
-        ("auto (k <= 3)", 3, False)]
+        ("auto (k <= 3)", 3, False), ("trees (6 nodes, depth 3)", 1, False),
+        ("trees (6 nodes, depth 3)", 3, False)]
     assert all(p["tokens_per_s"] > 0 and p["errors"] == 0 for p in points), points
     paths = save(result, tmp_path / "out")
     assert json.loads(paths[0].read_text())["points"] == points
