@@ -229,6 +229,7 @@ ACCEPTANCE_RULES: dict[AcceptanceRule, Callable[[AcceptanceInput], AcceptResult]
     AcceptanceRule.SPECULATIVE: _speculative_rule,
     AcceptanceRule.POINT_MASS: _point_mass_rule,
     AcceptanceRule.KEYED: _keyed_rule,
+    AcceptanceRule.RECURSIVE: _speculative_rule,  # a chain's one child per node
     **{rule: _cascade_rule(rule.value) for rule in AcceptanceRule if not rule.is_lossless},
 }
 """Every rule a session can name, as one function over AcceptanceInput."""

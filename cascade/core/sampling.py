@@ -27,6 +27,10 @@ STREAM_SAMPLE = 2
 """Uniform the verifier uses to sample the recovered or bonus token."""
 STREAM_GUMBEL = 3
 """Key of the per-token Gumbel noise of a position (position-keyed sampling)."""
+STREAM_SIBLING_ACCEPT = 64
+"""Streams 64 + j: the uniform deciding the j-th child tried at a position (recursive rule)."""
+STREAM_CHILD_DRAFT = 192
+"""Streams 192 + j: the uniform the drafter samples a node's j-th child with (recursive rule)."""
 
 _MASK64 = (1 << 64) - 1
 

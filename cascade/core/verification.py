@@ -25,22 +25,20 @@ from cascade.core.sampling import (
     STREAM_SAMPLE,
     gumbel_noise,
     position_uniforms,
+    process_logits,
     sparse_to_dense,
 )
-from cascade.core.tree_accept import row_depths, target_choices, walk
+from cascade.core.tree_accept import row_depths, target_choices, walk, walk_recursive
 from cascade.core.trees import tree_problem
 from cascade.protocol.settings import (
     MAX_TREE_NODES,
     AcceptancePolicy,
     AcceptanceRule,
     FinishReason,
+    TREE_RULES,
     SamplingParams,
 )
 from cascade.protocol.stats import SpecStats
-
-
-TREE_RULES = (AcceptanceRule.GREEDY, AcceptanceRule.KEYED)
-"""The rules that verify token trees (the others verify chains)."""
 
 
 class InvalidDraft(ValueError):
@@ -166,6 +164,12 @@ class SequenceVerifier:
 
     def accept_tree(self, draft: Draft, output: ForwardOutput) -> RowResult:
         """The walk down a tree (``cascade.core.tree_accept``) over its n+1 logits rows."""
+        if self.policy.rule is AcceptanceRule.RECURSIVE:
+            p = process_logits(output.logits, self.params)  # [n+1, vocab]
+            q = sparse_to_dense(draft.q_ids, draft.q_probs, output.logits.shape[-1])  # [n, vocab]
+            verdict = walk_recursive(draft.parents, draft.tokens, p, q, self.params.seed,
+                                     len(self.committed))
+            return RowResult(len(verdict.path), verdict.next_token, 0, tuple(verdict.path))
         rows = row_depths(draft.parents)
         noise = None
         if self.policy.rule is AcceptanceRule.KEYED:
@@ -231,7 +235,8 @@ class SequenceVerifier:
         if draft.has_proposal and self.policy.rule is AcceptanceRule.POINT_MASS:
             raise InvalidDraft("proposals: the session's acceptance rule is point_mass: send no "
                                "proposal")
-        if k and not draft.has_proposal and not self.policy.rule.is_lossless:
+        needs_q = not self.policy.rule.is_lossless or self.policy.rule is AcceptanceRule.RECURSIVE
+        if k and not draft.has_proposal and needs_q:
             raise InvalidDraft(f"proposals: acceptance rule {self.policy.rule.value} needs the "
                                "drafter's q with every block")
         if draft.has_proposal:
@@ -241,9 +246,9 @@ class SequenceVerifier:
 
     def _check_tree(self, draft: Draft) -> None:
         if self.policy.rule not in TREE_RULES:
-            raise InvalidDraft(f"parents: a token tree is verified with the greedy or keyed "
-                               f"rule; the session's rule is {self.policy.rule.value}: send "
-                               f"a chain")
+            raise InvalidDraft(f"parents: a token tree is verified with the greedy, keyed or "
+                               f"recursive rule; the session's rule is "
+                               f"{self.policy.rule.value}: send a chain")
         if len(draft.parents) != draft.num_tokens:
             raise InvalidDraft(f"parents: {len(draft.parents)} parents for "
                                f"{draft.num_tokens} tokens; one per token")

@@ -1,13 +1,15 @@
 """Chains against token trees in one process: what each commits per target pass and what that
 buys in tokens per second, on the default pair (or any pair), side by side in one run.
 
-    python -m cascade.distill.tree_eval --domain chat --max-tokens 64 --prompts 6 \\
-        --config 0 --config 4 --config 4:8:2 --config 4:16:4 [--dtype bfloat16] [--keyed 0.7]
+    python -m cascade.distill.tree_eval --domain held-out --max-tokens 64 --prompts 12 \\
+        --config 0 --config 4 --config 4:16:4 --config 8:64:8 [--dtype bfloat16] \\
+        [--temperature 0.7 --rule keyed|recursive]
 
 A config is ``k`` (a chain of k; 0: the target alone) or ``k:nodes:branching`` (a tree of
 depth k). Greedy by default: every config must emit the same tokens (checked, not assumed);
-``--keyed T`` samples at temperature T with the position-keyed rule, where every config must
-also emit the same tokens for one seed.
+``--temperature T`` samples, with the position-keyed rule (every config must then also emit
+the same tokens for one seed) or the recursive rule (``--rule recursive``: sampled trees
+verified against q; chains get speculative sampling).
 """
 
 from __future__ import annotations
@@ -82,21 +84,23 @@ def measure(args) -> list[tuple[DraftConfig, Tally]]:
         prompts = [list(p.token_ids) for p in bench_prompts(target.tokenizer, args.prompts,
                                                              [args.domain])]
     eos = target.tokenizer.eos_token_id
-    params = SamplingParams(temperature=args.keyed, seed=args.seed,
+    params = SamplingParams(temperature=args.temperature, seed=args.seed,
                             max_new_tokens=args.max_tokens,
                             stop_token_ids=(eos,) if eos is not None else ())
-    policy = AcceptancePolicy(AcceptanceRule.KEYED if args.keyed else AcceptanceRule.GREEDY)
+    rule = AcceptanceRule(args.rule) if args.temperature else AcceptanceRule.GREEDY
+    policy = AcceptancePolicy(rule)
     tallies = [Tally() for _ in args.config]
     for n, prompt in enumerate(prompts, 1):
         outputs = []
         for config, tally in zip(args.config, tallies):  # configs take turns on each prompt
             outputs.append(run_one(target, drafter, prompt, params, config, policy, tally))
         differ = [label(c) for c, out in zip(args.config, outputs) if out != outputs[0]]
-        if differ and args.dtype == "float32":
+        if differ and args.dtype == "float32" and policy.rule is not AcceptanceRule.RECURSIVE:
             raise SystemExit(f"prompt {n}: {', '.join(differ)} emitted other tokens than "
                              f"{label(args.config[0])}")
+        why = "sampled" if policy.rule is AcceptanceRule.RECURSIVE else "low-precision rounding"
         print(f"prompt {n}/{len(prompts)} done, {len(outputs[0])} tokens; "
-              + (f"differ from the first (low-precision rounding): {', '.join(differ)}"
+              + (f"differ from the first ({why}): {', '.join(differ)}"
                  if differ else "all configs equal"), flush=True)
     return list(zip(args.config, tallies))
 
@@ -104,7 +108,7 @@ def measure(args) -> list[tuple[DraftConfig, Tally]]:
 def report(results, args) -> None:
     base = results[0][1]
     table = Table(title=f"{args.domain}, {args.dtype} target, "
-                        f"{'keyed T=' + str(args.keyed) if args.keyed else 'greedy'}")
+                        f"{f'{args.rule} T={args.temperature}' if args.temperature else 'greedy'}")
     for column in ("config", "tokens / pass", "nodes / pass", "tokens/s", "vs first",
                    "draft ms / pass", "verify ms / pass"):
         table.add_column(column, justify="left" if column == "config" else "right")
@@ -129,8 +133,9 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--config", type=parse_config, action="append",
                         help="k or k:nodes:branching; the first is the ratios' base")
-    parser.add_argument("--keyed", type=float, default=0.0,
-                        help="sample at this temperature with the keyed rule (0: greedy)")
+    parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
+    parser.add_argument("--rule", default="keyed", choices=["keyed", "recursive"],
+                        help="the sampled rule (trees and chains)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()

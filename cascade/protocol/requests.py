@@ -17,7 +17,7 @@ Defaults, documented once (OpenAI's where OpenAI has the field):
 | stop | none | up to 4 strings |
 | num_draft_tokens | the server's default k (4) | [0, 32]; 0 decodes on the target alone |
 | draft_method | "model" | cascade.protocol.methods.DRAFT_METHODS |
-| acceptance | "lossless" | "lossless", "keyed" (lossless, and a seeded sampled request's text depends on its prompt and seed alone, whatever was drafted) or "cascade" (a speculative cascade: faster, lossy) |
+| acceptance | "lossless" | "lossless", "keyed" (lossless, and a seeded sampled request's text depends on its prompt and seed alone, whatever was drafted), "recursive" (lossless; sampled trees whose children are drafted from q and tried in turn, SpecInfer) or "cascade" (a speculative cascade: faster, lossy) |
 | cascade_rule | "chow" | chow, diff, opt, token_v1, token_v2, token_v3 (with "cascade") |
 | cascade_alpha | 0.0 | [0, 1]; larger trades quality for speed (with "cascade") |
 | draft_schedule | "auto" | "auto" (the verifier drafts only what pays at its load: each round's length in [0, k], cascade.core.goodput; a speculative cascade is verified as "fixed"), "fixed" (always k) or "adaptive" (k moves in [1, 2k] with the drafter's success; draft_method "model") |
@@ -90,7 +90,7 @@ class GenerationOptions(Lenient):
     """Cascade extension (OpenAI clients send it via extra_body): drafted tokens per round."""
     draft_method: str = DEFAULT_DRAFT_METHOD
     """Cascade extension: model, ngram (prompt lookup) or ngram_then_model."""
-    acceptance: Literal["lossless", "keyed", "cascade"] = "lossless"
+    acceptance: Literal["lossless", "keyed", "recursive", "cascade"] = "lossless"
     """Cascade extension: lossless speculative decoding (keyed: with the text a function of the
     prompt and seed alone), or a speculative cascade."""
     cascade_rule: Literal[CASCADE_RULE_NAMES] = "chow"
@@ -210,6 +210,7 @@ def build_request(options: GenerationOptions, prompt_tokens: list[int], max_toke
     policy = _lossless_policy(options, sampling, draft)
     if options.acceptance == "cascade":
         policy = AcceptancePolicy(AcceptanceRule(options.cascade_rule), options.cascade_alpha)
+    if policy is not None:
         try:
             draft.check(policy)
         except ValueError as exc:
@@ -219,12 +220,15 @@ def build_request(options: GenerationOptions, prompt_tokens: list[int], max_toke
 
 def _lossless_policy(options: GenerationOptions, sampling: SamplingParams,
                      draft: DraftConfig) -> AcceptancePolicy | None:
-    """The keyed rule where asked for, or where a sampled request drafts trees (the one
-    lossless rule that verifies them); None: the default for the settings."""
-    keyed = options.acceptance == "keyed" or (draft.tree_nodes and options.acceptance != "cascade")
-    if not keyed:
+    """The keyed or recursive rule where asked for, the keyed one where a sampled request drafts
+    trees without naming one; None: the default for the settings."""
+    if options.acceptance == "cascade" or (options.acceptance == "lossless"
+                                           and not draft.tree_nodes):
         return None
-    return AcceptancePolicy(AcceptanceRule.GREEDY if sampling.is_greedy else AcceptanceRule.KEYED)
+    if sampling.is_greedy:
+        return AcceptancePolicy(AcceptanceRule.GREEDY)
+    recursive = options.acceptance == "recursive"
+    return AcceptancePolicy(AcceptanceRule.RECURSIVE if recursive else AcceptanceRule.KEYED)
 
 
 def _draft_config(options: GenerationOptions, server: ServerDefaults) -> DraftConfig:

@@ -158,9 +158,13 @@ class DraftConfig:
         """Raises ValueError when this drafting cannot serve ``policy``: a speculative cascade
         (a lossy rule) decides on the drafter model's distribution, which only the model method
         sends with every block."""
-        if self.tree_nodes and policy.rule not in (AcceptanceRule.GREEDY, AcceptanceRule.KEYED):
-            raise ValueError(f"tree_nodes: a token tree is verified with the greedy or keyed "
-                             f"rule, not {policy.rule.value}; send tree_nodes 0 for a chain")
+        if self.tree_nodes and policy.rule not in TREE_RULES:
+            raise ValueError(f"tree_nodes: a token tree is verified with the greedy, keyed or "
+                             f"recursive rule, not {policy.rule.value}; send tree_nodes 0 for a "
+                             f"chain")
+        if policy.rule is AcceptanceRule.RECURSIVE and self.method != DEFAULT_DRAFT_METHOD:
+            raise ValueError(f"the recursive rule verifies against the drafter's q, which only "
+                             f"draft method '{DEFAULT_DRAFT_METHOD}' sends, got '{self.method}'")
         if not policy.rule.is_lossless and self.method != DEFAULT_DRAFT_METHOD:
             raise ValueError(f"a speculative cascade decides on the drafter model's "
                              f"distribution, so it needs draft method '{DEFAULT_DRAFT_METHOD}', "
@@ -194,6 +198,10 @@ class AcceptanceRule(str, Enum):
     """Position-keyed sampling: the token at position t is the target's Gumbel-max sample
     with noise keyed by (seed, t); drafted tokens (chains or trees) are kept while they are
     that sample, so the text depends on the prompt and seed alone (lossless; no q needed)."""
+    RECURSIVE = "recursive"
+    """Recursive rejection over siblings (SpecInfer's multi-step speculative sampling): a tree
+    node's children, each sampled from the q the block carries, are tried in order against the
+    residual of the target's distribution (lossless; on a chain it is speculative sampling)."""
     CHOW = "chow"
     """Speculative cascade (lossy): keep the drafter's q where max q >= 1 - alpha."""
     DIFF = "diff"
@@ -214,7 +222,10 @@ class AcceptanceRule(str, Enum):
 
 
 LOSSLESS_RULES = frozenset({AcceptanceRule.GREEDY, AcceptanceRule.SPECULATIVE,
-                            AcceptanceRule.POINT_MASS, AcceptanceRule.KEYED})
+                            AcceptanceRule.POINT_MASS, AcceptanceRule.KEYED,
+                            AcceptanceRule.RECURSIVE})
+TREE_RULES = (AcceptanceRule.GREEDY, AcceptanceRule.KEYED, AcceptanceRule.RECURSIVE)
+"""The rules that verify token trees."""
 
 
 @dataclass(frozen=True)

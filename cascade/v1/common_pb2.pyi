@@ -14,6 +14,7 @@ class AcceptanceRule(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ACCEPTANCE_RULE_SPECULATIVE: _ClassVar[AcceptanceRule]
     ACCEPTANCE_RULE_POINT_MASS: _ClassVar[AcceptanceRule]
     ACCEPTANCE_RULE_KEYED: _ClassVar[AcceptanceRule]
+    ACCEPTANCE_RULE_RECURSIVE: _ClassVar[AcceptanceRule]
     ACCEPTANCE_RULE_CHOW: _ClassVar[AcceptanceRule]
     ACCEPTANCE_RULE_DIFF: _ClassVar[AcceptanceRule]
     ACCEPTANCE_RULE_OPT: _ClassVar[AcceptanceRule]
@@ -38,6 +39,7 @@ ACCEPTANCE_RULE_GREEDY: AcceptanceRule
 ACCEPTANCE_RULE_SPECULATIVE: AcceptanceRule
 ACCEPTANCE_RULE_POINT_MASS: AcceptanceRule
 ACCEPTANCE_RULE_KEYED: AcceptanceRule
+ACCEPTANCE_RULE_RECURSIVE: AcceptanceRule
 ACCEPTANCE_RULE_CHOW: AcceptanceRule
 ACCEPTANCE_RULE_DIFF: AcceptanceRule
 ACCEPTANCE_RULE_OPT: AcceptanceRule

@@ -103,7 +103,7 @@ def test_trees_are_refused_where_they_cannot_be_verified_or_drafted(llama_pair):
         DraftConfig(tree_nodes=65)
     with pytest.raises(ValueError, match="tree_nodes: token trees are drafted"):
         DraftConfig(tree_nodes=8, adaptive=True)
-    with pytest.raises(ValueError, match="greedy or keyed rule"):
+    with pytest.raises(ValueError, match="greedy, keyed or recursive rule"):
         _tree_config().check(AcceptancePolicy(AcceptanceRule.SPECULATIVE))
     _tree_config().check(AcceptancePolicy(AcceptanceRule.KEYED))
     target, drafter = llama_pair

@@ -110,3 +110,18 @@ async def test_a_tree_session_moves_when_its_drafter_dies_and_stays_exact(cluste
     assert [t for r in [first, *rest] for t in r.token_ids] == expected_tokens(
         cluster, prompt, max_tokens)
     await spare.drain()
+
+
+async def test_recursive_sampled_trees_run_through_the_services(cluster):
+    responses = await _grpc_tokens(cluster, "def main():", temperature=0.8, seed=3,
+                                   acceptance="recursive", num_draft_tokens=3,
+                                   draft_tree_nodes=9)
+    tokens = [t for r in responses for t in r.token_ids]
+    assert len(tokens) == 24 or responses[-1].finish_reason == 1  # length, or a stop token
+    trees = [r for r in responses if r.drafted_parents]
+    assert trees and all(len(r.path) == r.num_accepted for r in trees)
+    async with httpx.AsyncClient(base_url=cluster.http_url, timeout=60) as http:
+        body = {"model": "tiny", "prompt": "x", "max_tokens": 4, "temperature": 0.8,
+                "acceptance": "recursive", "draft_method": "ngram"}
+        response = await http.post("/v1/completions", json=body)
+        assert response.status_code == 400 and response.json()["error"]["param"] == "acceptance"

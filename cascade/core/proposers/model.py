@@ -17,9 +17,15 @@ from cascade.core.blocks import Draft, TargetFeatures
 from cascade.core.branches import Branches
 from cascade.core.proposers.base import DraftStopped, Proposer, ProposerContext
 from cascade.core.proposers.schedule import AdaptiveSchedule
-from cascade.core.proposers.tree import TreeShape, draft_tree, log_softmax_rank
+from cascade.core.proposers.tree import (
+    TreeShape,
+    draft_sampled_tree,
+    draft_tree,
+    log_softmax_rank,
+)
 from cascade.core.runner import common_prefix_len
 from cascade.core.sampling import (
+    STREAM_CHILD_DRAFT,
     STREAM_DRAFT,
     gumbel_noise,
     keyed_choice,
@@ -48,7 +54,9 @@ class ModelProposer(Proposer):
         """The drafter's argmax at each generated position given the committed tokens before
         it (adaptive schedule only), from ``first_generated`` on."""
         self.schedule = None
-        self.keyed = context.policy is not None and context.policy.rule is AcceptanceRule.KEYED
+        rule = context.policy.rule if context.policy is not None else None
+        self.keyed = rule is AcceptanceRule.KEYED
+        self.recursive = rule is AcceptanceRule.RECURSIVE and bool(self.config.tree_nodes)
         """Position-keyed sampling: draft the keyed choice under the drafter's own q (the
         target's choice whenever the two agree), send no q."""
         if self.config.tree_nodes and self.wants_target_features:
@@ -133,9 +141,24 @@ class ModelProposer(Proposer):
         """A tree of at most ``tree_nodes`` nodes (the verifier keeps room for that many, from
         SessionOpen.tree_nodes), at most ``depth`` deep."""
         shape = TreeShape(self.config.tree_nodes, depth, self.config.tree_branching)
+        if self.recursive:
+            tokens, parents, q_ids, q_probs = draft_sampled_tree(self.cache, committed, shape,
+                                                                 self._sample_children)
+            return Draft(tokens, q_ids, q_probs, parents=parents)
         rank = self._keyed_rank if self.keyed else log_softmax_rank
         tokens, parents = draft_tree(self.cache, committed, shape, rank)
         return Draft(tokens, parents=parents)
+
+    def _sample_children(self, logits: torch.Tensor, position: int, count: int):
+        """``count`` children per row, each sampled from the row's sparse q (the one sent)."""
+        ids, values = sparsify(process_logits(logits, self.sampling),
+                               self.config.max_proposal_tokens)  # [F, K] each
+        uniforms = torch.tensor([position_uniform(self.sampling.seed, position,
+                                                  STREAM_CHILD_DRAFT + j) for j in range(count)],
+                                dtype=torch.float64)
+        columns = torch.stack([sample_from(values, uniforms[j].expand(len(values)))
+                               for j in range(count)], dim=1)  # [F, count]
+        return ids.gather(1, columns), ids, values
 
     def _keyed_rank(self, logits: torch.Tensor, position: int) -> torch.Tensor:
         """Children ranked by log q + the position's noise: the first is the keyed choice."""

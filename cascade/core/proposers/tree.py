@@ -15,6 +15,7 @@ first child is the drafter's keyed choice (the target's own, when the two models
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -87,6 +88,64 @@ def draft_tree(cache: SequenceCache, committed: list[int], shape: TreeShape,
         if excess > 0:
             cache.cache.crop(-excess)
     return _select(candidates, shape.nodes)
+
+
+Sampler = Callable[[torch.Tensor, int, int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+"""(logits [F, vocab], the children's position, count) -> (children [F, count] sampled from
+each row's sparse q, q ids [F, K], q probs [F, K])."""
+
+
+@torch.inference_mode()
+def draft_sampled_tree(cache: SequenceCache, committed: list[int], shape: TreeShape,
+                       sample: Sampler) -> tuple[list[int], list[int], torch.Tensor, torch.Tensor]:
+    """A tree for the recursive rule: every expanded node gets all its children sampled from
+    its q (``branching`` of them; none pruned, so they stay independent samples); each depth
+    expands the likeliest distinct children (at most ``branching``) while the node budget
+    lasts. Returns (tokens, parents, q ids [n, K], q probs [n, K]), each node's q
+    being the one it was sampled from."""
+    base = len(committed)
+    logits = cache.forward_to(committed).logits[-1:]  # [1, vocab]
+    grower = _Grower(cache, base)
+    nodes: list[_Candidate] = []
+    q_ids, q_probs = [], []
+    frontier, frontier_scores = [-1], [0.0]
+    try:
+        for depth in range(1, shape.depth + 1):
+            count = min(shape.branching, shape.nodes)
+            ids, support, probs = sample(logits, base + depth - 1, count)
+            first = len(nodes)
+            for f, parent in enumerate(frontier):
+                chance = dict(zip(support[f].tolist(), probs[f].tolist()))
+                for token in ids[f].tolist():
+                    score = frontier_scores[f] + math.log(max(chance[token], 1e-30))
+                    nodes.append(_Candidate(score, parent, token))
+                    q_ids.append(support[f])
+                    q_probs.append(probs[f])
+            room = (shape.nodes - len(nodes)) // shape.branching
+            if depth == shape.depth or room < 1:
+                break
+            frontier = _likeliest_distinct(nodes, first, min(shape.branching, room))
+            frontier_scores = [nodes[i].score for i in frontier]
+            logits = grower.feed([nodes[i] for i in frontier], frontier, depth)
+    finally:
+        excess = cache.cache.get_seq_length() - base
+        if excess > 0:
+            cache.cache.crop(-excess)
+    return ([n.token for n in nodes], [n.parent for n in nodes], torch.stack(q_ids),
+            torch.stack(q_probs))
+
+
+def _likeliest_distinct(nodes: list[_Candidate], first: int, count: int) -> list[int]:
+    """Indices of the ``count`` best-scoring nodes from ``first`` on, one per (parent, token)."""
+    seen, chosen = set(), []
+    for i in sorted(range(first, len(nodes)), key=lambda i: (-nodes[i].score, i)):
+        key = (nodes[i].parent, nodes[i].token)
+        if key not in seen:
+            seen.add(key)
+            chosen.append(i)
+        if len(chosen) == count:
+            break
+    return sorted(chosen)
 
 
 def _select(candidates: list[_Candidate], count: int) -> tuple[list[int], list[int]]:

@@ -1,0 +1,99 @@
+"""The recursive rule (SpecInfer's multi-step speculative sampling over a tree node's sampled
+children): each step emits exactly the target's distribution (N = 200,000 on adversarial pairs,
+one to four children), a two-level tree walk emits the target's joint distribution, and the
+drafter builds trees whose every node carries the q it was sampled from."""
+
+import pytest
+import torch
+
+from cascade.core.loop import generate
+from cascade.core.proposers.tree import TreeShape, draft_sampled_tree
+from cascade.core.tree_accept import recursive_siblings, walk_recursive
+from cascade.core.trees import tree_problem
+from cascade.protocol.settings import AcceptancePolicy, AcceptanceRule, DraftConfig, SamplingParams
+from models import random_prompts, tiny_llama
+from test_acceptance_stats import N, VOCAB, assert_matches, random_distribution
+from test_keyed_sampling import ADVERSARIAL
+
+RECURSIVE = AcceptancePolicy(AcceptanceRule.RECURSIVE)
+
+
+def _samples(q: torch.Tensor, count: int, seed: int) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.multinomial(q.float(), N * count, replacement=True,
+                             generator=generator).view(N, count)
+
+
+@pytest.mark.parametrize("pair", ADVERSARIAL)
+@pytest.mark.parametrize("count", [1, 4])
+def test_one_step_over_sampled_siblings_emits_p(pair, count):
+    p, q = ADVERSARIAL[pair]
+    children = _samples(q, count, seed=count)
+    generator = torch.Generator().manual_seed(7)
+    u_accept = torch.rand(N, count, generator=generator, dtype=torch.float64)
+    u_sample = torch.rand(N, generator=generator, dtype=torch.float64)
+    index, token = recursive_siblings(p.expand(N, VOCAB), q.expand(N, count, VOCAB), children,
+                                      torch.full((N,), count), u_accept, u_sample)
+    assert_matches(token, p)
+    kept = index >= 0
+    assert torch.equal(token[kept], children[kept].gather(1, index[kept, None]).squeeze(1))
+
+
+def test_a_two_level_walk_emits_the_targets_joint_distribution():
+    """Root: three children sampled from q0; the first gets three children from q1 of it. The
+    target's second distribution depends on the first token."""
+    p0, q0 = random_distribution(11), random_distribution(12, zeros=2)
+    p1 = torch.stack([random_distribution(20 + a) for a in range(VOCAB)])
+    q1 = torch.stack([random_distribution(40 + a) for a in range(VOCAB)])
+    parents = [-1, -1, -1, 0, 0, 0]
+    count, pairs = 20_000, []
+    generator = torch.Generator().manual_seed(3)
+    for seed in range(count):
+        first = torch.multinomial(q0.float(), 3, replacement=True, generator=generator).tolist()
+        second = torch.multinomial(q1[first[0]].float(), 3, replacement=True,
+                                   generator=generator).tolist()
+        tokens = first + second
+        p = torch.stack([p0, p1[first[0]], p1[first[1]], p1[first[2]], *[p0] * 3])
+        q = torch.stack([q0] * 3 + [q1[first[0]]] * 3)
+        verdict = walk_recursive(parents, tokens, p, q, seed, base=10)
+        emitted = [tokens[n] for n in verdict.path] + [verdict.next_token]
+        if len(emitted) < 2:  # the second token comes from the next round: decode it alone
+            emitted.append(int(torch.multinomial(p1[emitted[0]].float(), 1,
+                                                 generator=generator)))
+        pairs.append(emitted[0] * VOCAB + emitted[1])
+    joint = (p0[:, None] * p1).flatten()
+    observed = torch.bincount(torch.tensor(pairs), minlength=VOCAB * VOCAB).double() / count
+    assert (observed[joint == 0] == 0).all()
+    expected_tv = 0.5 * torch.sqrt(2 * joint * (1 - joint) / (torch.pi * count)).sum()
+    assert 0.5 * (observed - joint).abs().sum() < 2 * expected_tv  # seeded: deterministic
+
+
+def test_the_drafter_samples_whole_sibling_sets_and_sends_their_q():
+    drafter = tiny_llama(6)
+    cache = drafter.new_cache()
+    prefix = [3, 17, 5, 40, 2, 9]
+    torch.manual_seed(0)
+
+    def sample(logits, position, count):
+        probs = torch.softmax(logits, -1)
+        ids = torch.multinomial(probs, count, replacement=True)
+        return ids, torch.arange(probs.shape[-1]).expand_as(probs), probs
+
+    tokens, parents, q_ids, q_probs = draft_sampled_tree(cache, prefix,
+                                                         TreeShape(13, 3, 3), sample)
+    assert tree_problem(parents, 13, 3) is None and len(tokens) <= 13
+    assert parents[:3] == [-1, -1, -1]
+    for parent in set(parents):  # every expanded node has exactly `branching` children
+        assert parents.count(parent) == 3
+    assert q_ids.shape[0] == q_probs.shape[0] == len(tokens)
+    assert cache.cache.get_seq_length() == len(prefix)
+
+
+def test_sampled_generation_with_recursive_trees_runs_and_accepts(llama_pair):
+    target, _ = llama_pair
+    prompt = random_prompts(1, seed=14)[0]
+    params = SamplingParams(temperature=0.8, seed=5, max_new_tokens=20)
+    config = DraftConfig(num_draft_tokens=3, tree_nodes=12, tree_branching=3)
+    result = generate(target, prompt, params, target, config, policy=RECURSIVE)
+    assert len(result.tokens) == 20
+    assert result.stats.num_accepted_tokens > 0  # the target drafting for itself
