@@ -59,7 +59,7 @@ def speculative_rounds(
     timing = timing if timing is not None else RoundTiming()
     policy = policy or AcceptancePolicy.default_for(params, config)
     verifier = SequenceVerifier(target, prompt, params, policy=policy,
-                                tree_room=config.tree_nodes if drafter is not None else 0)
+                                tree_room=config.tree_nodes if config.num_draft_tokens else 0)
     proposer = _proposer(drafter, params, config, policy, len(prompt))
     if proposer is not None and proposer.wants_target_features:
         verifier.feature_layers = proposer.feature_layers

@@ -23,7 +23,7 @@ Defaults, documented once (OpenAI's where OpenAI has the field):
 | draft_schedule | "auto" | "auto" (the verifier drafts only what pays at its load: each round's length in [0, k], cascade.core.goodput; a speculative cascade is verified as "fixed"), "fixed" (always k) or "adaptive" (k moves in [1, 2k] with the drafter's success; draft_method "model") |
 | draft_min_confidence | 0.0 (off) | [0, 1): a block stops where the drafter's top probability is below it |
 | draft_max_entropy | 0.0 (off) | [0, 20] nats: a block stops where the drafter's entropy is above it |
-| draft_tree_nodes | the server's default (0: chains) | [0, 64]: each round drafts a token tree of at most this many nodes, at most k deep (draft_method "model"; not with "cascade" or "adaptive"); sampled trees are verified with the keyed rule, and a tree is verified whole (the "auto" schedule plans chains only) |
+| draft_tree_nodes | the server's default (0: chains) | [0, 64]: each round drafts a token tree of at most this many nodes, at most k deep (not with "cascade" or "adaptive"; prompt lookup makes every earlier match a branch); sampled trees are verified with the keyed rule, and a tree is verified whole (the "auto" schedule plans chains only) |
 """
 
 from __future__ import annotations
@@ -250,9 +250,7 @@ def _tree_nodes(options: GenerationOptions, server: ServerDefaults) -> int:
     """The request's tree size; the server's default where it says nothing and can draft
     trees. A request that asks for a tree it cannot draft is refused, naming the field."""
     cannot = None
-    if options.draft_method != DEFAULT_DRAFT_METHOD:
-        cannot = f"token trees are drafted by draft_method '{DEFAULT_DRAFT_METHOD}'"
-    elif options.acceptance == "cascade":
+    if options.acceptance == "cascade":
         cannot = "a speculative cascade verifies chains only"
     elif options.draft_schedule == "adaptive":
         cannot = "the adaptive schedule drafts chains"

@@ -114,8 +114,9 @@ class DraftConfig:
     ngram_min_n: int = 2
     """Shortest suffix it accepts as a match, in [1, ngram_max_n]."""
     tree_nodes: int = 0
-    """Draft a token tree of at most this many nodes, depth at most k (model drafters; the
-    greedy or keyed rule), in [0, MAX_TREE_NODES]; 0 drafts a chain."""
+    """Draft a token tree of at most this many nodes, depth at most k (the greedy, keyed or
+    recursive rule; prompt lookup: every earlier match as a branch), in [0, MAX_TREE_NODES];
+    0 drafts a chain."""
     tree_branching: int = 4
     """Children a tree node offers, and nodes kept per depth, in [1, MAX_TREE_BRANCHING]."""
 
@@ -150,9 +151,9 @@ class DraftConfig:
         if not 1 <= self.tree_branching <= MAX_TREE_BRANCHING:
             raise ValueError(f"tree_branching must be in [1, {MAX_TREE_BRANCHING}], got "
                              f"{self.tree_branching}")
-        if self.tree_nodes and (self.adaptive or self.method != DEFAULT_DRAFT_METHOD):
-            raise ValueError(f"tree_nodes: token trees are drafted by the '{DEFAULT_DRAFT_METHOD}'"
-                             " method with a fixed or planned k (not adaptive)")
+        if self.tree_nodes and self.adaptive:
+            raise ValueError("tree_nodes: token trees are drafted with a fixed k (not "
+                             "adaptive)")
 
     def check(self, policy: AcceptancePolicy) -> None:
         """Raises ValueError when this drafting cannot serve ``policy``: a speculative cascade

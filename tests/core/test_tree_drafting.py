@@ -9,6 +9,7 @@ import torch
 
 from cascade.core.loop import generate
 from cascade.core.proposers import ProposerContext, new_proposer
+from cascade.core.proposers.ngram import ngram_continuations, ngram_propose, trie
 from cascade.core.proposers.tree import TreeShape, _Candidate, _Grower, draft_tree
 from cascade.core.runner import ModelRunner
 from cascade.core.trees import depths, path_to, tree_problem
@@ -101,7 +102,7 @@ def test_keyed_sampling_with_trees_emits_the_tokens_of_decoding_alone(llama_pair
 def test_trees_are_refused_where_they_cannot_be_verified_or_drafted(llama_pair):
     with pytest.raises(ValueError, match="tree_nodes must be in"):
         DraftConfig(tree_nodes=65)
-    with pytest.raises(ValueError, match="tree_nodes: token trees are drafted"):
+    with pytest.raises(ValueError, match="tree_nodes: token trees are drafted with a fixed k"):
         DraftConfig(tree_nodes=8, adaptive=True)
     with pytest.raises(ValueError, match="greedy, keyed or recursive rule"):
         _tree_config().check(AcceptancePolicy(AcceptanceRule.SPECULATIVE))
@@ -109,3 +110,23 @@ def test_trees_are_refused_where_they_cannot_be_verified_or_drafted(llama_pair):
     target, drafter = llama_pair
     context = ProposerContext(drafter, SamplingParams(), _tree_config(), prompt_len=3)
     assert not new_proposer(context).can_speculate
+
+
+def test_prompt_lookup_merges_every_earlier_match_into_a_trie():
+    context = [1, 2, 3, 4, 9, 1, 2, 3, 5, 6, 1, 2, 3, 4, 7, 1, 2, 3]
+    found = ngram_continuations(context, 2, max_n=3)
+    assert found == [[4, 7], [5, 6], [4, 9]]  # the most recent first
+    assert trie(found, 8) == ([4, 7, 5, 6, 9], [-1, 0, -1, 2, 0])
+    assert trie(found, 3) == ([4, 7, 5], [-1, 0, -1])
+    assert ngram_propose(context, 2, max_n=3) == [4, 7]
+    config = DraftConfig(num_draft_tokens=2, method="ngram", tree_nodes=8, ngram_max_n=3)
+    draft = new_proposer(ProposerContext(None, SamplingParams(), config)).propose(context, 2)
+    assert (draft.tokens, draft.parents) == ([4, 7, 5, 6, 9], [-1, 0, -1, 2, 0])
+
+
+def test_greedy_generation_with_prompt_lookup_trees_is_exact(llama_pair):
+    target, _ = llama_pair
+    prompt = random_prompts(1, seed=15)[0] * 3  # repeats: several matches to branch on
+    config = DraftConfig(num_draft_tokens=3, method="ngram", tree_nodes=8, ngram_min_n=1)
+    result = generate(target, prompt, SamplingParams(max_new_tokens=16), None, config)
+    assert result.tokens == hf_greedy(target, prompt, 16)

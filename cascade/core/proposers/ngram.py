@@ -1,7 +1,9 @@
 """Prompt-lookup (n-gram) drafting: propose what followed the last occurrence of the current
 suffix in the context. No model, no cost to speak of; it shines when the output copies from the
 prompt (summaries, edits of code, quoting). Its blocks carry no q: at temperature > 0 they are
-verified with q a point mass on each drafted token (still lossless)."""
+verified with q a point mass on each drafted token (still lossless). With ``tree_nodes`` it
+proposes what followed every earlier occurrence of the suffix, merged into a token tree (a
+trie: continuations that start alike share nodes), the most recent occurrence first."""
 
 from __future__ import annotations
 
@@ -15,6 +17,14 @@ from cascade.core.proposers.model import ModelProposer
 def ngram_propose(tokens: list[int], num_tokens: int, max_n: int = 4, min_n: int = 2) -> list[int]:
     """Up to ``num_tokens`` tokens that followed the most recent earlier occurrence of the
     longest suffix of ``tokens`` (length max_n down to min_n); [] when nothing matches."""
+    continuations = ngram_continuations(tokens, num_tokens, max_n, min_n)
+    return continuations[0] if continuations else []
+
+
+def ngram_continuations(tokens: list[int], num_tokens: int, max_n: int = 4, min_n: int = 2
+                        ) -> list[list[int]]:
+    """What followed each earlier occurrence of the longest suffix of ``tokens`` that occurs
+    (length max_n down to min_n), up to ``num_tokens`` tokens each, the most recent first."""
     if num_tokens <= 0:
         return []
     context = np.asarray(tokens, dtype=np.int64)
@@ -22,9 +32,27 @@ def ngram_propose(tokens: list[int], num_tokens: int, max_n: int = 4, min_n: int
         windows = np.lib.stride_tricks.sliding_window_view(context[:-1], n)  # [L-n, n]
         hits = np.flatnonzero((windows == context[-n:]).all(axis=1))
         if hits.size:
-            start = int(hits[-1]) + n
-            return context[start : start + num_tokens].tolist()
+            return [context[h + n : h + n + num_tokens].tolist() for h in hits[::-1]]
     return []
+
+
+def trie(continuations: list[list[int]], max_nodes: int) -> tuple[list[int], list[int]]:
+    """(tokens, parents) of the token tree holding the continuations (shared prefixes once),
+    in order, until ``max_nodes`` nodes."""
+    tokens: list[int] = []
+    parents: list[int] = []
+    child: dict[tuple[int, int], int] = {}
+    for continuation in continuations:
+        node = -1
+        for token in continuation:
+            if (node, token) not in child:
+                if len(tokens) == max_nodes:
+                    return tokens, parents
+                child[node, token] = len(tokens)
+                tokens.append(token)
+                parents.append(node)
+            node = child[node, token]
+    return tokens, parents
 
 
 class NgramProposer(Proposer):
@@ -34,6 +62,10 @@ class NgramProposer(Proposer):
 
     def propose(self, committed: list[int], num_tokens: int, stop=None) -> Draft:
         c = self.config
+        if c.tree_nodes:
+            found = ngram_continuations(committed, num_tokens, c.ngram_max_n, c.ngram_min_n)
+            tokens, parents = trie(found, c.tree_nodes)
+            return Draft(tokens, parents=parents)
         return Draft(tokens=ngram_propose(committed, num_tokens, c.ngram_max_n, c.ngram_min_n))
 
 
