@@ -83,6 +83,7 @@ class DraftLoop:
             prompt_len=r.prompt_len, sampling=r.sampling, acceptance=r.acceptance,
             feature_layers=layers, owner_tag=r.owner_tag, plan_drafts=self.config.planned,
             draft_method=self.config.method, tree_nodes=self.config.tree_nodes,
+            num_draft_tokens=self.config.num_draft_tokens,
             shadow_drafts=self.config.planned and self._shadows_exact))
 
     async def _receive(self, call) -> verifier_pb2.Verdict:

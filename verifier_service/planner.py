@@ -86,6 +86,8 @@ class _Planned:
     is_shadowed: bool = False
     """Its drafter sends shadow blocks while it is decoded alone (it said so at the open, or
     one came): no probes needed."""
+    is_tree: bool = False
+    """It drafts token trees: its estimates are per node (``SurvivalBook.of_tree``)."""
     note: PlanNote | None = None
 
 
@@ -103,10 +105,14 @@ class DraftPlanner:
         self.sessions: dict[int, _Planned] = {}
         """id(sequence) -> its plan state (planned sessions only)."""
 
-    def enroll(self, sequence, method: str, shadowed: bool = False) -> None:
-        """``shadowed``: its drafter sends shadow blocks while it is decoded alone."""
+    def enroll(self, sequence, method: str, shadowed: bool = False, tree: bool = False,
+               most: int = 0) -> None:
+        """``shadowed``: its drafter sends shadow blocks while it is decoded alone; ``tree``:
+        it drafts token trees (its slots are nodes, best first; lengths count nodes); ``most``:
+        its longest block (k, or a tree's nodes; 0: unknown)."""
         every = self.pooled_probe_every.get(method, self.probe_every)
-        self.sessions[id(sequence)] = _Planned(method, probe_every=every, is_shadowed=shadowed)
+        self.sessions[id(sequence)] = _Planned(method, probe_every=every, is_shadowed=shadowed,
+                                               is_tree=tree, most=most)
 
     def release(self, sequence) -> None:
         self.sessions.pop(id(sequence), None)
@@ -134,8 +140,8 @@ class DraftPlanner:
         """The first block's length for a session just opened, planned as one row among
         ``num_active`` decoding rows (the current load) on its method's pooled estimates."""
         state = self.sessions[id(sequence)]
-        state.most = MAX_PROBE_TOKENS  # its k is not known yet; its drafter caps the length
-        survival = self.book.of(id(sequence), state.method).survival(state.most)
+        state.most = state.most or MAX_PROBE_TOKENS  # k unknown: its drafter caps the length
+        survival = self._rates(sequence, state).survival(state.most)
         cached = len(sequence.committed)
         mine = RowPlan(state.most, survival, cached,
                        wait_s=self.pooled_wait_s.get(state.method, 0.0),
@@ -197,7 +203,12 @@ class DraftPlanner:
             state = self.sessions.get(id(sequence))
             if state is None or draft is None or not isinstance(result, RoundOutcome):
                 continue
-            self.book.observe(id(sequence), state.method, draft.num_tokens, result.num_accepted)
+            if state.is_tree:
+                path = result.path if result.path is not None else range(result.num_accepted)
+                self.book.observe_tree(id(sequence), state.method, draft.num_tokens, path)
+            else:
+                self.book.observe(id(sequence), state.method, draft.num_tokens,
+                                  result.num_accepted)
             state.previous = draft.num_tokens
             metrics.PLANNED_DRAFT_TOKENS.observe(draft.num_tokens)
         unforced = plan_pass(self._inputs(items, floors=False), self.cost)
@@ -228,7 +239,7 @@ class DraftPlanner:
             return RowPlan(0, (), cached, base_tokens=fed, is_planned=False)
         state.most = max(state.most, draft.num_tokens)
         drafted = draft.num_tokens if floors else state.most  # next: as long as it may be
-        survival = self.book.of(id(sequence), state.method).survival(drafted)
+        survival = self._rates(sequence, state).survival(drafted)
         floor = drafted if floors and state.is_probing else 0  # a probe: verified whole
         wait = state.wait_s if state.wait_s is not None else self.pooled_wait_s.get(
             state.method, 0.0)
@@ -236,6 +247,12 @@ class DraftPlanner:
                      else self.pooled_draft_token_s.get(state.method, 0.0))
         return RowPlan(drafted, survival, cached, floor, state.previous, wait, per_token,
                        base_tokens=fed - draft.num_tokens)
+
+    def _rates(self, sequence, state: _Planned):
+        """The session's acceptance estimate: per position (chains) or per node (trees)."""
+        if state.is_tree:
+            return self.book.of_tree(id(sequence), state.method)
+        return self.book.of(id(sequence), state.method)
 
     def _next_length(self, state: _Planned, unforced: int) -> int:
         """How many tokens the session's drafter drafts next (see the module docstring)."""

@@ -34,6 +34,7 @@ from cascade.pod.messages import (
     verdict_to_pb,
 )
 from cascade.protocol.methods import DEFAULT_DRAFT_METHOD
+from cascade.protocol.settings import MAX_DRAFT_TOKENS, MAX_TREE_NODES
 from cascade.protocol.validation import (
     check_feature_layers,
     check_shadow,
@@ -98,7 +99,9 @@ class SessionTable:
         sequence.feature_layers = tuple(msg.feature_layers)
         if msg.plan_drafts:
             self.planner.enroll(sequence, msg.draft_method or DEFAULT_DRAFT_METHOD,
-                                shadowed=msg.shadow_drafts and sequence.params.is_greedy)
+                                shadowed=msg.shadow_drafts and sequence.params.is_greedy,
+                                tree=msg.tree_nodes > 0,
+                                most=_longest_block(msg))
         session = OpenSession(msg.session_id, msg.epoch, sequence, trace_context=current_context())
         self.highest_epoch.opened(msg.session_id, msg.epoch)
         self.sessions[msg.session_id] = session
@@ -228,3 +231,12 @@ def _guessed_right(session: OpenSession, block: verifier_pb2.DraftBlock) -> bool
     return (last is not None and not session.sequence.is_finished
             and block.epoch == session.epoch and block.round == session.last_round + 1
             and assumed_outcome(block) == verdict_outcome(last))
+
+
+def _longest_block(msg: verifier_pb2.SessionOpen) -> int:
+    """The longest block a planned session's drafter drafts (0: unknown), within the bounds
+    any block is held to."""
+    if msg.tree_nodes:
+        return min(msg.tree_nodes, MAX_TREE_NODES)
+    return min(msg.num_draft_tokens, MAX_DRAFT_TOKENS)
+

@@ -85,7 +85,9 @@ class LoadConfig:
                    for k in self.fixed_k],
                  Mode("auto", f"auto (k <= {self.k})", self.k, batched, shipped, "auto"),
                  Mode("tree", f"trees ({self.tree_nodes} nodes, depth {self.k})", self.k,
-                      batched, shipped, "fixed", self.tree_nodes)]
+                      batched, shipped, "fixed", self.tree_nodes),
+                 Mode("tree-auto", f"auto trees (<= {self.tree_nodes} nodes)", self.k,
+                      batched, shipped, "auto", self.tree_nodes)]
         keys = [m.key for m in modes]
         unknown = set(self.only) - set(keys)
         if unknown:

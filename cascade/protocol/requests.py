@@ -23,7 +23,7 @@ Defaults, documented once (OpenAI's where OpenAI has the field):
 | draft_schedule | "auto" | "auto" (the verifier drafts only what pays at its load: each round's length in [0, k], cascade.core.goodput; a speculative cascade is verified as "fixed"), "fixed" (always k) or "adaptive" (k moves in [1, 2k] with the drafter's success; draft_method "model") |
 | draft_min_confidence | 0.0 (off) | [0, 1): a block stops where the drafter's top probability is below it |
 | draft_max_entropy | 0.0 (off) | [0, 20] nats: a block stops where the drafter's entropy is above it |
-| draft_tree_nodes | the server's default (0: chains) | [0, 64]: each round drafts a token tree of at most this many nodes, at most k deep (not with "cascade" or "adaptive"; prompt lookup makes every earlier match a branch); sampled trees are verified with the keyed rule, and a tree is verified whole (the "auto" schedule plans chains only) |
+| draft_tree_nodes | the server's default (0: chains) | [0, 64]: each round drafts a token tree of at most this many nodes, at most k deep (not with "cascade" or "adaptive"; prompt lookup makes every earlier match a branch); sampled trees are verified with the keyed rule; under "auto" the verifier takes the best-first prefix of each tree's nodes that pays (down to none) |
 """
 
 from __future__ import annotations
@@ -242,7 +242,7 @@ def _draft_config(options: GenerationOptions, server: ServerDefaults) -> DraftCo
     tree_nodes = _tree_nodes(options, server) if k else 0
     return DraftConfig(k, min_confidence=options.draft_min_confidence,
                        max_entropy=options.draft_max_entropy, adaptive=adaptive,
-                       planned=_is_planned(options) and not tree_nodes,
+                       planned=_is_planned(options),
                        method=options.draft_method, tree_nodes=tree_nodes)
 
 

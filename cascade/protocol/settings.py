@@ -145,6 +145,11 @@ class DraftConfig:
             raise ValueError("a draft schedule is planned by the verifier or adaptive on the "
                              "drafter, not both")
 
+    def tree_shape(self, budget: int) -> tuple[int, int]:
+        """(nodes, depth) of a tree drafted with ``budget`` (from ``budget``, which a planning
+        verifier may lower)."""
+        return min(self.tree_nodes, budget), min(self.num_draft_tokens, budget)
+
     def _check_tree(self) -> None:
         if not 0 <= self.tree_nodes <= MAX_TREE_NODES:
             raise ValueError(f"tree_nodes must be in [0, {MAX_TREE_NODES}], got {self.tree_nodes}")
@@ -178,9 +183,11 @@ class DraftConfig:
 
     def budget(self, sampling: SamplingParams, num_generated: int) -> int:
         """The one draft-length rule: at most k (at most the adaptive bound when adaptive; the
-        proposer's schedule picks within it), and only drafts that can still be emitted (the
-        request mapping already keeps prompt + max_new_tokens inside the context)."""
+        proposer's schedule picks within it; a tree's nodes at most ``tree_nodes``, its depth
+        at most k and the budget, ``tree_shape``), and only drafts that can still be emitted
+        (the request mapping already keeps prompt + max_new_tokens inside the context)."""
         most = self.adaptive_bounds[1] if self.adaptive else self.num_draft_tokens
+        most = self.tree_nodes or most
         return min(most, sampling.max_drafts_after(num_generated))
 
 

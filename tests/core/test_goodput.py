@@ -159,3 +159,18 @@ def test_one_lucky_round_moves_a_sessions_estimate_a_little_and_a_run_a_lot():
     for _ in range(20):
         book.observe("s", "model", 1, 1)
     assert fresh < once < 0.3 < book.of("s", "model").survival(1)[0]
+
+
+def test_tree_nodes_survive_by_how_often_they_lie_on_the_accepted_path():
+    """Node rates count each verified node on the path or not; survival is their running
+    minimum (never rising along a best-first tree), and sessions start from the pool."""
+    book = SurvivalBook()
+    for _ in range(40):
+        book.observe_tree("a", "model", 6, [0, 2])  # nodes 0 and 2 accepted, 1, 3-5 not
+    survival = book.of_tree("a", "model").survival(6)
+    assert survival[0] > 0.9 and survival[1] < 0.1
+    assert survival == sorted(survival, reverse=True)  # running minimum
+    fresh = book.of_tree("b", "model").survival(3)  # from the pooled rates
+    assert fresh[0] > 0.5 and fresh[1] < fresh[0]
+    book.forget("a")
+    assert "a" not in book.tree_sessions

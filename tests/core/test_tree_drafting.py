@@ -120,7 +120,7 @@ def test_prompt_lookup_merges_every_earlier_match_into_a_trie():
     assert trie(found, 3) == ([4, 7, 5], [-1, 0, -1])
     assert ngram_propose(context, 2, max_n=3) == [4, 7]
     config = DraftConfig(num_draft_tokens=2, method="ngram", tree_nodes=8, ngram_max_n=3)
-    draft = new_proposer(ProposerContext(None, SamplingParams(), config)).propose(context, 2)
+    draft = new_proposer(ProposerContext(None, SamplingParams(), config)).propose(context, 8)
     assert (draft.tokens, draft.parents) == ([4, 7, 5, 6, 9], [-1, 0, -1, 2, 0])
 
 

@@ -26,10 +26,12 @@ async def _complete(http: httpx.AsyncClient, prompt: str, **fields) -> dict:
 
 
 async def test_greedy_trees_alone_and_batched_with_chains_equal_target_greedy(cluster):
+    """Fixed and auto schedules (auto verifies the best-first prefix of each tree that pays)."""
     tokenizer = cluster.target.tokenizer
     async with httpx.AsyncClient(base_url=cluster.http_url, timeout=60) as http:
         trees = [_complete(http, p, temperature=0, **TREE,
-                           draft_method=("model", "ngram", "ngram_then_model")[i % 3])
+                           draft_method=("model", "ngram", "ngram_then_model")[i % 3],
+                           draft_schedule=("fixed", "auto")[i % 2])
                  for i, p in enumerate(PROMPTS)]
         chains = [_complete(http, p, temperature=0, num_draft_tokens=2) for p in PROMPTS]
         results = await asyncio.gather(*trees, *chains)  # one verifier batches them together
@@ -59,7 +61,8 @@ async def test_a_seeded_keyed_request_gives_one_text_with_k0_chains_and_trees(cl
 
 
 async def test_tree_rounds_name_the_branch_taken(cluster):
-    responses = await _grpc_tokens(cluster, "def main():", temperature=0, **TREE)
+    responses = await _grpc_tokens(cluster, "def main():", temperature=0, **TREE,
+                                   draft_schedule="fixed")
     drafted = [r for r in responses if r.drafted_parents]
     assert drafted, "every drafting round of a tree request carries its nodes"
     for r in drafted:
@@ -70,7 +73,7 @@ async def test_tree_rounds_name_the_branch_taken(cluster):
             assert r.drafted_parents[child] == parent
     async with httpx.AsyncClient(base_url=cluster.http_url, timeout=60) as http:
         body = {"model": "tiny", "prompt": "def main():", "max_tokens": 8, "temperature": 0,
-                "stream": True, "cascade_rounds": True, **TREE}
+                "stream": True, "cascade_rounds": True, "draft_schedule": "fixed", **TREE}
         response = await http.post("/v1/completions", json=body)
     rounds = [json.loads(line[6:])["cascade"] for line in response.text.splitlines()
               if line.startswith("data: {") and '"cascade"' in line]
@@ -116,7 +119,7 @@ async def test_a_tree_session_moves_when_its_drafter_dies_and_stays_exact(cluste
 async def test_recursive_sampled_trees_run_through_the_services(cluster):
     responses = await _grpc_tokens(cluster, "def main():", temperature=0.8, seed=3,
                                    acceptance="recursive", num_draft_tokens=3,
-                                   draft_tree_nodes=9)
+                                   draft_tree_nodes=9, draft_schedule="fixed")
     tokens = [t for r in responses for t in r.token_ids]
     assert len(tokens) == 24 or responses[-1].finish_reason == 1  # length, or a stop token
     trees = [r for r in responses if r.drafted_parents]

@@ -29,7 +29,7 @@ STEEP = Linear(0.001, 0.01)  # a drafted token costs ten one-token passes: never
 CHEAP = Linear(0.05, 1e-6)  # wide passes are free: every drafted token pays
 
 
-async def planned_rounds(target, drafter, cost, prompt, params, k=4):
+async def planned_rounds(target, drafter, cost, prompt, params, k=4, tree_nodes=0):
     verifier, _ = build_verifier(target, grace_s=1.0, step_cost=cost)
     draft_service, _ = build_drafter(drafter, grace_s=1.0)
     await verifier.start()
@@ -39,7 +39,7 @@ async def planned_rounds(target, drafter, cost, prompt, params, k=4):
             request = drafter_pb2.RunSessionRequest(
                 session_id="auto", epoch=1, context_tokens=prompt, prompt_len=len(prompt),
                 sampling=sampling_to_pb(params),
-                draft=draft_settings_to_pb(DraftConfig(k, planned=True)),
+                draft=draft_settings_to_pb(DraftConfig(k, planned=True, tree_nodes=tree_nodes)),
                 verifier_address=verifier.address)
             stub = drafter_pb2_grpc.DrafterStub(channel)
             return [r async for r in stub.RunSession(request, timeout=60)]
@@ -191,3 +191,22 @@ async def test_a_greedy_session_decoded_alone_sends_shadows_not_probes(gpt2_pair
     assert [t for r in rounds for t in r.tokens] == hf_greedy(target, prompt, 40)
     assert [r.num_drafted for r in rounds] == [0] * len(rounds)
     assert metrics.SHADOW_DRAFT_TOKENS._value.get() - before >= 4 * 2  # one per 16 tokens
+
+
+@pytest.mark.parametrize("cost", [STEEP, CHEAP], ids=["steep", "cheap"])
+async def test_planned_trees_are_cut_to_what_pays_and_stay_exact(gpt2_pair, cost):
+    """A tree session under "auto": its slots are nodes, best first. Where drafted tokens cost
+    ten passes the verifier decodes it alone but for probes; where wide passes are free it
+    verifies whole trees (the target drafting for itself, so their best paths are accepted)."""
+    target, _ = gpt2_pair
+    params = SamplingParams(max_new_tokens=40)
+    prompt = random_prompts(1, seed=44)[0]
+    rounds = await planned_rounds(target, target, cost, prompt, params, k=3, tree_nodes=9)
+    assert [t for r in rounds for t in r.tokens] == hf_greedy(target, prompt, 40)
+    drafted = [r.num_drafted for r in rounds]
+    if cost is STEEP:
+        assert set(drafted) <= set(range(MAX_PROBE_TOKENS + 1))
+        assert drafted.count(0) > 0.7 * len(drafted)
+    else:
+        assert max(drafted) == 9 and any(r.drafted_parents for r in rounds)
+        assert sum(r.num_accepted for r in rounds) >= 0.6 * 40  # whole paths accepted

@@ -137,10 +137,10 @@ class ModelProposer(Proposer):
                                           num_logits=len(drafted) + 1).logits
         return torch.softmax(logits.float(), dim=-1)
 
-    def _propose_tree(self, committed: list[int], depth: int) -> Draft:
-        """A tree of at most ``tree_nodes`` nodes (the verifier keeps room for that many, from
-        SessionOpen.tree_nodes), at most ``depth`` deep."""
-        shape = TreeShape(self.config.tree_nodes, depth, self.config.tree_branching)
+    def _propose_tree(self, committed: list[int], budget: int) -> Draft:
+        """A tree of at most ``budget`` nodes (``DraftConfig.tree_shape``; the verifier keeps
+        room for ``tree_nodes``, from SessionOpen.tree_nodes)."""
+        shape = TreeShape(*self.config.tree_shape(budget), self.config.tree_branching)
         if self.recursive:
             tokens, parents, q_ids, q_probs = draft_sampled_tree(self.cache, committed, shape,
                                                                  self._sample_children)

@@ -63,8 +63,9 @@ class NgramProposer(Proposer):
     def propose(self, committed: list[int], num_tokens: int, stop=None) -> Draft:
         c = self.config
         if c.tree_nodes:
-            found = ngram_continuations(committed, num_tokens, c.ngram_max_n, c.ngram_min_n)
-            tokens, parents = trie(found, c.tree_nodes)
+            nodes, depth = c.tree_shape(num_tokens)
+            found = ngram_continuations(committed, depth, c.ngram_max_n, c.ngram_min_n)
+            tokens, parents = trie(found, nodes)
             return Draft(tokens, parents=parents)
         return Draft(tokens=ngram_propose(committed, num_tokens, c.ngram_max_n, c.ngram_min_n))
 

@@ -5,8 +5,8 @@ times as many), scored by the drafter's cumulative log-probability along the pat
 outscores its parent); the next frontier is the ``branching`` best of them. Only frontier nodes are fed: all of one depth in one pass on
 the drafter's own cache, each attending to the committed tokens, its ancestors and itself (a 4D
 mask), at position committed length + depth - 1. At the end the ``nodes`` best candidates are the
-tree (ancestor-closed: parents score at least as well and were made first), listed parents first,
-and the cache is cut back to the committed tokens.
+tree (ancestor-closed: parents score at least as well and were made first), listed best first
+(so parents first), and the cache is cut back to the committed tokens.
 
 ``rank`` turns a frontier's logits into the log-scores of its children: the drafter's log-softmax
 (greedy), or for position-keyed sampling the log-softmax of log q + the position's noise, so the
@@ -149,9 +149,11 @@ def _likeliest_distinct(nodes: list[_Candidate], first: int, count: int) -> list
 
 
 def _select(candidates: list[_Candidate], count: int) -> tuple[list[int], list[int]]:
-    """The ``count`` best candidates in creation order (parents first), parents renumbered."""
-    order = sorted(range(len(candidates)), key=lambda i: (-candidates[i].score, i))[:count]
-    kept = sorted(order)
+    """The ``count`` best candidates, best first, parents renumbered. Best first is also
+    parents first (a parent scores at least as well as its child and was made before it), so
+    every prefix of the tree is a tree of the best nodes: what a verifier that takes only part
+    of a block keeps."""
+    kept = sorted(range(len(candidates)), key=lambda i: (-candidates[i].score, i))[:count]
     index = {c: n for n, c in enumerate(kept)}
     tokens = [candidates[c].token for c in kept]
     parents = [-1 if candidates[c].parent < 0 else index[candidates[c].parent] for c in kept]
