@@ -234,7 +234,7 @@ def comparison(result: dict) -> str:
     """auto beside the best of target-only and the fixed-k modes, per number of sessions."""
     rows = [p for p in result["points"] if not p["soak"]]
     names = {p["mode"] for p in rows}
-    auto = next((n for n in names if n.startswith("auto")), None)
+    auto = next((n for n in names if n.startswith("auto (")), None)  # chains; not auto trees
     rivals = [n for n in names if n == "target-only, batched" or n.startswith("fixed k=")]
     if auto is None or not rivals:
         return ""
