@@ -207,17 +207,16 @@ class DraftLoop:
     @property
     def _shadows_exact(self) -> bool:
         """Shadow blocks score exactly in a greedy session (a draft is accepted while it equals
-        the committed tokens) whose proposer drafts chains from tokens alone (no target
-        features)."""
-        return (self.params.is_greedy and not self.proposer.wants_target_features
-                and not self.config.tree_nodes)
+        the committed tokens) whose proposer drafts from tokens alone (no target features)."""
+        return self.params.is_greedy and not self.proposer.wants_target_features
 
     def _shadows(self, writer: DelayedWriter) -> Shadows | None:
         if not self._shadows_exact:
             return None
         return Shadows(self.proposer.propose, self.executor, writer.send, self.request.epoch,
                        self.config.num_draft_tokens, self.num_sessions,
-                       self.request.prompt_len + self.config.num_draft_tokens)
+                       self.request.prompt_len + self.config.num_draft_tokens,
+                       budget=self.config.tree_nodes or self.config.num_draft_tokens)
 
     def _round(self, verdict, block, origin, cache: SpeculationCache | None, round_us: int
                ) -> common_pb2.Round:

@@ -1,5 +1,6 @@
 """Shadow blocks (verifier.proto ``ShadowBlock``): while the verifier decodes a greedy session
-alone, the session's drafter, idle otherwise, drafts k tokens from a past context now and then
+alone, the session's drafter, idle otherwise, drafts k tokens (a tree session: a tree k deep)
+from a past context now and then
 (``MAX_SHADOW_BLOCKS``) and sends them. The verifier scores them against the tokens it
 committed there and so learns when drafting would pay again, with no probe round on the
 session's critical path. Shadow drafting runs on the pod's model thread like any draft; the
@@ -38,6 +39,8 @@ class Shadows:
     due: int
     """The committed length at which the next shadow is due (the prompt's end plus k at first,
     then one block per session on the pod past the last shadow, at most MAX_SHADOW_BLOCKS)."""
+    budget: int = 0
+    """What a shadow drafts (``propose``'s budget): k, or a tree session's nodes (0: k)."""
     task: asyncio.Future | None = None
     stopped: bool = False
 
@@ -52,10 +55,12 @@ class Shadows:
 
     async def _shadow(self, context: list[int]) -> None:
         loop = asyncio.get_running_loop()
-        draft = await loop.run_in_executor(self.executor, self.propose, context, self.k)
+        draft = await loop.run_in_executor(self.executor, self.propose, context,
+                                           self.budget or self.k)
         if draft.num_tokens and not self.stopped:
             await self.send(verifier_pb2.VerifyRequest(shadow=verifier_pb2.ShadowBlock(
-                epoch=self.epoch, base_len=len(context), tokens=draft.tokens)))
+                epoch=self.epoch, base_len=len(context), tokens=draft.tokens,
+                parents=draft.parents or ())))
 
     async def stop(self) -> None:
         """No shadow after this; the one being drafted finishes unsent (so no shadow is written

@@ -39,6 +39,8 @@ from cascade.core.blocks import Draft, RoundOutcome
 from cascade.core.goodput import PlanInputs, RowPlan, StepCost, plan_pass
 from cascade.core.step_cost import StepCostModel, StepShape, load_or_profile
 from cascade.core.survival import SurvivalBook
+from cascade.core.tree_accept import row_depths, walk
+from cascade.core.trees import chain_parents
 from cascade.serving import metrics
 
 MAX_PROBE_TOKENS = 4
@@ -177,18 +179,25 @@ class DraftPlanner:
             self.pooled_draft_token_s[state.method] = _average(
                 self.pooled_draft_token_s.get(state.method), per_token)
 
-    def shadow(self, sequence, base_len: int, tokens: Sequence[int]) -> int | None:
+    def shadow(self, sequence, base_len: int, tokens: Sequence[int],
+               parents: Sequence[int] | None = None) -> int | None:
         """A shadow block: ``tokens`` drafted after the first ``base_len`` committed tokens of a
-        greedy session, all of whose positions are committed already. Counted as a round that
-        verified them all (the greedy rule accepts a drafted token while it equals the committed
-        one); returns the tokens accepted, or None when the session is not planned."""
+        greedy session, all of whose positions are committed already (a tree, ``parents``:
+        down to its depth). Counted as a round that verified them all (the greedy rule accepts
+        a drafted token while it equals the committed one; a tree's walk follows the committed
+        tokens); returns the tokens accepted, or None when the session is not planned."""
         state = self.sessions.get(id(sequence))
         if state is None or not tokens:
             return None
-        truth = sequence.committed[base_len:base_len + len(tokens)]
-        accepted = next((i for i, (a, b) in enumerate(zip(tokens, truth)) if a != b),
-                        len(tokens))
-        self.book.observe(id(sequence), state.method, len(tokens), accepted)
+        truth = sequence.committed[base_len:]
+        if state.is_tree:
+            path = shadow_path(tokens, parents, truth)
+            self.book.observe_tree(id(sequence), state.method, len(tokens), path)
+            accepted = len(path)
+        else:
+            accepted = next((i for i, (a, b) in enumerate(zip(tokens, truth)) if a != b),
+                            len(tokens))
+            self.book.observe(id(sequence), state.method, len(tokens), accepted)
         state.most = max(state.most, len(tokens))
         state.is_shadowed, state.is_probing, state.until_probe = True, False, 0
         metrics.SHADOW_DRAFT_TOKENS.inc(len(tokens))
@@ -288,3 +297,13 @@ class DraftPlanner:
 def _average(average: float | None, value: float) -> float:
     """A moving average (weight ``WAIT_WEIGHT``) updated with ``value``; None: none yet."""
     return value if average is None else average + WAIT_WEIGHT * (value - average)
+
+
+def shadow_path(tokens: Sequence[int], parents: Sequence[int] | None,
+                truth: Sequence[int]) -> list[int]:
+    """The nodes a greedy walk accepts when the target's choices are the committed tokens
+    ``truth`` (past them nothing matches)."""
+    parents = list(parents) if parents is not None else chain_parents(len(tokens))
+    choices = [truth[d] if d < len(truth) else -1 for d in row_depths(parents)]
+    return walk(parents, list(tokens), choices).path
+

@@ -162,7 +162,8 @@ class SessionTable:
         session (where equality is not the acceptance rule) is ignored."""
         check_shadow(msg, self.limits.vocab_size, len(session.sequence.committed))
         if msg.epoch == session.epoch and session.sequence.params.is_greedy:
-            self.planner.shadow(session.sequence, msg.base_len, list(msg.tokens))
+            self.planner.shadow(session.sequence, msg.base_len, list(msg.tokens),
+                                list(msg.parents) or None)
 
     async def close(self, session: OpenSession) -> None:
         """Give the session's KV memory back when its stream ends, and wake waiting opens."""

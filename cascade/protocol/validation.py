@@ -187,23 +187,37 @@ def check_block(msg: verifier_pb2.DraftBlock, vocab_size: int) -> None:
             check_proposal(f"{name}[{row}]", proposal, vocab_size, widest)
 
 
-def check_parents(parents: Sequence[int], num_tokens: int) -> None:
+def check_parents(parents: Sequence[int], num_tokens: int, field: str = "parents") -> None:
     """One parent per token, each listed before its child (so a tree, no cycle)."""
     if len(parents) != num_tokens:
-        raise invalid("parents", f"one per token or none; got {len(parents)} for {num_tokens} "
-                                 "tokens")
+        raise invalid(field, f"one per token or none; got {len(parents)} for {num_tokens} "
+                             "tokens")
     for i, parent in enumerate(parents):
         if not -1 <= parent < i:
-            raise invalid(f"parents[{i}]", f"must be in [-1, {i}) (a parent comes before its "
+            raise invalid(f"{field}[{i}]", f"must be in [-1, {i}) (a parent comes before its "
                                            f"children; -1: the last committed token), got "
                                            f"{parent}")
 
 
+def _depth(parents: Sequence[int]) -> int:
+    """The deepest node's depth of a checked tree (a root child has depth 1)."""
+    depth: list[int] = []
+    for parent in parents:
+        depth.append(1 if parent < 0 else depth[parent] + 1)
+    return max(depth)
+
+
 def check_shadow(msg: verifier_pb2.ShadowBlock, vocab_size: int, num_committed: int) -> None:
-    """A shadow block drafts only where every position is committed already."""
-    check_token_ids("shadow.tokens", msg.tokens, vocab_size, MAX_DRAFT_TOKENS)
-    if msg.base_len + len(msg.tokens) > num_committed:
-        raise invalid("shadow.base_len", f"{msg.base_len} + {len(msg.tokens)} tokens reaches past "
+    """A shadow block drafts only where every position is committed already (a tree: down to
+    its depth)."""
+    check_token_ids("shadow.tokens", msg.tokens, vocab_size,
+                    MAX_TREE_NODES if msg.parents else MAX_DRAFT_TOKENS)
+    reach = len(msg.tokens)
+    if msg.parents:
+        check_parents(msg.parents, len(msg.tokens), "shadow.parents")
+        reach = _depth(msg.parents)
+    if msg.base_len + reach > num_committed:
+        raise invalid("shadow.base_len", f"{msg.base_len} + {reach} positions reach past "
                                          f"the {num_committed} committed tokens")
 
 

@@ -18,14 +18,16 @@ class VerifyRequest(_message.Message):
     def __init__(self, open: _Optional[_Union[SessionOpen, _Mapping]] = ..., block: _Optional[_Union[DraftBlock, _Mapping]] = ..., shadow: _Optional[_Union[ShadowBlock, _Mapping]] = ...) -> None: ...
 
 class ShadowBlock(_message.Message):
-    __slots__ = ("epoch", "base_len", "tokens")
+    __slots__ = ("epoch", "base_len", "tokens", "parents")
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     BASE_LEN_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PARENTS_FIELD_NUMBER: _ClassVar[int]
     epoch: int
     base_len: int
     tokens: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, epoch: _Optional[int] = ..., base_len: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ...) -> None: ...
+    parents: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, epoch: _Optional[int] = ..., base_len: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., parents: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class SessionOpen(_message.Message):
     __slots__ = ("session_id", "epoch", "context_tokens", "prompt_len", "sampling", "acceptance", "feature_layers", "owner_tag", "plan_drafts", "draft_method", "shadow_drafts", "tree_nodes", "num_draft_tokens")

@@ -208,3 +208,18 @@ async def test_hostile_trees_are_refused_at_the_verifier_naming_the_field(servic
         verdict = await call.read()
         assert len(verdict.tokens) == len(verdict.path) + 1
         await call.done_writing()
+
+
+
+def test_a_shadow_tree_deeper_than_the_committed_tokens_is_refused():
+    from cascade.protocol.limits import RequestInvalid
+    from cascade.protocol.validation import check_shadow
+
+    tree = verifier_pb2.ShadowBlock(epoch=1, base_len=8, tokens=[1, 2, 3, 4],
+                                    parents=[-1, -1, 0, 2])
+    check_shadow(tree, 96, 11)  # depth 3 reaches position 11: committed
+    with pytest.raises(RequestInvalid, match="shadow.base_len"):
+        check_shadow(tree, 96, 10)
+    tree.parents[3] = 3
+    with pytest.raises(RequestInvalid, match=r"shadow.parents\[3\]"):
+        check_shadow(tree, 96, 11)
