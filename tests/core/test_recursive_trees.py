@@ -39,6 +39,33 @@ def test_one_step_over_sampled_siblings_emits_p(pair, count):
     assert torch.equal(token[kept], children[kept].gather(1, index[kept, None]).squeeze(1))
 
 
+def _without_replacement(q: torch.Tensor, count: int, seed: int):
+    """N rows of ``count`` children drawn from q without replacement (Gumbel-top-k), with the
+    q each was drawn from (q without the earlier ones, renormalised) and how many exist."""
+    generator = torch.Generator().manual_seed(seed)
+    uniform = torch.rand(N, VOCAB, generator=generator, dtype=torch.float64).clamp_min(1e-300)
+    support = int((q > 0).sum())
+    children = (q.log() - (-uniform.log()).log()).topk(count, dim=-1).indices  # [N, count]
+    left, proposals = q.expand(N, VOCAB).clone(), []
+    for j in range(count):
+        proposals.append(left / left.sum(-1, keepdim=True).clamp_min(1e-300))
+        left = left.scatter(1, children[:, j:j + 1], 0.0)
+    return children, torch.stack(proposals, 1), torch.full((N,), min(count, support))
+
+
+@pytest.mark.parametrize("pair", ADVERSARIAL)
+@pytest.mark.parametrize("count", [2, 4])
+def test_siblings_drawn_without_replacement_with_their_own_q_also_emit_p(pair, count):
+    p, q = ADVERSARIAL[pair]
+    children, proposals, num_children = _without_replacement(q, count, seed=count)
+    generator = torch.Generator().manual_seed(8)
+    u_accept = torch.rand(N, count, generator=generator, dtype=torch.float64)
+    u_sample = torch.rand(N, generator=generator, dtype=torch.float64)
+    _, token = recursive_siblings(p.expand(N, VOCAB), proposals, children, num_children,
+                                  u_accept, u_sample)
+    assert_matches(token, p)
+
+
 def test_a_two_level_walk_emits_the_targets_joint_distribution():
     """Root: three children sampled from q0; the first gets three children from q1 of it. The
     target's second distribution depends on the first token."""
@@ -77,7 +104,8 @@ def test_the_drafter_samples_whole_sibling_sets_and_sends_their_q():
     def sample(logits, position, count):
         probs = torch.softmax(logits, -1)
         ids = torch.multinomial(probs, count, replacement=True)
-        return ids, torch.arange(probs.shape[-1]).expand_as(probs), probs
+        proposals = probs[:, None].expand(-1, count, -1)
+        return ids, torch.arange(probs.shape[-1]).expand_as(probs), proposals
 
     tokens, parents, q_ids, q_probs = draft_sampled_tree(cache, prefix,
                                                          TreeShape(13, 3, 3), sample)

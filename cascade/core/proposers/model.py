@@ -150,15 +150,23 @@ class ModelProposer(Proposer):
         return Draft(tokens, parents=parents)
 
     def _sample_children(self, logits: torch.Tensor, position: int, count: int):
-        """``count`` children per row, each sampled from the row's sparse q (the one sent)."""
+        """Up to ``count`` distinct children per row, drawn without replacement from the row's
+        sparse q: child j from q with children 0 .. j-1 removed and renormalised, which is the
+        q it carries (-1: the support ran out)."""
         ids, values = sparsify(process_logits(logits, self.sampling),
                                self.config.max_proposal_tokens)  # [F, K] each
-        uniforms = torch.tensor([position_uniform(self.sampling.seed, position,
-                                                  STREAM_CHILD_DRAFT + j) for j in range(count)],
-                                dtype=torch.float64)
-        columns = torch.stack([sample_from(values, uniforms[j].expand(len(values)))
-                               for j in range(count)], dim=1)  # [F, count]
-        return ids.gather(1, columns), ids, values
+        left = values.double()
+        children, proposals = [], []
+        for j in range(count):
+            mass = left.sum(-1, keepdim=True)  # [F, 1]
+            alive = mass[:, 0] > 1e-12
+            q = torch.where(alive[:, None], left / mass.clamp_min(1e-300), values.double())
+            u = position_uniform(self.sampling.seed, position, STREAM_CHILD_DRAFT + j)
+            column = sample_from(q, torch.full((len(q),), u, dtype=torch.float64))  # [F]
+            children.append(torch.where(alive, ids.gather(1, column[:, None])[:, 0], -1))
+            proposals.append(q.float())
+            left = left.scatter(1, column[:, None], 0.0)
+        return torch.stack(children, 1), ids, torch.stack(proposals, 1)
 
     def _keyed_rank(self, logits: torch.Tensor, position: int) -> torch.Tensor:
         """Children ranked by log q + the position's noise: the first is the keyed choice."""

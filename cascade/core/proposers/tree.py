@@ -91,15 +91,17 @@ def draft_tree(cache: SequenceCache, committed: list[int], shape: TreeShape,
 
 
 Sampler = Callable[[torch.Tensor, int, int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
-"""(logits [F, vocab], the children's position, count) -> (children [F, count] sampled from
-each row's sparse q, q ids [F, K], q probs [F, K])."""
+"""(logits [F, vocab], the children's position, count) -> (children [F, count], -1 past the
+last; the support ids of each row's q [F, K]; the q each child was drawn from [F, count, K],
+the first being the row's q itself)."""
 
 
 @torch.inference_mode()
 def draft_sampled_tree(cache: SequenceCache, committed: list[int], shape: TreeShape,
                        sample: Sampler) -> tuple[list[int], list[int], torch.Tensor, torch.Tensor]:
     """A tree for the recursive rule: every expanded node gets all its children sampled from
-    its q (``branching`` of them; none pruned, so they stay independent samples); each depth
+    its q (``branching`` of them, without replacement: each carries the q it was drawn from,
+    the node's q without its earlier siblings; none pruned); each depth
     expands the likeliest distinct children (at most ``branching``) while the node budget
     lasts. Returns (tokens, parents, q ids [n, K], q probs [n, K]), each node's q
     being the one it was sampled from."""
@@ -115,12 +117,14 @@ def draft_sampled_tree(cache: SequenceCache, committed: list[int], shape: TreeSh
             ids, support, probs = sample(logits, base + depth - 1, count)
             first = len(nodes)
             for f, parent in enumerate(frontier):
-                chance = dict(zip(support[f].tolist(), probs[f].tolist()))
-                for token in ids[f].tolist():
+                chance = dict(zip(support[f].tolist(), probs[f, 0].tolist()))
+                for j, token in enumerate(ids[f].tolist()):
+                    if token < 0:
+                        break
                     score = frontier_scores[f] + math.log(max(chance[token], 1e-30))
                     nodes.append(_Candidate(score, parent, token))
                     q_ids.append(support[f])
-                    q_probs.append(probs[f])
+                    q_probs.append(probs[f, j])
             room = (shape.nodes - len(nodes)) // shape.branching
             if depth == shape.depth or room < 1:
                 break
