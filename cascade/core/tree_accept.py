@@ -13,10 +13,12 @@ A chain is the tree whose parents are -1, 0, 1, ...: the same walk accepts the l
 whose tokens are the target's choices.
 
 The recursive rule (``walk_recursive``, SpecInfer's multi-step speculative sampling) is the
-sampled alternative that uses q: at a node whose children were each sampled from q (with
-replacement, in order), child j is accepted with probability min(1, r(x_j) / q(x_j)), r starting
-as the target's p at the node and becoming norm(max(r - q, 0)) after each rejection; when every
-child is rejected the round's last token is drawn from r. Each step emits exactly a sample of p
+sampled alternative that uses q: at a node whose children were sampled in order, child j from
+its own q_j (the drafter draws without replacement: q_j is the node's q without the earlier
+siblings, renormalised; i.i.d. draws with q_j = q are exact too), child j is accepted with
+probability min(1, r(x_j) / q_j(x_j)), r starting as the target's p at the node and becoming
+norm(max(r - q_j, 0)) after each rejection; when every child is rejected the round's last token
+is drawn from r. Each step emits exactly a sample of p
 (``recursive_siblings``; N = 200,000 in the tests).
 """
 
