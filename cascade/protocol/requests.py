@@ -24,6 +24,7 @@ Defaults, documented once (OpenAI's where OpenAI has the field):
 | draft_min_confidence | 0.0 (off) | [0, 1): a block stops where the drafter's top probability is below it |
 | draft_max_entropy | 0.0 (off) | [0, 20] nats: a block stops where the drafter's entropy is above it |
 | draft_tree_nodes | the server's default (0: chains) | [0, 64]: each round drafts a token tree of at most this many nodes, at most k deep (not with "cascade" or "adaptive"; prompt lookup makes every earlier match a branch); sampled trees are verified with the keyed rule; under "auto" the verifier takes the best-first prefix of each tree's nodes that pays (down to none) |
+| draft_tree_branching | 4 | [1, 16]: children a tree node offers and nodes kept per depth (the first position offers 4x as many) |
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from cascade.protocol.methods import DEFAULT_DRAFT_METHOD, DRAFT_METHODS
 from cascade.protocol.settings import (
     MAX_DRAFT_TOKENS,
     MAX_ENTROPY,
+    MAX_TREE_BRANCHING,
     MAX_TREE_NODES,
     MIN_TEMPERATURE,
     AcceptancePolicy,
@@ -105,6 +107,8 @@ class GenerationOptions(Lenient):
     """Cascade extension: end a block where the drafter's entropy (nats) is above this."""
     draft_tree_nodes: int | None = Field(None, ge=0, le=MAX_TREE_NODES)
     """Cascade extension: draft token trees of at most this many nodes (0: chains)."""
+    draft_tree_branching: int = Field(DraftConfig.tree_branching, ge=1, le=MAX_TREE_BRANCHING)
+    """Cascade extension: children a tree node offers (nodes kept per depth)."""
 
     @field_validator("temperature")
     @classmethod
@@ -243,7 +247,8 @@ def _draft_config(options: GenerationOptions, server: ServerDefaults) -> DraftCo
     return DraftConfig(k, min_confidence=options.draft_min_confidence,
                        max_entropy=options.draft_max_entropy, adaptive=adaptive,
                        planned=_is_planned(options),
-                       method=options.draft_method, tree_nodes=tree_nodes)
+                       method=options.draft_method, tree_nodes=tree_nodes,
+                       tree_branching=options.draft_tree_branching)
 
 
 def _tree_nodes(options: GenerationOptions, server: ServerDefaults) -> int:

@@ -16,7 +16,7 @@ class ResumeRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., after_round: _Optional[int] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("model", "prompt", "num_draft_tokens", "chat", "max_tokens", "temperature", "top_p", "top_k", "seed", "draft_method", "stop", "acceptance", "cascade_rule", "cascade_alpha", "draft_schedule", "draft_min_confidence", "draft_max_entropy", "draft_tree_nodes")
+    __slots__ = ("model", "prompt", "num_draft_tokens", "chat", "max_tokens", "temperature", "top_p", "top_k", "seed", "draft_method", "stop", "acceptance", "cascade_rule", "cascade_alpha", "draft_schedule", "draft_min_confidence", "draft_max_entropy", "draft_tree_nodes", "draft_tree_branching")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
     NUM_DRAFT_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -35,6 +35,7 @@ class GenerateRequest(_message.Message):
     DRAFT_MIN_CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
     DRAFT_MAX_ENTROPY_FIELD_NUMBER: _ClassVar[int]
     DRAFT_TREE_NODES_FIELD_NUMBER: _ClassVar[int]
+    DRAFT_TREE_BRANCHING_FIELD_NUMBER: _ClassVar[int]
     model: str
     prompt: str
     num_draft_tokens: int
@@ -53,7 +54,8 @@ class GenerateRequest(_message.Message):
     draft_min_confidence: float
     draft_max_entropy: float
     draft_tree_nodes: int
-    def __init__(self, model: _Optional[str] = ..., prompt: _Optional[str] = ..., num_draft_tokens: _Optional[int] = ..., chat: _Optional[bool] = ..., max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., seed: _Optional[int] = ..., draft_method: _Optional[str] = ..., stop: _Optional[_Iterable[str]] = ..., acceptance: _Optional[str] = ..., cascade_rule: _Optional[str] = ..., cascade_alpha: _Optional[float] = ..., draft_schedule: _Optional[str] = ..., draft_min_confidence: _Optional[float] = ..., draft_max_entropy: _Optional[float] = ..., draft_tree_nodes: _Optional[int] = ...) -> None: ...
+    draft_tree_branching: int
+    def __init__(self, model: _Optional[str] = ..., prompt: _Optional[str] = ..., num_draft_tokens: _Optional[int] = ..., chat: _Optional[bool] = ..., max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., seed: _Optional[int] = ..., draft_method: _Optional[str] = ..., stop: _Optional[_Iterable[str]] = ..., acceptance: _Optional[str] = ..., cascade_rule: _Optional[str] = ..., cascade_alpha: _Optional[float] = ..., draft_schedule: _Optional[str] = ..., draft_min_confidence: _Optional[float] = ..., draft_max_entropy: _Optional[float] = ..., draft_tree_nodes: _Optional[int] = ..., draft_tree_branching: _Optional[int] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
     __slots__ = ("session_id", "text", "token_ids", "num_accepted", "num_drafted", "finish_reason", "prompt_tokens", "completion_tokens", "accepted_text", "draft_us", "verify_us", "round_us", "num_deferred", "round", "speculation", "drafted_tokens", "drafted_parents", "path")

@@ -15,7 +15,7 @@ from test_gateway_e2e import MAX_TOKENS, PROMPTS, expected_tokens
 
 from conftest import _start_pod
 
-TREE = {"num_draft_tokens": 3, "draft_tree_nodes": 12}
+TREE = {"num_draft_tokens": 3, "draft_tree_nodes": 12, "draft_tree_branching": 3}
 
 
 async def _complete(http: httpx.AsyncClient, prompt: str, **fields) -> dict:
@@ -92,6 +92,10 @@ async def test_requests_that_cannot_draft_trees_are_refused_naming_the_field(clu
         body = {"model": "tiny", "prompt": "x", "max_tokens": 4, "draft_tree_nodes": 65}
         response = await http.post("/v1/completions", json=body)
         assert response.status_code == 400 and "draft_tree_nodes" in response.text
+        body = {"model": "tiny", "prompt": "x", "max_tokens": 4, "draft_tree_branching": 17}
+        response = await http.post("/v1/completions", json=body)
+        assert response.status_code == 400
+        assert response.json()["error"]["param"] == "draft_tree_branching"
 
 
 async def test_a_tree_session_moves_when_its_drafter_dies_and_stays_exact(cluster, tiny_runners):
