@@ -40,7 +40,7 @@ from cascade.core.goodput import PlanInputs, RowPlan, StepCost, plan_pass
 from cascade.core.step_cost import StepCostModel, StepShape, load_or_profile
 from cascade.core.survival import SurvivalBook
 from cascade.core.tree_accept import row_depths, walk
-from cascade.core.trees import chain_parents
+from cascade.protocol.trees import chain_parents
 from cascade.serving import metrics
 
 MAX_PROBE_TOKENS = 4

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
-from cascade.core.trees import is_chain
 from cascade.protocol.settings import FinishReason
+from cascade.protocol.trees import is_chain
 
 
 @dataclass

@@ -38,7 +38,8 @@ from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from cascade.core.kv_store import KVStore, Region
-from cascade.core.trees import ancestor_mask, depths
+from cascade.core.trees import ancestor_mask
+from cascade.protocol.trees import depths
 
 ATTENTION = "cascade_packed"
 ATTENTION_EAGER = "cascade_packed_eager"

@@ -36,8 +36,9 @@ from cascade.core.sampling import (
     process_logits,
     sample_from,
 )
-from cascade.core.trees import children, depths
+from cascade.core.trees import children
 from cascade.protocol.settings import SamplingParams
+from cascade.protocol.trees import depths
 
 
 class TreeVerdict(NamedTuple):

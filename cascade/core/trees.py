@@ -1,56 +1,11 @@
-"""Token trees: several candidates per position in one block.
-
-A block's nodes are listed parents first: node i carries a token and ``parents[i]``, the index
-of its parent node, or -1 when its parent is the root (the last committed token). A chain is the
-tree whose parents are -1, 0, 1, ...; ``parents=None`` on a ``Draft`` means exactly that, so
-every chain-only block stays valid.
-
-Node i of depth d (a root child has depth 1) stands at position ``base + d - 1`` of the sequence
-(``base``: the committed length); the target's distribution after it predicts position
-``base + d``. In a verifying pass each node attends to the committed prefix, its ancestors and
-itself (``ancestor_mask``). The verdict names the accepted path: node indices from a root child
-down (``TreeVerdict``).
-"""
+"""Token trees on the torch side: each node's children, its path and the attention mask among
+nodes (the layout and its checks, torch-free, are ``cascade.protocol.trees``)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 import torch
-
-from cascade.protocol.settings import MAX_TREE_NODES
-
-
-
-def chain_parents(count: int) -> list[int]:
-    """The parents of a chain of ``count`` nodes."""
-    return list(range(-1, count - 1))
-
-
-def is_chain(parents: Sequence[int] | None) -> bool:
-    return parents is None or all(p == i - 1 for i, p in enumerate(parents))
-
-
-def tree_problem(parents: Sequence[int], max_nodes: int = MAX_TREE_NODES,
-                 max_depth: int | None = None) -> str | None:
-    """What makes ``parents`` not a tree in topological order, or None. Checked: node count,
-    each parent in [-1, own index) (so no cycles and parents first), and the depth."""
-    if len(parents) > max_nodes:
-        return f"{len(parents)} nodes; at most {max_nodes}"
-    for i, parent in enumerate(parents):
-        if not -1 <= parent < i:
-            return f"node {i} names parent {parent}; a parent must be in [-1, {i})"
-    if max_depth is not None and parents and max(depths(parents)) > max_depth:
-        return f"depth {max(depths(parents))}; at most {max_depth}"
-    return None
-
-
-def depths(parents: Sequence[int]) -> list[int]:
-    """Depth of each node (a root child has depth 1)."""
-    out: list[int] = []
-    for parent in parents:
-        out.append(1 if parent < 0 else out[parent] + 1)
-    return out
 
 
 def children(parents: Sequence[int]) -> list[list[int]]:

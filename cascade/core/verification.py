@@ -29,7 +29,6 @@ from cascade.core.sampling import (
     sparse_to_dense,
 )
 from cascade.core.tree_accept import row_depths, target_choices, walk, walk_recursive
-from cascade.core.trees import tree_problem
 from cascade.protocol.settings import (
     MAX_TREE_NODES,
     AcceptancePolicy,
@@ -39,6 +38,7 @@ from cascade.protocol.settings import (
     SamplingParams,
 )
 from cascade.protocol.stats import SpecStats
+from cascade.protocol.trees import tree_problem
 
 
 class InvalidDraft(ValueError):

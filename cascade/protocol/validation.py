@@ -42,6 +42,7 @@ from cascade.protocol.settings import (
     DraftConfig,
     SamplingParams,
 )
+from cascade.protocol.trees import depths, misplaced_parent
 from cascade.protocol.wire import acceptance_from_pb, draft_settings_from_pb, sampling_from_pb
 from cascade.v1 import common_pb2, verifier_pb2
 
@@ -192,19 +193,11 @@ def check_parents(parents: Sequence[int], num_tokens: int, field: str = "parents
     if len(parents) != num_tokens:
         raise invalid(field, f"one per token or none; got {len(parents)} for {num_tokens} "
                              "tokens")
-    for i, parent in enumerate(parents):
-        if not -1 <= parent < i:
-            raise invalid(f"{field}[{i}]", f"must be in [-1, {i}) (a parent comes before its "
-                                           f"children; -1: the last committed token), got "
-                                           f"{parent}")
-
-
-def _depth(parents: Sequence[int]) -> int:
-    """The deepest node's depth of a checked tree (a root child has depth 1)."""
-    depth: list[int] = []
-    for parent in parents:
-        depth.append(1 if parent < 0 else depth[parent] + 1)
-    return max(depth)
+    i = misplaced_parent(parents)
+    if i is not None:
+        raise invalid(f"{field}[{i}]", f"must be in [-1, {i}) (a parent comes before its "
+                                       f"children; -1: the last committed token), got "
+                                       f"{parents[i]}")
 
 
 def check_shadow(msg: verifier_pb2.ShadowBlock, vocab_size: int, num_committed: int) -> None:
@@ -215,7 +208,7 @@ def check_shadow(msg: verifier_pb2.ShadowBlock, vocab_size: int, num_committed: 
     reach = len(msg.tokens)
     if msg.parents:
         check_parents(msg.parents, len(msg.tokens), "shadow.parents")
-        reach = _depth(msg.parents)
+        reach = max(depths(msg.parents))
     if msg.base_len + reach > num_committed:
         raise invalid("shadow.base_len", f"{msg.base_len} + {reach} positions reach past "
                                          f"the {num_committed} committed tokens")

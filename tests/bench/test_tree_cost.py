@@ -1,7 +1,7 @@
 """The pass-cost benchmark's trees are valid and its rounds run (no speed assertions)."""
 
 from cascade.bench.tree_cost import bushy_parents, round_ms
-from cascade.core.trees import depths, tree_problem
+from cascade.protocol.trees import depths, tree_problem
 from models import tiny_llama
 
 

@@ -17,7 +17,7 @@ from cascade.core.sampling import (
     gumbel_noise,
     keyed_choice,
 )
-from cascade.core.trees import depths
+from cascade.protocol.trees import depths
 from cascade.core.verification import SequenceVerifier
 from cascade.protocol.settings import AcceptancePolicy, AcceptanceRule, SamplingParams
 from models import tiny_llama

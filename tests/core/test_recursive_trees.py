@@ -9,7 +9,7 @@ import torch
 from cascade.core.loop import generate
 from cascade.core.proposers.tree import TreeShape, draft_sampled_tree
 from cascade.core.tree_accept import recursive_siblings, walk_recursive
-from cascade.core.trees import tree_problem
+from cascade.protocol.trees import tree_problem
 from cascade.protocol.settings import AcceptancePolicy, AcceptanceRule, DraftConfig, SamplingParams
 from models import random_prompts, tiny_llama
 from test_acceptance_stats import N, VOCAB, assert_matches, random_distribution

@@ -12,7 +12,8 @@ from cascade.core.proposers import ProposerContext, new_proposer
 from cascade.core.proposers.ngram import ngram_continuations, ngram_propose, trie
 from cascade.core.proposers.tree import TreeShape, _Candidate, _Grower, draft_tree
 from cascade.core.runner import ModelRunner
-from cascade.core.trees import depths, path_to, tree_problem
+from cascade.core.trees import path_to
+from cascade.protocol.trees import depths, tree_problem
 from cascade.protocol.settings import AcceptancePolicy, AcceptanceRule, DraftConfig, SamplingParams
 from models import hf_greedy, random_prompts, tiny_gpt2, tiny_llama
 
