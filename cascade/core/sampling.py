@@ -42,10 +42,14 @@ def _splitmix64(x: int) -> int:
     return x ^ (x >> 31)
 
 
+def _position_key(seed: int, position: int, stream: int) -> int:
+    """A 64-bit word that depends only on (seed, position, stream)."""
+    return _splitmix64(_splitmix64(_splitmix64(seed & _MASK64) ^ position) ^ stream)
+
+
 def position_uniform(seed: int, position: int, stream: int) -> float:
     """A uniform in [0, 1) that depends only on (seed, position, stream)."""
-    h = _splitmix64(_splitmix64(_splitmix64(seed & _MASK64) ^ position) ^ stream)
-    return (h >> 11) * 2.0**-53
+    return (_position_key(seed, position, stream) >> 11) * 2.0**-53
 
 
 def _signed(x: int) -> int:
@@ -76,8 +80,7 @@ def gumbel_noise(seed: int, positions: Sequence[int], vocab_size: int) -> torch.
     Position-keyed sampling draws the token at position t as argmax(log p + noise[t]) (the
     Gumbel-max trick: exactly a sample of p), so the token emitted at a position depends on the
     seed and the tokens before it alone, never on what was drafted."""
-    keys = torch.tensor([_signed(_splitmix64(_splitmix64(_splitmix64(seed & _MASK64) ^ t)
-                                             ^ STREAM_GUMBEL)) for t in positions],
+    keys = torch.tensor([_signed(_position_key(seed, t, STREAM_GUMBEL)) for t in positions],
                         dtype=torch.long)
     ids = torch.arange(vocab_size, dtype=torch.long)
     words = _splitmix64_tensor(keys[:, None] ^ ids[None, :])  # [n, vocab]
