@@ -56,9 +56,10 @@ class ModelProposer(Proposer):
         self.schedule = None
         rule = context.policy.rule if context.policy is not None else None
         self.keyed = rule is AcceptanceRule.KEYED
-        self.recursive = rule is AcceptanceRule.RECURSIVE and bool(self.config.tree_nodes)
         """Position-keyed sampling: draft the keyed choice under the drafter's own q (the
         target's choice whenever the two agree), send no q."""
+        self.recursive = rule is AcceptanceRule.RECURSIVE and bool(self.config.tree_nodes)
+        """Recursive rule with trees: draw each node's children from q (``_sample_children``)."""
         if self.config.tree_nodes and self.wants_target_features:
             raise ValueError("tree_nodes: token trees need a model drafter; a feature drafter "
                              "predicts one position at a time")

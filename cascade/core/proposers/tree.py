@@ -65,10 +65,9 @@ def draft_tree(cache: SequenceCache, committed: list[int], shape: TreeShape,
     """(tokens, parents) of a tree after ``committed`` (parents: -1 for a root child)."""
     base = len(committed)
     logits = cache.forward_to(committed).logits[-1:]  # [1, vocab]
-    grower = _Grower(cache, base)
     candidates: list[_Candidate] = []
     frontier, frontier_scores = [-1], torch.zeros(1, dtype=torch.float64)
-    try:
+    with _Grower(cache, base) as grower:
         for depth in range(1, shape.depth + 1):
             scores = rank(logits, base + depth - 1).double().clamp_max(0.0)  # [F, vocab]
             width = min(shape.root_width if depth == 1 else shape.branching, scores.shape[-1])
@@ -83,10 +82,6 @@ def draft_tree(cache: SequenceCache, committed: list[int], shape: TreeShape,
             frontier_scores = new[keep]
             if depth < shape.depth:
                 logits = grower.feed([candidates[i] for i in frontier], frontier, depth)
-    finally:
-        excess = cache.cache.get_seq_length() - base  # the nodes fed here (not in .tokens)
-        if excess > 0:
-            cache.cache.crop(-excess)
     return _select(candidates, shape.nodes)
 
 
@@ -107,11 +102,10 @@ def draft_sampled_tree(cache: SequenceCache, committed: list[int], shape: TreeSh
     being the one it was sampled from."""
     base = len(committed)
     logits = cache.forward_to(committed).logits[-1:]  # [1, vocab]
-    grower = _Grower(cache, base)
     nodes: list[_Candidate] = []
     q_ids, q_probs = [], []
     frontier, frontier_scores = [-1], [0.0]
-    try:
+    with _Grower(cache, base) as grower:
         for depth in range(1, shape.depth + 1):
             count = min(shape.branching, shape.nodes)
             ids, support, probs = sample(logits, base + depth - 1, count)
@@ -131,10 +125,6 @@ def draft_sampled_tree(cache: SequenceCache, committed: list[int], shape: TreeSh
             frontier = _likeliest_distinct(nodes, first, min(shape.branching, room))
             frontier_scores = [nodes[i].score for i in frontier]
             logits = grower.feed([nodes[i] for i in frontier], frontier, depth)
-    finally:
-        excess = cache.cache.get_seq_length() - base
-        if excess > 0:
-            cache.cache.crop(-excess)
     return ([n.token for n in nodes], [n.parent for n in nodes], torch.stack(q_ids),
             torch.stack(q_probs))
 
@@ -165,7 +155,8 @@ def _select(candidates: list[_Candidate], count: int) -> tuple[list[int], list[i
 
 
 class _Grower:
-    """Feeds tree nodes into a sequence's drafter cache after its ``base`` committed tokens."""
+    """Feeds tree nodes into a sequence's drafter cache after its ``base`` committed tokens;
+    on exit (a context manager) the cache holds the committed tokens again."""
 
     def __init__(self, cache: SequenceCache, base: int) -> None:
         self.cache, self.base = cache, base
@@ -173,6 +164,14 @@ class _Grower:
         """Candidate index -> slot (after the committed ones) of each node fed so far."""
         self.seen: list[list[int]] = []
         """Per fed slot: the slots it attends to (its ancestors' and its own)."""
+
+    def __enter__(self) -> _Grower:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        excess = self.cache.cache.get_seq_length() - self.base  # fed here, not in .tokens
+        if excess > 0:
+            self.cache.cache.crop(-excess)
 
     def feed(self, nodes: list[_Candidate], ids: list[int], depth: int) -> torch.Tensor:
         """One pass over one depth's ``nodes`` (candidate indices ``ids``); [F, vocab] logits."""
