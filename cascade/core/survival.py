@@ -6,7 +6,7 @@ reached. Survival S_i, the chance that position i is reached *and* accepted, is 
 product of the positions' conditional acceptance rates (accepted given reached).
 
 A token tree's nodes are slots too: node i (nodes come best first) survives when it lies on the
-accepted path. Its rate is estimated directly (``NodeRates``: on the path or not, for every node
+accepted path. Its rate is estimated directly (``node_rates``: on the path or not, for every node
 verified), and its survival is the running minimum of those rates, so survival never rises along
 a block and any prefix of it is worth its sum.
 
@@ -19,7 +19,7 @@ an old run fades.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from cascade.protocol.settings import MAX_DRAFT_TOKENS, MAX_TREE_NODES
@@ -34,88 +34,19 @@ POOLED_WEIGHT = 0.05
 """Weight of one observation in the pooled (per-method) moving average."""
 
 
-@dataclass
-class AcceptanceRates:
-    """Moving averages of the conditional acceptance rate of positions 1 .. MAX_DRAFT_TOKENS."""
-
-    weight: float
-    rates: list[float] = field(default_factory=lambda: [PRIOR] * MAX_DRAFT_TOKENS)
-    num_rounds: int = 0
-
-    def observe(self, num_verified: int, num_accepted: int) -> None:
-        """One round: ``num_verified`` drafted tokens were verified, ``num_accepted`` kept."""
-        if num_verified <= 0:
-            return
-        self.num_rounds += 1
-        for position in range(min(num_accepted + 1, num_verified)):
-            hit = 1.0 if position < num_accepted else 0.0
-            self.rates[position] += self.weight * (hit - self.rates[position])
-
-    def survival(self, length: int) -> list[float]:
-        """S_1 .. S_length."""
-        return _running_product(self.rates[:length])
+Slots = list[tuple[int, bool]]
+"""What one round observed: (slot index, accepted) for every slot it reached."""
 
 
-@dataclass
-class SessionRates:
-    """A session's rates: its own decayed counts on top of its method's pooled rates."""
-
-    pooled: AcceptanceRates
-    hits: list[float] = field(default_factory=lambda: [0.0] * MAX_DRAFT_TOKENS)
-    trials: list[float] = field(default_factory=lambda: [0.0] * MAX_DRAFT_TOKENS)
-
-    def observe(self, num_verified: int, num_accepted: int) -> None:
-        for position in range(min(num_accepted + 1, num_verified)):
-            self.hits[position] = SESSION_DECAY * self.hits[position] + (
-                position < num_accepted)
-            self.trials[position] = SESSION_DECAY * self.trials[position] + 1.0
-
-    def survival(self, length: int) -> list[float]:
-        rates = [(PRIOR_ROUNDS * prior + hits) / (PRIOR_ROUNDS + trials) for prior, hits, trials
-                 in zip(self.pooled.rates[:length], self.hits, self.trials)]
-        return _running_product(rates)
+def chain_slots(num_verified: int, num_accepted: int) -> Slots:
+    """A chain's round: positions 1 .. min(a + 1, n) reached, the first a accepted."""
+    return [(i, i < num_accepted) for i in range(min(num_accepted + 1, num_verified))]
 
 
-def node_prior(index: int) -> float:
-    """The chance node ``index`` of a tree is on the accepted path before anything was seen."""
-    return PRIOR / (1 + index)
-
-
-@dataclass
-class NodeRates:
-    """Moving averages of the chance that tree node i is on the accepted path."""
-
-    weight: float
-    rates: list[float] = field(default_factory=lambda: [node_prior(i)
-                                                        for i in range(MAX_TREE_NODES)])
-
-    def observe(self, num_verified: int, path: Sequence[int]) -> None:
-        on_path = set(path)
-        for i in range(min(num_verified, MAX_TREE_NODES)):
-            self.rates[i] += self.weight * ((i in on_path) - self.rates[i])
-
-    def survival(self, length: int) -> list[float]:
-        return _running_min(self.rates[:length])
-
-
-@dataclass
-class SessionNodeRates:
-    """A tree session's node rates: its own decayed counts on top of the pooled ones."""
-
-    pooled: NodeRates
-    hits: list[float] = field(default_factory=lambda: [0.0] * MAX_TREE_NODES)
-    trials: list[float] = field(default_factory=lambda: [0.0] * MAX_TREE_NODES)
-
-    def observe(self, num_verified: int, path: Sequence[int]) -> None:
-        on_path = set(path)
-        for i in range(min(num_verified, MAX_TREE_NODES)):
-            self.hits[i] = SESSION_DECAY * self.hits[i] + (i in on_path)
-            self.trials[i] = SESSION_DECAY * self.trials[i] + 1.0
-
-    def survival(self, length: int) -> list[float]:
-        rates = [(PRIOR_ROUNDS * prior + hits) / (PRIOR_ROUNDS + trials) for prior, hits, trials
-                 in zip(self.pooled.rates[:length], self.hits, self.trials)]
-        return _running_min(rates)
+def tree_slots(num_verified: int, path: Sequence[int]) -> Slots:
+    """A tree's round: every verified node observed, accepted when it lies on the path."""
+    on_path = set(path)
+    return [(i, i in on_path) for i in range(min(num_verified, MAX_TREE_NODES))]
 
 
 def _running_min(rates: list[float]) -> list[float]:
@@ -134,14 +65,80 @@ def _running_product(rates: list[float]) -> list[float]:
     return out
 
 
+@dataclass
+class AcceptanceRates:
+    """Moving averages of each slot's rate: by default a chain's conditional acceptance rate of
+    positions 1 .. MAX_DRAFT_TOKENS (survival: their running product); ``node_rates`` makes
+    the per-node variant of trees."""
+
+    weight: float
+    rates: list[float] = field(default_factory=lambda: [PRIOR] * MAX_DRAFT_TOKENS)
+    num_rounds: int = 0
+    combine: Callable[[list[float]], list[float]] = _running_product
+    """Rates -> survival: running product (chains) or running minimum (tree nodes)."""
+
+    def observe(self, num_verified: int, num_accepted: int) -> None:
+        """One round: ``num_verified`` drafted tokens were verified, ``num_accepted`` kept."""
+        if num_verified <= 0:
+            return
+        self.num_rounds += 1
+        self.update(chain_slots(num_verified, num_accepted))
+
+    def update(self, slots: Slots) -> None:
+        for i, hit in slots:
+            self.rates[i] += self.weight * (hit - self.rates[i])
+
+    def survival(self, length: int) -> list[float]:
+        """S_1 .. S_length."""
+        return self.combine(self.rates[:length])
+
+
+def node_prior(index: int) -> float:
+    """The chance node ``index`` of a tree is on the accepted path before anything was seen."""
+    return PRIOR / (1 + index)
+
+
+def node_rates(weight: float) -> AcceptanceRates:
+    """Moving averages of the chance that tree node i is on the accepted path."""
+    return AcceptanceRates(weight, [node_prior(i) for i in range(MAX_TREE_NODES)],
+                           combine=_running_min)
+
+
+@dataclass
+class SessionRates:
+    """A session's rates: its own decayed counts on top of its method's pooled rates (chain
+    positions or tree nodes, as the pooled rates are)."""
+
+    pooled: AcceptanceRates
+    hits: list[float] = field(default_factory=list)
+    trials: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.hits = self.hits or [0.0] * len(self.pooled.rates)
+        self.trials = self.trials or [0.0] * len(self.pooled.rates)
+
+    def observe(self, num_verified: int, num_accepted: int) -> None:
+        self.update(chain_slots(num_verified, num_accepted))
+
+    def update(self, slots: Slots) -> None:
+        for i, hit in slots:
+            self.hits[i] = SESSION_DECAY * self.hits[i] + hit
+            self.trials[i] = SESSION_DECAY * self.trials[i] + 1.0
+
+    def survival(self, length: int) -> list[float]:
+        rates = [(PRIOR_ROUNDS * prior + hits) / (PRIOR_ROUNDS + trials) for prior, hits, trials
+                 in zip(self.pooled.rates[:length], self.hits, self.trials)]
+        return self.pooled.combine(rates)
+
+
 class SurvivalBook:
     """The pooled estimate per drafting method, and each session's own (keyed by any id)."""
 
     def __init__(self) -> None:
         self.pooled: dict[str, AcceptanceRates] = {}
         self.sessions: dict[object, SessionRates] = {}
-        self.pooled_nodes: dict[str, NodeRates] = {}
-        self.tree_sessions: dict[object, SessionNodeRates] = {}
+        self.pooled_nodes: dict[str, AcceptanceRates] = {}
+        self.tree_sessions: dict[object, SessionRates] = {}
 
     def of(self, key: object, method: str) -> SessionRates:
         """The session's estimate (started from its method's pooled one)."""
@@ -154,17 +151,19 @@ class SurvivalBook:
         self.of(key, method).observe(num_verified, num_accepted)
         self.pooled[method].observe(num_verified, num_accepted)
 
-    def of_tree(self, key: object, method: str) -> SessionNodeRates:
+    def of_tree(self, key: object, method: str) -> SessionRates:
         """A tree session's node estimate (started from its method's pooled one)."""
         if key not in self.tree_sessions:
-            pooled = self.pooled_nodes.setdefault(method, NodeRates(POOLED_WEIGHT))
-            self.tree_sessions[key] = SessionNodeRates(pooled)
+            if method not in self.pooled_nodes:
+                self.pooled_nodes[method] = node_rates(POOLED_WEIGHT)
+            self.tree_sessions[key] = SessionRates(self.pooled_nodes[method])
         return self.tree_sessions[key]
 
     def observe_tree(self, key: object, method: str, num_verified: int,
                      path: Sequence[int]) -> None:
-        self.of_tree(key, method).observe(num_verified, path)
-        self.pooled_nodes[method].observe(num_verified, path)
+        slots = tree_slots(num_verified, path)
+        self.of_tree(key, method).update(slots)
+        self.pooled_nodes[method].update(slots)
 
     def forget(self, key: object) -> None:
         self.sessions.pop(key, None)
