@@ -15,8 +15,7 @@ verified against q; chains get speculative sampling).
 from __future__ import annotations
 
 import argparse
-import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from rich.console import Console
@@ -26,16 +25,18 @@ from cascade.bench.prompts import bench_prompts, domain_names
 from cascade.bench.run import machine
 from cascade.distill.prompts import prompt_set
 from cascade.protocol.chat import chat_prompts_ids
-from cascade.core.loop import RoundTiming, speculative_rounds
+from cascade.core.loop import generate
 from cascade.core.runner import ModelRunner, ModelSpec
 from cascade.protocol.settings import AcceptancePolicy, AcceptanceRule, DraftConfig, SamplingParams
+from cascade.protocol.stats import SpecStats
 
 
 @dataclass
 class Tally:
-    tokens: int = 0
-    passes: int = 0
-    nodes: int = 0
+    """One config over every prompt: the verifier's counters (passes, drafted nodes, emitted
+    tokens) and the loop's times."""
+
+    stats: SpecStats = field(default_factory=SpecStats)
     seconds: float = 0.0
     draft_s: float = 0.0
     verify_s: float = 0.0
@@ -60,19 +61,13 @@ def label(config: DraftConfig) -> str:
 
 def run_one(target, drafter, prompt: list[int], params, config, policy, tally: Tally
             ) -> list[int]:
-    timing, emitted = RoundTiming(), []
-    started = time.perf_counter()
-    for draft, outcome, _ in speculative_rounds(target, prompt, params,
-                                                drafter if config.num_draft_tokens else None,
-                                                config, timing, policy):
-        emitted += outcome.tokens
-        tally.passes += 1
-        tally.nodes += draft.num_tokens
-    tally.seconds += time.perf_counter() - started
-    tally.tokens += len(emitted)
-    tally.draft_s += timing.draft_s
-    tally.verify_s += timing.verify_s
-    return emitted
+    result = generate(target, prompt, params, drafter if config.num_draft_tokens else None,
+                      config, policy)
+    tally.stats = tally.stats + result.stats
+    tally.seconds += result.elapsed_s
+    tally.draft_s += result.timing.draft_s
+    tally.verify_s += result.timing.verify_s
+    return result.tokens
 
 
 def measure(args) -> list[tuple[DraftConfig, Tally]]:
@@ -113,10 +108,13 @@ def report(results, args) -> None:
                    "draft ms / pass", "verify ms / pass"):
         table.add_column(column, justify="left" if column == "config" else "right")
     for config, t in results:
-        table.add_row(label(config), f"{t.tokens / t.passes:.2f}", f"{t.nodes / t.passes:.1f}",
-                      f"{t.tokens / t.seconds:.2f}",
-                      f"{(t.tokens / t.seconds) / (base.tokens / base.seconds):.2f}x",
-                      f"{1000 * t.draft_s / t.passes:.1f}", f"{1000 * t.verify_s / t.passes:.1f}")
+        s, base_rate = t.stats, base.stats.num_emitted_tokens / base.seconds
+        passes = s.num_target_passes
+        table.add_row(label(config), f"{s.num_emitted_tokens / passes:.2f}",
+                      f"{s.num_draft_tokens / passes:.1f}",
+                      f"{s.num_emitted_tokens / t.seconds:.2f}",
+                      f"{(s.num_emitted_tokens / t.seconds) / base_rate:.2f}x",
+                      f"{1000 * t.draft_s / passes:.1f}", f"{1000 * t.verify_s / passes:.1f}")
     Console(width=150).print(table)
     print(machine())
 

@@ -30,5 +30,8 @@ def test_chains_and_trees_emit_the_same_greedy_tokens_and_are_tallied(llama_pair
                for text, tally in tallies.items()]
     assert outputs[0] == outputs[1] == outputs[2] and len(outputs[0]) == 12
     alone, tree = tallies["0"], tallies["3:10:3"]
-    assert alone.passes == 12 and alone.nodes == 0 and alone.tokens == 12
-    assert tree.passes <= 12 and 0 < tree.nodes <= 10 * tree.passes and tree.seconds > 0
+    alone, tree = alone.stats, tree.stats
+    assert alone.num_target_passes == 12 and alone.num_draft_tokens == 0
+    assert alone.num_emitted_tokens == 12
+    assert tree.num_target_passes <= 12 and tallies["3:10:3"].seconds > 0
+    assert 0 < tree.num_draft_tokens <= 10 * tree.num_target_passes
