@@ -216,7 +216,7 @@ class DraftLoop:
         return Shadows(self.proposer.propose, self.executor, writer.send, self.request.epoch,
                        self.config.num_draft_tokens, self.num_sessions,
                        self.request.prompt_len + self.config.num_draft_tokens,
-                       budget=self.config.tree_nodes or self.config.num_draft_tokens)
+                       budget=self.config.tree_nodes)
 
     def _round(self, verdict, block, origin, cache: SpeculationCache | None, round_us: int
                ) -> common_pb2.Round:

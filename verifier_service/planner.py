@@ -189,19 +189,15 @@ class DraftPlanner:
         state = self.sessions.get(id(sequence))
         if state is None or not tokens:
             return None
-        truth = sequence.committed[base_len:]
+        path = shadow_path(tokens, parents, sequence.committed[base_len:])
         if state.is_tree:
-            path = shadow_path(tokens, parents, truth)
             self.book.observe_tree(id(sequence), state.method, len(tokens), path)
-            accepted = len(path)
         else:
-            accepted = next((i for i, (a, b) in enumerate(zip(tokens, truth)) if a != b),
-                            len(tokens))
-            self.book.observe(id(sequence), state.method, len(tokens), accepted)
+            self.book.observe(id(sequence), state.method, len(tokens), len(path))
         state.most = max(state.most, len(tokens))
         state.is_shadowed, state.is_probing, state.until_probe = True, False, 0
         metrics.SHADOW_DRAFT_TOKENS.inc(len(tokens))
-        return accepted
+        return len(path)
 
     def observe(self, items: Sequence[tuple[object, Draft | None]], results: Sequence,
                 seconds: float) -> None:
