@@ -174,10 +174,7 @@ def check_verifier_address(address: str) -> None:
 
 def check_block(msg: verifier_pb2.DraftBlock, vocab_size: int) -> None:
     """A block's sizes and values, before any tensor is built from it."""
-    check_token_ids("tokens", msg.tokens, vocab_size,
-                    MAX_TREE_NODES if msg.parents else MAX_DRAFT_TOKENS)
-    if msg.parents:
-        check_parents(msg.parents, len(msg.tokens))
+    check_nodes("", msg.tokens, msg.parents, vocab_size)
     widest = min(MAX_PROPOSAL_TOKENS, vocab_size)
     for name in ("proposals", "decision_proposals"):
         rows = getattr(msg, name)
@@ -186,6 +183,16 @@ def check_block(msg: verifier_pb2.DraftBlock, vocab_size: int) -> None:
                                 f"for {len(msg.tokens)} tokens")
         for row, proposal in enumerate(rows):
             check_proposal(f"{name}[{row}]", proposal, vocab_size, widest)
+
+
+def check_nodes(prefix: str, tokens: Sequence[int], parents: Sequence[int],
+                vocab_size: int) -> None:
+    """A block's drafted ids (a chain's at most MAX_DRAFT_TOKENS, a tree's MAX_TREE_NODES) and,
+    for a tree, its parents; fields named ``prefix`` + tokens / parents."""
+    check_token_ids(f"{prefix}tokens", tokens, vocab_size,
+                    MAX_TREE_NODES if parents else MAX_DRAFT_TOKENS)
+    if parents:
+        check_parents(parents, len(tokens), f"{prefix}parents")
 
 
 def check_parents(parents: Sequence[int], num_tokens: int, field: str = "parents") -> None:
@@ -203,12 +210,8 @@ def check_parents(parents: Sequence[int], num_tokens: int, field: str = "parents
 def check_shadow(msg: verifier_pb2.ShadowBlock, vocab_size: int, num_committed: int) -> None:
     """A shadow block drafts only where every position is committed already (a tree: down to
     its depth)."""
-    check_token_ids("shadow.tokens", msg.tokens, vocab_size,
-                    MAX_TREE_NODES if msg.parents else MAX_DRAFT_TOKENS)
-    reach = len(msg.tokens)
-    if msg.parents:
-        check_parents(msg.parents, len(msg.tokens), "shadow.parents")
-        reach = max(depths(msg.parents))
+    check_nodes("shadow.", msg.tokens, msg.parents, vocab_size)
+    reach = max(depths(msg.parents)) if msg.parents else len(msg.tokens)
     if msg.base_len + reach > num_committed:
         raise invalid("shadow.base_len", f"{msg.base_len} + {reach} positions reach past "
                                          f"the {num_committed} committed tokens")
