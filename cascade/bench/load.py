@@ -3,8 +3,8 @@
 For each mode — speculative with the verifier unbatched (one block per pass), speculative batched
 (the engine), target-only batched (k = 0 through the same engine: what a continuous-batching
 server gives), fixed k = 1, 2, 4, the "auto" schedule (the verifier's goodput planner) and token
-trees (``tree_nodes`` nodes, depth k) with the drafters as shipped — a local cluster runs as separate processes, verifier and drafter pinned to
-different cores, gateway, Redis and this client on the drafter's core; the modes take turns at
+trees (``tree_nodes`` nodes, depth k; verified whole or planned) with the drafters as shipped —
+a local cluster runs as separate processes, verifier and drafter pinned to different cores, gateway, Redis and this client on the drafter's core; the modes take turns at
 each number of sessions. For each number of
 sessions, that many streaming clients send requests back to back through the gateway's gRPC API
 for a fixed window, after which requests still running are cancelled; the table reports

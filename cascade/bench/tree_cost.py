@@ -32,9 +32,8 @@ def bushy_parents(count: int, branching: int = 4) -> list[int]:
 def round_ms(runner: ModelRunner, tokens: int, parents: list[int] | None, repeats: int) -> float:
     """Median time of a round that verifies ``tokens`` drafted tokens (a tree with ``parents``)
     after a PROMPT_LEN-token prompt."""
-    times = []
+    times, prompt = [], [(100 + i) % runner.vocab_size for i in range(PROMPT_LEN)]
     for _ in range(repeats):
-        prompt = [(100 + i) % runner.vocab_size for i in range(PROMPT_LEN)]
         sequence = SequenceVerifier(runner, prompt,
                                     SamplingParams(max_new_tokens=MAX_DRAFT_TOKENS + 2),
                                     tree_room=tokens)
