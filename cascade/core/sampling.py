@@ -88,6 +88,27 @@ def gumbel_noise(seed: int, positions: Sequence[int], vocab_size: int) -> torch.
     return -torch.log(-torch.log(uniforms))
 
 
+class KeyedNoise:
+    """One sequence's ``gumbel_noise`` rows by position, kept until ``forget_before`` moves past
+    them: positions a rejection left undecided are read again next round, by the verifier and
+    by a drafter drafting keyed choices, without recomputing their noise."""
+
+    def __init__(self, seed: int, vocab_size: int) -> None:
+        self.seed, self.vocab_size = seed, vocab_size
+        self._rows: dict[int, torch.Tensor] = {}
+
+    def forget_before(self, position: int) -> None:
+        for old in [p for p in self._rows if p < position]:
+            del self._rows[old]
+
+    def rows(self, positions: Sequence[int]) -> torch.Tensor:
+        """[len(positions), vocab] float64."""
+        missing = [p for p in positions if p not in self._rows]
+        if missing:
+            self._rows.update(zip(missing, gumbel_noise(self.seed, missing, self.vocab_size)))
+        return torch.stack([self._rows[p] for p in positions])
+
+
 def keyed_choice(probs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
     """argmax(log probs + noise) over the last dimension (a token outside the support, with
     probability 0, is never chosen)."""

@@ -23,7 +23,7 @@ from cascade.core.runner import ForwardOutput, ModelRunner
 from cascade.core.sampling import (
     STREAM_ACCEPT,
     STREAM_SAMPLE,
-    gumbel_noise,
+    KeyedNoise,
     position_uniforms,
     process_logits,
     sparse_to_dense,
@@ -89,7 +89,7 @@ class SequenceVerifier:
         self.finish_reason: FinishReason | None = None
         self.stats = SpecStats()
         self.last_forward: ForwardOutput | None = None
-        self._noise_rows: dict[int, torch.Tensor] = {}
+        self.noise = KeyedNoise(params.seed, runner.vocab_size)
         """The keyed rule's noise rows by position, from the committed length on."""
         self.feature_layers: tuple[int, ...] = ()
         """The target layers whose hidden states the drafter asked for (none by default)."""
@@ -194,14 +194,8 @@ class SequenceVerifier:
     def _noise(self, base: int, count: int) -> torch.Tensor:
         """[count, vocab] the keyed rule's noise for positions base .. base + count - 1 (rows
         of positions a rejection left unused are kept for the next round)."""
-        kept = self._noise_rows
-        for position in [p for p in kept if p < base]:
-            del kept[position]
-        missing = [p for p in range(base, base + count) if p not in kept]
-        if missing:
-            rows = gumbel_noise(self.params.seed, missing, self.runner.vocab_size)
-            kept.update(zip(missing, rows))
-        return torch.stack([kept[p] for p in range(base, base + count)])
+        self.noise.forget_before(base)
+        return self.noise.rows(range(base, base + count))
 
     def _features(self, start: int, rows: list[int] | int) -> TargetFeatures | None:
         """Rows ``rows`` of the last pass's features (a count: the first ones), for the

@@ -27,7 +27,7 @@ from cascade.core.runner import common_prefix_len
 from cascade.core.sampling import (
     STREAM_CHILD_DRAFT,
     STREAM_DRAFT,
-    gumbel_noise,
+    KeyedNoise,
     keyed_choice,
     position_uniform,
     process_logits,
@@ -58,6 +58,8 @@ class ModelProposer(Proposer):
         self.keyed = rule is AcceptanceRule.KEYED
         """Position-keyed sampling: draft the keyed choice under the drafter's own q (the
         target's choice whenever the two agree), send no q."""
+        self.noise = (KeyedNoise(self.sampling.seed, context.runner.vocab_size) if self.keyed
+                      else None)
         self.recursive = rule is AcceptanceRule.RECURSIVE and bool(self.config.tree_nodes)
         """Recursive rule with trees: draw each node's children from q (``_sample_children``)."""
         if self.config.tree_nodes and self.wants_target_features:
@@ -83,6 +85,8 @@ class ModelProposer(Proposer):
     def propose(self, committed: list[int], num_tokens: int, stop=None) -> Draft:
         if num_tokens <= 0:
             return Draft(tokens=[])
+        if self.noise is not None:
+            self.noise.forget_before(len(committed))
         if self.config.tree_nodes:
             return self._propose_tree(committed, num_tokens)
         if self.schedule is None:
@@ -171,7 +175,7 @@ class ModelProposer(Proposer):
 
     def _keyed_rank(self, logits: torch.Tensor, position: int) -> torch.Tensor:
         """Children ranked by log q + the position's noise: the first is the keyed choice."""
-        noise = gumbel_noise(self.sampling.seed, [position], logits.shape[-1])  # [1, vocab]
+        noise = self.noise.rows([position])  # [1, vocab]
         return torch.log_softmax(process_logits(logits, self.sampling).double().log() + noise,
                                  dim=-1)
 
@@ -215,8 +219,7 @@ class ModelProposer(Proposer):
             return int(logits.argmax()), ids, values, None, None
         probs = process_logits(logits.unsqueeze(0), self.sampling)  # [1, vocab]
         if self.keyed:
-            noise = gumbel_noise(self.sampling.seed, [position], probs.shape[-1])
-            return int(keyed_choice(probs, noise)[0]), None, None, None, None
+            return int(keyed_choice(probs, self.noise.rows([position]))[0]), None, None, None, None
         ids, values = sparsify(probs, self.config.max_proposal_tokens)  # [1, K] each
         uniform = position_uniform(self.sampling.seed, position, STREAM_DRAFT)
         column = int(sample_from(values, torch.tensor([uniform], dtype=torch.float64))[0])
