@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from cascade.core.blocks import Draft, RoundOutcome, TargetFeatures
 from cascade.core.proposers import Proposer, ProposerContext, load, new_proposer
 from cascade.core.runner import ModelRunner
+from cascade.core.suffix_index import SessionMemory
 from cascade.core.verification import SequenceVerifier
 from cascade.protocol.settings import AcceptancePolicy, DraftConfig, FinishReason, SamplingParams
 from cascade.protocol.stats import SpecStats
@@ -38,11 +39,12 @@ class Generation:
 
 
 def _proposer(drafter: ModelRunner | None, params: SamplingParams, config: DraftConfig,
-              policy: AcceptancePolicy, prompt_len: int) -> Proposer | None:
+              policy: AcceptancePolicy, prompt_len: int,
+              memory: SessionMemory | None) -> Proposer | None:
     """The proposer for this run, or None when the target decodes alone."""
     if config.num_draft_tokens == 0 or (drafter is None and load(config.method).needs_model):
         return None
-    return new_proposer(ProposerContext(drafter, params, config, policy, prompt_len))
+    return new_proposer(ProposerContext(drafter, params, config, policy, prompt_len, memory))
 
 
 def speculative_rounds(
@@ -53,14 +55,16 @@ def speculative_rounds(
     config: DraftConfig | None = None,
     timing: RoundTiming | None = None,
     policy: AcceptancePolicy | None = None,
+    memory: SessionMemory | None = None,
 ) -> Iterator[tuple[Draft, RoundOutcome, SequenceVerifier]]:
-    """Run rounds until the generation finishes, yielding each draft with its outcome."""
+    """Run rounds until the generation finishes, yielding each draft with its outcome
+    (``memory``: the speculation memory the suffix methods draft from)."""
     config = config or DraftConfig()
     timing = timing if timing is not None else RoundTiming()
     policy = policy or AcceptancePolicy.default_for(params, config)
     verifier = SequenceVerifier(target, prompt, params, policy=policy,
                                 tree_room=config.tree_nodes if config.num_draft_tokens else 0)
-    proposer = _proposer(drafter, params, config, policy, len(prompt))
+    proposer = _proposer(drafter, params, config, policy, len(prompt), memory)
     if proposer is not None and proposer.wants_target_features:
         verifier.feature_layers = proposer.feature_layers
         _pass_features(proposer, verifier.prefill_features())
@@ -91,13 +95,14 @@ def generate(
     drafter: ModelRunner | None = None,
     config: DraftConfig | None = None,
     policy: AcceptancePolicy | None = None,
+    memory: SessionMemory | None = None,
 ) -> Generation:
     """Generate after ``prompt``; speculative when a drafter is given and k > 0."""
     started = time.perf_counter()
     timing = RoundTiming()
     verifier = None
     for _, _, verifier in speculative_rounds(target, prompt, params, drafter, config, timing,
-                                             policy):
+                                             policy, memory):
         pass
     assert verifier is not None
     return Generation(

@@ -14,6 +14,10 @@ DRAFT_METHODS: dict[str, str] = {
     "ngram": "cascade.core.proposers.ngram:NgramProposer",
     # prompt lookup when it finds a match, else the drafter model
     "ngram_then_model": "cascade.core.proposers.ngram:NgramThenModelProposer",
+    # suffix decoding: the session's own tokens and the pod's speculation memory (no model)
+    "suffix": "cascade.core.proposers.suffix:SuffixProposer",
+    # the memory when its draft scores high, else the drafter model (per round)
+    "suffix_then_model": "cascade.core.proposers.suffix:SuffixThenModelProposer",
 }
 """name -> "module:Class" of its cascade.core.proposers.Proposer subclass."""
 

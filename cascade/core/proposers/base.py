@@ -21,6 +21,7 @@ import torch
 
 from cascade.core.blocks import Draft, TargetFeatures
 from cascade.core.runner import ModelRunner
+from cascade.core.suffix_index import SessionMemory
 from cascade.protocol.settings import AcceptancePolicy, DraftConfig, SamplingParams
 
 
@@ -41,6 +42,9 @@ class ProposerContext:
     prompt_len: int = 0
     """Where the generated tokens start in ``committed`` (the adaptive schedule counts from
     there)."""
+    memory: SessionMemory | None = None
+    """The pod's speculation memory under this session's scope (``cascade.core.suffix_index``);
+    None: the memory is off for it."""
 
 
 class Proposer(ABC):

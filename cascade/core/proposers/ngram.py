@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from cascade.core.blocks import Draft, TargetFeatures
-from cascade.core.proposers.base import Proposer, ProposerContext
-from cascade.core.proposers.model import ModelProposer
+from cascade.core.blocks import Draft
+from cascade.core.proposers.base import Proposer
+from cascade.core.proposers.hybrid import LookupThenModel
 
 
 def ngram_propose(tokens: list[int], num_tokens: int, max_n: int = 4, min_n: int = 2) -> list[int]:
@@ -70,26 +70,7 @@ class NgramProposer(Proposer):
         return Draft(tokens=ngram_propose(committed, num_tokens, c.ngram_max_n, c.ngram_min_n))
 
 
-class NgramThenModelProposer(Proposer):
+class NgramThenModelProposer(LookupThenModel):
     """Prompt lookup when it finds a match, else the drafter model."""
 
-    def __init__(self, context: ProposerContext) -> None:
-        super().__init__(context)
-        self.lookup = NgramProposer(context)
-        self.model = ModelProposer(context)
-        self.wants_target_features = self.model.wants_target_features
-        self.feature_layers = self.model.feature_layers
-
-    def observe(self, features: TargetFeatures) -> None:
-        self.model.observe(features)
-
-    def propose(self, committed: list[int], num_tokens: int, stop=None) -> Draft:
-        copied = self.lookup.propose(committed, num_tokens)
-        return copied if copied.tokens else self.model.propose(committed, num_tokens, stop)
-
-    @property
-    def can_speculate(self) -> bool:
-        return self.model.can_speculate
-
-    def block_distributions(self, committed: list[int], drafted: list[int]):
-        return self.model.block_distributions(committed, drafted)
+    lookup_class = NgramProposer

@@ -1,0 +1,60 @@
+"""Suffix decoding: draft what followed the context's suffix in the session's own tokens and in
+the cluster's finished generations (the pod's speculation memory, ``cascade.core.suffix_index``),
+scored as SuffixDecoding scores a suffix tree (``cascade.core.suffix_draft``). No model; its
+blocks carry no q (at temperature > 0 they are verified with q a point mass on each drafted
+token, still lossless). With ``tree_nodes`` it drafts the most probable nodes as a token tree.
+
+A memory draft's length follows its match, not k: when the round may draft at all it reaches up
+to ``LOOKUP_TOKENS`` tokens, each kept while its probability stays above ``min_token_prob``
+(long drafts only where earlier text continued the same way); a planning verifier still cuts
+the block to what pays at its load.
+"""
+
+from __future__ import annotations
+
+from cascade.core.blocks import Draft
+from cascade.core.proposers.base import Proposer, ProposerContext
+from cascade.core.proposers.hybrid import LookupThenModel
+from cascade.core.suffix_draft import SuffixParams, best_draft
+from cascade.core.suffix_index import MemoryLimits, context_candidates
+
+LOOKUP_TOKENS = 16
+"""Longest chain a lookup drafts (vLLM's suffix method drafts up to 16-32)."""
+MIN_SCORE = 1.5
+"""suffix_then_model sends the lookup's draft when it expects at least this many accepted
+tokens (the drafter model expects about 1.5-2 at k = 4 on chat), else the model's."""
+
+
+class SuffixProposer(Proposer):
+    """The best-scoring continuation of the session's own tokens and its scope's memory."""
+
+    needs_model = False
+
+    def __init__(self, context: ProposerContext, params: SuffixParams = SuffixParams()) -> None:
+        super().__init__(context)
+        self.memory = context.memory
+        self.limits = self.memory.index.limits if self.memory is not None else MemoryLimits()
+        self.prompt_len, self.params = context.prompt_len, params
+
+    def propose(self, committed: list[int], num_tokens: int, stop=None) -> Draft:
+        if num_tokens <= 0:
+            return Draft([])
+        reach = min(max(num_tokens, LOOKUP_TOKENS),
+                    self.sampling.max_drafts_after(len(committed) - self.prompt_len))
+        found = context_candidates(committed, self.limits)
+        if self.memory is not None:
+            found = found + self.memory.candidates(committed)
+        nodes = min(self.config.tree_nodes, num_tokens) if self.config.tree_nodes else 0
+        draft = best_draft(found, reach, self.params, tree_nodes=nodes)
+        return Draft(draft.tokens, parents=draft.parents, expected=draft.score)
+
+
+class SuffixThenModelProposer(LookupThenModel):
+    """The memory's draft when it expects at least ``MIN_SCORE`` accepted tokens, else the
+    drafter model's."""
+
+    lookup_class = SuffixProposer
+
+    def prefers(self, draft: Draft) -> bool:
+        return bool(draft.tokens) and (draft.expected or 0.0) >= MIN_SCORE
+
