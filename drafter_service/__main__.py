@@ -1,13 +1,17 @@
 """python -m drafter_service --model DIR [--port 50061] [--redis-url redis://...]
 [--allowed-verifiers HOST:PORT,...] [--tls-dir DIR] [--mesh-token-file FILE]
-[--speculate off|cache|ahead]"""
+[--speculate off|cache|ahead] [--memory-max-sequences N] [--memory-max-tokens N]"""
 
 import logging
 
 import typer
+from prometheus_client import REGISTRY
+
+from cascade.core.suffix_index import MemoryLimits, SuffixIndex
 
 from cascade.pod.cli import model_server_cli, option
 from cascade.serving.delay import LinkDelay
+from cascade.serving.metrics import MemoryCollector
 from drafter_service.server import build_drafter
 from drafter_service.speculation import SpeculationConfig, SpeculationMode
 from drafter_service.verifiers import VerifierPolicy
@@ -37,21 +41,33 @@ OPTIONS = (
         "the verifier waits (0: k).")),
     option("speculate_max_sessions", int, typer.Option(
         4, help="Speculate only while this drafter runs at most this many sessions.")),
+    option("memory_max_sequences", int, typer.Option(
+        MemoryLimits.max_sequences, help="Finished generations the speculation memory keeps "
+        "(the oldest are evicted; 0 turns the memory off on this pod). It follows the "
+        "cluster's stream in --redis-url's Redis.")),
+    option("memory_max_tokens", int, typer.Option(
+        MemoryLimits.max_tokens, help="Tokens the speculation memory keeps (about 40 bytes "
+        "each).")),
 )
 
 
 def build(runner, host, port, grace_s, *, mesh, registry, allowed_verifiers, inject_delay_ms,
           inject_jitter_ms, speculate, speculate_fanout, speculate_blocks, send_ahead,
-          miss_draft_tokens, speculate_max_sessions):
+          miss_draft_tokens, speculate_max_sessions, memory_max_sequences, memory_max_tokens):
     verifiers = VerifierPolicy.from_options(allowed_verifiers, registry)
     logging.getLogger("drafter").info("dials %s", verifiers.describe())
     try:
         speculation = SpeculationConfig(speculate, speculate_fanout, speculate_blocks, send_ahead,
                                         miss_draft_tokens, speculate_max_sessions)
+        memory = (SuffixIndex(MemoryLimits(memory_max_sequences, memory_max_tokens))
+                  if memory_max_sequences else None)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
+    if memory is not None:
+        REGISTRY.register(MemoryCollector(memory))
     return build_drafter(runner, host, port, grace_s, mesh, verifiers,
-                         LinkDelay(inject_delay_ms, inject_jitter_ms), speculation)
+                         LinkDelay(inject_delay_ms, inject_jitter_ms), speculation, memory,
+                         registry)
 
 
 cli = model_server_cli("drafter", 50061, "Serve the drafter model: run draft -> verify loops "

@@ -22,6 +22,7 @@ import grpc
 from cascade.core.blocks import Draft
 from cascade.core.proposers import ProposerContext, new_proposer
 from cascade.core.runner import ModelRunner
+from cascade.core.suffix_index import SessionMemory
 from cascade.core.speculation import Guess, Outcome, ends_generation, rank_outcomes
 from cascade.pod.messages import (
     draft_to_pb,
@@ -57,16 +58,19 @@ class DraftLoop:
                  request: drafter_pb2.RunSessionRequest, settings: SessionSettings,
                  config: DraftConfig, delay: LinkDelay = LinkDelay(),
                  speculation: SpeculationConfig = SpeculationConfig(),
-                 num_sessions: Callable[[], int] = lambda: 1) -> None:
+                 num_sessions: Callable[[], int] = lambda: 1,
+                 memory: SessionMemory | None = None) -> None:
         """``settings`` and ``config``: what the request carries, checked by the servicer;
         ``delay``: injected network delay to the verifier (cascade.serving.delay);
         ``speculation``: drafting during verification (off for proposers that cannot), in
-        rounds that start while ``num_sessions()`` is at most its ``max_sessions``."""
+        rounds that start while ``num_sessions()`` is at most its ``max_sessions``;
+        ``memory``: the speculation memory under the session's scope (None: off)."""
         self.request = request
         self.link = delay.for_session(request.session_id)
         self.params, self.config = settings.sampling, config
         self.proposer = new_proposer(ProposerContext(runner, self.params, self.config,
-                                                     settings.policy, request.prompt_len))
+                                                     settings.policy, request.prompt_len,
+                                                     memory))
         self.speculation = speculation if self.proposer.can_speculate else SpeculationConfig()
         self.num_sessions = num_sessions
         self.executor = executor
@@ -83,7 +87,7 @@ class DraftLoop:
             prompt_len=r.prompt_len, sampling=r.sampling, acceptance=r.acceptance,
             feature_layers=layers, owner_tag=r.owner_tag, plan_drafts=self.config.planned,
             draft_method=self.config.method, tree_nodes=self.config.tree_nodes,
-            num_draft_tokens=self.config.num_draft_tokens,
+            num_draft_tokens=self.config.longest_block,
             shadow_drafts=self.config.planned and self._shadows_exact))
 
     async def _receive(self, call) -> verifier_pb2.Verdict:
@@ -223,7 +227,9 @@ class DraftLoop:
         verified = (block.tokens[: verdict.num_verified] if verdict.HasField("num_verified")
                     else block.tokens)
         parents = block.parents[: len(verified)]
-        result = round_from_verdict(verdict, verified, block.draft_us, round_us, parents)
+        result = round_from_verdict(verdict, verified, block.draft_us, round_us, parents,
+                                    block.source)
+        metrics.observe_drafted(block.source, len(verified), verdict.num_accepted)
         result.speculation = origin
         if cache is not None:
             result.num_predrafted, result.num_sent_ahead = len(cache.blocks), len(cache.sent)

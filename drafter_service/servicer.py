@@ -6,7 +6,13 @@ from concurrent.futures import Executor
 
 from cascade.core.runner import ModelRunner
 from cascade.pod.messages import model_limits
-from cascade.protocol.validation import check_verifier_address, draft_config, session_settings
+from cascade.core.suffix_index import SessionMemory, SuffixIndex
+from cascade.protocol.validation import (
+    check_memory_scope,
+    check_verifier_address,
+    draft_config,
+    session_settings,
+)
 from cascade.serving import metrics
 from cascade.serving.delay import LinkDelay
 from cascade.serving.channels import ChannelPool
@@ -19,8 +25,12 @@ from drafter_service.verifiers import VerifierPolicy
 class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
     def __init__(self, runner: ModelRunner, executor: Executor, channels: ChannelPool,
                  verifiers: VerifierPolicy | None = None, delay: LinkDelay = LinkDelay(),
-                 speculation: SpeculationConfig = SpeculationConfig()) -> None:
+                 speculation: SpeculationConfig = SpeculationConfig(),
+                 memory: SuffixIndex | None = None) -> None:
+        """``memory``: the pod's speculation memory (None: the suffix methods draft from each
+        session's own tokens only)."""
         self.runner, self.executor, self.channels = runner, executor, channels
+        self.memory = memory
         self.verifiers, self.delay = verifiers or VerifierPolicy(), delay
         self.speculation = speculation
         self.limits = model_limits(runner)
@@ -31,8 +41,12 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
         settings = session_settings(request, self.limits)
         config = draft_config(request.draft, settings.policy)
         check_verifier_address(request.verifier_address)
+        check_memory_scope(request.memory_scope)
+        memory = None
+        if request.HasField("memory_scope") and self.memory is not None:
+            memory = SessionMemory(self.memory, request.memory_scope)
         return DraftLoop(self.runner, self.executor, request, settings, config, self.delay,
-                         self.speculation, lambda: self.num_active)
+                         self.speculation, lambda: self.num_active, memory)
 
     async def RunSession(self, request, context):
         loop = self._draft_loop(request)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import typer
 
+from cascade.serving.memory_stream import DEFAULT_STREAM_LEN, MemoryMode
 from cascade.serving.mesh import SERVER_NAME_HELP, TLS_DIR_HELP, TOKEN_HELP, mesh_or_exit
 from cascade.serving.mesh import SESSION_KEY_HELP, refuse_open
 from cascade.serving.process import setup_logging
@@ -62,6 +63,13 @@ def main(
     tree_nodes: int = typer.Option(0, help="Default token-tree nodes per round for requests "
                                    "that do not set draft_tree_nodes (0: chains; trees pay where "
                                    "a many-token pass costs about one, as on GPUs)."),
+    speculation_memory: MemoryMode = typer.Option(
+        MemoryMode.PER_KEY.value, help="Whose finished generations the suffix draft methods "
+        "draft from: per-key (each API key its own; see docs/security.md), shared (every "
+        "key's) or off (none are shared)."),
+    memory_stream_len: int = typer.Option(
+        DEFAULT_STREAM_LEN, help="Finished generations the speculation memory's Redis stream "
+        "keeps (the oldest are trimmed)."),
 ) -> None:
     """Serve the OpenAI-compatible HTTP API and the gRPC Generate stream."""
     setup_logging()
@@ -73,7 +81,9 @@ def main(
     config = GatewayConfig(model, redis_url, model_name, host, port, grpc_port,
                            num_draft_tokens, max_tokens_limit, keys, grace_s, playground,
                            OrchestratorSettings(first_round_timeout_s=first_round_timeout_s,
-                                                round_timeout_s=round_timeout_s), mesh,
+                                                round_timeout_s=round_timeout_s,
+                                                memory=speculation_memory,
+                                                memory_stream_len=memory_stream_len), mesh,
                            max_body_bytes, max_sessions_per_key, tokens_per_minute_per_key,
                            session_lease_s, tree_nodes)
     asyncio.run(serve(config))

@@ -10,6 +10,7 @@ from typing import Any
 from opentelemetry import context as otel_context
 
 from cascade.serving import metrics
+from cascade.serving.memory_stream import DEFAULT_STREAM_LEN, MemoryMode
 from gateway.session_store import SessionRecord
 
 
@@ -30,6 +31,13 @@ class OrchestratorSettings:
     """Longest a round may wait for the stream's consumer (a client that stopped reading)
     before the session is given up: recorded cancelled, its pods freed, its lease let go
     (gateway.lease). The client can resume it."""
+    memory: MemoryMode = MemoryMode.PER_KEY
+    """The speculation memory (cascade.serving.memory_stream): whose finished generations a
+    session's suffix methods draft from, and whether this gateway shares them."""
+    memory_stream_len: int = DEFAULT_STREAM_LEN
+    """Finished generations the memory's Redis stream keeps."""
+    model_name: str = ""
+    """The served model's name, part of every memory scope."""
 
 
 class RoundTimeout(ConnectionError):

@@ -89,6 +89,8 @@ class GeneratedChunk:
     """A token tree's parent per drafted token (-1: a root child); empty for a chain."""
     path: tuple[int, ...] = ()
     """A token tree's accepted nodes, from a root child down."""
+    draft_source: str = ""
+    """What drafted the round's block (``Round.draft_source``); empty: nothing was."""
     is_replayed: bool = False
     """A stored round a resumed stream sends again (generated before, by some stream)."""
 

@@ -150,7 +150,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
             prompt_tokens=num_prompt, completion_tokens=completion_tokens,
             draft_us=chunk.draft_us, verify_us=chunk.verify_us, round_us=chunk.round_us,
             num_deferred=chunk.num_deferred, round=chunk.round, speculation=chunk.speculation,
-            **_tree_fields(chunk))
+            draft_source=chunk.draft_source, **_tree_fields(chunk))
 
 
 def _tree_fields(chunk) -> dict[str, Any]:

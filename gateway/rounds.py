@@ -13,6 +13,7 @@ fields; OpenAI clients keep unknown fields, so they parse these chunks unchanged
 | num_drafted, num_accepted | the round's drafted and accepted counts |
 | num_deferred | speculative cascades: drafted positions the target's distribution decided |
 | draft_ms, verify_ms, round_ms | drafting, target pass plus acceptance, and the round's wall time |
+| source | what drafted the block: ``model``, ``ngram``, ``suffix`` (the session's own tokens) or ``memory`` (the speculation memory); empty when nothing was drafted |
 | block | where the round's block came from: ``lock_step`` (drafted after the previous verdict), ``miss`` (the same, the drafter's guesses having missed), ``cache_hit`` (pre-drafted, sent at the verdict), ``ahead_hit`` (pre-drafted and sent ahead) |
 
 A token's ``text`` is what it added to the visible text, so joining the texts of all rounds gives
@@ -78,6 +79,7 @@ class RoundView:
             "verify_ms": c.verify_us / 1000,
             "round_ms": c.round_us / 1000,
             "block": BLOCK_ORIGINS.get(c.speculation, "lock_step"),
+            "source": c.draft_source,
         }
 
 

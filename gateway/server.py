@@ -7,7 +7,7 @@ import json
 import logging
 import signal
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import redis.asyncio as redis
@@ -120,7 +120,7 @@ def build_gateway(config: GatewayConfig, client: redis.Redis,
                             default_tree_nodes=config.default_tree_nodes)
     store = SessionStore(client, lease_s=config.session_lease_s)
     orchestrator = Orchestrator(client, store, ChannelPool(config.mesh),
-                                config.orchestrator)
+                                replace(config.orchestrator, model_name=name))
 
     lifecycle.orchestrator = orchestrator
 

@@ -28,6 +28,9 @@ class Draft:
     parents: list[int] | None = None
     """A token tree: each node's parent index, -1 for the root (``cascade.core.trees``);
     None for a chain (a chain's parents are normalised to None)."""
+    source: str = ""
+    """What drafted it (Round.draft_source): "ngram", "suffix", "memory"; empty: the drafter
+    model (or nothing, for an empty draft)."""
     expected: float | None = None
     """The method's own estimate of how many of the tokens will be accepted (the speculation
     memory's score), None when it has none."""

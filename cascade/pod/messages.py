@@ -20,7 +20,9 @@ from cascade.v1 import common_pb2, verifier_pb2
 
 def draft_to_pb(draft: Draft, **fields) -> verifier_pb2.DraftBlock:
     """``fields``: session_id, epoch, round, base_len, draft_us."""
-    msg = verifier_pb2.DraftBlock(tokens=draft.tokens, parents=draft.parents or (), **fields)
+    source = draft.source or ("model" if draft.tokens else "")
+    msg = verifier_pb2.DraftBlock(tokens=draft.tokens, parents=draft.parents or (),
+                                  source=source, **fields)
     if draft.has_proposal:
         _add_sparse(msg.proposals, draft.q_ids, draft.q_probs)
     if draft.decision_ids is not None:
@@ -111,10 +113,13 @@ def num_open_replies(context_len: int) -> int:
 
 
 def round_from_verdict(verdict: verifier_pb2.Verdict, drafted: Sequence[int], draft_us: int,
-                       round_us: int, parents: Sequence[int] = ()) -> common_pb2.Round:
+                       round_us: int, parents: Sequence[int] = (), source: str = ""
+                       ) -> common_pb2.Round:
     """What the drafter streams to the gateway for one verified block (``drafted``: the
-    block's tokens, rejected ones included; ``parents``: a tree's, empty for a chain)."""
+    block's tokens, rejected ones included; ``parents``: a tree's, empty for a chain;
+    ``source``: what drafted it)."""
     return common_pb2.Round(drafted_parents=parents, path=verdict.path,
+        draft_source=source if drafted else "",
         round=verdict.round, tokens=verdict.tokens, num_accepted=verdict.num_accepted,
         num_drafted=len(drafted), committed_len=verdict.committed_len,
         finish_reason=verdict.finish_reason, draft_us=draft_us, verify_us=verdict.verify_us,

@@ -22,3 +22,10 @@ DRAFT_METHODS: dict[str, str] = {
 """name -> "module:Class" of its cascade.core.proposers.Proposer subclass."""
 
 DEFAULT_DRAFT_METHOD = "model"
+
+LOOKUP_TOKENS = 16
+"""Longest chain the suffix methods draft from a match (vLLM's suffix method drafts up to
+16-32): a match's own probabilities end it sooner where earlier text diverged, so k bounds
+only what the drafter model drafts."""
+MEMORY_METHODS = frozenset({"suffix", "suffix_then_model"})
+"""Methods that draft from the speculation memory (their blocks may reach LOOKUP_TOKENS)."""

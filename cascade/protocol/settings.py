@@ -10,7 +10,12 @@ import struct
 from dataclasses import dataclass
 from enum import Enum
 
-from cascade.protocol.methods import DEFAULT_DRAFT_METHOD, DRAFT_METHODS
+from cascade.protocol.methods import (
+    DEFAULT_DRAFT_METHOD,
+    DRAFT_METHODS,
+    LOOKUP_TOKENS,
+    MEMORY_METHODS,
+)
 
 MAX_DRAFT_TOKENS = 32
 """Largest draft length (k) any request, drafter or verifier accepts."""
@@ -186,9 +191,18 @@ class DraftConfig:
         proposer's schedule picks within it; a tree's nodes at most ``tree_nodes``, its depth
         at most k and the budget, ``tree_shape``), and only drafts that can still be emitted
         (the request mapping already keeps prompt + max_new_tokens inside the context)."""
+        return min(self.longest_block, sampling.max_drafts_after(num_generated))
+
+    @property
+    def longest_block(self) -> int:
+        """The most tokens (a tree's nodes) a block may carry: k, the adaptive bound, a tree's
+        nodes, or for the memory methods' chains LOOKUP_TOKENS (when k > 0)."""
+        if self.tree_nodes:
+            return self.tree_nodes
         most = self.adaptive_bounds[1] if self.adaptive else self.num_draft_tokens
-        most = self.tree_nodes or most
-        return min(most, sampling.max_drafts_after(num_generated))
+        if self.method in MEMORY_METHODS and most:
+            return max(most, LOOKUP_TOKENS)
+        return most
 
 
 class AcceptanceRule(str, Enum):

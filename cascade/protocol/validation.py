@@ -172,6 +172,16 @@ def check_verifier_address(address: str) -> None:
                                           f"characters, port 1-65535), got {shown!r}")
 
 
+MAX_MEMORY_SCOPE_CHARS = 512
+
+
+def check_memory_scope(scope: str) -> None:
+    """A speculation-memory scope (a model name and a key's digest) of bounded size."""
+    if len(scope) > MAX_MEMORY_SCOPE_CHARS:
+        raise invalid("memory_scope", f"must be at most {MAX_MEMORY_SCOPE_CHARS} characters, "
+                                      f"got {len(scope)}")
+
+
 def check_block(msg: verifier_pb2.DraftBlock, vocab_size: int) -> None:
     """A block's sizes and values, before any tensor is built from it."""
     check_nodes("", msg.tokens, msg.parents, vocab_size)

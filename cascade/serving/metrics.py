@@ -10,7 +10,7 @@ mean acceptance length = 1 + rate(accepted tokens) / rate(cascade:spec_decode_nu
 from __future__ import annotations
 
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from cascade.protocol.stats import SpecStats
 
@@ -66,6 +66,37 @@ VERIFY_SECONDS = Histogram("cascade:verify_seconds", "Target pass plus acceptanc
 DRAFTER_SESSIONS = Gauge("cascade:drafter_active_sessions", "Sessions running on the drafter.")
 DRAFT_SECONDS = Histogram("cascade:draft_seconds", "Drafting time per block.",
                           buckets=LATENCY_BUCKETS)
+DRAFTED_BY_SOURCE = Counter("cascade:drafted_tokens_by_source", "Drafted tokens verified, and "
+                            "those accepted, by what drafted them (model, ngram, suffix: the "
+                            "session's own tokens, memory: the speculation memory).",
+                            ["source", "outcome"])
+
+
+class MemoryCollector:
+    """The speculation memory's size and hit rate, read from the index when scraped."""
+
+    def __init__(self, index) -> None:
+        self.index = index
+
+    def collect(self):
+        size = GaugeMetricFamily("cascade:memory_indexed", "What the drafter's speculation "
+                                 "memory holds.", labels=["unit"])
+        size.add_metric(["sequences"], self.index.num_sequences)
+        size.add_metric(["tokens"], self.index.num_tokens)
+        lookups = CounterMetricFamily("cascade:memory_lookups", "Speculation-memory lookups, "
+                                      "by whether they found a match.", labels=["result"])
+        lookups.add_metric(["hit"], self.index.num_hits)
+        lookups.add_metric(["miss"], self.index.num_lookups - self.index.num_hits)
+        yield size
+        yield lookups
+
+
+def observe_drafted(source: str, num_drafted: int, num_accepted: int) -> None:
+    if num_drafted:
+        DRAFTED_BY_SOURCE.labels(source, "drafted").inc(num_drafted)
+        DRAFTED_BY_SOURCE.labels(source, "accepted").inc(num_accepted)
+
+
 # Drafting during verification (speculative speculative decoding).
 SSD_ROUNDS = Counter("cascade:ssd_rounds", "Rounds whose block came from the speculation "
                      "cache, a block sent ahead, or (a miss) drafting after the verdict.",

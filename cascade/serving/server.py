@@ -67,6 +67,9 @@ class GrpcService:
         self.watchdog = watchdog
         """Watches the model thread (pods): a stuck one turns health off (see watchdog)."""
         self._watch: asyncio.Task | None = None
+        self.companions: list = []
+        """Background work that lives as long as the service (objects with async ``start`` and
+        ``stop``), e.g. a drafter's speculation-memory feed."""
 
     @property
     def address(self) -> str:
@@ -99,6 +102,8 @@ class GrpcService:
             await self.heartbeat.start()
         if self.watchdog:
             self._watch = asyncio.create_task(self.watchdog.run(self._stalled, self._recovered))
+        for companion in self.companions:
+            await companion.start()
         return self.port
 
     async def _serve_plain_health(self) -> None:
@@ -138,6 +143,8 @@ class GrpcService:
         if self.heartbeat:
             await self.heartbeat.stop()
         await self.server.stop(self.grace_s)
+        for companion in self.companions:
+            await companion.stop()
         if self._health_server is not None:
             await self._health_server.stop(0)
 

@@ -107,7 +107,7 @@ class Acceptance(_message.Message):
     def __init__(self, rule: _Optional[_Union[AcceptanceRule, str]] = ..., alpha: _Optional[float] = ...) -> None: ...
 
 class Round(_message.Message):
-    __slots__ = ("round", "tokens", "num_accepted", "num_drafted", "committed_len", "finish_reason", "draft_us", "verify_us", "round_us", "num_deferred", "drafted_tokens", "speculation", "num_predrafted", "num_sent_ahead", "drafted_parents", "path")
+    __slots__ = ("round", "tokens", "num_accepted", "num_drafted", "committed_len", "finish_reason", "draft_us", "verify_us", "round_us", "num_deferred", "drafted_tokens", "speculation", "num_predrafted", "num_sent_ahead", "drafted_parents", "path", "draft_source")
     ROUND_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     NUM_ACCEPTED_FIELD_NUMBER: _ClassVar[int]
@@ -124,6 +124,7 @@ class Round(_message.Message):
     NUM_SENT_AHEAD_FIELD_NUMBER: _ClassVar[int]
     DRAFTED_PARENTS_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
+    DRAFT_SOURCE_FIELD_NUMBER: _ClassVar[int]
     round: int
     tokens: _containers.RepeatedScalarFieldContainer[int]
     num_accepted: int
@@ -140,4 +141,5 @@ class Round(_message.Message):
     num_sent_ahead: int
     drafted_parents: _containers.RepeatedScalarFieldContainer[int]
     path: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, round: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., num_accepted: _Optional[int] = ..., num_drafted: _Optional[int] = ..., committed_len: _Optional[int] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., draft_us: _Optional[int] = ..., verify_us: _Optional[int] = ..., round_us: _Optional[int] = ..., num_deferred: _Optional[int] = ..., drafted_tokens: _Optional[_Iterable[int]] = ..., speculation: _Optional[_Union[Speculation, str]] = ..., num_predrafted: _Optional[int] = ..., num_sent_ahead: _Optional[int] = ..., drafted_parents: _Optional[_Iterable[int]] = ..., path: _Optional[_Iterable[int]] = ...) -> None: ...
+    draft_source: str
+    def __init__(self, round: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., num_accepted: _Optional[int] = ..., num_drafted: _Optional[int] = ..., committed_len: _Optional[int] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., draft_us: _Optional[int] = ..., verify_us: _Optional[int] = ..., round_us: _Optional[int] = ..., num_deferred: _Optional[int] = ..., drafted_tokens: _Optional[_Iterable[int]] = ..., speculation: _Optional[_Union[Speculation, str]] = ..., num_predrafted: _Optional[int] = ..., num_sent_ahead: _Optional[int] = ..., drafted_parents: _Optional[_Iterable[int]] = ..., path: _Optional[_Iterable[int]] = ..., draft_source: _Optional[str] = ...) -> None: ...

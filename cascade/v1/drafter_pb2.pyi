@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class RunSessionRequest(_message.Message):
-    __slots__ = ("session_id", "epoch", "context_tokens", "prompt_len", "sampling", "draft", "verifier_address", "acceptance", "owner_tag")
+    __slots__ = ("session_id", "epoch", "context_tokens", "prompt_len", "sampling", "draft", "verifier_address", "acceptance", "owner_tag", "memory_scope")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -18,6 +18,7 @@ class RunSessionRequest(_message.Message):
     VERIFIER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     ACCEPTANCE_FIELD_NUMBER: _ClassVar[int]
     OWNER_TAG_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_SCOPE_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     epoch: int
     context_tokens: _containers.RepeatedScalarFieldContainer[int]
@@ -27,4 +28,5 @@ class RunSessionRequest(_message.Message):
     verifier_address: str
     acceptance: _common_pb2.Acceptance
     owner_tag: bytes
-    def __init__(self, session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., context_tokens: _Optional[_Iterable[int]] = ..., prompt_len: _Optional[int] = ..., sampling: _Optional[_Union[_common_pb2.Sampling, _Mapping]] = ..., draft: _Optional[_Union[_common_pb2.DraftSettings, _Mapping]] = ..., verifier_address: _Optional[str] = ..., acceptance: _Optional[_Union[_common_pb2.Acceptance, _Mapping]] = ..., owner_tag: _Optional[bytes] = ...) -> None: ...
+    memory_scope: str
+    def __init__(self, session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., context_tokens: _Optional[_Iterable[int]] = ..., prompt_len: _Optional[int] = ..., sampling: _Optional[_Union[_common_pb2.Sampling, _Mapping]] = ..., draft: _Optional[_Union[_common_pb2.DraftSettings, _Mapping]] = ..., verifier_address: _Optional[str] = ..., acceptance: _Optional[_Union[_common_pb2.Acceptance, _Mapping]] = ..., owner_tag: _Optional[bytes] = ..., memory_scope: _Optional[str] = ...) -> None: ...

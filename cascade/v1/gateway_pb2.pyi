@@ -58,7 +58,7 @@ class GenerateRequest(_message.Message):
     def __init__(self, model: _Optional[str] = ..., prompt: _Optional[str] = ..., num_draft_tokens: _Optional[int] = ..., chat: _Optional[bool] = ..., max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., seed: _Optional[int] = ..., draft_method: _Optional[str] = ..., stop: _Optional[_Iterable[str]] = ..., acceptance: _Optional[str] = ..., cascade_rule: _Optional[str] = ..., cascade_alpha: _Optional[float] = ..., draft_schedule: _Optional[str] = ..., draft_min_confidence: _Optional[float] = ..., draft_max_entropy: _Optional[float] = ..., draft_tree_nodes: _Optional[int] = ..., draft_tree_branching: _Optional[int] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
-    __slots__ = ("session_id", "text", "token_ids", "num_accepted", "num_drafted", "finish_reason", "prompt_tokens", "completion_tokens", "accepted_text", "draft_us", "verify_us", "round_us", "num_deferred", "round", "speculation", "drafted_tokens", "drafted_parents", "path")
+    __slots__ = ("session_id", "text", "token_ids", "num_accepted", "num_drafted", "finish_reason", "prompt_tokens", "completion_tokens", "accepted_text", "draft_us", "verify_us", "round_us", "num_deferred", "round", "speculation", "drafted_tokens", "drafted_parents", "path", "draft_source")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
@@ -77,6 +77,7 @@ class GenerateResponse(_message.Message):
     DRAFTED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     DRAFTED_PARENTS_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
+    DRAFT_SOURCE_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     text: str
     token_ids: _containers.RepeatedScalarFieldContainer[int]
@@ -95,4 +96,5 @@ class GenerateResponse(_message.Message):
     drafted_tokens: _containers.RepeatedScalarFieldContainer[int]
     drafted_parents: _containers.RepeatedScalarFieldContainer[int]
     path: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, session_id: _Optional[str] = ..., text: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., num_accepted: _Optional[int] = ..., num_drafted: _Optional[int] = ..., finish_reason: _Optional[_Union[_common_pb2.FinishReason, str]] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., accepted_text: _Optional[str] = ..., draft_us: _Optional[int] = ..., verify_us: _Optional[int] = ..., round_us: _Optional[int] = ..., num_deferred: _Optional[int] = ..., round: _Optional[int] = ..., speculation: _Optional[_Union[_common_pb2.Speculation, str]] = ..., drafted_tokens: _Optional[_Iterable[int]] = ..., drafted_parents: _Optional[_Iterable[int]] = ..., path: _Optional[_Iterable[int]] = ...) -> None: ...
+    draft_source: str
+    def __init__(self, session_id: _Optional[str] = ..., text: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., num_accepted: _Optional[int] = ..., num_drafted: _Optional[int] = ..., finish_reason: _Optional[_Union[_common_pb2.FinishReason, str]] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., accepted_text: _Optional[str] = ..., draft_us: _Optional[int] = ..., verify_us: _Optional[int] = ..., round_us: _Optional[int] = ..., num_deferred: _Optional[int] = ..., round: _Optional[int] = ..., speculation: _Optional[_Union[_common_pb2.Speculation, str]] = ..., drafted_tokens: _Optional[_Iterable[int]] = ..., drafted_parents: _Optional[_Iterable[int]] = ..., path: _Optional[_Iterable[int]] = ..., draft_source: _Optional[str] = ...) -> None: ...

@@ -80,7 +80,7 @@ class SparseDistribution(_message.Message):
     def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., probs: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class DraftBlock(_message.Message):
-    __slots__ = ("session_id", "epoch", "round", "base_len", "tokens", "proposals", "draft_us", "decision_proposals", "assumes", "parents")
+    __slots__ = ("session_id", "epoch", "round", "base_len", "tokens", "proposals", "draft_us", "decision_proposals", "assumes", "parents", "source")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
@@ -91,6 +91,7 @@ class DraftBlock(_message.Message):
     DECISION_PROPOSALS_FIELD_NUMBER: _ClassVar[int]
     ASSUMES_FIELD_NUMBER: _ClassVar[int]
     PARENTS_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     epoch: int
     round: int
@@ -101,7 +102,8 @@ class DraftBlock(_message.Message):
     decision_proposals: _containers.RepeatedCompositeFieldContainer[SparseDistribution]
     assumes: Outcome
     parents: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., round: _Optional[int] = ..., base_len: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., proposals: _Optional[_Iterable[_Union[SparseDistribution, _Mapping]]] = ..., draft_us: _Optional[int] = ..., decision_proposals: _Optional[_Iterable[_Union[SparseDistribution, _Mapping]]] = ..., assumes: _Optional[_Union[Outcome, _Mapping]] = ..., parents: _Optional[_Iterable[int]] = ...) -> None: ...
+    source: str
+    def __init__(self, session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., round: _Optional[int] = ..., base_len: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., proposals: _Optional[_Iterable[_Union[SparseDistribution, _Mapping]]] = ..., draft_us: _Optional[int] = ..., decision_proposals: _Optional[_Iterable[_Union[SparseDistribution, _Mapping]]] = ..., assumes: _Optional[_Union[Outcome, _Mapping]] = ..., parents: _Optional[_Iterable[int]] = ..., source: _Optional[str] = ...) -> None: ...
 
 class Outcome(_message.Message):
     __slots__ = ("num_accepted", "next_token")

@@ -12,6 +12,7 @@ import uvicorn
 
 from cascade.tools.redis_server import free_port
 from cascade.core.runner import ModelRunner, ModelSpec
+from cascade.core.suffix_index import SuffixIndex
 from cascade.serving.registry import Heartbeat
 from cascade.tools.tiny_models import build_tiny_pair
 from drafter_service.server import build_drafter
@@ -49,7 +50,8 @@ async def running_cluster(redis_url: str, target_dir: Path, target, drafter, nam
     client = redis.from_url(redis_url)
     await client.flushdb()
     verifier, sessions = build_verifier(target, grace_s=1.0, settings=verifier_settings)
-    draft_service, servicer = build_drafter(drafter, grace_s=1.0)
+    draft_service, servicer = build_drafter(drafter, grace_s=1.0, memory=SuffixIndex(),
+                                            registry=client)
     await _start_pod(verifier, "verifier", client, lambda: sessions.num_active)
     await _start_pod(draft_service, "drafter", client, lambda: servicer.num_active)
     config = GatewayConfig(str(target_dir), redis_url, name, grpc_port=0, max_tokens_limit=256,
@@ -68,6 +70,7 @@ async def running_cluster(redis_url: str, target_dir: Path, target, drafter, nam
         cluster = Cluster(f"http://127.0.0.1:{port}", gateway_grpc.address, client, target,
                           {"verifier": verifier, "drafter": draft_service})
         cluster.verifier_sessions = sessions
+        cluster.drafter_servicer = servicer
         yield cluster
     finally:
         server.should_exit = True

@@ -66,8 +66,9 @@ class NgramProposer(Proposer):
             nodes, depth = c.tree_shape(num_tokens)
             found = ngram_continuations(committed, depth, c.ngram_max_n, c.ngram_min_n)
             tokens, parents = trie(found, nodes)
-            return Draft(tokens, parents=parents)
-        return Draft(tokens=ngram_propose(committed, num_tokens, c.ngram_max_n, c.ngram_min_n))
+            return Draft(tokens, parents=parents, source="ngram")
+        return Draft(tokens=ngram_propose(committed, num_tokens, c.ngram_max_n, c.ngram_min_n),
+                     source="ngram")
 
 
 class NgramThenModelProposer(LookupThenModel):

@@ -4,10 +4,11 @@ scored as SuffixDecoding scores a suffix tree (``cascade.core.suffix_draft``). N
 blocks carry no q (at temperature > 0 they are verified with q a point mass on each drafted
 token, still lossless). With ``tree_nodes`` it drafts the most probable nodes as a token tree.
 
-A memory draft's length follows its match, not k: when the round may draft at all it reaches up
-to ``LOOKUP_TOKENS`` tokens, each kept while its probability stays above ``min_token_prob``
-(long drafts only where earlier text continued the same way); a planning verifier still cuts
-the block to what pays at its load.
+A memory draft's length follows its match, not k: its budget is ``LOOKUP_TOKENS``
+(``DraftConfig.longest_block``; k bounds the drafter model's blocks in ``suffix_then_model``),
+each token kept while its probability stays above ``min_token_prob`` (long drafts only where
+earlier text continued the same way); a planning verifier still cuts the block to what pays at
+its load.
 """
 
 from __future__ import annotations
@@ -16,10 +17,8 @@ from cascade.core.blocks import Draft
 from cascade.core.proposers.base import Proposer, ProposerContext
 from cascade.core.proposers.hybrid import LookupThenModel
 from cascade.core.suffix_draft import SuffixParams, best_draft
-from cascade.core.suffix_index import MemoryLimits, context_candidates
+from cascade.core.suffix_index import Candidates, MemoryLimits, context_candidates
 
-LOOKUP_TOKENS = 16
-"""Longest chain a lookup drafts (vLLM's suffix method drafts up to 16-32)."""
 MIN_SCORE = 1.5
 """suffix_then_model sends the lookup's draft when it expects at least this many accepted
 tokens (the drafter model expects about 1.5-2 at k = 4 on chat), else the model's."""
@@ -39,14 +38,14 @@ class SuffixProposer(Proposer):
     def propose(self, committed: list[int], num_tokens: int, stop=None) -> Draft:
         if num_tokens <= 0:
             return Draft([])
-        reach = min(max(num_tokens, LOOKUP_TOKENS),
-                    self.sampling.max_drafts_after(len(committed) - self.prompt_len))
-        found = context_candidates(committed, self.limits)
-        if self.memory is not None:
-            found = found + self.memory.candidates(committed)
+        own = context_candidates(committed, self.limits)
+        remembered = (self.memory.candidates(committed) if self.memory is not None
+                      else Candidates.none(self.limits.max_depth))
         nodes = min(self.config.tree_nodes, num_tokens) if self.config.tree_nodes else 0
-        draft = best_draft(found, reach, self.params, tree_nodes=nodes)
-        return Draft(draft.tokens, parents=draft.parents, expected=draft.score)
+        draft = best_draft(own + remembered, num_tokens, self.params, tree_nodes=nodes)
+        from_memory = bool((remembered.match_lens >= max(draft.match_len, 1)).any())
+        return Draft(draft.tokens, parents=draft.parents, expected=draft.score,
+                     source="memory" if from_memory else "suffix")
 
 
 class SuffixThenModelProposer(LookupThenModel):
@@ -54,6 +53,13 @@ class SuffixThenModelProposer(LookupThenModel):
     drafter model's."""
 
     lookup_class = SuffixProposer
+
+    def propose(self, committed: list[int], num_tokens: int, stop=None) -> Draft:
+        looked_up = self.lookup.propose(committed, num_tokens)
+        if self.prefers(looked_up):
+            return looked_up
+        return self.model.propose(committed, min(num_tokens, self.config.num_draft_tokens),
+                                  stop)
 
     def prefers(self, draft: Draft) -> bool:
         return bool(draft.tokens) and (draft.expected or 0.0) >= MIN_SCORE
