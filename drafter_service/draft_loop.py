@@ -105,13 +105,15 @@ class DraftLoop:
         if verdict.HasField("features"):
             self.proposer.observe(features_from_pb(verdict.features))
         if verdict.HasField("next_draft_tokens"):
-            self.planned_length = verdict.next_draft_tokens
+            self.planned_length = self.proposer.planned = verdict.next_draft_tokens
 
     def _budget(self, context: list[int]) -> int:
         """Tokens worth drafting after ``context`` (the committed tokens, or a guess of them),
         at most what the verifier's plan asks for."""
         budget = self.config.budget(self.params, len(context) - self.request.prompt_len)
-        return budget if self.planned_length is None else min(budget, self.planned_length)
+        if self.planned_length is None or self.proposer.drafts_past_plan:
+            return budget
+        return min(budget, self.planned_length)
 
     def _block(self, draft: Draft, round_number: int, context: list[int], draft_us: int
                ) -> verifier_pb2.DraftBlock:
@@ -192,8 +194,10 @@ class DraftLoop:
                       ) -> AsyncIterator[verifier_pb2.Verdict]:
         """The verdicts of rounds the verifier decodes alone (the plan asked for 0 drafted
         tokens), until one asks for drafts again or ends the generation; shadow blocks
-        meanwhile, where they are exact (drafter_service.shadows)."""
+        meanwhile, where they are exact (drafter_service.shadows); and a draft-ready note as
+        soon as the proposer has a draft it expects to pay (the speculation memory matched)."""
         shadows = self._shadows(writer)
+        noted = False
         try:
             while True:
                 verdict = await self._receive(call)
@@ -201,12 +205,23 @@ class DraftLoop:
                 self.committed.extend(verdict.tokens)
                 if shadows is not None:
                     shadows.after(self.committed)
+                if not noted and not _is_final(verdict):
+                    noted = await self._note_ready(writer)
                 yield verdict
                 if self.planned_length != 0 or _is_final(verdict):
                     return
         finally:
             if shadows is not None:
                 await shadows.stop()
+
+    async def _note_ready(self, writer: DelayedWriter) -> bool:
+        """Tell the verifier (decoding the session alone) that a draft it should verify is
+        ready, if the proposer has one; returns whether it did."""
+        num_tokens = self.proposer.ready(self.committed)
+        if num_tokens:
+            await writer.send(verifier_pb2.VerifyRequest(ready=verifier_pb2.DraftReady(
+                epoch=self.request.epoch, num_tokens=num_tokens)))
+        return num_tokens > 0
 
     @property
     def _shadows_exact(self) -> bool:

@@ -90,6 +90,9 @@ class _Planned:
     one came): no probes needed."""
     is_tree: bool = False
     """It drafts token trees: its estimates are per node (``SurvivalBook.of_tree``)."""
+    ready: int = 0
+    """Tokens its drafter said it has ready while decoded alone (``DraftReady``): the next
+    verdict asks for them (0: none)."""
     note: PlanNote | None = None
 
 
@@ -199,6 +202,13 @@ class DraftPlanner:
         metrics.SHADOW_DRAFT_TOKENS.inc(len(tokens))
         return len(path)
 
+    def ready(self, sequence, num_tokens: int) -> None:
+        """The session's drafter has a draft of ``num_tokens`` it expects to pay (the
+        speculation memory matched): the next verdict asks for it."""
+        state = self.sessions.get(id(sequence))
+        if state is not None and num_tokens > 0:
+            state.ready = num_tokens
+
     def observe(self, items: Sequence[tuple[object, Draft | None]], results: Sequence,
                 seconds: float) -> None:
         """After a step (``items``: the drafts it verified): every planned row's acceptance,
@@ -207,6 +217,11 @@ class DraftPlanner:
         for (sequence, draft), result in zip(items, results):
             state = self.sessions.get(id(sequence))
             if state is None or draft is None or not isinstance(result, RoundOutcome):
+                continue
+            if draft.survival is not None:  # estimated by its drafter: not the session's rates
+                state.previous = draft.num_tokens
+                if 2 * result.num_accepted >= draft.num_tokens > 0:  # a match that holds:
+                    state.ready = draft.num_tokens  # ask for the next block of it at once
                 continue
             if state.is_tree:
                 path = result.path if result.path is not None else range(result.num_accepted)
@@ -242,12 +257,16 @@ class DraftPlanner:
         cached = len(sequence.cache.tokens)
         if state is None or draft is None:  # verified whole (or a prefill: no draft)
             return RowPlan(0, (), cached, base_tokens=fed, is_planned=False)
-        state.most = max(state.most, draft.num_tokens)
+        wait = state.wait_s if state.wait_s is not None else self.pooled_wait_s.get(
+            state.method, 0.0)
+        if draft.survival is not None and floors:  # the block's own estimates, this pass only
+            return RowPlan(draft.num_tokens, draft.survival, cached, 0, state.previous, wait,
+                           base_tokens=fed - draft.num_tokens)
+        if draft.survival is None:
+            state.most = max(state.most, draft.num_tokens)
         drafted = draft.num_tokens if floors else state.most  # next: as long as it may be
         survival = self._rates(sequence, state).survival(drafted)
         floor = drafted if floors and state.is_probing else 0  # a probe: verified whole
-        wait = state.wait_s if state.wait_s is not None else self.pooled_wait_s.get(
-            state.method, 0.0)
         per_token = (state.draft_token_s if state.draft_token_s is not None
                      else self.pooled_draft_token_s.get(state.method, 0.0))
         return RowPlan(drafted, survival, cached, floor, state.previous, wait, per_token,
@@ -261,6 +280,9 @@ class DraftPlanner:
 
     def _next_length(self, state: _Planned, unforced: int) -> int:
         """How many tokens the session's drafter drafts next (see the module docstring)."""
+        if state.ready:  # its drafter has a draft it expects to pay: ask for it
+            ready, state.ready, state.is_probing = state.ready, 0, False
+            return max(unforced, ready)
         was_probing, state.is_probing = state.is_probing, False
         if unforced > 0:  # paying: probes, when it next stops paying, come sooner again
             state.until_probe = 0

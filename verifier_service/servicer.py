@@ -12,21 +12,21 @@ from verifier_service.sessions import SessionTable
 
 
 class Inbox:
-    """A Verify stream's requests, read by a task of their own: shadow blocks are handed to
-    ``on_shadow`` as they arrive (also while the verifier decodes the session alone and reads
-    nothing else); opens and blocks queue, in order, for ``async for``. A failure (a bad shadow,
-    a broken stream) is raised to the reader."""
+    """A Verify stream's requests, read by a task of their own: shadow blocks and draft-ready
+    notes are handed to ``on_aside`` as they arrive (also while the verifier decodes the session
+    alone and reads nothing else); opens and blocks queue, in order, for ``async for``. A
+    failure (a bad shadow, a broken stream) is raised to the reader."""
 
-    def __init__(self, requests, on_shadow) -> None:
+    def __init__(self, requests, on_aside) -> None:
         self.queue: asyncio.Queue = asyncio.Queue()
         self.failure: Exception | None = None
-        self.task = asyncio.ensure_future(self._pump(requests, on_shadow))
+        self.task = asyncio.ensure_future(self._pump(requests, on_aside))
 
-    async def _pump(self, requests, on_shadow) -> None:
+    async def _pump(self, requests, on_aside) -> None:
         try:
             async for request in requests:
-                if request.HasField("shadow"):
-                    on_shadow(request.shadow)
+                if request.HasField("shadow") or request.HasField("ready"):
+                    on_aside(request)
                 else:
                     self.queue.put_nowait(request)
         except Exception as exc:  # noqa: BLE001 - handed to the reader, which raises it
@@ -63,12 +63,16 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
     async def Verify(self, request_iterator, context):
         session = None
 
-        def on_shadow(msg: verifier_pb2.ShadowBlock) -> None:
+        def on_aside(request: verifier_pb2.VerifyRequest) -> None:
             if session is None:
-                raise ValueError("open: send a SessionOpen message before shadow blocks")
-            self.sessions.shadow(session, msg)
+                raise ValueError("open: send a SessionOpen message before shadow blocks or "
+                                 "draft-ready notes")
+            if request.HasField("shadow"):
+                self.sessions.shadow(session, request.shadow)
+            else:
+                self.sessions.ready(session, request.ready)
 
-        inbox = Inbox(request_iterator, on_shadow)
+        inbox = Inbox(request_iterator, on_aside)
         try:
             async for request in inbox:
                 if request.HasField("open"):

@@ -165,6 +165,12 @@ class SessionTable:
             self.planner.shadow(session.sequence, msg.base_len, list(msg.tokens),
                                 list(msg.parents) or None)
 
+    def ready(self, session: OpenSession, msg: verifier_pb2.DraftReady) -> None:
+        """The session's drafter has a draft ready while it is decoded alone (verifier.proto):
+        the planner's next verdict asks for it; one of an older epoch is ignored."""
+        if msg.epoch == session.epoch:
+            self.planner.ready(session.sequence, min(msg.num_tokens, MAX_DRAFT_TOKENS))
+
     async def close(self, session: OpenSession) -> None:
         """Give the session's KV memory back when its stream ends, and wake waiting opens."""
         session.sequence.close()

@@ -31,9 +31,14 @@ class Draft:
     source: str = ""
     """What drafted it (Round.draft_source): "ngram", "suffix", "memory"; empty: the drafter
     model (or nothing, for an empty draft)."""
-    expected: float | None = None
-    """The method's own estimate of how many of the tokens will be accepted (the speculation
-    memory's score), None when it has none."""
+    survival: list[float] | None = None
+    """The method's own estimate, per drafted token, of the chance it is reached and accepted
+    (the speculation memory's match frequencies); None when it has none."""
+
+    @property
+    def expected(self) -> float | None:
+        """The tokens it expects to have accepted (None: no estimate)."""
+        return None if self.survival is None else float(sum(self.survival))
 
     def __post_init__(self) -> None:
         if self.parents is not None and is_chain(self.parents):
@@ -55,7 +60,8 @@ class Draft:
             return self
         cut = (lambda t: None if t is None else t[:n])
         return Draft(self.tokens[:n], cut(self.q_ids), cut(self.q_probs),
-                     cut(self.decision_ids), cut(self.decision_probs), cut(self.parents))
+                     cut(self.decision_ids), cut(self.decision_probs), cut(self.parents),
+                     self.source, cut(self.survival))
 
 
 @dataclass(frozen=True)

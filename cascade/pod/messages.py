@@ -22,7 +22,7 @@ def draft_to_pb(draft: Draft, **fields) -> verifier_pb2.DraftBlock:
     """``fields``: session_id, epoch, round, base_len, draft_us."""
     source = draft.source or ("model" if draft.tokens else "")
     msg = verifier_pb2.DraftBlock(tokens=draft.tokens, parents=draft.parents or (),
-                                  source=source, **fields)
+                                  source=source, survival=draft.survival or (), **fields)
     if draft.has_proposal:
         _add_sparse(msg.proposals, draft.q_ids, draft.q_probs)
     if draft.decision_ids is not None:
@@ -49,7 +49,7 @@ def draft_from_pb(msg: verifier_pb2.DraftBlock, vocab_size: int) -> Draft:
     q_ids, q_probs = _padded(msg.proposals)
     decision_ids, decision_probs = _padded(msg.decision_proposals)
     return Draft(list(msg.tokens), q_ids, q_probs, decision_ids, decision_probs,
-                 list(msg.parents) or None)
+                 list(msg.parents) or None, msg.source, list(msg.survival) or None)
 
 
 def _padded(rows) -> tuple[torch.Tensor | None, torch.Tensor | None]:

@@ -193,6 +193,21 @@ def check_block(msg: verifier_pb2.DraftBlock, vocab_size: int) -> None:
                                 f"for {len(msg.tokens)} tokens")
         for row, proposal in enumerate(rows):
             check_proposal(f"{name}[{row}]", proposal, vocab_size, widest)
+    check_survival(msg.survival, len(msg.tokens))
+    if len(msg.source) > MAX_SOURCE_CHARS:
+        raise invalid("source", f"must be at most {MAX_SOURCE_CHARS} characters")
+
+
+MAX_SOURCE_CHARS = 32
+
+
+def check_survival(survival: Sequence[float], num_tokens: int) -> None:
+    """A block's own survival estimates: one per drafted token or none, each in [0, 1]."""
+    if survival and len(survival) != num_tokens:
+        raise invalid("survival", f"one per drafted token or none; got {len(survival)} for "
+                                  f"{num_tokens} tokens")
+    if any(not 0.0 <= p <= 1.0 for p in survival):  # NaN fails too
+        raise invalid("survival", "each must be a probability in [0, 1]")
 
 
 def check_nodes(prefix: str, tokens: Sequence[int], parents: Sequence[int],

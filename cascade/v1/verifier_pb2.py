@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from cascade.v1 import common_pb2 as cascade_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x63\x61scade/v1/verifier.proto\x12\ncascade.v1\x1a\x17\x63\x61scade/v1/common.proto\"\x94\x01\n\rVerifyRequest\x12\'\n\x04open\x18\x01 \x01(\x0b\x32\x17.cascade.v1.SessionOpenH\x00\x12\'\n\x05\x62lock\x18\x02 \x01(\x0b\x32\x16.cascade.v1.DraftBlockH\x00\x12)\n\x06shadow\x18\x03 \x01(\x0b\x32\x17.cascade.v1.ShadowBlockH\x00\x42\x06\n\x04kind\"O\n\x0bShadowBlock\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\x10\n\x08\x62\x61se_len\x18\x02 \x01(\r\x12\x0e\n\x06tokens\x18\x03 \x03(\r\x12\x0f\n\x07parents\x18\x04 \x03(\x05\"\xcb\x02\n\x0bSessionOpen\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x16\n\x0e\x63ontext_tokens\x18\x03 \x03(\r\x12\x12\n\nprompt_len\x18\x04 \x01(\r\x12&\n\x08sampling\x18\x05 \x01(\x0b\x32\x14.cascade.v1.Sampling\x12*\n\nacceptance\x18\x06 \x01(\x0b\x32\x16.cascade.v1.Acceptance\x12\x16\n\x0e\x66\x65\x61ture_layers\x18\x07 \x03(\r\x12\x11\n\towner_tag\x18\x08 \x01(\x0c\x12\x13\n\x0bplan_drafts\x18\t \x01(\x08\x12\x14\n\x0c\x64raft_method\x18\n \x01(\t\x12\x15\n\rshadow_drafts\x18\x0b \x01(\x08\x12\x12\n\ntree_nodes\x18\x0c \x01(\r\x12\x18\n\x10num_draft_tokens\x18\r \x01(\r\"K\n\x0eTargetFeatures\x12\r\n\x05start\x18\x01 \x01(\r\x12\r\n\x05shape\x18\x02 \x03(\r\x12\r\n\x05\x64type\x18\x03 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\"6\n\x12SparseDistribution\x12\x11\n\ttoken_ids\x18\x01 \x03(\r\x12\r\n\x05probs\x18\x02 \x03(\x02\"\xa8\x02\n\nDraftBlock\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\r\n\x05round\x18\x03 \x01(\r\x12\x10\n\x08\x62\x61se_len\x18\x04 \x01(\r\x12\x0e\n\x06tokens\x18\x05 \x03(\r\x12\x31\n\tproposals\x18\x06 \x03(\x0b\x32\x1e.cascade.v1.SparseDistribution\x12\x10\n\x08\x64raft_us\x18\x07 \x01(\x04\x12:\n\x12\x64\x65\x63ision_proposals\x18\x08 \x03(\x0b\x32\x1e.cascade.v1.SparseDistribution\x12$\n\x07\x61ssumes\x18\t \x01(\x0b\x32\x13.cascade.v1.Outcome\x12\x0f\n\x07parents\x18\n \x03(\x05\x12\x0e\n\x06source\x18\x0b \x01(\t\"3\n\x07Outcome\x12\x14\n\x0cnum_accepted\x18\x01 \x01(\r\x12\x12\n\nnext_token\x18\x02 \x01(\r\"\x88\x03\n\x07Verdict\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\r\n\x05round\x18\x03 \x01(\r\x12\x10\n\x08is_stale\x18\x04 \x01(\x08\x12\x0e\n\x06tokens\x18\x06 \x03(\r\x12\x14\n\x0cnum_accepted\x18\x07 \x01(\r\x12\x15\n\rcommitted_len\x18\x08 \x01(\r\x12/\n\rfinish_reason\x18\t \x01(\x0e\x32\x18.cascade.v1.FinishReason\x12\x11\n\tverify_us\x18\n \x01(\x04\x12,\n\x08\x66\x65\x61tures\x18\x0b \x01(\x0b\x32\x1a.cascade.v1.TargetFeatures\x12\x14\n\x0cnum_deferred\x18\x0c \x01(\r\x12\x19\n\x0cnum_verified\x18\r \x01(\rH\x00\x88\x01\x01\x12\x1e\n\x11next_draft_tokens\x18\x0e \x01(\rH\x01\x88\x01\x01\x12\x0c\n\x04path\x18\x0f \x03(\rB\x0f\n\r_num_verifiedB\x14\n\x12_next_draft_tokensJ\x04\x08\x05\x10\x06\"9\n\rDecodeRequest\x12(\n\x07session\x18\x01 \x01(\x0b\x32\x17.cascade.v1.SessionOpen2\x82\x01\n\x08Verifier\x12<\n\x06Verify\x12\x19.cascade.v1.VerifyRequest\x1a\x13.cascade.v1.Verdict(\x01\x30\x01\x12\x38\n\x06\x44\x65\x63ode\x12\x19.cascade.v1.DecodeRequest\x1a\x11.cascade.v1.Round0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x63\x61scade/v1/verifier.proto\x12\ncascade.v1\x1a\x17\x63\x61scade/v1/common.proto\"\xbd\x01\n\rVerifyRequest\x12\'\n\x04open\x18\x01 \x01(\x0b\x32\x17.cascade.v1.SessionOpenH\x00\x12\'\n\x05\x62lock\x18\x02 \x01(\x0b\x32\x16.cascade.v1.DraftBlockH\x00\x12)\n\x06shadow\x18\x03 \x01(\x0b\x32\x17.cascade.v1.ShadowBlockH\x00\x12\'\n\x05ready\x18\x04 \x01(\x0b\x32\x16.cascade.v1.DraftReadyH\x00\x42\x06\n\x04kind\"/\n\nDraftReady\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\x12\n\nnum_tokens\x18\x02 \x01(\r\"O\n\x0bShadowBlock\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\x10\n\x08\x62\x61se_len\x18\x02 \x01(\r\x12\x0e\n\x06tokens\x18\x03 \x03(\r\x12\x0f\n\x07parents\x18\x04 \x03(\x05\"\xcb\x02\n\x0bSessionOpen\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x16\n\x0e\x63ontext_tokens\x18\x03 \x03(\r\x12\x12\n\nprompt_len\x18\x04 \x01(\r\x12&\n\x08sampling\x18\x05 \x01(\x0b\x32\x14.cascade.v1.Sampling\x12*\n\nacceptance\x18\x06 \x01(\x0b\x32\x16.cascade.v1.Acceptance\x12\x16\n\x0e\x66\x65\x61ture_layers\x18\x07 \x03(\r\x12\x11\n\towner_tag\x18\x08 \x01(\x0c\x12\x13\n\x0bplan_drafts\x18\t \x01(\x08\x12\x14\n\x0c\x64raft_method\x18\n \x01(\t\x12\x15\n\rshadow_drafts\x18\x0b \x01(\x08\x12\x12\n\ntree_nodes\x18\x0c \x01(\r\x12\x18\n\x10num_draft_tokens\x18\r \x01(\r\"K\n\x0eTargetFeatures\x12\r\n\x05start\x18\x01 \x01(\r\x12\r\n\x05shape\x18\x02 \x03(\r\x12\r\n\x05\x64type\x18\x03 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\"6\n\x12SparseDistribution\x12\x11\n\ttoken_ids\x18\x01 \x03(\r\x12\r\n\x05probs\x18\x02 \x03(\x02\"\xba\x02\n\nDraftBlock\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\r\n\x05round\x18\x03 \x01(\r\x12\x10\n\x08\x62\x61se_len\x18\x04 \x01(\r\x12\x0e\n\x06tokens\x18\x05 \x03(\r\x12\x31\n\tproposals\x18\x06 \x03(\x0b\x32\x1e.cascade.v1.SparseDistribution\x12\x10\n\x08\x64raft_us\x18\x07 \x01(\x04\x12:\n\x12\x64\x65\x63ision_proposals\x18\x08 \x03(\x0b\x32\x1e.cascade.v1.SparseDistribution\x12$\n\x07\x61ssumes\x18\t \x01(\x0b\x32\x13.cascade.v1.Outcome\x12\x0f\n\x07parents\x18\n \x03(\x05\x12\x0e\n\x06source\x18\x0b \x01(\t\x12\x10\n\x08survival\x18\x0c \x03(\x02\"3\n\x07Outcome\x12\x14\n\x0cnum_accepted\x18\x01 \x01(\r\x12\x12\n\nnext_token\x18\x02 \x01(\r\"\x88\x03\n\x07Verdict\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\r\n\x05round\x18\x03 \x01(\r\x12\x10\n\x08is_stale\x18\x04 \x01(\x08\x12\x0e\n\x06tokens\x18\x06 \x03(\r\x12\x14\n\x0cnum_accepted\x18\x07 \x01(\r\x12\x15\n\rcommitted_len\x18\x08 \x01(\r\x12/\n\rfinish_reason\x18\t \x01(\x0e\x32\x18.cascade.v1.FinishReason\x12\x11\n\tverify_us\x18\n \x01(\x04\x12,\n\x08\x66\x65\x61tures\x18\x0b \x01(\x0b\x32\x1a.cascade.v1.TargetFeatures\x12\x14\n\x0cnum_deferred\x18\x0c \x01(\r\x12\x19\n\x0cnum_verified\x18\r \x01(\rH\x00\x88\x01\x01\x12\x1e\n\x11next_draft_tokens\x18\x0e \x01(\rH\x01\x88\x01\x01\x12\x0c\n\x04path\x18\x0f \x03(\rB\x0f\n\r_num_verifiedB\x14\n\x12_next_draft_tokensJ\x04\x08\x05\x10\x06\"9\n\rDecodeRequest\x12(\n\x07session\x18\x01 \x01(\x0b\x32\x17.cascade.v1.SessionOpen2\x82\x01\n\x08Verifier\x12<\n\x06Verify\x12\x19.cascade.v1.VerifyRequest\x1a\x13.cascade.v1.Verdict(\x01\x30\x01\x12\x38\n\x06\x44\x65\x63ode\x12\x19.cascade.v1.DecodeRequest\x1a\x11.cascade.v1.Round0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,23 +33,25 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'cascade.v1.verifier_pb2', _
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_VERIFYREQUEST']._serialized_start=67
-  _globals['_VERIFYREQUEST']._serialized_end=215
-  _globals['_SHADOWBLOCK']._serialized_start=217
-  _globals['_SHADOWBLOCK']._serialized_end=296
-  _globals['_SESSIONOPEN']._serialized_start=299
-  _globals['_SESSIONOPEN']._serialized_end=630
-  _globals['_TARGETFEATURES']._serialized_start=632
-  _globals['_TARGETFEATURES']._serialized_end=707
-  _globals['_SPARSEDISTRIBUTION']._serialized_start=709
-  _globals['_SPARSEDISTRIBUTION']._serialized_end=763
-  _globals['_DRAFTBLOCK']._serialized_start=766
-  _globals['_DRAFTBLOCK']._serialized_end=1062
-  _globals['_OUTCOME']._serialized_start=1064
-  _globals['_OUTCOME']._serialized_end=1115
-  _globals['_VERDICT']._serialized_start=1118
-  _globals['_VERDICT']._serialized_end=1510
-  _globals['_DECODEREQUEST']._serialized_start=1512
-  _globals['_DECODEREQUEST']._serialized_end=1569
-  _globals['_VERIFIER']._serialized_start=1572
-  _globals['_VERIFIER']._serialized_end=1702
+  _globals['_VERIFYREQUEST']._serialized_end=256
+  _globals['_DRAFTREADY']._serialized_start=258
+  _globals['_DRAFTREADY']._serialized_end=305
+  _globals['_SHADOWBLOCK']._serialized_start=307
+  _globals['_SHADOWBLOCK']._serialized_end=386
+  _globals['_SESSIONOPEN']._serialized_start=389
+  _globals['_SESSIONOPEN']._serialized_end=720
+  _globals['_TARGETFEATURES']._serialized_start=722
+  _globals['_TARGETFEATURES']._serialized_end=797
+  _globals['_SPARSEDISTRIBUTION']._serialized_start=799
+  _globals['_SPARSEDISTRIBUTION']._serialized_end=853
+  _globals['_DRAFTBLOCK']._serialized_start=856
+  _globals['_DRAFTBLOCK']._serialized_end=1170
+  _globals['_OUTCOME']._serialized_start=1172
+  _globals['_OUTCOME']._serialized_end=1223
+  _globals['_VERDICT']._serialized_start=1226
+  _globals['_VERDICT']._serialized_end=1618
+  _globals['_DECODEREQUEST']._serialized_start=1620
+  _globals['_DECODEREQUEST']._serialized_end=1677
+  _globals['_VERIFIER']._serialized_start=1680
+  _globals['_VERIFIER']._serialized_end=1810
 # @@protoc_insertion_point(module_scope)

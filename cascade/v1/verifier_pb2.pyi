@@ -8,14 +8,24 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class VerifyRequest(_message.Message):
-    __slots__ = ("open", "block", "shadow")
+    __slots__ = ("open", "block", "shadow", "ready")
     OPEN_FIELD_NUMBER: _ClassVar[int]
     BLOCK_FIELD_NUMBER: _ClassVar[int]
     SHADOW_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
     open: SessionOpen
     block: DraftBlock
     shadow: ShadowBlock
-    def __init__(self, open: _Optional[_Union[SessionOpen, _Mapping]] = ..., block: _Optional[_Union[DraftBlock, _Mapping]] = ..., shadow: _Optional[_Union[ShadowBlock, _Mapping]] = ...) -> None: ...
+    ready: DraftReady
+    def __init__(self, open: _Optional[_Union[SessionOpen, _Mapping]] = ..., block: _Optional[_Union[DraftBlock, _Mapping]] = ..., shadow: _Optional[_Union[ShadowBlock, _Mapping]] = ..., ready: _Optional[_Union[DraftReady, _Mapping]] = ...) -> None: ...
+
+class DraftReady(_message.Message):
+    __slots__ = ("epoch", "num_tokens")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    NUM_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    num_tokens: int
+    def __init__(self, epoch: _Optional[int] = ..., num_tokens: _Optional[int] = ...) -> None: ...
 
 class ShadowBlock(_message.Message):
     __slots__ = ("epoch", "base_len", "tokens", "parents")
@@ -80,7 +90,7 @@ class SparseDistribution(_message.Message):
     def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., probs: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class DraftBlock(_message.Message):
-    __slots__ = ("session_id", "epoch", "round", "base_len", "tokens", "proposals", "draft_us", "decision_proposals", "assumes", "parents", "source")
+    __slots__ = ("session_id", "epoch", "round", "base_len", "tokens", "proposals", "draft_us", "decision_proposals", "assumes", "parents", "source", "survival")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
@@ -92,6 +102,7 @@ class DraftBlock(_message.Message):
     ASSUMES_FIELD_NUMBER: _ClassVar[int]
     PARENTS_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
+    SURVIVAL_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     epoch: int
     round: int
@@ -103,7 +114,8 @@ class DraftBlock(_message.Message):
     assumes: Outcome
     parents: _containers.RepeatedScalarFieldContainer[int]
     source: str
-    def __init__(self, session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., round: _Optional[int] = ..., base_len: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., proposals: _Optional[_Iterable[_Union[SparseDistribution, _Mapping]]] = ..., draft_us: _Optional[int] = ..., decision_proposals: _Optional[_Iterable[_Union[SparseDistribution, _Mapping]]] = ..., assumes: _Optional[_Union[Outcome, _Mapping]] = ..., parents: _Optional[_Iterable[int]] = ..., source: _Optional[str] = ...) -> None: ...
+    survival: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., round: _Optional[int] = ..., base_len: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., proposals: _Optional[_Iterable[_Union[SparseDistribution, _Mapping]]] = ..., draft_us: _Optional[int] = ..., decision_proposals: _Optional[_Iterable[_Union[SparseDistribution, _Mapping]]] = ..., assumes: _Optional[_Union[Outcome, _Mapping]] = ..., parents: _Optional[_Iterable[int]] = ..., source: _Optional[str] = ..., survival: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class Outcome(_message.Message):
     __slots__ = ("num_accepted", "next_token")

@@ -118,6 +118,7 @@ class Pane {
       "mean accepted length": n ? (this.tokens / n).toFixed(2) : "–",
       "mean verified draft": n ? (this.drafted / n).toFixed(2) : "–",
       "rounds at 0 drafts": n ? `${Math.round((100 * this.rounds.filter((r) => !r.num_drafted).length) / n)} %` : "–",
+      "rounds from memory": n ? `${Math.round((100 * this.rounds.filter((r) => r.source === "memory").length) / n)} %` : "–",
       "time to first token": this.ttftMs === null ? "–" : `${Math.round(this.ttftMs)} ms`,
     };
     this.figures.replaceChildren(...Object.entries(figures).map(([name, value]) => {
@@ -193,6 +194,13 @@ const BLOCK_ORIGINS = {
   ahead_hit: "pre-drafted and sent ahead: verified right after the previous verdict",
 };
 
+const SOURCES = {
+  model: "the drafter model",
+  ngram: "prompt lookup",
+  suffix: "the session's own tokens (suffix)",
+  memory: "the speculation memory",
+};
+
 function showRoundInfo(element, round) {
   document.querySelectorAll(".round.active").forEach((e) => e.classList.remove("active"));
   element.classList.add("active");
@@ -206,7 +214,8 @@ function showRoundInfo(element, round) {
   info.innerHTML = `<strong>Round ${round.round}</strong><br>drafted: ${drafted}${treeInfo(round)}` +
     `<br>accepted ${round.num_accepted} of ${round.num_drafted}${verifierToken}` +
     `<br>draft ${round.draft_ms.toFixed(1)} ms · verify ${round.verify_ms.toFixed(1)} ms` +
-    ` · round ${round.round_ms.toFixed(1)} ms<br>block: ${BLOCK_ORIGINS[round.block] || round.block}`;
+    ` · round ${round.round_ms.toFixed(1)} ms<br>block: ${BLOCK_ORIGINS[round.block] || round.block}` +
+    (round.source ? ` · drafted by: ${escapeHtml(SOURCES[round.source] || round.source)}` : "");
   info.hidden = false;
 }
 

@@ -62,8 +62,10 @@ async def test_planned_greedy_output_is_the_targets(gpt2_pair, cost):
         if cost is STEEP:  # decoded alone but for probes (each verified whatever it costs)
             assert set(drafted) <= set(range(MAX_PROBE_TOKENS + 1))
             assert drafted.count(0) > 0.7 * len(drafted)
-        else:
-            assert drafted[:-1] == [4] * (len(drafted) - 1)  # the last: what was left
+        else:  # every drafted token pays; the first rounds' waits are measured while the
+            # machine may be busy (a slow one can cut a block until the averages settle)
+            assert all(1 <= n <= 4 for n in drafted[:-1])
+            assert drafted[3:-1] == [4] * (len(drafted) - 4)
 
 
 async def test_a_drafter_that_never_hits_is_dropped_where_a_drafted_token_costs(gpt2_pair):
@@ -217,3 +219,30 @@ def test_a_shadow_tree_is_scored_by_the_greedy_walk_over_the_committed_tokens():
     assert shadow_path([9, 5, 6, 1, 7], [-1, -1, 1, 1, 2], truth) == [1, 2, 4]
     assert shadow_path([5, 6, 9], None, truth) == [0, 1]  # a chain
     assert shadow_path([5, 6], [-1, 0], truth[:1]) == [0]  # past the truth nothing matches
+
+
+def test_blocks_with_their_own_estimates_are_cut_by_them_and_ask_for_more(gpt2_pair):
+    """A block carrying survival estimates (the speculation memory's) is cut where they stop
+    paying, leaves the session's measured rates alone, and a block that held asks for the next
+    one; a draft-ready note brings a session decoded alone back to drafting."""
+    target, _ = gpt2_pair
+    planner, engine = DraftPlanner(Linear(0.02, 0.002)), VerifyEngine(target, kv_tokens=1024)
+    sequence = SequenceVerifier(target, random_prompts(1, seed=44)[0],
+                                SamplingParams(max_new_tokens=60), engine=engine)
+    planner.enroll(sequence, "suffix")
+    right = hf_greedy(target, sequence.committed, 8)[:8]
+    sure = Draft(right, survival=[0.99] * 6 + [0.01] * 2)
+    [cut] = planner.plan([(sequence, sure)])
+    assert cut.num_tokens == 6 and cut.survival == [0.99] * 6
+    rates_before = planner.book.of(id(sequence), "suffix").survival(4)
+    planner.observe([(sequence, cut)], engine.step([(sequence, cut)]), seconds=0.0)
+    assert planner.book.of(id(sequence), "suffix").survival(4) == rates_before
+    assert planner.note(sequence).next_draft_tokens == 6  # it held: the next block, at once
+    alone = [(sequence, Draft([]))]
+    for _ in range(3):
+        planner.observe(alone, engine.step(alone), seconds=0.0)
+    assert planner.note(sequence).next_draft_tokens == 0  # nothing ready: decoded alone
+    planner.ready(sequence, 5)
+    planner.observe(alone, engine.step(alone), seconds=0.0)
+    assert planner.note(sequence).next_draft_tokens >= 5
+    sequence.close()

@@ -57,6 +57,12 @@ class Proposer(ABC):
     may decide per instance, as the model proposer does for a feature drafter)."""
     feature_layers: tuple[int, ...] = ()
     """Which of the target's layers (transformers' hidden_states indices) it wants."""
+    drafts_past_plan: ClassVar[bool] = False
+    """Whether its budget is the whole block bound even where a planning verifier asked for
+    fewer tokens (drafts that carry their own survival estimates, which the verifier cuts by;
+    a model behind such a method still keeps to ``planned``)."""
+    planned: int | None = None
+    """The verifier's plan for the next block's length (planned sessions; None: none yet)."""
 
     def __init__(self, context: ProposerContext) -> None:
         if self.needs_model and context.runner is None:
@@ -83,6 +89,12 @@ class Proposer(ABC):
             except DraftStopped:
                 break
         return drafts
+
+    def ready(self, committed: list[int]) -> int:
+        """While the verifier decodes the session alone: the length of a draft after
+        ``committed`` the method expects to pay whatever the plan says (0: none; only methods
+        that estimate their own drafts have one)."""
+        return 0
 
     @property
     def can_speculate(self) -> bool:

@@ -28,6 +28,7 @@ class SuffixProposer(Proposer):
     """The best-scoring continuation of the session's own tokens and its scope's memory."""
 
     needs_model = False
+    drafts_past_plan = True
 
     def __init__(self, context: ProposerContext, params: SuffixParams = SuffixParams()) -> None:
         super().__init__(context)
@@ -44,8 +45,14 @@ class SuffixProposer(Proposer):
         nodes = min(self.config.tree_nodes, num_tokens) if self.config.tree_nodes else 0
         draft = best_draft(own + remembered, num_tokens, self.params, tree_nodes=nodes)
         from_memory = bool((remembered.match_lens >= max(draft.match_len, 1)).any())
-        return Draft(draft.tokens, parents=draft.parents, expected=draft.score,
+        return Draft(draft.tokens, parents=draft.parents, survival=draft.probs,
                      source="memory" if from_memory else "suffix")
+
+
+    def ready(self, committed: list[int]) -> int:
+        budget = self.config.budget(self.sampling, len(committed) - self.prompt_len)
+        draft = self.propose(committed, budget)
+        return draft.num_tokens if (draft.expected or 0.0) >= MIN_SCORE else 0
 
 
 class SuffixThenModelProposer(LookupThenModel):
@@ -53,13 +60,21 @@ class SuffixThenModelProposer(LookupThenModel):
     drafter model's."""
 
     lookup_class = SuffixProposer
+    drafts_past_plan = True
 
     def propose(self, committed: list[int], num_tokens: int, stop=None) -> Draft:
+        """The memory's draft where it scores, else the model's within k and the plan (none
+        planned: the memory's draft whatever its score, which the verifier cuts by)."""
         looked_up = self.lookup.propose(committed, num_tokens)
         if self.prefers(looked_up):
             return looked_up
-        return self.model.propose(committed, min(num_tokens, self.config.num_draft_tokens),
-                                  stop)
+        most = min(num_tokens, self.config.num_draft_tokens)
+        if self.planned is not None:
+            most = min(most, self.planned)
+        return self.model.propose(committed, most, stop) if most else looked_up
+
+    def ready(self, committed: list[int]) -> int:
+        return self.lookup.ready(committed)
 
     def prefers(self, draft: Draft) -> bool:
         return bool(draft.tokens) and (draft.expected or 0.0) >= MIN_SCORE

@@ -1,0 +1,215 @@
+"""The speculation memory on agentic workloads, through the gateway: target-only, the drafter
+model, per-session prompt lookup (ngram) and the memory (suffix, suffix_then_model), side by side
+in one run. Each mode gets a fresh local cluster (so each memory starts empty) and sends the same
+requests one at a time, greedy, through the HTTP chat API; tokens/s is completion tokens over
+wall time per workload.
+
+Workloads (built here, deterministic):
+
+- **tool-calls**: an assistant with three tools (their JSON schemas in the system message)
+  answers eight user requests with a tool call each, then the same eight again (an agent loop
+  re-running its tasks: retries, evaluation runs, several users asking alike).
+- **code-edit**: a coding agent's edit loop: a 25-line Python file and five edit requests, each
+  asking for the whole file back with one small change, each carrying the file as the previous
+  answer left it.
+- **chat**: the benchmark's chat prompts, nothing repeated: the memory must not slow plain chat.
+
+python -m cascade.bench.memory --target DIR --drafter DIR [--max-tokens 64] [--modes ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+from rich.console import Console
+from rich.table import Table
+
+from cascade.bench.prompts import DOMAINS
+from cascade.bench.run import machine
+from cascade.bench.services import pinned_cluster
+
+TOOLS = [
+    {"name": "get_weather", "description": "Current weather for a city.",
+     "parameters": {"type": "object", "properties": {"city": {"type": "string"},
+                                                     "unit": {"enum": ["celsius", "fahrenheit"]}},
+                    "required": ["city"]}},
+    {"name": "search_flights", "description": "Flights between two airports on a date.",
+     "parameters": {"type": "object", "properties": {"origin": {"type": "string"},
+                                                     "destination": {"type": "string"},
+                                                     "date": {"type": "string"}},
+                    "required": ["origin", "destination", "date"]}},
+    {"name": "create_event", "description": "Add an event to the user's calendar.",
+     "parameters": {"type": "object", "properties": {"title": {"type": "string"},
+                                                     "start": {"type": "string"},
+                                                     "minutes": {"type": "integer"}},
+                    "required": ["title", "start"]}},
+]
+SYSTEM = ("You are an assistant that answers only with one tool call, as JSON: "
+          '{"name": <tool name>, "arguments": {...}}. Tools:\n'
+          + "\n".join(json.dumps(tool) for tool in TOOLS))
+REQUESTS = [
+    "What's the weather in Paris?", "Find flights from SFO to JFK on 2025-03-14.",
+    "Put 'dentist' on my calendar for 2025-03-20 at 09:00, 30 minutes.",
+    "Is it cold in Oslo right now? Use fahrenheit.", "Flights from LHR to CDG on 2025-04-02?",
+    "Schedule 'team sync' at 2025-03-21 14:00 for 45 minutes.", "Weather in Tokyo, please.",
+    "Search flights from BOS to ORD on 2025-05-09.",
+]
+FILE = '''import json
+from pathlib import Path
+
+
+def load_config(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def save_config(path, config):
+    with open(path, "w") as f:
+        json.dump(config, f, indent=2)
+
+
+def merge(base, override):
+    result = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(result.get(key), dict):
+            result[key] = merge(result[key], value)
+        else:
+            result[key] = value
+    return result
+'''
+EDITS = ["Add type hints to load_config.", "Rename `f` to `handle` in save_config.",
+         "Make save_config sort the keys.", "Add a docstring to merge.",
+         "Use Path.read_text in load_config."]
+
+
+WORKLOADS = ("tool-calls", "code-edit", "chat")
+
+
+@dataclass(frozen=True)
+class Mode:
+    name: str
+    fields: dict
+
+
+MODES = {
+    "target": Mode("target only (k=0)", {"num_draft_tokens": 0}),
+    "model": Mode("drafter model (k=4)", {"num_draft_tokens": 4, "draft_method": "model"}),
+    "ngram": Mode("prompt lookup, ngram (k=4)", {"num_draft_tokens": 4, "draft_method": "ngram"}),
+    "suffix": Mode("memory: suffix", {"num_draft_tokens": 4, "draft_method": "suffix"}),
+    "suffix_then_model": Mode("memory: suffix_then_model (k=4)",
+                              {"num_draft_tokens": 4, "draft_method": "suffix_then_model"}),
+}
+
+
+def tool_calls() -> list[list[dict]]:
+    return [[{"role": "system", "content": SYSTEM}, {"role": "user", "content": r}]
+            for r in REQUESTS * 2]
+
+
+def chat() -> list[list[dict]]:
+    prompts = next(d for d in DOMAINS if d.name == "chat").prompts
+    return [[{"role": "user", "content": p}] for p in prompts]
+
+
+def _complete(http: httpx.Client, messages: list[dict], fields: dict, max_tokens: int
+              ) -> tuple[str, Counter]:
+    """(text, counts) of one streamed request: completion tokens, and drafted and accepted
+    tokens by what drafted them (from the rounds the gateway streams)."""
+    body = {"model": http.model, "messages": messages, "max_tokens": max_tokens,
+            "temperature": 0, "stream": True, "cascade_rounds": True, **fields}
+    text, counts = [], Counter()
+    with http.stream("POST", "/v1/chat/completions", json=body) as response:
+        response.raise_for_status()
+        for line in response.iter_lines():
+            if not line.startswith("data: {"):
+                continue
+            chunk = json.loads(line[6:])
+            text.extend(c["delta"].get("content", "") for c in chunk.get("choices", []))
+            rounds = chunk.get("cascade")
+            if rounds:
+                source = rounds.get("source") or "target"
+                counts["tokens"] += len(rounds["tokens"])
+                counts[f"drafted:{source}"] += rounds["num_drafted"]
+                counts[f"accepted:{source}"] += rounds["num_accepted"]
+    return "".join(text), counts
+
+
+def run_workload(http: httpx.Client, name: str, fields: dict, max_tokens: int) -> dict:
+    counts = Counter()
+    started = time.perf_counter()
+    if name == "code-edit":
+        text = FILE
+        for edit in EDITS:
+            ask = f"{edit} Return the whole file.\n```python\n{text}```"
+            answer, more = _complete(http, [{"role": "user", "content": ask}], fields,
+                                     max_tokens * 3)
+            text = answer.split("```python\n")[-1].split("```")[0] or text
+            counts += more
+    else:
+        for messages in tool_calls() if name == "tool-calls" else chat():
+            counts += _complete(http, messages, fields, max_tokens)[1]
+    elapsed = time.perf_counter() - started
+    return {"seconds": elapsed, "tokens_per_s": counts["tokens"] / elapsed, **counts}
+
+
+def run(target: Path, drafter: Path, workdir: Path, modes: list[str], max_tokens: int,
+        workloads: tuple[str, ...] = WORKLOADS, schedule: str = "auto") -> dict:
+    """``schedule``: the requests' draft_schedule (the default, auto, or fixed)."""
+    results: dict = {"machine": machine(), "max_tokens": max_tokens, "schedule": schedule,
+                     "modes": {}}
+    for key in modes:
+        fields = {**MODES[key].fields, "draft_schedule": schedule}
+        with pinned_cluster(target, drafter, workdir / key) as (cluster, _):
+            with httpx.Client(base_url=cluster.http_url, timeout=600) as http:
+                http.model = http.get("/v1/models").json()["data"][0]["id"]
+                results["modes"][key] = {w: run_workload(http, w, fields, max_tokens)
+                                         for w in workloads}
+    return results
+
+
+def table(results: dict) -> Table:
+    modes = results["modes"]
+    workloads = list(next(iter(modes.values())))
+    out = Table(title="Speculation memory through the gateway (tokens/s, x target-only)")
+    out.add_column("mode")
+    for w in workloads:
+        out.add_column(w, justify="right")
+    base = modes.get("target")
+    for key, row in modes.items():
+        cells = []
+        for w in workloads:
+            rate = row[w]["tokens_per_s"]
+            ratio = f" ({rate / base[w]['tokens_per_s']:.2f}x)" if base else ""
+            cells.append(f"{rate:.1f}{ratio}")
+        out.add_row(MODES[key].name, *cells)
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--target", type=Path, required=True)
+    parser.add_argument("--drafter", type=Path, required=True)
+    parser.add_argument("--workdir", type=Path, default=Path("runs/memory"))
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
+    parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=WORKLOADS)
+    parser.add_argument("--schedule", default="auto", choices=("auto", "fixed"))
+    parser.add_argument("--out", type=Path, help="Also write the results as JSON here.")
+    args = parser.parse_args(argv)
+    results = run(args.target, args.drafter, args.workdir, args.modes, args.max_tokens,
+                  tuple(args.workloads), args.schedule)
+    Console().print(table(results))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

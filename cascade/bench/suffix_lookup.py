@@ -1,0 +1,88 @@
+"""How fast the speculation memory answers, and what it holds, at a given number of indexed
+sequences: indexing rate, lookup time (candidates for a context's suffix) and scoring time
+(the best draft from them), p50 and p99, and the process's peak RSS.
+
+The sequences are synthetic: each is four 16-token phrases drawn from a pool of 2,000 (so
+places repeat across sequences, as tool calls and boilerplate do) plus 16 random tokens, in 10
+scopes. Each lookup's context is 50 random tokens followed by the start of an indexed sequence
+of its scope (a real match).
+
+python -m cascade.bench.suffix_lookup [--sequences 100000] [--lookups 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from cascade.bench.run import machine
+from cascade.core.suffix_draft import best_draft
+from cascade.core.suffix_index import MemoryLimits, SuffixIndex
+
+VOCAB = 32_000
+SCOPES = 10
+
+
+def build(num_sequences: int, seed: int = 0) -> tuple[SuffixIndex, list[list[int]], float]:
+    """(index, its sequences, seconds spent indexing them)."""
+    rng = np.random.default_rng(seed)
+    phrases = rng.integers(0, VOCAB, size=(2000, 16))
+    sequences = [np.concatenate([phrases[rng.integers(0, 2000, 4)].reshape(-1),
+                                 rng.integers(0, VOCAB, 16)]).tolist()
+                 for _ in range(num_sequences)]
+    index = SuffixIndex(MemoryLimits(max_sequences=num_sequences))
+    started = time.perf_counter()
+    for i, sequence in enumerate(sequences):
+        index.add(sequence, f"scope-{i % SCOPES}")
+    return index, sequences, time.perf_counter() - started
+
+
+def measure(index: SuffixIndex, sequences: list[list[int]], num_lookups: int, budget: int = 16,
+            seed: int = 1) -> dict[str, float]:
+    rng = np.random.default_rng(seed)
+    lookups, drafts, hits = [], [], 0
+    for _ in range(num_lookups):
+        i = int(rng.integers(0, len(sequences)))
+        context = rng.integers(0, VOCAB, 50).tolist() + sequences[i][:int(rng.integers(8, 60))]
+        started = time.perf_counter()
+        found = index.candidates(context, f"scope-{i % SCOPES}")
+        looked_up = time.perf_counter()
+        draft = best_draft(found, budget)
+        drafts.append(time.perf_counter() - looked_up)
+        lookups.append(looked_up - started)
+        hits += bool(draft.tokens)
+    ms = lambda xs, q: float(np.percentile(xs, q) * 1e3)  # noqa: E731
+    return {"lookup_p50_ms": ms(lookups, 50), "lookup_p99_ms": ms(lookups, 99),
+            "draft_p50_ms": ms(drafts, 50), "draft_p99_ms": ms(drafts, 99),
+            "hit_rate": hits / num_lookups}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sequences", type=int, nargs="+", default=[1_000, 10_000, 100_000])
+    parser.add_argument("--lookups", type=int, default=2000)
+    args = parser.parse_args(argv)
+    out = Table(title=f"Speculation memory lookups ({machine()})")
+    for column in ("sequences", "tokens", "index seq/s", "lookup p50 / p99 ms",
+                   "draft p50 / p99 ms", "hit rate", "peak RSS MB"):
+        out.add_column(column, justify="right")
+    for num in args.sequences:
+        index, sequences, seconds = build(num)
+        index.merge()
+        r = measure(index, sequences, args.lookups)
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        out.add_row(f"{index.num_sequences:,}", f"{index.num_tokens:,}", f"{num / seconds:,.0f}",
+                    f"{r['lookup_p50_ms']:.3f} / {r['lookup_p99_ms']:.3f}",
+                    f"{r['draft_p50_ms']:.3f} / {r['draft_p99_ms']:.3f}", f"{r['hit_rate']:.2f}",
+                    f"{rss:,.0f}")
+    Console().print(out)
+
+
+if __name__ == "__main__":
+    main()
