@@ -226,8 +226,10 @@ class DraftLoop:
     @property
     def _shadows_exact(self) -> bool:
         """Shadow blocks score exactly in a greedy session (a draft is accepted while it equals
-        the committed tokens) whose proposer drafts from tokens alone (no target features)."""
-        return self.params.is_greedy and not self.proposer.wants_target_features
+        the committed tokens) whose proposer drafts from tokens alone (no target features) and
+        has no estimates of its own (the memory's drafts say when they are ready instead)."""
+        return (self.params.is_greedy and not self.proposer.wants_target_features
+                and not self.proposer.drafts_past_plan)
 
     def _shadows(self, writer: DelayedWriter) -> Shadows | None:
         if not self._shadows_exact:

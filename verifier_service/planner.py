@@ -40,6 +40,7 @@ from cascade.core.goodput import PlanInputs, RowPlan, StepCost, plan_pass
 from cascade.core.step_cost import StepCostModel, StepShape, load_or_profile
 from cascade.core.survival import SurvivalBook
 from cascade.core.tree_accept import row_depths, walk
+from cascade.protocol.methods import SELF_ESTIMATED_METHODS
 from cascade.protocol.trees import chain_parents
 from cascade.serving import metrics
 
@@ -91,8 +92,11 @@ class _Planned:
     is_tree: bool = False
     """It drafts token trees: its estimates are per node (``SurvivalBook.of_tree``)."""
     ready: int = 0
-    """Tokens its drafter said it has ready while decoded alone (``DraftReady``): the next
-    verdict asks for them (0: none)."""
+    """Tokens its drafter said it has ready while decoded alone (``DraftReady``), or the
+    length of a self-estimated block that held: the next verdict asks for them (0: none)."""
+    is_self_estimated: bool = False
+    """Its drafts all carry their own estimates (SELF_ESTIMATED_METHODS): drafted only when
+    ready, never probed."""
     note: PlanNote | None = None
 
 
@@ -116,8 +120,9 @@ class DraftPlanner:
         it drafts token trees (its slots are nodes, best first; lengths count nodes); ``most``:
         its longest block (k, or a tree's nodes; 0: unknown)."""
         every = self.pooled_probe_every.get(method, self.probe_every)
-        self.sessions[id(sequence)] = _Planned(method, probe_every=every, is_shadowed=shadowed,
-                                               is_tree=tree, most=most)
+        self.sessions[id(sequence)] = _Planned(
+            method, probe_every=every, is_shadowed=shadowed, is_tree=tree, most=most,
+            is_self_estimated=method in SELF_ESTIMATED_METHODS)
 
     def release(self, sequence) -> None:
         self.sessions.pop(id(sequence), None)
@@ -220,9 +225,9 @@ class DraftPlanner:
                 continue
             if draft.survival is not None:  # estimated by its drafter: not the session's rates
                 state.previous = draft.num_tokens
-                if 2 * result.num_accepted >= draft.num_tokens > 0:  # a match that holds:
-                    state.ready = draft.num_tokens  # ask for the next block of it at once
-                continue
+                held = 2 * result.num_accepted >= draft.num_tokens > 0
+                state.ready = draft.num_tokens if held else 0  # a match that holds: ask for
+                continue  # the next block of it at once
             if state.is_tree:
                 path = result.path if result.path is not None else range(result.num_accepted)
                 self.book.observe_tree(id(sequence), state.method, draft.num_tokens, path)
@@ -282,7 +287,10 @@ class DraftPlanner:
         """How many tokens the session's drafter drafts next (see the module docstring)."""
         if state.ready:  # its drafter has a draft it expects to pay: ask for it
             ready, state.ready, state.is_probing = state.ready, 0, False
-            return max(unforced, ready)
+            return ready if state.is_self_estimated else max(unforced, ready)
+        if state.is_self_estimated:  # nothing ready: decoded alone until its drafter says so
+            state.is_probing = False
+            return 0
         was_probing, state.is_probing = state.is_probing, False
         if unforced > 0:  # paying: probes, when it next stops paying, come sooner again
             state.until_probe = 0

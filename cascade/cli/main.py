@@ -12,6 +12,7 @@ from rich.table import Table
 from cascade.cli.bench import bench, bench_cascades, bench_load
 from cascade.cli.models import distill, models_app
 from cascade.cli.options import DRAFTER_OPT, PAIR_OPT, TARGET_OPT, pair_folders
+from cascade.serving.memory_stream import MemoryMode
 from cascade.tools.client import GenerationSummary, stream_generation
 from cascade.tools.local_cluster import ClusterConfig, LocalCluster
 
@@ -24,10 +25,11 @@ app.command("bench-cascades")(bench_cascades)
 console = Console()
 
 
-def _cluster_config(target, drafter, pair, drafters, port, grpc_port, dtype) -> ClusterConfig:
+def _cluster_config(target, drafter, pair, drafters, port, grpc_port, dtype,
+                    gateway_args: tuple[str, ...] = ()) -> ClusterConfig:
     target, drafter = pair_folders(target, drafter, pair)
     return ClusterConfig(target, drafter, num_drafters=drafters, http_port=port,
-                         grpc_port=grpc_port, dtype=dtype)
+                         grpc_port=grpc_port, dtype=dtype, gateway_args=gateway_args)
 
 
 @app.command()
@@ -35,10 +37,13 @@ def up(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT, pair: str = PAIR_
        drafters: int = typer.Option(1, help="Number of drafter processes."),
        port: int = typer.Option(8000, help="Gateway HTTP port."),
        grpc_port: int = typer.Option(50050, help="Gateway gRPC port."),
-       dtype: str = typer.Option("float32", help="float32 or bfloat16.")) -> None:
+       dtype: str = typer.Option("float32", help="float32 or bfloat16."),
+       speculation_memory: MemoryMode = typer.Option(
+           MemoryMode.PER_KEY.value, help="Whose finished generations the suffix draft methods draft from: "
+           "per-key, shared or off (the gateway's --speculation-memory).")) -> None:
     """Start Redis, a verifier, drafters and the gateway; Ctrl-C stops them all."""
     cluster = LocalCluster(_cluster_config(target, drafter, pair, drafters, port, grpc_port,
-                                           dtype))
+                                           dtype, ("--speculation-memory", speculation_memory.value)))
     with console.status("starting redis, verifier, drafters, gateway"):
         cluster.start()
     console.print(f"gateway: [bold]{cluster.http_url}/v1[/] (OpenAI API), gRPC "

@@ -29,3 +29,6 @@ LOOKUP_TOKENS = 16
 only what the drafter model drafts."""
 MEMORY_METHODS = frozenset({"suffix", "suffix_then_model"})
 """Methods that draft from the speculation memory (their blocks may reach LOOKUP_TOKENS)."""
+SELF_ESTIMATED_METHODS = frozenset({"suffix"})
+"""Methods every draft of which carries its own survival estimates and costs nothing to make:
+a planning verifier decodes their sessions alone until the drafter says a draft is ready."""

@@ -194,3 +194,35 @@ def test_suffix_drafting_in_the_loop_is_exact_and_drafts_from_the_memory(gpt2_pa
     stranger = generate(target, prompts[0], params, None, DraftConfig(4, method="suffix"),
                         memory=SessionMemory(index, "someone else"))
     assert stranger.stats.num_accepted_tokens < again.stats.num_accepted_tokens
+
+
+def test_sampling_with_memory_drafts_keeps_the_targets_distribution(gpt2_pair):
+    """Memory drafts carry no q (verified as point masses): the first emitted token of a
+    sampled generation is distributed as the target's p, whether the memory proposes a likely
+    token or an unlikely one (chi-square over the target's likeliest tokens, the rest pooled)."""
+    import torch
+    from scipy.stats import chisquare
+
+    from cascade.core.loop import generate
+    from cascade.protocol.settings import DraftConfig, SamplingParams
+    from models import random_prompts
+
+    target, _ = gpt2_pair
+    prompt = random_prompts(1, seed=45)[0]
+    with torch.no_grad():
+        p = torch.softmax(target.model(torch.tensor([prompt])).logits[0, -1].double(), -1)
+    order = torch.argsort(p, descending=True).tolist()
+    for proposed in (order[0], order[5]):
+        index = SuffixIndex()
+        index.add(prompt + [proposed, 1, 2], "k")
+        counts = Counter()
+        for seed in range(1500):
+            params = SamplingParams(max_new_tokens=2, temperature=1.0, seed=seed)
+            result = generate(target, prompt, params, None, DraftConfig(4, method="suffix"),
+                              memory=SessionMemory(index, "k"))
+            assert result.stats.num_draft_tokens == 1  # the memory drafted every time
+            counts[result.tokens[0]] += 1
+        top = order[:8]
+        observed = [counts[t] for t in top] + [1500 - sum(counts[t] for t in top)]
+        expected = [1500 * float(p[t]) for t in top] + [1500 * float(1 - p[top].sum())]
+        assert chisquare(observed, expected).pvalue > 1e-3

@@ -62,6 +62,13 @@ class SuffixThenModelProposer(LookupThenModel):
     lookup_class = SuffixProposer
     drafts_past_plan = True
 
+    @property
+    def can_speculate(self) -> bool:
+        """No pre-drafting: guesses come from the model's distributions, which say nothing of
+        what the memory will draft next (and a guess that missed would cap the memory's
+        block at k)."""
+        return False
+
     def propose(self, committed: list[int], num_tokens: int, stop=None) -> Draft:
         """The memory's draft where it scores, else the model's within k and the plan (none
         planned: the memory's draft whatever its score, which the verifier cuts by)."""
