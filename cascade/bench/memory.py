@@ -6,9 +6,10 @@ wall time per workload.
 
 Workloads (built here, deterministic):
 
-- **tool-calls**: an assistant with three tools (their JSON schemas in the system message)
-  answers eight user requests with a tool call each, then the same eight again (an agent loop
-  re-running its tasks: retries, evaluation runs, several users asking alike).
+- **tool-calls**: an assistant with three tools (their JSON schemas in the system message, and
+  three earlier exchanges that answered with a tool call, as an agent's history holds) answers
+  eight user requests with a tool call each, then the same eight again (an agent loop re-running
+  its tasks: retries, evaluation runs, several users asking alike).
 - **code-edit**: a coding agent's edit loop: a 25-line Python file and five edit requests, each
   asking for the whole file back with one small change, each carrying the file as the previous
   answer left it.
@@ -53,6 +54,16 @@ TOOLS = [
 SYSTEM = ("You are an assistant that answers only with one tool call, as JSON: "
           '{"name": <tool name>, "arguments": {...}}. Tools:\n'
           + "\n".join(json.dumps(tool) for tool in TOOLS))
+EXAMPLES = [
+    ("What's the weather in Rome?",
+     {"name": "get_weather", "arguments": {"city": "Rome", "unit": "celsius"}}),
+    ("Find flights from AMS to BER on 2025-02-01.",
+     {"name": "search_flights", "arguments": {"origin": "AMS", "destination": "BER",
+                                              "date": "2025-02-01"}}),
+    ("Add 'lunch with Ana' on 2025-02-03 at 12:30 for 60 minutes.",
+     {"name": "create_event", "arguments": {"title": "lunch with Ana",
+                                            "start": "2025-02-03T12:30", "minutes": 60}}),
+]
 REQUESTS = [
     "What's the weather in Paris?", "Find flights from SFO to JFK on 2025-03-14.",
     "Put 'dentist' on my calendar for 2025-03-20 at 09:00, 30 minutes.",
@@ -108,8 +119,11 @@ MODES = {
 
 
 def tool_calls() -> list[list[dict]]:
-    return [[{"role": "system", "content": SYSTEM}, {"role": "user", "content": r}]
-            for r in REQUESTS * 2]
+    history = [{"role": "system", "content": SYSTEM}]
+    for question, call in EXAMPLES:
+        history += [{"role": "user", "content": question},
+                    {"role": "assistant", "content": json.dumps(call)}]
+    return [history + [{"role": "user", "content": r}] for r in REQUESTS * 2]
 
 
 def chat() -> list[list[dict]]:
@@ -152,7 +166,11 @@ def run_workload(http: httpx.Client, name: str, fields: dict, max_tokens: int) -
             text = answer.split("```python\n")[-1].split("```")[0] or text
             counts += more
     else:
-        for messages in tool_calls() if name == "tool-calls" else chat():
+        conversations = tool_calls() if name == "tool-calls" else chat()
+        for i, messages in enumerate(conversations):
+            if name == "tool-calls" and i == len(REQUESTS):  # the first pass is over
+                counts["first_pass_s"] = time.perf_counter() - started
+                counts["first_pass_tokens"] = counts["tokens"]
             counts += _complete(http, messages, fields, max_tokens)[1]
     elapsed = time.perf_counter() - started
     return {"seconds": elapsed, "tokens_per_s": counts["tokens"] / elapsed, **counts}
@@ -191,6 +209,27 @@ def table(results: dict) -> Table:
     return out
 
 
+def passes_table(results: dict) -> Table:
+    """tool-calls split into its first pass and the rerun, and how much of each mode's text
+    was drafted and accepted, by what drafted it."""
+    out = Table(title="tool-calls by pass (tokens/s), and accepted / drafted tokens by source")
+    for column in ("mode", "first pass", "rerun", "accepted / drafted"):
+        out.add_column(column, justify="right")
+    for key, row in results["modes"].items():
+        calls = row.get("tool-calls", {})
+        first_s, first = calls.get("first_pass_s", 0), calls.get("first_pass_tokens", 0)
+        rerun_s = calls.get("seconds", 0) - first_s
+        sources = sorted({k.split(":")[1] for w in row.values() for k in w if ":" in k})
+        drafted = ", ".join(
+            f"{s} {sum(w.get('accepted:' + s, 0) for w in row.values())}/"
+            f"{sum(w.get('drafted:' + s, 0) for w in row.values())}" for s in sources
+            if s != "target")
+        out.add_row(MODES[key].name, f"{first / first_s:.1f}" if first_s else "-",
+                    f"{(calls.get('tokens', 0) - first) / rerun_s:.1f}" if rerun_s > 0 else "-",
+                    drafted or "-")
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -205,7 +244,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     results = run(args.target, args.drafter, args.workdir, args.modes, args.max_tokens,
                   tuple(args.workloads), args.schedule)
-    Console().print(table(results))
+    console = Console(width=140)
+    console.print(table(results))
+    console.print(passes_table(results))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(results, indent=2))

@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> None:
                     f"{r['lookup_p50_ms']:.3f} / {r['lookup_p99_ms']:.3f}",
                     f"{r['draft_p50_ms']:.3f} / {r['draft_p99_ms']:.3f}", f"{r['hit_rate']:.2f}",
                     f"{rss:,.0f}")
-    Console().print(out)
+    Console(width=140).print(out)
 
 
 if __name__ == "__main__":

@@ -161,7 +161,8 @@ class SuffixIndex:
 
     @property
     def num_tokens(self) -> int:
-        return self._base + self._size - self._live
+        """Tokens of the live sequences (their separators not counted)."""
+        return self._base + self._size - self._live - self.num_sequences
 
     def add(self, tokens: list[int], scope: str) -> None:
         """Index one finished sequence (prompt and output ids) under ``scope``."""

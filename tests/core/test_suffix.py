@@ -226,3 +226,16 @@ def test_sampling_with_memory_drafts_keeps_the_targets_distribution(gpt2_pair):
         observed = [counts[t] for t in top] + [1500 - sum(counts[t] for t in top)]
         expected = [1500 * float(p[t]) for t in top] + [1500 * float(1 - p[top].sum())]
         assert chisquare(observed, expected).pvalue > 1e-3
+
+
+def test_the_memory_metrics_read_the_index():
+    from cascade.serving.metrics import MemoryCollector
+
+    index = SuffixIndex(LIMITS)
+    index.add([1, 2, 3, 4], "k")
+    index.candidates([9, 2, 3], "k")
+    index.candidates([9, 8, 7], "k")
+    families = {f.name: {tuple(s.labels.values()): s.value for s in f.samples}
+                for f in MemoryCollector(index).collect()}
+    assert families["cascade:memory_indexed"] == {("sequences",): 1, ("tokens",): 4}
+    assert families["cascade:memory_lookups"] == {("hit",): 1, ("miss",): 1}

@@ -91,6 +91,9 @@ async def test_a_run_streams_coloured_rounds(page, tmp_path):
     assert await info.is_visible()
     first = rounds[0]
     assert f"accepted {first['num_accepted']} of {first['num_drafted']}" in await info.inner_text()
+    assert first["source"] == "model" and "drafted by: the drafter model" in await info.inner_text()
+    memory_share = sum(r["source"] == "memory" for r in rounds) * 100 // len(rounds)
+    assert await figure(pane, "rounds from memory") == f"{memory_share} %"
 
     shot = tmp_path / "playground.png"
     await page.screenshot(path=str(shot), full_page=True)
