@@ -32,8 +32,7 @@ from cascade.protocol.wire import (
     draft_settings_to_pb,
     sampling_to_pb,
 )
-from cascade.serving import memory_stream, metrics
-from cascade.serving.memory_stream import memory_scope
+from cascade.serving import metrics
 from cascade.serving.channels import ChannelPool
 from cascade.serving.registry import least_loaded
 from cascade.serving.telemetry import start_span, tracer
@@ -55,6 +54,7 @@ from gateway.session_store import (
     SessionStore,
     request_from_record,
 )
+from gateway.sharing import MemorySharing
 
 log = logging.getLogger(__name__)
 RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN,
@@ -68,6 +68,8 @@ class Orchestrator:
         self._tasks: set[asyncio.Task] = set()
         self._cooling: dict[str, float] = {}
         """Pods that hung -> when (monotonic) they may be picked again."""
+        self.memory = MemorySharing(client, settings.memory, settings.model_name,
+                                    settings.memory_stream_len)
 
     async def _pick(self, request: GenerationRequest, exclude: set[str]) -> tuple[str | None, str]:
         """The least-loaded pods, passing over those cooling down after a hang: a verifier that
@@ -272,7 +274,7 @@ class Orchestrator:
             job.round_ends.append(len(generated))
             job.is_finished = finish is not None
             if job.is_finished:
-                self._background(self._remember(request, generated))
+                self._background(self.memory.remember(request, generated))
             yield GeneratedChunk(job.record.session_id, tokens, result.num_accepted,
                                  result.num_drafted, finish, result.draft_us, result.verify_us,
                                  result.round_us, result.num_deferred,
@@ -294,21 +296,6 @@ class Orchestrator:
             await self.store.restore(session_id, request, job.epoch, job.drafter or "",
                                      job.verifier, generated + tokens,
                                      [*job.round_ends, len(generated) + len(tokens)], reason)
-
-    def _scope(self, request) -> str | None:
-        return memory_scope(self.settings.memory, self.settings.model_name, request.caller)
-
-    async def _remember(self, request, generated: list[int]) -> None:
-        """Share a finished generation with the drafters' speculation memory (best effort: a
-        Redis error costs the memory one entry, never the generation)."""
-        scope = self._scope(request)
-        if scope is None:
-            return
-        try:
-            await memory_stream.append(self.client, scope, request.prompt_tokens,
-                                       list(generated), self.settings.memory_stream_len)
-        except Exception as exc:  # noqa: BLE001 - the generation is complete and stored
-            log.warning("speculation memory: could not share a generation: %s", exc)
 
     async def _timed(self, call, job: SessionJob):
         """The call's rounds; RoundTimeout when the next one is overdue (see the settings)."""
@@ -343,7 +330,7 @@ class Orchestrator:
             context_tokens=session.context_tokens, prompt_len=session.prompt_len,
             sampling=session.sampling, draft=draft_settings_to_pb(request.draft),
             verifier_address=job.verifier, acceptance=session.acceptance,
-            owner_tag=session.owner_tag, memory_scope=self._scope(request))
+            owner_tag=session.owner_tag, memory_scope=self.memory.scope(request))
         return drafter_pb2_grpc.DrafterStub(channel).RunSession(run)
 
     async def _recover(self, request, job: SessionJob, exc: Exception, attempt: int) -> None:

@@ -1,0 +1,35 @@
+"""What the gateway gives the speculation memory (cascade.serving.memory_stream): each session's
+scope, sent to its drafter, and every finished generation, appended to the cluster's stream."""
+
+from __future__ import annotations
+
+import logging
+
+import redis.asyncio as redis
+
+from cascade.serving import memory_stream
+from cascade.serving.memory_stream import MemoryMode, memory_scope
+
+log = logging.getLogger(__name__)
+
+
+class MemorySharing:
+    def __init__(self, client: redis.Redis, mode: MemoryMode, model: str, stream_len: int
+                 ) -> None:
+        self.client, self.mode, self.model, self.stream_len = client, mode, model, stream_len
+
+    def scope(self, request) -> str | None:
+        """The session's scope (None: the memory is off)."""
+        return memory_scope(self.mode, self.model, request.caller)
+
+    async def remember(self, request, generated: list[int]) -> None:
+        """Share a finished generation with the drafters (best effort: a Redis error costs the
+        memory one entry, never the generation)."""
+        scope = self.scope(request)
+        if scope is None:
+            return
+        try:
+            await memory_stream.append(self.client, scope, request.prompt_tokens,
+                                       list(generated), self.stream_len)
+        except Exception as exc:  # noqa: BLE001 - the generation is complete and stored
+            log.warning("speculation memory: could not share a generation: %s", exc)
