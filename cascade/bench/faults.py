@@ -178,6 +178,7 @@ def table(trials: list[Trial]) -> str:
 def main() -> None:
     import argparse
 
+    from cascade.bench.output import write_section
     from cascade.bench.run import machine
     from cascade.tools.pairs import default_pair
 
@@ -201,8 +202,7 @@ def main() -> None:
     result = f"Machine: {machine()}; pair: {args.pair}.\n\n" + table(trials)
     print(result)
     if args.out:
-        args.out.write_text(args.out.read_text().split("<!-- faults -->")[0]
-                            + "<!-- faults -->\n" + result)
+        write_section(args.out, "<!-- faults -->", result)
 
 
 if __name__ == "__main__":

@@ -61,3 +61,11 @@ def save(rows: list[Row], context: dict, out: Path) -> list[Path]:
     paths.append(plot_throughput(rows, out / "throughput.png", f"tokens/s by domain, {title}"))
     paths.append(plot_speedups(rows, out / "speedup.png", f"measured vs ideal speedup, {title}"))
     return paths
+
+
+def write_section(path: Path, marker: str, text: str) -> None:
+    """Replace what follows ``marker`` in the markdown file ``path`` with ``text`` (the file and
+    its folder are made when missing, so a long run's results are never lost to a path)."""
+    before = path.read_text().split(marker)[0] if path.exists() else ""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(before + marker + "\n" + text)

@@ -63,3 +63,14 @@ def test_per_round_costs_leave_out_the_prefill_round():
     summary = summarise([[trace]])
     assert summary.draft_ms_per_token == pytest.approx(20 / 8)
     assert summary.verify_ms_per_pass == pytest.approx(110)
+
+
+def test_a_section_is_written_into_a_new_file_and_replaced_in_an_old_one(tmp_path):
+    from cascade.bench.output import write_section
+
+    new = tmp_path / "docs" / "NEW.md"
+    write_section(new, "<!-- faults -->", "table 1\n")
+    assert new.read_text() == "<!-- faults -->\ntable 1\n"
+    new.write_text("# Reliability\n\nprose\n" + new.read_text())
+    write_section(new, "<!-- faults -->", "table 2\n")
+    assert new.read_text() == "# Reliability\n\nprose\n<!-- faults -->\ntable 2\n"
