@@ -57,9 +57,12 @@ MAX_TOP_K = 2**31 - 1
 
 
 class Lenient(BaseModel):
-    """Ignores unknown fields and treats an explicit null like an absent field (as OpenAI does)."""
+    """Ignores unknown fields and treats an explicit null like an absent field (as OpenAI does),
+    but coerces no value across types: ``"stream": "yes"``, ``"max_tokens": "16"`` or
+    ``"n": 1.0`` is a 400 naming the field, as OpenAI answers (an integer where a number is
+    expected is a number)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
 
     @model_validator(mode="before")
     @classmethod

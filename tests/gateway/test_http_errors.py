@@ -45,6 +45,19 @@ BAD_REQUESTS = [
     ({"num_draft_tokens": 33}, "num_draft_tokens"),
     ({"top_k": -1}, "top_k"),
     ({"model": None}, "model"),
+    # no value is coerced across types (OpenAI answers these with 400 too)
+    ({"stream": "yes"}, "stream"),
+    ({"stream": 1}, "stream"),
+    ({"max_tokens": "4"}, "max_tokens"),
+    ({"max_tokens": 4.0}, "max_tokens"),
+    ({"temperature": "0.5"}, "temperature"),
+    ({"seed": "7"}, "seed"),
+    ({"n": 1.0}, "n"),
+    ({"num_draft_tokens": True}, "num_draft_tokens"),
+    ({"draft_method": 3}, "draft_method"),
+    ({"cascade_rounds": "true", "stream": True}, "cascade_rounds"),
+    ({"stream": True, "stream_options": {"include_usage": "yes"}},
+     "stream_options.include_usage"),
 ]
 
 
