@@ -174,8 +174,7 @@ class _CompletionsApi:
 
     async def _completions(self, body: schemas.CompletionRequest, http: Request, caller: str,
                            slot: Slot) -> Response:
-        # Tokenizing a long prompt takes a while: off the event loop, which serves every stream.
-        prompt_tokens = list((await asyncio.to_thread(self.tokenizer, body.prompt)).input_ids)
+        prompt_tokens = await self._prompt_tokens(body.prompt)
         request = self._generation_request(body, prompt_tokens, body.max_tokens, "prompt")
         view = _view("completion", body, request)
         deltas = self._deltas(replace(request, view=view.to_json(), caller=caller), body, slot)
@@ -198,6 +197,18 @@ class _CompletionsApi:
         text, last = await _collect_while_connected(deltas, http, slot)
         return JSONResponse(schemas.chat_response(view.meta, text, last.finish_reason,
                                                   view.usage.of(last)))
+
+    async def _prompt_tokens(self, prompt: str | list[int]) -> list[int]:
+        """Token ids as given (each checked against the vocabulary), or the text tokenized
+        (off the event loop, which serves every stream: a long prompt takes a while)."""
+        if isinstance(prompt, list):
+            vocab = len(self.tokenizer)
+            bad = next((t for t in prompt if not 0 <= t < vocab), None)
+            if bad is not None:
+                raise bad_request(f"prompt: token id {bad} is outside the vocabulary "
+                                  f"[0, {vocab}).", param="prompt")
+            return list(prompt)
+        return list((await asyncio.to_thread(self.tokenizer, prompt)).input_ids)
 
     def _deltas(self, request: GenerationRequest, body: schemas.GenerationFields,
                 slot: Slot) -> AsyncIterator[Delta]:

@@ -57,23 +57,34 @@ class CompletionRequest(GenerationFields):
     """POST /v1/completions."""
 
     prompt: Any
-    """A string, or a list holding one string (token-id prompts and batches are rejected)."""
+    """A string or token ids (a list of ints), alone or as the only item of a list (several
+    prompts per request are rejected)."""
     max_tokens: int = 16
     """OpenAI's default for completions."""
 
     @field_validator("prompt")
     @classmethod
-    def _one_text_prompt(cls, value: Any) -> str:
-        if isinstance(value, list) and len(value) == 1:
+    def _one_prompt(cls, value: Any) -> str | list[int]:
+        if isinstance(value, list) and len(value) == 1 and isinstance(value[0], (str, list)):
             value = value[0]
+        if _is_token_ids(value):
+            if not value:
+                raise ValueError("must not be empty")
+            return value
         if not isinstance(value, str):
             raise ValueError(
-                "must be a string or a list holding one string "
-                "(token-id prompts and several prompts per request are not supported)"
+                "must be a string, a list of token ids, or a list holding one of them "
+                "(several prompts per request are not supported)"
             )
         if not value:
             raise ValueError("must not be empty")
         return valid_text(value)
+
+
+def _is_token_ids(value: Any) -> bool:
+    """A list of ints (not bools, which JSON's true and false become)."""
+    return isinstance(value, list) and all(
+        isinstance(t, int) and not isinstance(t, bool) for t in value)
 
 
 class ChatMessage(Lenient):

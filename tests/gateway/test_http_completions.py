@@ -148,3 +148,14 @@ async def test_defaults(tokenizer):
 
 
 # ----- chat ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", ["ids", "one list of ids"])
+async def test_a_token_id_prompt_is_generated_from_as_given(tokenizer, shape):
+    ids = tokenizer("Hello there").input_ids
+    generator = FakeGenerator(script(tokenizer, OUTPUT))
+    async with make_client(tokenizer, generator) as http:
+        result = await make_openai(http).completions.create(
+            model=MODEL, prompt=ids if shape == "ids" else [ids], max_tokens=30)
+    assert generator.requests[0].prompt_tokens == ids
+    assert result.usage.prompt_tokens == len(ids) and result.choices[0].text == OUTPUT
