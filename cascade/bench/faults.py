@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
-import redis as redis_sync
 
 from cascade.tools.client import stream_generation
 from cascade.tools.local_cluster import ClusterConfig, LocalCluster
@@ -77,7 +76,7 @@ class FaultRunner:
                                                  for name in cluster.processes
                                                  if name.startswith("gateway-")]]
         self.references: dict[bool, list[int]] = {}
-        self.redis = redis_sync.Redis.from_url(cluster.redis.url)
+        self.redis = cluster.redis.sync_client()
 
     def generate(self, sampled: bool, on_response=None) -> list[int]:
         """One streaming generation, resumed on the other gateway if its own dies."""

@@ -26,10 +26,12 @@ console = Console()
 
 
 def _cluster_config(target, drafter, pair, drafters, port, grpc_port, dtype,
-                    gateway_args: tuple[str, ...] = ()) -> ClusterConfig:
+                    gateway_args: tuple[str, ...] = (), redis_replicas: int = 0
+                    ) -> ClusterConfig:
     target, drafter = pair_folders(target, drafter, pair)
     return ClusterConfig(target, drafter, num_drafters=drafters, http_port=port,
-                         grpc_port=grpc_port, dtype=dtype, gateway_args=gateway_args)
+                         grpc_port=grpc_port, dtype=dtype, gateway_args=gateway_args,
+                         redis_replicas=redis_replicas)
 
 
 @app.command()
@@ -40,10 +42,18 @@ def up(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT, pair: str = PAIR_
        dtype: str = typer.Option("float32", help="float32 or bfloat16."),
        speculation_memory: MemoryMode = typer.Option(
            MemoryMode.PER_KEY.value, help="Whose finished generations the suffix draft methods draft from: "
-           "per-key, shared or off (the gateway's --speculation-memory).")) -> None:
+           "per-key, shared or off (the gateway's --speculation-memory)."),
+       redis_replicas: int = typer.Option(
+           0, help="Redis replicas beside the primary, with three sentinels that fail over "
+           "to one of them (0: one Redis).")) -> None:
     """Start Redis, a verifier, drafters and the gateway; Ctrl-C stops them all."""
-    cluster = LocalCluster(_cluster_config(target, drafter, pair, drafters, port, grpc_port,
-                                           dtype, ("--speculation-memory", speculation_memory.value)))
+    try:
+        config = _cluster_config(target, drafter, pair, drafters, port, grpc_port, dtype,
+                                 ("--speculation-memory", speculation_memory.value),
+                                 redis_replicas)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    cluster = LocalCluster(config)
     with console.status("starting redis, verifier, drafters, gateway"):
         cluster.start()
     console.print(f"gateway: [bold]{cluster.http_url}/v1[/] (OpenAI API), gRPC "

@@ -23,9 +23,12 @@ from dataclasses import dataclass
 
 import redis.asyncio as redis
 from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import Sentinel
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from cascade.serving.redis_url import is_sentinel, parse_sentinel
 
 log = logging.getLogger(__name__)
 KEY_PREFIX = "cascade:pods:"
@@ -46,10 +49,20 @@ return expires
 
 def connect(url: str, timeout_s: float = 2.0, retries: int = 5) -> redis.Redis:
     """A client with explicit timeouts and backoff retries (about 3 s of retrying in all), so
-    a Redis restart costs a pause, not a failed call; every service uses it."""
-    return redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
-                          retry=Retry(ExponentialBackoff(cap=1.0, base=0.1), retries),
-                          retry_on_error=[RedisConnectionError, RedisTimeoutError])
+    a Redis restart costs a pause, not a failed call; every service uses it. A
+    ``redis+sentinel://`` URL (cascade.serving.redis_url) gives a client of the primary the
+    sentinels name, which finds the new primary after a failover (within its retries)."""
+    options = dict(socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
+                   retry=Retry(ExponentialBackoff(cap=1.0, base=0.1), retries),
+                   retry_on_error=[RedisConnectionError, RedisTimeoutError])
+    if not is_sentinel(url):
+        return redis.from_url(url, **options)
+    address = parse_sentinel(url)
+    sentinel = Sentinel(list(address.sentinels), sentinel_kwargs={
+        "password": address.sentinel_password, "socket_timeout": timeout_s,
+        "socket_connect_timeout": timeout_s}, password=address.password, db=address.db,
+        **options)
+    return sentinel.master_for(address.service)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ import httpx
 
 from cascade.serving.certs import make_mesh_certs
 from cascade.serving.registry import role_key
+from cascade.tools.redis_ha import RedisHA
 from cascade.tools.redis_server import RedisServer, free_port
 
 
@@ -49,6 +50,9 @@ class ClusterConfig:
     (Linux only)."""
     num_verifiers: int = 1
     """Verifier processes: "verifier", then "verifier-1", "verifier-2", ..."""
+    redis_replicas: int = 0
+    """Redis replicas beside the primary, with three sentinels that fail over to one of them
+    (the services get a redis+sentinel:// URL); 0: one Redis."""
     secure: bool = True
     """Mutual TLS between gateway, drafters and verifiers (a CA and certificate made at each
     start, in ``workdir/mesh``), a session key for owner tags (gateway and verifiers) and a Redis
@@ -60,13 +64,16 @@ class ClusterConfig:
             if not 1 <= getattr(self, name) <= MAX_PROCESSES_PER_ROLE:
                 raise ValueError(f"{name} must be in [1, {MAX_PROCESSES_PER_ROLE}], "
                                  f"got {getattr(self, name)}")
+        if not 0 <= self.redis_replicas <= MAX_PROCESSES_PER_ROLE:
+            raise ValueError(f"redis_replicas must be in [0, {MAX_PROCESSES_PER_ROLE}], got "
+                             f"{self.redis_replicas}")
 
 
 @dataclass
 class LocalCluster:
     config: ClusterConfig
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
-    redis: RedisServer | None = None
+    redis: RedisServer | RedisHA | None = None
     _args: dict[str, list[str]] = field(default_factory=dict)
 
     @property
@@ -92,7 +99,9 @@ class LocalCluster:
         c = self.config
         c.workdir.mkdir(parents=True, exist_ok=True)
         password = secrets.token_urlsafe(24) if c.secure else None
-        self.redis = RedisServer(c.workdir / "redis", persistent=True, password=password).start()
+        self.redis = (RedisHA(c.workdir / "redis", c.redis_replicas, password=password).start()
+                      if c.redis_replicas else
+                      RedisServer(c.workdir / "redis", persistent=True, password=password).start())
         mesh, owner = (self._mesh_files(c.workdir / "mesh")) if c.secure else ([], [])
         pod = ["--dtype", c.dtype, "--threads", str(c.threads_per_pod),
                *(mesh or ["--allow-open"])]
@@ -130,9 +139,7 @@ class LocalCluster:
     def _wait_ready(self, timeout_s: float, port: str | None = None,
                     gateway: str = "gateway") -> None:
         """Until every pod is registered (or the one on ``port``) and ``gateway`` is ready."""
-        import redis as redis_sync
-
-        client = redis_sync.Redis.from_url(self.redis.url)
+        client = self.redis.sync_client()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             self._check_alive()
@@ -209,9 +216,7 @@ class LocalCluster:
         self._wait_ready(timeout_s, port)
 
     def _unregister(self, port: str) -> None:
-        import redis as redis_sync
-
-        client = redis_sync.Redis.from_url(self.redis.url)
+        client = self.redis.sync_client()
         for key, address in self._entries_on(client, port):
             client.hdel(key, address)
         client.close()

@@ -36,9 +36,11 @@ class RedisServer:
     the owner reads, not on its command line) and ``url`` carries it."""
 
     def __init__(self, data_dir: Path, port: int | None = None, persistent: bool = False,
-                 password: str | None = None) -> None:
+                 password: str | None = None, replica_of: int | None = None) -> None:
+        """``replica_of``: the loopback port of the primary this server replicates."""
         self.port = port or free_port()
         self.data_dir, self.persistent, self.password = data_dir, persistent, password
+        self.replica_of = replica_of
         self.process: subprocess.Popen | None = None
 
     @property
@@ -53,7 +55,7 @@ class RedisServer:
             return []
         path = self.data_dir / "redis-auth.conf"
         path.touch(mode=0o600)
-        path.write_text(f"requirepass {self.password}\n")
+        path.write_text(f"requirepass {self.password}\nmasterauth {self.password}\n")
         return [str(path)]
 
     def start(self, timeout_s: float = 10.0) -> "RedisServer":
@@ -61,7 +63,8 @@ class RedisServer:
         args = [redis_server_binary(), *self._config_file(), "--port", str(self.port),
                 "--bind", "127.0.0.1",
                 "--save", "", "--appendonly", "yes" if self.persistent else "no",
-                "--appendfsync", "everysec", "--dir", str(self.data_dir)]
+                "--appendfsync", "everysec", "--dir", str(self.data_dir),
+                *(["--replicaof", "127.0.0.1", str(self.replica_of)] if self.replica_of else [])]
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + timeout_s
         client = redis.Redis(port=self.port, password=self.password, socket_connect_timeout=0.2)
@@ -75,6 +78,10 @@ class RedisServer:
                 time.sleep(0.05)
         self.stop()
         raise RuntimeError(f"redis-server did not answer on port {self.port} in {timeout_s}s")
+
+    def sync_client(self) -> redis.Redis:
+        """A blocking client (tools and benchmarks; the services use cascade.serving.registry)."""
+        return redis.Redis.from_url(self.url)
 
     def stop(self) -> None:
         if self.process and self.process.poll() is None:

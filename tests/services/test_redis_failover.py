@@ -1,0 +1,41 @@
+"""Redis with replicas and sentinels (cascade.tools.redis_ha), reached through a
+``redis+sentinel://`` URL: a client of every service's kind follows the primary through a
+failover after the primary is killed (kill -9), and what was acknowledged by a replica is
+still there."""
+
+import asyncio
+
+import pytest
+
+from cascade.serving.redis_url import parse_sentinel
+from cascade.serving.registry import connect
+from cascade.tools.redis_ha import RedisHA
+
+
+def test_sentinel_urls_parse_and_bad_ones_say_what_is_wrong():
+    address = parse_sentinel("redis+sentinel://:p%40ss@10.0.0.1:26379,10.0.0.2:26380/cascade/2")
+    assert address.sentinels == (("10.0.0.1", 26379), ("10.0.0.2", 26380))
+    assert (address.service, address.db, address.password) == ("cascade", 2, "p@ss")
+    assert address.sentinel_password == "p@ss"  # the data nodes' unless said otherwise
+    assert parse_sentinel("redis+sentinel://h:1/s?sentinel_password=x").sentinel_password == "x"
+    for bad in ("redis+sentinel://h:1", "redis+sentinel://h/s", "redis+sentinel:///s"):
+        with pytest.raises(ValueError):
+            parse_sentinel(bad)
+
+
+async def test_a_client_follows_the_primary_through_a_failover(tmp_path):
+    ha = RedisHA(tmp_path, replicas=1, sentinels=3, password="secret").start()
+    client = connect(ha.url)
+    try:
+        await client.set("cascade:test", "before")
+        assert await client.execute_command("WAIT", 1, 2000) == 1  # a replica has it
+        old = ha.primary_port()
+        ha.server_on(old).process.kill()
+        new = await asyncio.to_thread(ha.wait_for_failover, old)
+        assert new != old
+        assert await client.get("cascade:test") == b"before"
+        await client.set("cascade:test", "after")
+        assert await client.get("cascade:test") == b"after"
+    finally:
+        await client.aclose()
+        ha.stop()
