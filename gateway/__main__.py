@@ -67,6 +67,10 @@ def main(
         MemoryMode.PER_KEY.value, help="Whose finished generations the suffix draft methods "
         "draft from: per-key (each API key its own; see docs/security.md), shared (every "
         "key's) or off (none are shared)."),
+    redis_wait_replicas: int = typer.Option(
+        0, min=0, help="Send a round to the client only once this many Redis replicas have "
+        "it (WAIT; with replicas and sentinels): a chunk a client saw then survives the primary's and "
+        "this gateway's death together. 0: the primary's acknowledgement."),
     memory_stream_len: int = typer.Option(
         DEFAULT_STREAM_LEN, help="Finished generations the speculation memory's Redis stream "
         "keeps (the oldest are trimmed)."),
@@ -85,7 +89,7 @@ def main(
                                                 memory=speculation_memory,
                                                 memory_stream_len=memory_stream_len), mesh,
                            max_body_bytes, max_sessions_per_key, tokens_per_minute_per_key,
-                           session_lease_s, tree_nodes)
+                           session_lease_s, tree_nodes, redis_wait_replicas)
     asyncio.run(serve(config))
 
 

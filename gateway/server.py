@@ -64,6 +64,9 @@ class GatewayConfig:
     another gateway waits at most this long after this one died."""
     default_tree_nodes: int = 0
     """Token-tree nodes per round for requests that do not set draft_tree_nodes (0: chains)."""
+    redis_wait_replicas: int = 0
+    """Each round's append returns once this many Redis replicas have it (0: the primary's
+    acknowledgement; after a failover the gateway writes back what it holds)."""
 
 
 def context_length(model: str) -> int:
@@ -118,7 +121,8 @@ def build_gateway(config: GatewayConfig, client: redis.Redis,
                             max_sessions_per_key=config.max_sessions_per_key,
                             max_tokens_per_minute_per_key=config.max_tokens_per_minute_per_key,
                             default_tree_nodes=config.default_tree_nodes)
-    store = SessionStore(client, lease_s=config.session_lease_s)
+    store = SessionStore(client, lease_s=config.session_lease_s,
+                         wait_replicas=config.redis_wait_replicas)
     orchestrator = Orchestrator(client, store, ChannelPool(config.mesh),
                                 replace(config.orchestrator, model_name=name))
 

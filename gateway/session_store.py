@@ -35,6 +35,7 @@ import redis.asyncio as redis
 
 from cascade.protocol.requests import GenerationRequest
 from cascade.protocol.settings import AcceptancePolicy, DraftConfig, SamplingParams
+from cascade.serving import metrics
 from cascade.serving.errors import StaleEpoch
 from cascade.serving.registry import connect
 
@@ -202,9 +203,13 @@ class SessionEnded(RuntimeError):
 
 class SessionStore:
     def __init__(self, client: redis.Redis, ttl_s: int = 3600, owner: str = "",
-                 lease_s: float = 10.0) -> None:
-        """``owner``: this gateway's id in leases (a fresh one per process by default)."""
+                 lease_s: float = 10.0, wait_replicas: int = 0, wait_ms: int = 1000) -> None:
+        """``owner``: this gateway's id in leases (a fresh one per process by default);
+        ``wait_replicas``: each append returns once this many replicas have it (Redis
+        ``WAIT``, at most ``wait_ms``), so a chunk a client was sent survives the primary's
+        death even when its gateway dies too."""
         self.client, self.ttl_s, self.lease_s = client, ttl_s, lease_s
+        self.wait_replicas, self.wait_ms = wait_replicas, wait_ms
         self.owner = owner or secrets.token_hex(6)
         self._takeover = client.register_script(TAKEOVER_SCRIPT)
         self._renew = client.register_script(RENEW_SCRIPT)
@@ -227,9 +232,12 @@ class SessionStore:
                      finish_reason: str = "") -> int:
         """Append one round's tokens if the epoch and length match; returns the new length.
         ``finish_reason`` (the final round's) records the session finished in the same step."""
-        result = await self._append(keys=session_keys(session_id),
-                                    args=[epoch, expected_len, self.ttl_s, self._lease_ms,
-                                          finish_reason, *tokens])
+        keys = session_keys(session_id)
+        args = [epoch, expected_len, self.ttl_s, self._lease_ms, finish_reason, *tokens]
+        if self.wait_replicas:
+            result = await self._append_replicated(keys, args)
+        else:
+            result = await self._append(keys=keys, args=args)
         if result == -1:
             raise StaleEpoch(f"session {session_id}: epoch {epoch} is no longer current")
         if result == -4:
@@ -239,6 +247,18 @@ class SessionStore:
         if result == -3:
             raise SessionLost(f"session {session_id}: its record is gone")
         return int(result)
+
+    async def _append_replicated(self, keys: list[str], args: list) -> int:
+        """The append and a WAIT on one connection (WAIT counts that connection's writes); a
+        replica that does not answer in time is counted, not fatal (the gateway still holds
+        the tokens and writes them back after a failover)."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            await self._append(keys=keys, args=args, client=pipe)
+            pipe.execute_command("WAIT", self.wait_replicas, self.wait_ms)
+            result, acknowledged = await pipe.execute()
+        if int(result) >= 0 and int(acknowledged) < self.wait_replicas:
+            metrics.UNREPLICATED_APPENDS.inc()
+        return result
 
     async def restore(self, session_id: str, request: GenerationRequest, epoch: int,
                       drafter: str, verifier: str, tokens: list[int],

@@ -39,3 +39,31 @@ async def test_a_client_follows_the_primary_through_a_failover(tmp_path):
     finally:
         await client.aclose()
         ha.stop()
+
+
+async def test_appends_wait_for_a_replica_when_asked(tmp_path):
+    import redis as redis_sync
+
+    from cascade.protocol.requests import GenerationRequest
+    from cascade.protocol.settings import SamplingParams
+    from cascade.serving import metrics
+    from gateway.session_store import SessionStore, session_keys
+
+    ha = RedisHA(tmp_path, replicas=1, sentinels=1, password="secret").start()
+    client = connect(ha.url)
+    replica = redis_sync.Redis(port=ha.servers[1].port, password="secret")
+    try:
+        store = SessionStore(client, wait_replicas=1)
+        record = await store.create(GenerationRequest([1, 2, 3], SamplingParams()), "d:1", "v:1")
+        for round_number in range(20):
+            await store.append(record.session_id, 1, round_number, [7])
+            tokens_key = session_keys(record.session_id)[1]
+            assert replica.llen(tokens_key) == round_number + 1  # on the replica already
+        missing = metrics.UNREPLICATED_APPENDS._value.get()
+        too_many = SessionStore(client, wait_replicas=2, wait_ms=50)  # there is one replica
+        assert await too_many.append(record.session_id, 1, 20, [8]) == 21  # not fatal
+        assert metrics.UNREPLICATED_APPENDS._value.get() == missing + 1
+    finally:
+        replica.close()
+        await client.aclose()
+        ha.stop()
