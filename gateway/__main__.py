@@ -8,6 +8,7 @@ from pathlib import Path
 
 import typer
 
+from cascade.protocol.methods import DEFAULT_DRAFT_METHOD, DRAFT_METHODS
 from cascade.serving.memory_stream import DEFAULT_STREAM_LEN, MemoryMode
 from cascade.serving.mesh import SERVER_NAME_HELP, TLS_DIR_HELP, TOKEN_HELP, mesh_or_exit
 from cascade.serving.mesh import SESSION_KEY_HELP, refuse_open
@@ -67,10 +68,16 @@ def main(
         MemoryMode.PER_KEY.value, help="Whose finished generations the suffix draft methods "
         "draft from: per-key (each API key its own; see docs/security.md), shared (every "
         "key's) or off (none are shared)."),
+    draft_method: str = typer.Option(
+        DEFAULT_DRAFT_METHOD, help="Drafting method of requests that do not name one: model, "
+        "ngram, ngram_then_model, suffix or suffix_then_model (the memory where it matches, "
+        "else the model: as fast as model on chat, faster on repetitive and agentic work). "
+        "Requests that need the model's q (cascades, the recursive rule, the adaptive "
+        "schedule) use model."),
     redis_wait_replicas: int = typer.Option(
         0, min=0, help="Send a round to the client only once this many Redis replicas have "
-        "it (WAIT; with replicas and sentinels): a chunk a client saw then survives the primary's and "
-        "this gateway's death together. 0: the primary's acknowledgement."),
+        "it (WAIT; with replicas and sentinels): a chunk a client saw then survives the "
+        "primary's and this gateway's death together. 0: the primary's acknowledgement."),
     memory_stream_len: int = typer.Option(
         DEFAULT_STREAM_LEN, help="Finished generations the speculation memory's Redis stream "
         "keeps (the oldest are trimmed)."),
@@ -80,6 +87,9 @@ def main(
     mesh = mesh_or_exit(tls_dir, tls_server_name, mesh_token_file, session_key_file)
     logging.getLogger("gateway").info("dials pods with %s", mesh.describe())
     setup_telemetry("cascade-gateway")
+    if draft_method not in DRAFT_METHODS:
+        raise typer.BadParameter(f"must be one of {', '.join(sorted(DRAFT_METHODS))}",
+                                 param_hint="--draft-method")
     keys = tuple(k.strip() for k in api_keys.split(",") if k.strip())
     refuse_open(bool(keys), allow_open, "API keys (CASCADE_API_KEYS)")
     config = GatewayConfig(model, redis_url, model_name, host, port, grpc_port,
@@ -89,7 +99,7 @@ def main(
                                                 memory=speculation_memory,
                                                 memory_stream_len=memory_stream_len), mesh,
                            max_body_bytes, max_sessions_per_key, tokens_per_minute_per_key,
-                           session_lease_s, tree_nodes, redis_wait_replicas)
+                           session_lease_s, tree_nodes, draft_method, redis_wait_replicas)
     asyncio.run(serve(config))
 
 

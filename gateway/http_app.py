@@ -21,6 +21,7 @@ from transformers import PreTrainedTokenizerBase
 
 from cascade.protocol.chat import chat_ids, has_chat_template
 from cascade.protocol.limits import RequestInvalid
+from cascade.protocol.methods import DEFAULT_DRAFT_METHOD
 from cascade.protocol.requests import GenerationRequest, ServerDefaults, build_request
 from gateway import schemas
 from gateway.auth import ApiKeys, install_api_keys
@@ -59,6 +60,8 @@ class HttpSettings:
     """Tokens one API key's sessions may generate per minute on this gateway; 0: no limit."""
     default_tree_nodes: int = 0
     """Token-tree nodes per round when a request does not set draft_tree_nodes (0: chains)."""
+    default_draft_method: str = DEFAULT_DRAFT_METHOD
+    """The drafting method of requests that do not set draft_method (and can use it)."""
 
     def __post_init__(self) -> None:
         self.server_defaults(None)  # the one mapping checks the limits
@@ -66,7 +69,7 @@ class HttpSettings:
     def server_defaults(self, eos_token_id: int | None) -> ServerDefaults:
         return ServerDefaults(self.context_length, self.max_tokens_limit,
                               self.default_num_draft_tokens, eos_token_id,
-                              self.default_tree_nodes)
+                              self.default_tree_nodes, self.default_draft_method)
 
 
 def create_app(
@@ -103,7 +106,8 @@ def create_app(
     if settings.playground:
         install_playground(app, page_settings(settings.model_name,
                                               settings.default_num_draft_tokens,
-                                              settings.max_tokens_limit))
+                                              settings.max_tokens_limit,
+                                              settings.default_draft_method))
     return app
 
 

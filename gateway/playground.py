@@ -25,12 +25,13 @@ STATIC = Path(__file__).parent / "static"
 
 
 def page_settings(model_name: str, default_num_draft_tokens: int,
-                  max_tokens_limit: int) -> dict[str, Any]:
+                  max_tokens_limit: int, default_draft_method: str = DEFAULT_DRAFT_METHOD
+                  ) -> dict[str, Any]:
     """What the page offers: the model, the draft methods and cascade rules, the defaults."""
     return {
         "model": model_name,
         "draft_methods": sorted(DRAFT_METHODS),
-        "default_draft_method": DEFAULT_DRAFT_METHOD,
+        "default_draft_method": default_draft_method,
         "cascade_rules": list(CASCADE_RULE_NAMES),
         "default_num_draft_tokens": default_num_draft_tokens,
         "max_draft_tokens": MAX_DRAFT_TOKENS,

@@ -15,6 +15,7 @@ import uvicorn
 from huggingface_hub import hf_hub_download
 from transformers import PreTrainedTokenizerFast
 
+from cascade.protocol.methods import DEFAULT_DRAFT_METHOD
 from cascade.serving.channels import ChannelPool
 from cascade.serving.mesh import OPEN, MeshSecurity
 from cascade.serving.registry import live_pods
@@ -64,6 +65,8 @@ class GatewayConfig:
     another gateway waits at most this long after this one died."""
     default_tree_nodes: int = 0
     """Token-tree nodes per round for requests that do not set draft_tree_nodes (0: chains)."""
+    default_draft_method: str = DEFAULT_DRAFT_METHOD
+    """The drafting method of requests that do not name one (and can use it)."""
     redis_wait_replicas: int = 0
     """Each round's append returns once this many Redis replicas have it (0: the primary's
     acknowledgement; after a failover the gateway writes back what it holds)."""
@@ -120,7 +123,8 @@ def build_gateway(config: GatewayConfig, client: redis.Redis,
                             max_body_bytes=config.max_body_bytes,
                             max_sessions_per_key=config.max_sessions_per_key,
                             max_tokens_per_minute_per_key=config.max_tokens_per_minute_per_key,
-                            default_tree_nodes=config.default_tree_nodes)
+                            default_tree_nodes=config.default_tree_nodes,
+                            default_draft_method=config.default_draft_method)
     store = SessionStore(client, lease_s=config.session_lease_s,
                          wait_replicas=config.redis_wait_replicas)
     orchestrator = Orchestrator(client, store, ChannelPool(config.mesh),

@@ -12,6 +12,7 @@ from rich.table import Table
 from cascade.cli.bench import bench, bench_cascades, bench_load
 from cascade.cli.models import distill, models_app
 from cascade.cli.options import DRAFTER_OPT, PAIR_OPT, TARGET_OPT, pair_folders
+from cascade.protocol.methods import DEFAULT_DRAFT_METHOD
 from cascade.serving.memory_stream import MemoryMode
 from cascade.tools.client import GenerationSummary, stream_generation
 from cascade.tools.local_cluster import ClusterConfig, LocalCluster
@@ -45,12 +46,16 @@ def up(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT, pair: str = PAIR_
            "per-key, shared or off (the gateway's --speculation-memory)."),
        redis_replicas: int = typer.Option(
            0, help="Redis replicas beside the primary, with three sentinels that fail over "
-           "to one of them (0: one Redis).")) -> None:
+           "to one of them (0: one Redis)."),
+       draft_method: str = typer.Option(
+           DEFAULT_DRAFT_METHOD, help="Drafting method of requests that do not name one "
+           "(the gateway's --draft-method; suffix_then_model drafts from the speculation "
+           "memory where it matches).")) -> None:
     """Start Redis, a verifier, drafters and the gateway; Ctrl-C stops them all."""
     try:
         config = _cluster_config(target, drafter, pair, drafters, port, grpc_port, dtype,
-                                 ("--speculation-memory", speculation_memory.value),
-                                 redis_replicas)
+                                 ("--speculation-memory", speculation_memory.value,
+                                  "--draft-method", draft_method), redis_replicas)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
     cluster = LocalCluster(config)

@@ -16,7 +16,7 @@ Defaults, documented once (OpenAI's where OpenAI has the field):
 | max_tokens | completions: 16; chat and gRPC: as many as fit, up to the server limit | [1, limit] |
 | stop | none | up to 4 strings |
 | num_draft_tokens | the server's default k (4) | [0, 32]; 0 decodes on the target alone |
-| draft_method | "model" | cascade.protocol.methods.DRAFT_METHODS |
+| draft_method | the server's default (`--draft-method`, "model"; requests that need the drafter model's q — a speculative cascade, the recursive rule, the adaptive schedule — get "model") | cascade.protocol.methods.DRAFT_METHODS |
 | acceptance | "lossless" | "lossless", "keyed" (lossless, and a seeded sampled request's text depends on its prompt and seed alone, whatever was drafted), "recursive" (lossless; sampled trees whose children are drafted from q and tried in turn, SpecInfer) or "cascade" (a speculative cascade: faster, lossy) |
 | cascade_rule | "chow" | chow, diff, opt, token_v1, token_v2, token_v3 (with "cascade") |
 | cascade_alpha | 0.0 | [0, 1]; larger trades quality for speed (with "cascade") |
@@ -93,8 +93,9 @@ class GenerationOptions(Lenient):
     stop: list[str] = Field(default_factory=list, max_length=MAX_STOP_STRINGS)
     num_draft_tokens: int | None = Field(None, ge=0, le=MAX_DRAFT_TOKENS)
     """Cascade extension (OpenAI clients send it via extra_body): drafted tokens per round."""
-    draft_method: str = DEFAULT_DRAFT_METHOD
-    """Cascade extension: model, ngram (prompt lookup) or ngram_then_model."""
+    draft_method: str | None = None
+    """Cascade extension: a name in cascade.protocol.methods.DRAFT_METHODS (None: the
+    server's default where the request can use it, else model)."""
     acceptance: Literal["lossless", "keyed", "recursive", "cascade"] = "lossless"
     """Cascade extension: lossless speculative decoding (keyed: with the text a function of the
     prompt and seed alone), or a speculative cascade."""
@@ -151,6 +152,8 @@ class ServerDefaults:
     default_tree_nodes: int = 0
     """Token-tree nodes per round when a request does not say (0: chains); requests that
     cannot draft trees (another method, a cascade, the adaptive schedule) get chains."""
+    default_draft_method: str = DEFAULT_DRAFT_METHOD
+    """The drafting method of requests that do not name one (and can use it)."""
 
     def __post_init__(self) -> None:
         if self.context_length < 2:
@@ -163,6 +166,10 @@ class ServerDefaults:
         if not 0 <= self.default_tree_nodes <= MAX_TREE_NODES:
             raise ValueError(f"default_tree_nodes must be in [0, {MAX_TREE_NODES}], "
                              f"got {self.default_tree_nodes}")
+        if self.default_draft_method not in DRAFT_METHODS:
+            raise ValueError(f"default_draft_method must be one of "
+                             f"{', '.join(sorted(DRAFT_METHODS))}, got "
+                             f"{self.default_draft_method!r}")
 
 
 @dataclass(frozen=True)
@@ -238,9 +245,20 @@ def _lossless_policy(options: GenerationOptions, sampling: SamplingParams,
     return AcceptancePolicy(AcceptanceRule.RECURSIVE if recursive else AcceptanceRule.KEYED)
 
 
+def _draft_method(options: GenerationOptions, server: ServerDefaults) -> str:
+    """The request's method; else the server's default, unless the request needs the drafter
+    model's q (a speculative cascade, the recursive rule, the adaptive schedule)."""
+    if options.draft_method is not None:
+        return options.draft_method
+    needs_model = (options.acceptance in ("cascade", "recursive")
+                   or options.draft_schedule == "adaptive")
+    return DEFAULT_DRAFT_METHOD if needs_model else server.default_draft_method
+
+
 def _draft_config(options: GenerationOptions, server: ServerDefaults) -> DraftConfig:
     adaptive = options.draft_schedule == "adaptive"
-    if adaptive and options.draft_method != DEFAULT_DRAFT_METHOD:
+    method = _draft_method(options, server)
+    if adaptive and method != DEFAULT_DRAFT_METHOD:
         raise RequestInvalid("Invalid value for 'draft_schedule': the adaptive schedule follows "
                              f"the drafter model, so it needs draft_method "
                              f"'{DEFAULT_DRAFT_METHOD}'.", "draft_schedule")
@@ -250,7 +268,7 @@ def _draft_config(options: GenerationOptions, server: ServerDefaults) -> DraftCo
     return DraftConfig(k, min_confidence=options.draft_min_confidence,
                        max_entropy=options.draft_max_entropy, adaptive=adaptive,
                        planned=_is_planned(options),
-                       method=options.draft_method, tree_nodes=tree_nodes,
+                       method=method, tree_nodes=tree_nodes,
                        tree_branching=options.draft_tree_branching)
 
 

@@ -48,3 +48,26 @@ async def test_bad_draft_options_name_the_field(tokenizer, extra, param):
     assert response.status_code == 400
     assert response.json()["error"]["param"] == param
     assert not generator.requests
+
+
+@pytest.mark.parametrize("extra, method", [
+    ({}, "suffix_then_model"),  # the server's default
+    ({"draft_method": "ngram"}, "ngram"),  # the request's own
+    ({"acceptance": "cascade"}, "model"),  # needs the model's q: the model
+    ({"acceptance": "recursive", "temperature": 0.7}, "model"),
+    ({"draft_schedule": "adaptive"}, "model"),
+])
+def test_the_servers_default_method_where_the_request_can_use_it(extra, method):
+    from cascade.protocol.requests import ServerDefaults, build_request
+    from gateway.schemas import CompletionRequest
+
+    server = ServerDefaults(64, default_draft_method="suffix_then_model")
+    body = CompletionRequest(model=MODEL, prompt="Hi", max_tokens=4, **extra)
+    assert build_request(body, [1, 2], 4, server, "prompt").draft.method == method
+
+
+def test_an_unknown_default_method_is_refused():
+    from cascade.protocol.requests import ServerDefaults
+
+    with pytest.raises(ValueError, match="default_draft_method"):
+        ServerDefaults(64, default_draft_method="telepathy")
