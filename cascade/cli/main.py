@@ -12,7 +12,7 @@ from rich.table import Table
 from cascade.cli.bench import bench, bench_cascades, bench_load
 from cascade.cli.models import distill, models_app
 from cascade.cli.options import DRAFTER_OPT, PAIR_OPT, TARGET_OPT, pair_folders
-from cascade.protocol.methods import DEFAULT_DRAFT_METHOD
+from cascade.protocol.methods import DEFAULT_DRAFT_METHOD, DRAFT_METHODS
 from cascade.serving.memory_stream import MemoryMode
 from cascade.tools.client import GenerationSummary, stream_generation
 from cascade.tools.local_cluster import ClusterConfig, LocalCluster
@@ -52,6 +52,9 @@ def up(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT, pair: str = PAIR_
            "(the gateway's --draft-method; suffix_then_model drafts from the speculation "
            "memory where it matches).")) -> None:
     """Start Redis, a verifier, drafters and the gateway; Ctrl-C stops them all."""
+    if draft_method not in DRAFT_METHODS:
+        raise typer.BadParameter(f"must be one of {', '.join(sorted(DRAFT_METHODS))}",
+                                 param_hint="--draft-method")
     try:
         config = _cluster_config(target, drafter, pair, drafters, port, grpc_port, dtype,
                                  ("--speculation-memory", speculation_memory.value,
