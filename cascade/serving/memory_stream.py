@@ -102,7 +102,18 @@ class MemoryFeed:
                 await self._index(entries)
 
     async def _index(self, entries) -> None:
-        batch = [decode(fields) for _, fields in entries]
-        await asyncio.get_running_loop().run_in_executor(self.executor, self.index_batch, batch)
+        """Index a batch; an entry that does not decode is skipped (logged), and a failure of
+        the index costs its batch, never the feed."""
+        batch = []
+        for entry_id, fields in entries:
+            try:
+                batch.append(decode(fields))
+            except (KeyError, ValueError, UnicodeDecodeError) as exc:
+                log.warning("speculation memory: skipping malformed entry %s (%r)", entry_id, exc)
+        try:
+            await asyncio.get_running_loop().run_in_executor(self.executor, self.index_batch,
+                                                             batch)
+        except Exception:  # noqa: BLE001 - the memory is best effort; drafting goes on
+            log.exception("speculation memory: could not index %d entries", len(batch))
         self.last_id = entries[-1][0]
         self.num_read += len(entries)

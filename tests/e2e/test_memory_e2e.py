@@ -99,3 +99,13 @@ async def test_a_redis_outage_on_either_side_does_not_fail_a_generation(cluster,
     finally:
         await feed.stop()
         await dead.aclose()
+
+
+async def test_a_malformed_stream_entry_is_skipped_and_the_feed_goes_on(cluster):
+    memory = cluster.drafter_servicer.memory
+    await cluster.client.xadd(memory_stream.STREAM, {"garbage": "1"})
+    await cluster.client.xadd(memory_stream.STREAM, {"scope": "tiny|key:x", "prompt_len": 1,
+                                                     "tokens": b"\xff\xff"})  # not uint32s
+    await memory_stream.append(cluster.client, "tiny|key:x", [1, 2, 3], [4, 5, 6])
+    await _indexed(memory, 1)
+    assert memory.candidates([9, 2, 3], "tiny|key:x").num == 1
