@@ -37,6 +37,8 @@ class StreamView:
     rounds: bool
     """The request asked for per-round cascade objects."""
     usage: Usage
+    choice: int = 0
+    """The choice's index in its response (n > 1, or a batch of prompts)."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -45,7 +47,8 @@ class StreamView:
     def from_json(cls, text: str) -> StreamView:
         raw = json.loads(text)
         return cls(raw["kind"], schemas.ResponseMeta(**raw["meta"]), tuple(raw["stop"]),
-                   raw["include_usage"], raw["rounds"], Usage(**raw["usage"]))
+                   raw["include_usage"], raw["rounds"], Usage(**raw["usage"]),
+                   raw.get("choice", 0))
 
 
 def events(view: StreamView, deltas: AsyncIterator[Delta], resumed: bool = False
@@ -62,7 +65,8 @@ async def completion_events(view: StreamView, deltas: AsyncIterator[Delta]
     async for delta in deltas:
         group = []
         if delta.text or delta.finish_reason or delta.round:
-            chunk = schemas.completion_chunk(meta, delta.text, delta.finish_reason, include_usage)
+            chunk = schemas.completion_chunk(meta, delta.text, delta.finish_reason, include_usage,
+                                             view.choice)
             group.append(schemas.with_round(chunk, _round_json(delta)))
         if delta.finish_reason and include_usage:
             group.append(schemas.usage_chunk(meta, "text_completion", view.usage.of(delta)))
@@ -78,13 +82,15 @@ async def chat_events(view: StreamView, deltas: AsyncIterator[Delta], resumed: b
         group = []
         if first:  # sent with the first generated chunk, so errors before it still get a status
             group.append(schemas.chat_chunk(meta, {"role": "assistant", "content": ""}, None,
-                                            include_usage))
+                                            include_usage, view.choice))
             first = False
         if delta.text or delta.round:
-            chunk = schemas.chat_chunk(meta, {"content": delta.text}, None, include_usage)
+            chunk = schemas.chat_chunk(meta, {"content": delta.text}, None, include_usage,
+                                       view.choice)
             group.append(schemas.with_round(chunk, _round_json(delta)))
         if delta.finish_reason:
-            group.append(schemas.chat_chunk(meta, {}, delta.finish_reason, include_usage))
+            group.append(schemas.chat_chunk(meta, {}, delta.finish_reason, include_usage,
+                                            view.choice))
             if include_usage:
                 group.append(schemas.usage_chunk(meta, "chat.completion.chunk",
                                                  view.usage.of(delta)))

@@ -23,7 +23,7 @@ from cascade.protocol.chat import chat_ids, has_chat_template
 from cascade.protocol.limits import RequestInvalid
 from cascade.protocol.methods import DEFAULT_DRAFT_METHOD
 from cascade.protocol.requests import GenerationRequest, ServerDefaults, build_request
-from gateway import schemas
+from gateway import choices, schemas
 from gateway.auth import ApiKeys, install_api_keys
 from gateway.errors import APIError, bad_request, install_error_handlers, model_not_found
 from gateway.generation import Generator
@@ -178,15 +178,10 @@ class _CompletionsApi:
 
     async def _completions(self, body: schemas.CompletionRequest, http: Request, caller: str,
                            slot: Slot) -> Response:
-        prompt_tokens = await self._prompt_tokens(body.prompt)
-        request = self._generation_request(body, prompt_tokens, body.max_tokens, "prompt")
-        view = _view("completion", body, request)
-        deltas = self._deltas(replace(request, view=view.to_json(), caller=caller), body, slot)
-        if body.stream:
-            return EventStreamResponse(events(view, deltas), on_close=slot.release)
-        text, last = await _collect_while_connected(deltas, http, slot)
-        return JSONResponse(schemas.completion_response(view.meta, text, last.finish_reason,
-                                                        view.usage.of(last)))
+        prompts = [await self._prompt_tokens(p) for p in body.prompt]
+        requests = [self._generation_request(body, ids, body.max_tokens, "prompt")
+                    for ids in prompts]
+        return await self._respond("completion", body, http, caller, slot, requests)
 
     async def _chat_completions(self, body: schemas.ChatCompletionRequest, http: Request,
                                 caller: str, slot: Slot) -> Response:
@@ -194,13 +189,49 @@ class _CompletionsApi:
         max_tokens = body.requested_max_tokens
         max_field = "max_tokens" if body.max_completion_tokens is None else "max_completion_tokens"
         request = self._generation_request(body, prompt_tokens, max_tokens, "messages", max_field)
-        view = _view("chat", body, request)
-        deltas = self._deltas(replace(request, view=view.to_json(), caller=caller), body, slot)
+        return await self._respond("chat", body, http, caller, slot, [request])
+
+    async def _respond(self, kind: str, body: schemas.GenerationFields, http: Request,
+                       caller: str, slot: Slot, requests: list[GenerationRequest]) -> Response:
+        """One choice per request and n (gateway.choices when there are several)."""
+        if len(requests) * body.n > schemas.MAX_CHOICES:
+            raise bad_request(f"Invalid value for 'n': prompts times n must be at most "
+                              f"{schemas.MAX_CHOICES}, got {len(requests)} x {body.n}.", "n")
+        if len(requests) * body.n > 1:
+            return await self._several(kind, body, http, caller, slot, requests)
+        view = _view(kind, body, requests[0])
+        deltas = self._deltas(replace(requests[0], view=view.to_json(), caller=caller), body,
+                              slot)
         if body.stream:
             return EventStreamResponse(events(view, deltas), on_close=slot.release)
         text, last = await _collect_while_connected(deltas, http, slot)
-        return JSONResponse(schemas.chat_response(view.meta, text, last.finish_reason,
-                                                  view.usage.of(last)))
+        build = schemas.chat_response if kind == "chat" else schemas.completion_response
+        return JSONResponse(build(view.meta, text, last.finish_reason, view.usage.of(last)))
+
+    async def _several(self, kind: str, body: schemas.GenerationFields, http: Request,
+                       caller: str, slot: Slot, requests: list[GenerationRequest]) -> Response:
+        each = choices.per_choice(requests, body.n)
+        slots = [slot]
+        try:
+            for _ in each[1:]:
+                slots.append(self.limits.reserve(caller))
+        except BaseException:
+            for taken in slots[1:]:
+                taken.release()
+            raise
+        meta = schemas.ResponseMeta.new("chatcmpl" if kind == "chat" else "cmpl", body.model)
+        views = choices.views(kind, meta, body, each)
+        deltas = [self._deltas(replace(r, view=v.to_json(), caller=caller), body, s)
+                  for r, v, s in zip(each, views, slots)]
+        prompts = [r.prompt_tokens for r in requests]
+        if body.stream:
+            events_ = choices.stream(kind, meta, views, deltas, body.include_usage,
+                                     lambda lasts: choices.usage_of(prompts, lasts))
+            return EventStreamResponse(events_, on_close=lambda: [s.release() for s in slots])
+        results = await asyncio.gather(*[_collect_while_connected(d, http, s)
+                                         for d, s in zip(deltas, slots)])
+        usage_ = choices.usage_of(prompts, [last for _, last in results])
+        return JSONResponse(choices.response(kind, meta, list(results), usage_))
 
     async def _prompt_tokens(self, prompt: str | list[int]) -> list[int]:
         """Token ids as given (each checked against the vocabulary), or the text tokenized

@@ -18,6 +18,10 @@ from pydantic import Field, ValidationInfo, field_validator
 from cascade.protocol.requests import GenerationOptions, Lenient, valid_text
 
 
+MAX_CHOICES = 16
+"""Most choices (prompts times n) one request may ask for: each is a session."""
+
+
 class StreamOptions(Lenient):
     include_usage: bool = False
     """Send a last chunk with empty choices and the usage before [DONE]."""
@@ -30,7 +34,8 @@ class GenerationFields(GenerationOptions):
     model: str
     stream: bool = False
     stream_options: StreamOptions | None = None
-    n: int = 1
+    n: int = Field(1, ge=1, le=MAX_CHOICES)
+    """Choices per prompt, each its own session (seeds derived per choice)."""
     cascade_rounds: bool = False
     """Cascade extension: each streamed chunk carries what its round did (gateway.rounds)."""
 
@@ -39,13 +44,6 @@ class GenerationFields(GenerationOptions):
     def _rounds_need_stream(cls, value: bool, info: ValidationInfo) -> bool:
         if value and not info.data.get("stream"):
             raise ValueError("needs \"stream\": true (rounds are described per streamed chunk)")
-        return value
-
-    @field_validator("n")
-    @classmethod
-    def _only_one_choice(cls, value: int) -> int:
-        if value != 1:
-            raise ValueError(f"only n=1 is supported, got {value}")
         return value
 
     @property
@@ -57,28 +55,31 @@ class CompletionRequest(GenerationFields):
     """POST /v1/completions."""
 
     prompt: Any
-    """A string or token ids (a list of ints), alone or as the only item of a list (several
-    prompts per request are rejected)."""
+    """A string or token ids (a list of ints), or a list of them (a batch: one choice per
+    prompt and n, in order)."""
     max_tokens: int = 16
     """OpenAI's default for completions."""
 
     @field_validator("prompt")
     @classmethod
-    def _one_prompt(cls, value: Any) -> str | list[int]:
-        if isinstance(value, list) and len(value) == 1 and isinstance(value[0], (str, list)):
-            value = value[0]
-        if _is_token_ids(value):
-            if not value:
-                raise ValueError("must not be empty")
-            return value
-        if not isinstance(value, str):
-            raise ValueError(
-                "must be a string, a list of token ids, or a list holding one of them "
-                "(several prompts per request are not supported)"
-            )
+    def _prompts(cls, value: Any) -> list[str | list[int]]:
+        batch = value if isinstance(value, list) and value and all(
+            isinstance(item, (str, list)) for item in value) else [value]
+        if len(batch) > MAX_CHOICES:
+            raise ValueError(f"at most {MAX_CHOICES} prompts per request, got {len(batch)}")
+        return [_one_prompt(item) for item in batch]
+
+
+def _one_prompt(value: Any) -> str | list[int]:
+    if _is_token_ids(value):
         if not value:
             raise ValueError("must not be empty")
-        return valid_text(value)
+        return value
+    if not isinstance(value, str):
+        raise ValueError("must be a string, a list of token ids, or a list of those")
+    if not value:
+        raise ValueError("must not be empty")
+    return valid_text(value)
 
 
 def _is_token_ids(value: Any) -> bool:
@@ -157,37 +158,49 @@ def usage(prompt_tokens: int, completion_tokens: int,
     return counts
 
 
+def completion_choice(text: str, finish_reason: str | None, index: int = 0) -> dict[str, Any]:
+    return {"index": index, "text": text, "finish_reason": finish_reason, "logprobs": None}
+
+
+def chat_choice(content: str, finish_reason: str, index: int = 0) -> dict[str, Any]:
+    return {"index": index, "message": {"role": "assistant", "content": content},
+            "finish_reason": finish_reason, "logprobs": None}
+
+
 def completion_response(
     meta: ResponseMeta, text: str, finish_reason: str, usage_: dict[str, int]
 ) -> dict[str, Any]:
-    choice = {"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": None}
-    return {**meta.header("text_completion"), "choices": [choice], "usage": usage_}
-
-
-def completion_chunk(
-    meta: ResponseMeta, text: str, finish_reason: str | None, include_usage: bool
-) -> dict[str, Any]:
-    choice = {"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": None}
-    return _chunk(meta.header("text_completion"), choice, include_usage)
+    return choices_response(meta, "completion", [completion_choice(text, finish_reason)],
+                            usage_)
 
 
 def chat_response(
     meta: ResponseMeta, content: str, finish_reason: str, usage_: dict[str, int]
 ) -> dict[str, Any]:
-    choice = {
-        "index": 0,
-        "message": {"role": "assistant", "content": content},
-        "finish_reason": finish_reason,
-        "logprobs": None,
-    }
-    return {**meta.header("chat.completion"), "choices": [choice], "usage": usage_}
+    return choices_response(meta, "chat", [chat_choice(content, finish_reason)], usage_)
+
+
+def choices_response(meta: ResponseMeta, kind: str, choices: list[dict[str, Any]],
+                     usage_: dict[str, int]) -> dict[str, Any]:
+    """A whole response of one or more choices (``kind``: "completion" or "chat")."""
+    object_type = "chat.completion" if kind == "chat" else "text_completion"
+    return {**meta.header(object_type), "choices": choices, "usage": usage_}
+
+
+def completion_chunk(
+    meta: ResponseMeta, text: str, finish_reason: str | None, include_usage: bool,
+    index: int = 0
+) -> dict[str, Any]:
+    choice = completion_choice(text, finish_reason, index)
+    return _chunk(meta.header("text_completion"), choice, include_usage)
 
 
 def chat_chunk(
-    meta: ResponseMeta, delta: dict[str, str], finish_reason: str | None, include_usage: bool
+    meta: ResponseMeta, delta: dict[str, str], finish_reason: str | None, include_usage: bool,
+    index: int = 0
 ) -> dict[str, Any]:
     """delta is {"role": "assistant", "content": ""} first, then {"content": ...}, and {} last."""
-    choice = {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}
+    choice = {"index": index, "delta": delta, "finish_reason": finish_reason, "logprobs": None}
     return _chunk(meta.header("chat.completion.chunk"), choice, include_usage)
 
 

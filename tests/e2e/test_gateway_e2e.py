@@ -1,5 +1,7 @@
 """Through the gateway's HTTP API: output equals the target's plain greedy decoding."""
 
+import json
+
 import grpc
 import httpx
 import openai
@@ -141,3 +143,23 @@ async def test_adaptive_draft_length_through_grpc_is_exact(cluster):
     assert tokens == expected_tokens(cluster, prompt, 24)
     drafted = [r.num_drafted for r in responses]
     assert drafted[0] == 3 and len(set(drafted)) > 1, drafted
+
+
+async def test_a_batch_of_prompts_with_n_choices_each_equals_target_greedy(cluster):
+    """Four sessions from one request (two prompts, n = 2), greedy: every choice is its
+    prompt's greedy text, streamed or not."""
+    tokenizer = cluster.target.tokenizer
+    prompts = PROMPTS[:2]
+    expected = [tokenizer.decode(expected_tokens(cluster, p), skip_special_tokens=True)
+                for p in prompts for _ in range(2)]
+    body = {"model": "tiny", "prompt": prompts, "max_tokens": MAX_TOKENS, "temperature": 0,
+            "num_draft_tokens": 3, "n": 2}
+    async with httpx.AsyncClient(base_url=cluster.http_url, timeout=60) as http:
+        whole = (await http.post("/v1/completions", json=body)).json()
+        streamed = ["", "", "", ""]
+        async with http.stream("POST", "/v1/completions", json={**body, "stream": True}) as r:
+            async for line in r.aiter_lines():
+                if line.startswith("data: {"):
+                    for choice in json.loads(line[6:])["choices"]:
+                        streamed[choice["index"]] += choice["text"]
+    assert [c["text"] for c in whole["choices"]] == expected == streamed

@@ -32,19 +32,21 @@ BAD_REQUESTS = [
     ({"prompt": ""}, "prompt"),
     ({"prompt": None}, "prompt"),
     ({"prompt": [1, "b"]}, "prompt"),
-    ({"prompt": [[1, 2], [3]]}, "prompt"),
     ({"prompt": [True, 2]}, "prompt"),
     ({"prompt": [10**9]}, "prompt"),
     ({"prompt": [-1]}, "prompt"),
     ({"prompt": []}, "prompt"),
-    ({"prompt": ["a", "b"]}, "prompt"),
+    ({"prompt": ["a"] * 17}, "prompt"),
+    ({"prompt": ["a", ""]}, "prompt"),
+    ({"prompt": ["a", "b"], "n": 9}, "n"),
     ({"prompt": LONG_PROMPT}, "prompt"),
     ({"prompt": "Hello world " * 5, "max_tokens": 32}, "max_tokens"),
     ({"temperature": -0.1}, "temperature"),
     ({"temperature": 2.5}, "temperature"),
     ({"top_p": 0}, "top_p"),
     ({"top_p": 1.5}, "top_p"),
-    ({"n": 2}, "n"),
+    ({"n": 0}, "n"),
+    ({"n": 17}, "n"),
     ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
     ({"stop": 3}, "stop"),
     ({"num_draft_tokens": 33}, "num_draft_tokens"),
@@ -119,7 +121,7 @@ async def test_invalid_json_and_unknown_model(tokenizer):
             await make_openai(http).chat.completions.create(
                 model="gpt-9", messages=[{"role": "user", "content": "Hi"}])
         with pytest.raises(openai.BadRequestError):
-            await make_openai(http).completions.create(model=MODEL, prompt="Hi", n=3)
+            await make_openai(http).completions.create(model=MODEL, prompt="Hi", n=17)
     assert broken.status_code == 400 and "JSON" in broken.json()["error"]["message"]
     assert not_object.status_code == 400 and "JSON object" in not_object.json()["error"]["message"]
     assert unknown.status_code == 404

@@ -1,0 +1,92 @@
+"""Responses of several choices: n > 1, or a batch of prompts on /v1/completions. Each choice is
+a session of its own (its own seed, derived from the request's: seed + choice index; its own
+slot of the caller's key), answered together: a non-streamed response lists every choice; a
+stream interleaves their chunks as they come, each with its choice's ``index`` and its own
+session's event ids (a client resumes each choice by its session), then one usage chunk with
+the totals when asked for."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
+
+from gateway import schemas
+from gateway.events import StreamView, Usage, events
+from gateway.generation import GenerationRequest
+from gateway.streaming import Delta, sse_event
+
+_DONE = object()
+
+
+def per_choice(requests: list[GenerationRequest], n: int) -> list[GenerationRequest]:
+    """Each request n times, in order, choice i seeded with the request's seed + i."""
+    return [replace(r, sampling=replace(r.sampling, seed=(r.sampling.seed + i) % 2**64))
+            for r in requests for i in range(n)]
+
+
+def views(kind: str, meta: schemas.ResponseMeta, body, requests: list[GenerationRequest]
+          ) -> list[StreamView]:
+    """One view per choice (no per-choice usage chunk: the totals come once, at the end)."""
+    return [StreamView(kind, meta, tuple(body.stop), False, body.cascade_rounds,
+                       Usage(len(r.prompt_tokens), not r.acceptance.rule.is_lossless), i)
+            for i, r in enumerate(requests)]
+
+
+def usage_of(prompts: list[list[int]], lasts: list[Delta]) -> dict[str, int]:
+    """Each distinct prompt once (n choices of a prompt share it), every choice's tokens."""
+    return schemas.usage(sum(len(p) for p in prompts),
+                         sum(last.completion_tokens for last in lasts))
+
+
+def response(kind: str, meta: schemas.ResponseMeta, results: list[tuple[str, Delta]],
+             usage_: dict[str, int]) -> dict:
+    choice = schemas.chat_choice if kind == "chat" else schemas.completion_choice
+    return schemas.choices_response(meta, kind, [
+        choice(text, last.finish_reason, i) for i, (text, last) in enumerate(results)], usage_)
+
+
+async def stream(kind: str, meta: schemas.ResponseMeta, choice_views: list[StreamView],
+                 deltas: list[AsyncIterator[Delta]], include_usage: bool,
+                 usage: Callable[[list[Delta]], dict[str, int]]) -> AsyncIterator[str]:
+    """Every choice's events as they come; the usage chunk after the last."""
+    lasts: list[Delta | None] = [None] * len(deltas)
+
+    async def tapped(i: int, source: AsyncIterator[Delta]) -> AsyncIterator[Delta]:
+        async for delta in source:
+            lasts[i] = delta
+            yield delta
+
+    async for event in merged([events(v, tapped(i, d))
+                               for i, (v, d) in enumerate(zip(choice_views, deltas))]):
+        yield event
+    if include_usage:
+        object_type = "chat.completion.chunk" if kind == "chat" else "text_completion"
+        yield sse_event(schemas.usage_chunk(meta, object_type,
+                                            usage([d for d in lasts if d is not None])))
+
+
+async def merged(streams: list[AsyncIterator[str]]) -> AsyncIterator[str]:
+    """The items of every stream as they come; a failure in one is raised here (and the
+    others are cancelled)."""
+    queue: asyncio.Queue = asyncio.Queue()
+
+    async def pump(source: AsyncIterator[str]) -> None:
+        try:
+            async for item in source:
+                await queue.put(item)
+            await queue.put(_DONE)
+        except BaseException as exc:  # noqa: BLE001 - handed to the reader
+            await queue.put(exc)
+
+    tasks = [asyncio.ensure_future(pump(s)) for s in streams]
+    try:
+        for _ in range(len(tasks)):
+            while (item := await queue.get()) is not _DONE:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
