@@ -29,7 +29,8 @@ def views(kind: str, meta: schemas.ResponseMeta, body, requests: list[Generation
           ) -> list[StreamView]:
     """One view per choice (no per-choice usage chunk: the totals come once, at the end)."""
     return [StreamView(kind, meta, tuple(body.stop), False, body.cascade_rounds,
-                       Usage(len(r.prompt_tokens), not r.acceptance.rule.is_lossless), i)
+                       Usage(len(r.prompt_tokens), not r.acceptance.rule.is_lossless), i,
+                       r.sampling.logprobs is not None)
             for i, r in enumerate(requests)]
 
 
@@ -39,11 +40,12 @@ def usage_of(prompts: list[list[int]], lasts: list[Delta]) -> dict[str, int]:
                          sum(last.completion_tokens for last in lasts))
 
 
-def response(kind: str, meta: schemas.ResponseMeta, results: list[tuple[str, Delta]],
-             usage_: dict[str, int]) -> dict:
+def response(kind: str, meta: schemas.ResponseMeta, choice_views: list[StreamView],
+             results: list[tuple[str, Delta]], usage_: dict[str, int]) -> dict:
     choice = schemas.chat_choice if kind == "chat" else schemas.completion_choice
     return schemas.choices_response(meta, kind, [
-        choice(text, last.finish_reason, i) for i, (text, last) in enumerate(results)], usage_)
+        choice(text, last.finish_reason, i, view.format_logprobs(last.logprobs))
+        for i, (view, (text, last)) in enumerate(zip(choice_views, results))], usage_)
 
 
 async def stream(kind: str, meta: schemas.ResponseMeta, choice_views: list[StreamView],

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from gateway import schemas
+from gateway.logprobs import chat_logprobs, completion_logprobs
 from gateway.streaming import Delta, sse_event
 
 
@@ -39,6 +40,16 @@ class StreamView:
     usage: Usage
     choice: int = 0
     """The choice's index in its response (n > 1, or a batch of prompts)."""
+    logprobs: bool = False
+    """The request asked for log-probabilities (each chunk carries its tokens')."""
+
+    def format_logprobs(self, items, offset: int = 0) -> dict[str, Any] | None:
+        """The ``logprobs`` of a choice or chunk holding ``items`` (None: not asked)."""
+        if not self.logprobs:
+            return None
+        if self.kind == "chat":
+            return chat_logprobs(items)
+        return completion_logprobs(items, offset)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -48,7 +59,7 @@ class StreamView:
         raw = json.loads(text)
         return cls(raw["kind"], schemas.ResponseMeta(**raw["meta"]), tuple(raw["stop"]),
                    raw["include_usage"], raw["rounds"], Usage(**raw["usage"]),
-                   raw.get("choice", 0))
+                   raw.get("choice", 0), raw.get("logprobs", False))
 
 
 def events(view: StreamView, deltas: AsyncIterator[Delta], resumed: bool = False
@@ -62,14 +73,17 @@ def events(view: StreamView, deltas: AsyncIterator[Delta], resumed: bool = False
 async def completion_events(view: StreamView, deltas: AsyncIterator[Delta]
                             ) -> AsyncIterator[str]:
     meta, include_usage = view.meta, view.include_usage
+    offset = 0
     async for delta in deltas:
         group = []
-        if delta.text or delta.finish_reason or delta.round:
+        if delta.text or delta.finish_reason or delta.round or (view.logprobs and delta.logprobs):
             chunk = schemas.completion_chunk(meta, delta.text, delta.finish_reason, include_usage,
-                                             view.choice)
+                                             view.choice,
+                                             view.format_logprobs(delta.logprobs, offset))
             group.append(schemas.with_round(chunk, _round_json(delta)))
         if delta.finish_reason and include_usage:
             group.append(schemas.usage_chunk(meta, "text_completion", view.usage.of(delta)))
+        offset += sum(len(item.token) for item in delta.logprobs)
         for event in _framed(group, delta.event_id):
             yield event
 
@@ -84,9 +98,9 @@ async def chat_events(view: StreamView, deltas: AsyncIterator[Delta], resumed: b
             group.append(schemas.chat_chunk(meta, {"role": "assistant", "content": ""}, None,
                                             include_usage, view.choice))
             first = False
-        if delta.text or delta.round:
+        if delta.text or delta.round or (view.logprobs and delta.logprobs):
             chunk = schemas.chat_chunk(meta, {"content": delta.text}, None, include_usage,
-                                       view.choice)
+                                       view.choice, view.format_logprobs(delta.logprobs))
             group.append(schemas.with_round(chunk, _round_json(delta)))
         if delta.finish_reason:
             group.append(schemas.chat_chunk(meta, {}, delta.finish_reason, include_usage,

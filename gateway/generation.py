@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
 
+from cascade.protocol.logprobs import TokenLogprobs
 from cascade.protocol.requests import GenerationRequest
 from cascade.protocol.settings import FinishReason
 from cascade.serving.errors import Overloaded as ResourceExhausted
@@ -91,6 +92,8 @@ class GeneratedChunk:
     """A token tree's accepted nodes, from a root child down."""
     draft_source: str = ""
     """What drafted the round's block (``Round.draft_source``); empty: nothing was."""
+    logprobs: tuple[TokenLogprobs, ...] = ()
+    """The target's log-probabilities of token_ids, when the request asked for them."""
     is_replayed: bool = False
     """A stored round a resumed stream sends again (generated before, by some stream)."""
 

@@ -179,7 +179,8 @@ class _CompletionsApi:
     async def _completions(self, body: schemas.CompletionRequest, http: Request, caller: str,
                            slot: Slot) -> Response:
         prompts = [await self._prompt_tokens(p) for p in body.prompt]
-        requests = [self._generation_request(body, ids, body.max_tokens, "prompt")
+        requests = [_with_logprobs(self._generation_request(body, ids, body.max_tokens,
+                                                            "prompt"), body)
                     for ids in prompts]
         return await self._respond("completion", body, http, caller, slot, requests)
 
@@ -189,7 +190,8 @@ class _CompletionsApi:
         max_tokens = body.requested_max_tokens
         max_field = "max_tokens" if body.max_completion_tokens is None else "max_completion_tokens"
         request = self._generation_request(body, prompt_tokens, max_tokens, "messages", max_field)
-        return await self._respond("chat", body, http, caller, slot, [request])
+        return await self._respond("chat", body, http, caller, slot,
+                                   [_with_logprobs(request, body)])
 
     async def _respond(self, kind: str, body: schemas.GenerationFields, http: Request,
                        caller: str, slot: Slot, requests: list[GenerationRequest]) -> Response:
@@ -206,7 +208,8 @@ class _CompletionsApi:
             return EventStreamResponse(events(view, deltas), on_close=slot.release)
         text, last = await _collect_while_connected(deltas, http, slot)
         build = schemas.chat_response if kind == "chat" else schemas.completion_response
-        return JSONResponse(build(view.meta, text, last.finish_reason, view.usage.of(last)))
+        return JSONResponse(build(view.meta, text, last.finish_reason, view.usage.of(last),
+                                  view.format_logprobs(last.logprobs)))
 
     async def _several(self, kind: str, body: schemas.GenerationFields, http: Request,
                        caller: str, slot: Slot, requests: list[GenerationRequest]) -> Response:
@@ -231,7 +234,7 @@ class _CompletionsApi:
         results = await asyncio.gather(*[_collect_while_connected(d, http, s)
                                          for d, s in zip(deltas, slots)])
         usage_ = choices.usage_of(prompts, [last for _, last in results])
-        return JSONResponse(choices.response(kind, meta, list(results), usage_))
+        return JSONResponse(choices.response(kind, meta, views, list(results), usage_))
 
     async def _prompt_tokens(self, prompt: str | list[int]) -> list[int]:
         """Token ids as given (each checked against the vocabulary), or the text tokenized
@@ -287,7 +290,13 @@ def _view(kind: str, body: schemas.GenerationFields, request: GenerationRequest)
     meta = schemas.ResponseMeta.new("chatcmpl" if kind == "chat" else "cmpl", body.model)
     usage = Usage(len(request.prompt_tokens), not request.acceptance.rule.is_lossless)
     return StreamView(kind, meta, tuple(body.stop), body.include_usage, body.cascade_rounds,
-                      usage)
+                      usage, logprobs=request.sampling.logprobs is not None)
+
+
+def _with_logprobs(request: GenerationRequest, body) -> GenerationRequest:
+    """The request with the log-probabilities its body asked for (None: none)."""
+    return replace(request, sampling=replace(request.sampling,
+                                             logprobs=body.requested_logprobs))
 
 
 CLIENT_CLOSED_REQUEST = 499

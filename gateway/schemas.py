@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationInfo, field_validator
 
 from cascade.protocol.requests import GenerationOptions, Lenient, valid_text
+from cascade.protocol.settings import MAX_LOGPROBS
 
 
 MAX_CHOICES = 16
@@ -59,6 +60,21 @@ class CompletionRequest(GenerationFields):
     prompt and n, in order)."""
     max_tokens: int = 16
     """OpenAI's default for completions."""
+    logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    """Return the target's log-probability of each token and of this many alternatives."""
+    echo: bool = False
+
+    @field_validator("echo")
+    @classmethod
+    def _no_echo(cls, value: bool) -> bool:
+        if value:
+            raise ValueError("echo is not supported (the prompt's log-probabilities are not "
+                             "computed); send false or leave it out")
+        return value
+
+    @property
+    def requested_logprobs(self) -> int | None:
+        return self.logprobs
 
     @field_validator("prompt")
     @classmethod
@@ -114,6 +130,21 @@ class ChatCompletionRequest(GenerationFields):
     """None generates up to the server's limit (or what the context has left)."""
     max_completion_tokens: int | None = None
     """Newer OpenAI name for max_tokens; wins when both are given."""
+    logprobs: bool = False
+    """Return the target's log-probability of each token."""
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    """With logprobs: also this many most likely alternatives per token."""
+
+    @field_validator("top_logprobs")
+    @classmethod
+    def _top_needs_logprobs(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value and not info.data.get("logprobs"):
+            raise ValueError('needs "logprobs": true')
+        return value
+
+    @property
+    def requested_logprobs(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
 
     @property
     def requested_max_tokens(self) -> int | None:
@@ -158,26 +189,31 @@ def usage(prompt_tokens: int, completion_tokens: int,
     return counts
 
 
-def completion_choice(text: str, finish_reason: str | None, index: int = 0) -> dict[str, Any]:
-    return {"index": index, "text": text, "finish_reason": finish_reason, "logprobs": None}
+def completion_choice(text: str, finish_reason: str | None, index: int = 0,
+                      logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"index": index, "text": text, "finish_reason": finish_reason, "logprobs": logprobs}
 
 
-def chat_choice(content: str, finish_reason: str, index: int = 0) -> dict[str, Any]:
+def chat_choice(content: str, finish_reason: str, index: int = 0,
+                logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"index": index, "message": {"role": "assistant", "content": content},
-            "finish_reason": finish_reason, "logprobs": None}
+            "finish_reason": finish_reason, "logprobs": logprobs}
 
 
 def completion_response(
-    meta: ResponseMeta, text: str, finish_reason: str, usage_: dict[str, int]
+    meta: ResponseMeta, text: str, finish_reason: str, usage_: dict[str, int],
+    logprobs: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    return choices_response(meta, "completion", [completion_choice(text, finish_reason)],
-                            usage_)
+    return choices_response(meta, "completion",
+                            [completion_choice(text, finish_reason, 0, logprobs)], usage_)
 
 
 def chat_response(
-    meta: ResponseMeta, content: str, finish_reason: str, usage_: dict[str, int]
+    meta: ResponseMeta, content: str, finish_reason: str, usage_: dict[str, int],
+    logprobs: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    return choices_response(meta, "chat", [chat_choice(content, finish_reason)], usage_)
+    return choices_response(meta, "chat", [chat_choice(content, finish_reason, 0, logprobs)],
+                            usage_)
 
 
 def choices_response(meta: ResponseMeta, kind: str, choices: list[dict[str, Any]],
@@ -189,18 +225,19 @@ def choices_response(meta: ResponseMeta, kind: str, choices: list[dict[str, Any]
 
 def completion_chunk(
     meta: ResponseMeta, text: str, finish_reason: str | None, include_usage: bool,
-    index: int = 0
+    index: int = 0, logprobs: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    choice = completion_choice(text, finish_reason, index)
+    choice = completion_choice(text, finish_reason, index, logprobs)
     return _chunk(meta.header("text_completion"), choice, include_usage)
 
 
 def chat_chunk(
     meta: ResponseMeta, delta: dict[str, str], finish_reason: str | None, include_usage: bool,
-    index: int = 0
+    index: int = 0, logprobs: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """delta is {"role": "assistant", "content": ""} first, then {"content": ...}, and {} last."""
-    choice = {"index": index, "delta": delta, "finish_reason": finish_reason, "logprobs": None}
+    choice = {"index": index, "delta": delta, "finish_reason": finish_reason,
+              "logprobs": logprobs}
     return _chunk(meta.header("chat.completion.chunk"), choice, include_usage)
 
 

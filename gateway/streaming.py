@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import anyio
@@ -17,6 +17,7 @@ from gateway.detokenize import Decoder, TextStream
 from gateway.errors import as_api_error, error_body, error_response
 from gateway.generation import GeneratedChunk, GenerationFailed, GenerationRequest, Generator
 from gateway.generation import stop_early
+from gateway.logprobs import LogprobEntry, entries
 from gateway.rounds import RoundReader, RoundView
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,8 @@ class Delta:
     """What the chunk's round did, when the request asked for rounds (gateway.rounds)."""
     event_id: str | None = None
     """``<session id>.<round>``: where a client resumes after this delta (gateway.events)."""
+    logprobs: tuple[LogprobEntry, ...] = ()
+    """The chunk's tokens' log-probabilities (the request asked; collect: all of them)."""
 
 
 async def text_deltas(chunks: AsyncIterator[GeneratedChunk], tokenizer: Decoder,
@@ -66,20 +69,21 @@ async def text_deltas(chunks: AsyncIterator[GeneratedChunk], tokenizer: Decoder,
             view = reader.read(chunk, final) if reader else None
             visible = view.text if view else text.add(chunk.token_ids, final=final)
             event_id = f"{chunk.session_id}.{chunk.round}" if chunk.round else None
+            scored = entries(chunk.token_ids, chunk.logprobs, tokenizer)
             is_seen = 0 < chunk.round <= seen_rounds
             if text.stopped:
                 await stop_early(chunks)
                 if not is_seen:
-                    yield Delta(visible, "stop", consumed, deferred, view, event_id)
+                    yield Delta(visible, "stop", consumed, deferred, view, event_id, scored)
                 return
             if is_seen:
                 seen_final = final
                 continue
             if final:  # let the generator run to its end before the last delta goes out
                 finish = FINISH_REASONS[FinishReason(chunk.finish_reason)]
-                last = Delta(visible, finish, consumed, deferred, view, event_id)
+                last = Delta(visible, finish, consumed, deferred, view, event_id, scored)
                 continue
-            yield Delta(visible, None, consumed, deferred, view, event_id)
+            yield Delta(visible, None, consumed, deferred, view, event_id, scored)
     finally:
         await _close(chunks)
     if last is None and not seen_final:
@@ -97,15 +101,18 @@ async def _close(chunks: Any) -> None:
 
 
 async def collect(deltas: AsyncIterator[Delta]) -> tuple[str, Delta]:
-    """(text, last delta) of a whole generation, for non-streamed replies."""
+    """(text, last delta) of a whole generation, for non-streamed replies; the last delta
+    carries every token's log-probabilities."""
     parts: list[str] = []
+    scored: list[LogprobEntry] = []
     last: Delta | None = None
     async for delta in deltas:
         parts.append(delta.text)
+        scored += delta.logprobs
         last = delta
     if last is None or last.finish_reason is None:
         raise GenerationFailed("The generation ended without a finish reason.")
-    return "".join(parts), last
+    return "".join(parts), replace(last, logprobs=tuple(scored))
 
 
 def sse_event(payload: dict[str, Any], event_id: str | None = None) -> str:

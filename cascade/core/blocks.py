@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
+from cascade.protocol.logprobs import TokenLogprobs
 from cascade.protocol.settings import FinishReason
 from cascade.protocol.trees import is_chain
 
@@ -80,6 +81,19 @@ class RoundOutcome:
     """Cascade rules: verified drafted positions the target's distribution decided."""
     path: tuple[int, ...] | None = None
     """A tree's accepted node indices, from a root child down (None for a chain)."""
+    logprobs: tuple[TokenLogprobs, ...] | None = None
+    """SamplingParams.logprobs asked: one per emitted token."""
+
+
+def token_logprobs(logits: torch.Tensor, tokens: list[int], top: int
+                   ) -> tuple[TokenLogprobs, ...]:
+    """``logits``: [len(tokens), vocab], the rows that predicted ``tokens``."""
+    logp = torch.log_softmax(logits.float(), dim=-1)  # [n, vocab]
+    chosen = logp.gather(-1, torch.tensor(tokens).unsqueeze(-1)).squeeze(-1).tolist()
+    best = torch.topk(logp, top, dim=-1) if top else None
+    return tuple(TokenLogprobs(c, tuple(best.indices[i].tolist()) if best else (),
+                               tuple(best.values[i].tolist()) if best else ())
+                 for i, c in enumerate(chosen))
 
 
 @dataclass(frozen=True)

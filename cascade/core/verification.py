@@ -17,7 +17,13 @@ import weakref
 import torch
 
 from cascade.core.batch_accept import AcceptRow, RowResult
-from cascade.core.blocks import Draft, RoundOutcome, TargetFeatures
+from cascade.core.blocks import (
+    Draft,
+    RoundOutcome,
+    TargetFeatures,
+    TokenLogprobs,
+    token_logprobs,
+)
 from cascade.core.engine import Pass, VerifyEngine, engine_for
 from cascade.core.runner import ForwardOutput, ModelRunner
 from cascade.core.sampling import (
@@ -160,7 +166,18 @@ class SequenceVerifier:
         self.committed += emitted
         self.stats.observe(draft.num_tokens, num_accepted, len(emitted), deferred)
         return RoundOutcome(num_accepted, emitted, len(self.committed), self.finish_reason,
-                            deferred, tuple(path) if draft.parents is not None else None)
+                            deferred, tuple(path) if draft.parents is not None else None,
+                            self._logprobs(output, path, emitted))
+
+    def _logprobs(self, output: ForwardOutput, path: list[int], emitted: list[int]
+                  ) -> tuple[TokenLogprobs, ...] | None:
+        """The emitted tokens' log-probabilities, when asked: each from the logits row that
+        predicted it (row 0 after the committed tokens, then the accepted nodes' rows)."""
+        if self.params.logprobs is None:
+            return None
+        rows = ([0] + [node + 1 for node in path])[:len(emitted)]
+        top = min(self.params.logprobs, output.logits.shape[-1])
+        return token_logprobs(output.logits[torch.tensor(rows)], emitted, top)
 
     def accept_tree(self, draft: Draft, output: ForwardOutput) -> RowResult:
         """The walk down a tree (``cascade.core.tree_accept``) over its n+1 logits rows."""

@@ -27,6 +27,8 @@ verifier accepts per drafted token)."""
 MAX_NGRAM_N = 16
 """Longest suffix prompt lookup may try (DraftConfig.ngram_max_n). A lookup compares every
 window of each length it tries with the suffix, so unbounded it costs O(context^3)."""
+MAX_LOGPROBS = 20
+"""Most alternatives a request may ask the log-probabilities of (OpenAI's limit)."""
 MAX_TREE_NODES = 64
 """Most nodes a token tree may carry (chains stay within MAX_DRAFT_TOKENS)."""
 MAX_TREE_BRANCHING = 16
@@ -62,8 +64,13 @@ class SamplingParams:
     """Most tokens to generate after the prompt. At least 1."""
     stop_token_ids: tuple[int, ...] = ()
     """Generation ends after any of these tokens (it is kept in the output)."""
+    logprobs: int | None = None
+    """Return the target's log-probability of every emitted token and of this many most
+    likely alternatives, in [0, MAX_LOGPROBS] (None: none)."""
 
     def __post_init__(self) -> None:
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
+            raise ValueError(f"logprobs must be in [0, {MAX_LOGPROBS}], got {self.logprobs}")
         if not (self.temperature == 0.0 or MIN_TEMPERATURE <= self.temperature <= 100.0):
             raise ValueError(f"temperature must be 0 (greedy) or in [1e-05, 100], "
                              f"got {self.temperature}")

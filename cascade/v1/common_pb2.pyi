@@ -2,7 +2,7 @@ from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Iterable as _Iterable
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
@@ -55,20 +55,32 @@ SPECULATION_CACHE_HIT: Speculation
 SPECULATION_AHEAD_HIT: Speculation
 
 class Sampling(_message.Message):
-    __slots__ = ("temperature", "top_k", "top_p", "seed", "max_new_tokens", "stop_token_ids")
+    __slots__ = ("temperature", "top_k", "top_p", "seed", "max_new_tokens", "stop_token_ids", "logprobs")
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
     TOP_P_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     MAX_NEW_TOKENS_FIELD_NUMBER: _ClassVar[int]
     STOP_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     temperature: float
     top_k: int
     top_p: float
     seed: int
     max_new_tokens: int
     stop_token_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, temperature: _Optional[float] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., seed: _Optional[int] = ..., max_new_tokens: _Optional[int] = ..., stop_token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    logprobs: int
+    def __init__(self, temperature: _Optional[float] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., seed: _Optional[int] = ..., max_new_tokens: _Optional[int] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., logprobs: _Optional[int] = ...) -> None: ...
+
+class TokenLogprobs(_message.Message):
+    __slots__ = ("logprob", "top_ids", "top_logprobs")
+    LOGPROB_FIELD_NUMBER: _ClassVar[int]
+    TOP_IDS_FIELD_NUMBER: _ClassVar[int]
+    TOP_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    logprob: float
+    top_ids: _containers.RepeatedScalarFieldContainer[int]
+    top_logprobs: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, logprob: _Optional[float] = ..., top_ids: _Optional[_Iterable[int]] = ..., top_logprobs: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class DraftSettings(_message.Message):
     __slots__ = ("num_draft_tokens", "max_proposal_tokens", "send_proposal", "min_confidence", "method", "ngram_max_n", "ngram_min_n", "max_entropy", "adaptive", "planned", "tree_nodes", "tree_branching")
@@ -107,7 +119,7 @@ class Acceptance(_message.Message):
     def __init__(self, rule: _Optional[_Union[AcceptanceRule, str]] = ..., alpha: _Optional[float] = ...) -> None: ...
 
 class Round(_message.Message):
-    __slots__ = ("round", "tokens", "num_accepted", "num_drafted", "committed_len", "finish_reason", "draft_us", "verify_us", "round_us", "num_deferred", "drafted_tokens", "speculation", "num_predrafted", "num_sent_ahead", "drafted_parents", "path", "draft_source")
+    __slots__ = ("round", "tokens", "num_accepted", "num_drafted", "committed_len", "finish_reason", "draft_us", "verify_us", "round_us", "num_deferred", "drafted_tokens", "speculation", "num_predrafted", "num_sent_ahead", "drafted_parents", "path", "draft_source", "logprobs")
     ROUND_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     NUM_ACCEPTED_FIELD_NUMBER: _ClassVar[int]
@@ -125,6 +137,7 @@ class Round(_message.Message):
     DRAFTED_PARENTS_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
     DRAFT_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     round: int
     tokens: _containers.RepeatedScalarFieldContainer[int]
     num_accepted: int
@@ -142,4 +155,5 @@ class Round(_message.Message):
     drafted_parents: _containers.RepeatedScalarFieldContainer[int]
     path: _containers.RepeatedScalarFieldContainer[int]
     draft_source: str
-    def __init__(self, round: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., num_accepted: _Optional[int] = ..., num_drafted: _Optional[int] = ..., committed_len: _Optional[int] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., draft_us: _Optional[int] = ..., verify_us: _Optional[int] = ..., round_us: _Optional[int] = ..., num_deferred: _Optional[int] = ..., drafted_tokens: _Optional[_Iterable[int]] = ..., speculation: _Optional[_Union[Speculation, str]] = ..., num_predrafted: _Optional[int] = ..., num_sent_ahead: _Optional[int] = ..., drafted_parents: _Optional[_Iterable[int]] = ..., path: _Optional[_Iterable[int]] = ..., draft_source: _Optional[str] = ...) -> None: ...
+    logprobs: _containers.RepeatedCompositeFieldContainer[TokenLogprobs]
+    def __init__(self, round: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., num_accepted: _Optional[int] = ..., num_drafted: _Optional[int] = ..., committed_len: _Optional[int] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., draft_us: _Optional[int] = ..., verify_us: _Optional[int] = ..., round_us: _Optional[int] = ..., num_deferred: _Optional[int] = ..., drafted_tokens: _Optional[_Iterable[int]] = ..., speculation: _Optional[_Union[Speculation, str]] = ..., num_predrafted: _Optional[int] = ..., num_sent_ahead: _Optional[int] = ..., drafted_parents: _Optional[_Iterable[int]] = ..., path: _Optional[_Iterable[int]] = ..., draft_source: _Optional[str] = ..., logprobs: _Optional[_Iterable[_Union[TokenLogprobs, _Mapping]]] = ...) -> None: ...
