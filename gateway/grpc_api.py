@@ -16,10 +16,10 @@ from cascade.protocol.requests import (
     build_request,
     validate_options,
 )
-from cascade.protocol.settings import FinishReason
+from cascade.protocol.settings import MAX_LOGPROBS, FinishReason
 from cascade.protocol.wire import FINISH_TO_PB
 from cascade.serving.errors import NotFound, Unauthenticated
-from cascade.v1 import gateway_pb2, gateway_pb2_grpc
+from cascade.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 from gateway.auth import ApiKeys
 from gateway.detokenize import TextStream
 from gateway.generation import ResumableGenerator, stop_early
@@ -69,7 +69,14 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
                                  code="request_too_large")
         prompt = self._tokenize(msg.prompt, msg.chat)
         max_tokens = msg.max_tokens if msg.HasField("max_tokens") else None
-        return build_request(options, prompt, max_tokens, self.server), options.stop
+        request = build_request(options, prompt, max_tokens, self.server)
+        if msg.HasField("logprobs"):
+            if msg.logprobs > MAX_LOGPROBS:
+                raise RequestInvalid(f"Invalid value for 'logprobs': must be in [0, "
+                                     f"{MAX_LOGPROBS}], got {msg.logprobs}.", "logprobs")
+            request = replace(request, sampling=replace(request.sampling,
+                                                        logprobs=msg.logprobs))
+        return request, options.stop
 
     def _tokenize(self, text: str, chat: bool) -> list[int]:
         if not chat:
@@ -150,7 +157,10 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
             prompt_tokens=num_prompt, completion_tokens=completion_tokens,
             draft_us=chunk.draft_us, verify_us=chunk.verify_us, round_us=chunk.round_us,
             num_deferred=chunk.num_deferred, round=chunk.round, speculation=chunk.speculation,
-            draft_source=chunk.draft_source, **_tree_fields(chunk))
+            draft_source=chunk.draft_source, logprobs=[
+                common_pb2.TokenLogprobs(logprob=t.logprob, top_ids=t.top_ids,
+                                         top_logprobs=t.top_logprobs) for t in chunk.logprobs],
+            **_tree_fields(chunk))
 
 
 def _tree_fields(chunk) -> dict[str, Any]:

@@ -77,3 +77,32 @@ async def test_logprobs_out_of_range_and_echo_are_refused(cluster):
             "model": "tiny", "messages": [{"role": "user", "content": "Hi"}],
             "top_logprobs": 2})
         assert chat.status_code == 400 and chat.json()["error"]["param"] == "top_logprobs"
+
+
+async def test_grpc_responses_carry_each_tokens_logprobs(cluster):
+    import grpc
+
+    from cascade.v1 import gateway_pb2, gateway_pb2_grpc
+
+    tokenizer = cluster.target.tokenizer
+    prompt_ids = tokenizer(PROMPT).input_ids
+    reference = target_logprobs(cluster, prompt_ids,
+                                expected_tokens(cluster, PROMPT, MAX_TOKENS))
+    async with grpc.aio.insecure_channel(cluster.grpc_address) as channel:
+        stub = gateway_pb2_grpc.GatewayStub(channel)
+        request = gateway_pb2.GenerateRequest(prompt=PROMPT, max_tokens=MAX_TOKENS,
+                                              temperature=0, num_draft_tokens=3, logprobs=2)
+        responses = [r async for r in stub.Generate(request, timeout=60)]
+        with_bad = gateway_pb2.GenerateRequest(prompt=PROMPT, max_tokens=2, logprobs=21)
+        try:
+            [r async for r in stub.Generate(with_bad, timeout=60)]
+            raise AssertionError("logprobs 21 was accepted")
+        except grpc.aio.AioRpcError as error:
+            assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "logprobs" in error.details()
+    scored = [lp for r in responses for lp in r.logprobs]
+    assert all(len(r.logprobs) == len(r.token_ids) for r in responses)
+    assert len(scored) == MAX_TOKENS
+    assert [lp.logprob for lp in scored] == pytest.approx(
+        reference.max(-1).values.tolist(), abs=1e-4)  # greedy: each is its row's maximum
+    assert all(len(lp.top_ids) == 2 for lp in scored)
