@@ -14,6 +14,7 @@ from cascade.protocol.requests import (
     GenerationRequest,
     ServerDefaults,
     build_request,
+    check_vocabulary,
     validate_options,
 )
 from cascade.protocol.settings import MAX_LOGPROBS, FinishReason
@@ -40,6 +41,8 @@ def options_fields(msg: gateway_pb2.GenerateRequest) -> dict[str, Any]:
         fields["draft_method"] = msg.draft_method
     if msg.stop:
         fields["stop"] = list(msg.stop)
+    if msg.stop_token_ids:
+        fields["stop_token_ids"] = list(msg.stop_token_ids)
     for name in ("acceptance", "cascade_rule", "draft_schedule"):  # empty: the default
         if getattr(msg, name):
             fields[name] = getattr(msg, name)
@@ -63,6 +66,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
                                  f"exist; use '{self.model_name}'.", "model",
                                  code="model_not_found")
         options = validate_options(options_fields(msg))
+        check_vocabulary(options, len(self.tokenizer))
         if len(msg.prompt) > self.max_prompt_bytes:  # characters: at least as many bytes
             raise RequestInvalid(f"Invalid 'prompt': longer than {self.max_prompt_bytes} bytes, "
                                  "this gateway's limit; send a shorter prompt.", "prompt",

@@ -22,7 +22,12 @@ from transformers import PreTrainedTokenizerBase
 from cascade.protocol.chat import chat_ids, has_chat_template
 from cascade.protocol.limits import RequestInvalid
 from cascade.protocol.methods import DEFAULT_DRAFT_METHOD
-from cascade.protocol.requests import GenerationRequest, ServerDefaults, build_request
+from cascade.protocol.requests import (
+    GenerationRequest,
+    ServerDefaults,
+    build_request,
+    check_vocabulary,
+)
 from gateway import choices, schemas
 from gateway.auth import ApiKeys, install_api_keys
 from gateway.errors import APIError, bad_request, install_error_handlers, model_not_found
@@ -280,6 +285,7 @@ class _CompletionsApi:
     ) -> GenerationRequest:
         """The one mapping's settings; 400 when the prompt or the completion cannot fit."""
         try:
+            check_vocabulary(body, len(self.tokenizer))
             return build_request(body, prompt_tokens, max_tokens, self.server, prompt_field,
                                  max_field)
         except RequestInvalid as exc:

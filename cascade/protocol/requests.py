@@ -13,6 +13,7 @@ Defaults, documented once (OpenAI's where OpenAI has the field):
 | top_p | 1.0 | (0, 1] |
 | top_k | 0 (all tokens) | [0, 2^31 - 1] |
 | seed | random | any integer (taken mod 2^64) |
+| stop_token_ids | [] | up to 15 token ids of the vocabulary; generation also ends after any of them (kept in the output) |
 | max_tokens | completions: 16; chat and gRPC: as many as fit, up to the server limit | [1, limit] |
 | stop | none | up to 4 strings |
 | num_draft_tokens | the server's default k (4) | [0, 32]; 0 decodes on the target alone |
@@ -32,7 +33,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -41,6 +42,7 @@ from cascade.protocol.methods import DEFAULT_DRAFT_METHOD, DRAFT_METHODS
 from cascade.protocol.settings import (
     MAX_DRAFT_TOKENS,
     MAX_ENTROPY,
+    MAX_STOP_TOKEN_IDS,
     MAX_TREE_BRANCHING,
     MAX_TREE_NODES,
     MIN_TEMPERATURE,
@@ -91,6 +93,10 @@ class GenerationOptions(Lenient):
     """Cascade extension: keep only the k most likely tokens; 0 keeps all."""
     seed: int | None = Field(None, ge=-(2**63), lt=2**64)
     stop: list[str] = Field(default_factory=list, max_length=MAX_STOP_STRINGS)
+    stop_token_ids: list[Annotated[int, Field(ge=0)]] = Field(
+        default_factory=list, max_length=MAX_STOP_TOKEN_IDS - 1)
+    """vLLM extension: generation also ends after any of these token ids (kept in the output),
+    besides the model's end-of-sequence token."""
     num_draft_tokens: int | None = Field(None, ge=0, le=MAX_DRAFT_TOKENS)
     """Cascade extension (OpenAI clients send it via extra_body): drafted tokens per round."""
     draft_method: str | None = None
@@ -208,6 +214,14 @@ def validate_options(fields: dict[str, Any]) -> GenerationOptions:
         raise RequestInvalid(message, param or "request") from exc
 
 
+def check_vocabulary(options: GenerationOptions, vocab_size: int) -> None:
+    """The request's token ids exist in the served model's vocabulary."""
+    bad = next((t for t in options.stop_token_ids if t >= vocab_size), None)
+    if bad is not None:
+        raise RequestInvalid(f"Invalid value for 'stop_token_ids': token id {bad} is outside "
+                             f"the vocabulary [0, {vocab_size}).", "stop_token_ids")
+
+
 def build_request(options: GenerationOptions, prompt_tokens: list[int], max_tokens: int | None,
                   server: ServerDefaults, prompt_field: str = "prompt",
                   max_field: str = "max_tokens") -> GenerationRequest:
@@ -219,7 +233,9 @@ def build_request(options: GenerationOptions, prompt_tokens: list[int], max_toke
         temperature=options.temperature, top_k=options.top_k, top_p=options.top_p,
         seed=secrets.randbits(63) if options.seed is None else options.seed % 2**64,
         max_new_tokens=max_new_tokens,
-        stop_token_ids=() if server.eos_token_id is None else (server.eos_token_id,))
+        stop_token_ids=tuple(dict.fromkeys(
+            ([] if server.eos_token_id is None else [server.eos_token_id])
+            + options.stop_token_ids)))
     draft = _draft_config(options, server)
     policy = _lossless_policy(options, sampling, draft)
     if options.acceptance == "cascade":

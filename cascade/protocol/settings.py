@@ -27,6 +27,8 @@ verifier accepts per drafted token)."""
 MAX_NGRAM_N = 16
 """Longest suffix prompt lookup may try (DraftConfig.ngram_max_n). A lookup compares every
 window of each length it tries with the suffix, so unbounded it costs O(context^3)."""
+MAX_STOP_TOKEN_IDS = 16
+"""Stop token ids a session carries (the model's end-of-sequence one included)."""
 MAX_LOGPROBS = 20
 """Most alternatives a request may ask the log-probabilities of (OpenAI's limit)."""
 MAX_TREE_NODES = 64

@@ -37,6 +37,7 @@ from cascade.protocol.limits import RequestInvalid
 from cascade.protocol.settings import (
     MAX_DRAFT_TOKENS,
     MAX_PROPOSAL_TOKENS,
+    MAX_STOP_TOKEN_IDS,
     MAX_TREE_NODES,
     AcceptancePolicy,
     DraftConfig,
@@ -47,7 +48,6 @@ from cascade.protocol.wire import acceptance_from_pb, draft_settings_from_pb, sa
 from cascade.v1 import common_pb2, verifier_pb2
 
 MAX_SESSION_ID_CHARS = 128
-MAX_STOP_TOKEN_IDS = 16
 MAX_ADDRESS_CHARS = 255
 PROBABILITY_SUM_SLACK = 1e-3
 """A proposal's probabilities may sum to a little more than 1 (float32 renormalisation)."""

@@ -163,3 +163,16 @@ async def test_a_batch_of_prompts_with_n_choices_each_equals_target_greedy(clust
                     for choice in json.loads(line[6:])["choices"]:
                         streamed[choice["index"]] += choice["text"]
     assert [c["text"] for c in whole["choices"]] == expected == streamed
+
+
+async def test_stop_token_ids_end_the_greedy_text_at_their_first_occurrence(cluster):
+    expected = expected_tokens(cluster, PROMPTS[0])
+    stop = expected[4]
+    cut = expected[:expected.index(stop) + 1]
+    body = {"model": "tiny", "prompt": PROMPTS[0], "max_tokens": MAX_TOKENS, "temperature": 0,
+            "num_draft_tokens": 4, "stop_token_ids": [stop]}
+    async with httpx.AsyncClient(base_url=cluster.http_url, timeout=60) as http:
+        result = (await http.post("/v1/completions", json=body)).json()
+    assert result["usage"]["completion_tokens"] == len(cut)
+    assert result["choices"][0]["finish_reason"] == "stop"
+    assert await stored_tokens(cluster) == [cut]

@@ -17,6 +17,7 @@ SAME = [  # fields as the HTTP API names them; gRPC has the same names
      "num_draft_tokens": 2, "draft_method": "ngram_then_model"},
     {"max_tokens": 3, "temperature": 0.0, "seed": 0},
     {"max_tokens": 9, "temperature": 1.3, "seed": 11, "num_draft_tokens": 0, "stop": ["x"]},
+    {"max_tokens": 6, "temperature": 0.0, "seed": 5, "stop_token_ids": [5, 17]},
     {"max_tokens": 4, "temperature": 0.0, "seed": 3, "acceptance": "cascade",
      "cascade_rule": "token_v2",
      "cascade_alpha": 0.25},
@@ -33,6 +34,8 @@ BAD = [
     {"max_tokens": 5, "acceptance": "cascade", "cascade_rule": "best"},
     {"max_tokens": 5, "acceptance": "cascade", "cascade_alpha": 1.5},
     {"max_tokens": 5, "acceptance": "cascade", "draft_method": "ngram"},
+    {"max_tokens": 5, "stop_token_ids": [10**6]},
+    {"max_tokens": 5, "stop_token_ids": list(range(16))},
 ]
 PROMPT = "Hello world " * 6
 
