@@ -13,6 +13,7 @@ Defaults, documented once (OpenAI's where OpenAI has the field):
 | top_p | 1.0 | (0, 1] |
 | top_k | 0 (all tokens) | [0, 2^31 - 1] |
 | seed | random | any integer (taken mod 2^64) |
+| min_tokens | 0 | any integer >= 0: no stop token (end of sequence, stop_token_ids) is chosen before this many tokens |
 | stop_token_ids | [] | up to 15 token ids of the vocabulary; generation also ends after any of them (kept in the output) |
 | max_tokens | completions: 16; chat and gRPC: as many as fit, up to the server limit | [1, limit] |
 | stop | none | up to 4 strings |
@@ -97,6 +98,9 @@ class GenerationOptions(Lenient):
         default_factory=list, max_length=MAX_STOP_TOKEN_IDS - 1)
     """vLLM extension: generation also ends after any of these token ids (kept in the output),
     besides the model's end-of-sequence token."""
+    min_tokens: int = Field(0, ge=0)
+    """vLLM extension: no stop token (end of sequence, stop_token_ids) before this many
+    generated tokens."""
     num_draft_tokens: int | None = Field(None, ge=0, le=MAX_DRAFT_TOKENS)
     """Cascade extension (OpenAI clients send it via extra_body): drafted tokens per round."""
     draft_method: str | None = None
@@ -232,7 +236,7 @@ def build_request(options: GenerationOptions, prompt_tokens: list[int], max_toke
     sampling = SamplingParams(
         temperature=options.temperature, top_k=options.top_k, top_p=options.top_p,
         seed=secrets.randbits(63) if options.seed is None else options.seed % 2**64,
-        max_new_tokens=max_new_tokens,
+        max_new_tokens=max_new_tokens, min_tokens=options.min_tokens,
         stop_token_ids=tuple(dict.fromkeys(
             ([] if server.eos_token_id is None else [server.eos_token_id])
             + options.stop_token_ids)))

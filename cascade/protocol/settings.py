@@ -69,8 +69,13 @@ class SamplingParams:
     logprobs: int | None = None
     """Return the target's log-probability of every emitted token and of this many most
     likely alternatives, in [0, MAX_LOGPROBS] (None: none)."""
+    min_tokens: int = 0
+    """No stop token is chosen before this many tokens were generated (the target's
+    probability of each is 0 there)."""
 
     def __post_init__(self) -> None:
+        if self.min_tokens < 0:
+            raise ValueError(f"min_tokens must be >= 0, got {self.min_tokens}")
         if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
             raise ValueError(f"logprobs must be in [0, {MAX_LOGPROBS}], got {self.logprobs}")
         if not (self.temperature == 0.0 or MIN_TEMPERATURE <= self.temperature <= 100.0):
@@ -91,6 +96,10 @@ class SamplingParams:
         """Drafted tokens worth verifying once ``num_generated`` tokens exist: every round also
         emits one token of the verifier's, and the total stops at max_new_tokens."""
         return max(0, self.max_new_tokens - num_generated - 1)
+
+    def stops_allowed_at(self, generated_index: int) -> bool:
+        """Whether a stop token may be chosen as generated token ``generated_index`` (0-based)."""
+        return generated_index >= self.min_tokens
 
     def finish_after(self, generated: list[int]) -> FinishReason | None:
         """Why a generation that produced ``generated`` has ended (None: it has not): its last

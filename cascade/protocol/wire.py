@@ -32,6 +32,7 @@ def sampling_to_pb(params: SamplingParams) -> common_pb2.Sampling:
         temperature=params.temperature, top_k=params.top_k, top_p=params.top_p,
         seed=params.seed, max_new_tokens=params.max_new_tokens,
         stop_token_ids=list(params.stop_token_ids), logprobs=params.logprobs,
+        min_tokens=params.min_tokens,
     )
 
 
@@ -40,6 +41,7 @@ def sampling_from_pb(msg: common_pb2.Sampling) -> SamplingParams:
         temperature=msg.temperature, top_k=msg.top_k, top_p=msg.top_p, seed=msg.seed,
         max_new_tokens=msg.max_new_tokens, stop_token_ids=tuple(msg.stop_token_ids),
         logprobs=msg.logprobs if msg.HasField("logprobs") else None,
+        min_tokens=msg.min_tokens,
     )
 
 

@@ -6,6 +6,7 @@ import grpc
 import httpx
 import openai
 import pytest
+import torch
 
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc
 from models import hf_greedy
@@ -176,3 +177,28 @@ async def test_stop_token_ids_end_the_greedy_text_at_their_first_occurrence(clus
     assert result["usage"]["completion_tokens"] == len(cut)
     assert result["choices"][0]["finish_reason"] == "stop"
     assert await stored_tokens(cluster) == [cut]
+
+
+async def test_min_tokens_is_the_targets_decoding_with_early_stops_forbidden(cluster):
+    """The reference: transformers' greedy decoding with the stop token suppressed for the
+    first min_tokens tokens (its min_new_tokens), the stop token ending it after."""
+    tokenizer = cluster.target.tokenizer
+    prompt_ids = tokenizer(PROMPTS[1]).input_ids
+    stop = expected_tokens(cluster, PROMPTS[1])[1]
+    output = cluster.target.model.generate(
+        torch.tensor([prompt_ids]), attention_mask=torch.ones(1, len(prompt_ids),
+                                                              dtype=torch.long),
+        do_sample=False, max_new_tokens=MAX_TOKENS, min_new_tokens=6, eos_token_id=stop,
+        pad_token_id=0)
+    reference = output[0, len(prompt_ids):].tolist()
+    reference = reference[:reference.index(stop) + 1] if stop in reference[6:] else reference
+    for draft in ({"num_draft_tokens": 0}, {"num_draft_tokens": 4},
+                  {"num_draft_tokens": 3, "draft_tree_nodes": 8}):
+        body = {"model": "tiny", "prompt": PROMPTS[1], "max_tokens": MAX_TOKENS,
+                "temperature": 0, "stop_token_ids": [stop], "min_tokens": 6,
+                "draft_schedule": "fixed", **draft}
+        async with httpx.AsyncClient(base_url=cluster.http_url, timeout=60) as http:
+            result = (await http.post("/v1/completions", json=body)).json()
+        assert result["choices"][0]["text"] == tokenizer.decode(reference,
+                                                                skip_special_tokens=True)
+        assert result["usage"]["completion_tokens"] == len(reference)
