@@ -43,6 +43,8 @@ def options_fields(msg: gateway_pb2.GenerateRequest) -> dict[str, Any]:
         fields["stop"] = list(msg.stop)
     if msg.stop_token_ids:
         fields["stop_token_ids"] = list(msg.stop_token_ids)
+    if msg.logit_bias:
+        fields["logit_bias"] = dict(msg.logit_bias)
     for name in ("acceptance", "cascade_rule", "draft_schedule"):  # empty: the default
         if getattr(msg, name):
             fields[name] = getattr(msg, name)

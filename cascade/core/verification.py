@@ -182,7 +182,7 @@ class SequenceVerifier:
     def accept_tree(self, draft: Draft, output: ForwardOutput) -> RowResult:
         """The walk down a tree (``cascade.core.tree_accept``) over its n+1 logits rows."""
         if self.policy.rule is AcceptanceRule.RECURSIVE:
-            logits = self._without_early_stops(output.logits, row_depths(draft.parents))
+            logits = self._processed(output.logits, row_depths(draft.parents))
             p = process_logits(logits, self.params)  # [n+1, vocab]
             q = sparse_to_dense(draft.q_ids, draft.q_probs, output.logits.shape[-1])  # [n, vocab]
             verdict = walk_recursive(draft.parents, draft.tokens, p, q, self.params.seed,
@@ -193,7 +193,7 @@ class SequenceVerifier:
         if self.policy.rule is AcceptanceRule.KEYED:
             base = len(self.committed)
             noise = self._noise(base, max(rows) + 1)[torch.tensor(rows)]
-        logits = self._without_early_stops(output.logits, rows)
+        logits = self._processed(output.logits, rows)
         choices = target_choices(logits, self.params, noise).tolist()
         verdict = walk(draft.parents, draft.tokens, choices)
         return RowResult(len(verdict.path), verdict.next_token, 0, tuple(verdict.path))
@@ -204,25 +204,31 @@ class SequenceVerifier:
         k, base, seed = draft.num_tokens, len(self.committed), self.params.seed
         vocab = output.logits.shape[-1]
         noise = self._noise(base, k + 1) if self.policy.rule is AcceptanceRule.KEYED else None
-        logits = self._without_early_stops(output.logits, list(range(k + 1)))
+        logits = self._processed(output.logits, list(range(k + 1)))
         return AcceptRow(self.policy, self.params, list(draft.tokens), logits,
                          self._dense_proposal(draft, vocab),
                          position_uniforms(seed, base, k, STREAM_ACCEPT),
                          position_uniforms(seed, base, k + 1, STREAM_SAMPLE),
                          self._dense_decision(draft, vocab), noise)
 
-    def _without_early_stops(self, logits: torch.Tensor, depths: list[int]) -> torch.Tensor:
-        """``logits`` ([rows, vocab]; row r predicts generated token len(generated) +
-        depths[r]) with the stop tokens at -inf where min_tokens forbids them (a copy; the
-        logits themselves stay raw for logprobs)."""
+    def _processed(self, logits: torch.Tensor, depths: list[int]) -> torch.Tensor:
+        """The target's logits as the request's processors shape them ([rows, vocab]; row r
+        predicts generated token len(generated) + depths[r]): logit_bias added, stop tokens
+        at -inf where min_tokens forbids them. A copy when anything changes: the logits
+        themselves stay raw for logprobs."""
         first = len(self.generated)
         early = [r for r, d in enumerate(depths) if not self.params.stops_allowed_at(first + d)]
-        if not early or not self.params.stop_token_ids:
+        early = early if self.params.stop_token_ids else []
+        if not early and not self.params.logit_bias:
             return logits
-        masked = logits.clone()
-        masked[torch.tensor(early).unsqueeze(-1),
-               torch.tensor(self.params.stop_token_ids).unsqueeze(0)] = float("-inf")
-        return masked
+        shaped = logits.clone()
+        if self.params.logit_bias:
+            ids, biases = zip(*self.params.logit_bias)
+            shaped[:, torch.tensor(ids)] += torch.tensor(biases, dtype=shaped.dtype)
+        if early:
+            shaped[torch.tensor(early).unsqueeze(-1),
+                   torch.tensor(self.params.stop_token_ids).unsqueeze(0)] = float("-inf")
+        return shaped
 
     def _noise(self, base: int, count: int) -> torch.Tensor:
         """[count, vocab] the keyed rule's noise for positions base .. base + count - 1 (rows

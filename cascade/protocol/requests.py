@@ -13,6 +13,7 @@ Defaults, documented once (OpenAI's where OpenAI has the field):
 | top_p | 1.0 | (0, 1] |
 | top_k | 0 (all tokens) | [0, 2^31 - 1] |
 | seed | random | any integer (taken mod 2^64) |
+| logit_bias | {} | up to 300 token ids (as strings) -> a bias in [-100, 100] added to the target's logits |
 | min_tokens | 0 | any integer >= 0: no stop token (end of sequence, stop_token_ids) is chosen before this many tokens |
 | stop_token_ids | [] | up to 15 token ids of the vocabulary; generation also ends after any of them (kept in the output) |
 | max_tokens | completions: 16; chat and gRPC: as many as fit, up to the server limit | [1, limit] |
@@ -43,6 +44,8 @@ from cascade.protocol.methods import DEFAULT_DRAFT_METHOD, DRAFT_METHODS
 from cascade.protocol.settings import (
     MAX_DRAFT_TOKENS,
     MAX_ENTROPY,
+    MAX_LOGIT_BIAS,
+    MAX_LOGIT_BIAS_TOKENS,
     MAX_STOP_TOKEN_IDS,
     MAX_TREE_BRANCHING,
     MAX_TREE_NODES,
@@ -98,6 +101,10 @@ class GenerationOptions(Lenient):
         default_factory=list, max_length=MAX_STOP_TOKEN_IDS - 1)
     """vLLM extension: generation also ends after any of these token ids (kept in the output),
     besides the model's end-of-sequence token."""
+    logit_bias: dict[str, float] = Field(default_factory=dict,
+                                         max_length=MAX_LOGIT_BIAS_TOKENS)
+    """Token id (as a string, as OpenAI sends it) -> bias in [-100, 100], added to the target's
+    logits before sampling."""
     min_tokens: int = Field(0, ge=0)
     """vLLM extension: no stop token (end of sequence, stop_token_ids) before this many
     generated tokens."""
@@ -138,6 +145,17 @@ class GenerationOptions(Lenient):
         if isinstance(value, list) and all(isinstance(item, str) for item in value):
             return [valid_text(item) for item in value]
         raise ValueError(f"must be a string or a list of up to {MAX_STOP_STRINGS} strings")
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _bias_by_token_id(cls, value: dict[str, float]) -> dict[str, float]:
+        for key, bias in value.items():
+            if not key.isdigit():
+                raise ValueError(f"keys must be token ids (non-negative integers), got {key!r}")
+            if not -MAX_LOGIT_BIAS <= bias <= MAX_LOGIT_BIAS:
+                raise ValueError(f"biases must be in [-{MAX_LOGIT_BIAS:g}, "
+                                 f"{MAX_LOGIT_BIAS:g}], got {bias}")
+        return value
 
     @field_validator("draft_method")
     @classmethod
@@ -220,10 +238,12 @@ def validate_options(fields: dict[str, Any]) -> GenerationOptions:
 
 def check_vocabulary(options: GenerationOptions, vocab_size: int) -> None:
     """The request's token ids exist in the served model's vocabulary."""
-    bad = next((t for t in options.stop_token_ids if t >= vocab_size), None)
-    if bad is not None:
-        raise RequestInvalid(f"Invalid value for 'stop_token_ids': token id {bad} is outside "
-                             f"the vocabulary [0, {vocab_size}).", "stop_token_ids")
+    for field, ids in (("stop_token_ids", options.stop_token_ids),
+                       ("logit_bias", [int(t) for t in options.logit_bias])):
+        bad = next((t for t in ids if t >= vocab_size), None)
+        if bad is not None:
+            raise RequestInvalid(f"Invalid value for '{field}': token id {bad} is outside the "
+                                 f"vocabulary [0, {vocab_size}).", field)
 
 
 def build_request(options: GenerationOptions, prompt_tokens: list[int], max_tokens: int | None,
@@ -237,6 +257,7 @@ def build_request(options: GenerationOptions, prompt_tokens: list[int], max_toke
         temperature=options.temperature, top_k=options.top_k, top_p=options.top_p,
         seed=secrets.randbits(63) if options.seed is None else options.seed % 2**64,
         max_new_tokens=max_new_tokens, min_tokens=options.min_tokens,
+        logit_bias=tuple(sorted((int(t), float(b)) for t, b in options.logit_bias.items())),
         stop_token_ids=tuple(dict.fromkeys(
             ([] if server.eos_token_id is None else [server.eos_token_id])
             + options.stop_token_ids)))

@@ -29,6 +29,10 @@ MAX_NGRAM_N = 16
 window of each length it tries with the suffix, so unbounded it costs O(context^3)."""
 MAX_STOP_TOKEN_IDS = 16
 """Stop token ids a session carries (the model's end-of-sequence one included)."""
+MAX_LOGIT_BIAS = 100.0
+"""Largest logit bias magnitude (OpenAI's bound)."""
+MAX_LOGIT_BIAS_TOKENS = 300
+"""Most tokens a request may bias (OpenAI's bound)."""
 MAX_LOGPROBS = 20
 """Most alternatives a request may ask the log-probabilities of (OpenAI's limit)."""
 MAX_TREE_NODES = 64
@@ -72,8 +76,14 @@ class SamplingParams:
     min_tokens: int = 0
     """No stop token is chosen before this many tokens were generated (the target's
     probability of each is 0 there)."""
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    """(token id, bias in [-100, 100]) added to the target's logits at every position before
+    anything else (temperature, top-k/top-p, acceptance)."""
 
     def __post_init__(self) -> None:
+        if any(not -MAX_LOGIT_BIAS <= b <= MAX_LOGIT_BIAS for _, b in self.logit_bias):
+            raise ValueError(f"logit_bias values must be in [-{MAX_LOGIT_BIAS}, "
+                             f"{MAX_LOGIT_BIAS}]")
         if self.min_tokens < 0:
             raise ValueError(f"min_tokens must be >= 0, got {self.min_tokens}")
         if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:

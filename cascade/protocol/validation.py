@@ -28,6 +28,8 @@ Bounds, documented once (V: the model's vocabulary, L: its context length in tok
 
 from __future__ import annotations
 
+import math
+
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -37,6 +39,7 @@ from cascade.protocol.limits import RequestInvalid
 from cascade.protocol.settings import (
     MAX_DRAFT_TOKENS,
     MAX_PROPOSAL_TOKENS,
+    MAX_LOGIT_BIAS_TOKENS,
     MAX_STOP_TOKEN_IDS,
     MAX_TREE_NODES,
     AcceptancePolicy,
@@ -99,6 +102,12 @@ def session_settings(msg: verifier_pb2.SessionOpen, limits: ModelLimits) -> Sess
     check_context(msg.context_tokens, msg.prompt_len, limits)
     check_token_ids("sampling.stop_token_ids", msg.sampling.stop_token_ids, limits.vocab_size,
                     MAX_STOP_TOKEN_IDS)
+    check_token_ids("sampling.bias_token_ids", msg.sampling.bias_token_ids, limits.vocab_size,
+                    MAX_LOGIT_BIAS_TOKENS)
+    if len(msg.sampling.bias_values) != len(msg.sampling.bias_token_ids):
+        raise invalid("sampling.bias_values", "one per bias_token_ids entry")
+    if any(not math.isfinite(v) for v in msg.sampling.bias_values):
+        raise invalid("sampling.bias_values", "must be finite")
     with field_errors("sampling"):
         sampling = sampling_from_pb(msg.sampling)
     check_lengths(len(msg.context_tokens), msg.prompt_len, sampling.max_new_tokens, limits)

@@ -33,6 +33,8 @@ def sampling_to_pb(params: SamplingParams) -> common_pb2.Sampling:
         seed=params.seed, max_new_tokens=params.max_new_tokens,
         stop_token_ids=list(params.stop_token_ids), logprobs=params.logprobs,
         min_tokens=params.min_tokens,
+        bias_token_ids=[t for t, _ in params.logit_bias],
+        bias_values=[b for _, b in params.logit_bias],
     )
 
 
@@ -42,6 +44,7 @@ def sampling_from_pb(msg: common_pb2.Sampling) -> SamplingParams:
         max_new_tokens=msg.max_new_tokens, stop_token_ids=tuple(msg.stop_token_ids),
         logprobs=msg.logprobs if msg.HasField("logprobs") else None,
         min_tokens=msg.min_tokens,
+        logit_bias=tuple(zip(msg.bias_token_ids, msg.bias_values)),
     )
 
 

@@ -202,3 +202,28 @@ async def test_min_tokens_is_the_targets_decoding_with_early_stops_forbidden(clu
         assert result["choices"][0]["text"] == tokenizer.decode(reference,
                                                                 skip_special_tokens=True)
         assert result["usage"]["completion_tokens"] == len(reference)
+
+
+async def test_logit_bias_is_the_targets_decoding_with_the_same_bias(cluster):
+    """The reference: transformers' greedy decoding with the same bias on the token (its
+    sequence_bias); -100 on the token greedy decoding would pick first."""
+    tokenizer = cluster.target.tokenizer
+    prompt_ids = tokenizer(PROMPTS[2]).input_ids
+    banned = expected_tokens(cluster, PROMPTS[2])[0]
+    output = cluster.target.model.generate(
+        torch.tensor([prompt_ids]), attention_mask=torch.ones(1, len(prompt_ids),
+                                                              dtype=torch.long),
+        do_sample=False, max_new_tokens=MAX_TOKENS, min_new_tokens=MAX_TOKENS,
+        sequence_bias={(banned,): -100.0}, eos_token_id=None, pad_token_id=0)
+    reference = output[0, len(prompt_ids):].tolist()
+    assert banned not in reference
+    for draft in ({"num_draft_tokens": 0}, {"num_draft_tokens": 4},
+                  {"num_draft_tokens": 3, "draft_tree_nodes": 8}):
+        body = {"model": "tiny", "prompt": PROMPTS[2], "max_tokens": MAX_TOKENS,
+                "temperature": 0, "logit_bias": {str(banned): -100},
+                "draft_schedule": "fixed", **draft}
+        async with httpx.AsyncClient(base_url=cluster.http_url, timeout=60) as http:
+            result = (await http.post("/v1/completions", json=body)).json()
+        assert await stored_tokens(cluster) == [reference]
+        await clear_sessions(cluster)
+        assert result["usage"]["completion_tokens"] == len(reference)
