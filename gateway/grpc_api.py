@@ -29,7 +29,8 @@ from gateway.session_store import SessionLost
 
 OPTIONAL_FIELDS = ("temperature", "top_p", "top_k", "seed", "num_draft_tokens", "cascade_alpha",
                    "draft_min_confidence", "draft_max_entropy", "draft_tree_nodes",
-                   "draft_tree_branching", "min_tokens")
+                   "draft_tree_branching", "min_tokens", "presence_penalty",
+                   "frequency_penalty", "repetition_penalty")
 """GenerateRequest fields whose absence means "the default" (proto3 presence)."""
 
 

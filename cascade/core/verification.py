@@ -35,6 +35,7 @@ from cascade.core.sampling import (
     sparse_to_dense,
 )
 from cascade.core.tree_accept import row_depths, target_choices, walk, walk_recursive
+from cascade.core.trees import path_to
 from cascade.protocol.settings import (
     MAX_TREE_NODES,
     AcceptancePolicy,
@@ -182,7 +183,7 @@ class SequenceVerifier:
     def accept_tree(self, draft: Draft, output: ForwardOutput) -> RowResult:
         """The walk down a tree (``cascade.core.tree_accept``) over its n+1 logits rows."""
         if self.policy.rule is AcceptanceRule.RECURSIVE:
-            logits = self._processed(output.logits, row_depths(draft.parents))
+            logits = self._processed(output.logits, self._tree_histories(draft))
             p = process_logits(logits, self.params)  # [n+1, vocab]
             q = sparse_to_dense(draft.q_ids, draft.q_probs, output.logits.shape[-1])  # [n, vocab]
             verdict = walk_recursive(draft.parents, draft.tokens, p, q, self.params.seed,
@@ -193,7 +194,7 @@ class SequenceVerifier:
         if self.policy.rule is AcceptanceRule.KEYED:
             base = len(self.committed)
             noise = self._noise(base, max(rows) + 1)[torch.tensor(rows)]
-        logits = self._processed(output.logits, rows)
+        logits = self._processed(output.logits, self._tree_histories(draft))
         choices = target_choices(logits, self.params, noise).tolist()
         verdict = walk(draft.parents, draft.tokens, choices)
         return RowResult(len(verdict.path), verdict.next_token, 0, tuple(verdict.path))
@@ -204,31 +205,52 @@ class SequenceVerifier:
         k, base, seed = draft.num_tokens, len(self.committed), self.params.seed
         vocab = output.logits.shape[-1]
         noise = self._noise(base, k + 1) if self.policy.rule is AcceptanceRule.KEYED else None
-        logits = self._processed(output.logits, list(range(k + 1)))
+        logits = self._processed(output.logits, [draft.tokens[:r] for r in range(k + 1)])
         return AcceptRow(self.policy, self.params, list(draft.tokens), logits,
                          self._dense_proposal(draft, vocab),
                          position_uniforms(seed, base, k, STREAM_ACCEPT),
                          position_uniforms(seed, base, k + 1, STREAM_SAMPLE),
                          self._dense_decision(draft, vocab), noise)
 
-    def _processed(self, logits: torch.Tensor, depths: list[int]) -> torch.Tensor:
-        """The target's logits as the request's processors shape them ([rows, vocab]; row r
-        predicts generated token len(generated) + depths[r]): logit_bias added, stop tokens
-        at -inf where min_tokens forbids them. A copy when anything changes: the logits
-        themselves stay raw for logprobs."""
-        first = len(self.generated)
-        early = [r for r, d in enumerate(depths) if not self.params.stops_allowed_at(first + d)]
-        early = early if self.params.stop_token_ids else []
-        if not early and not self.params.logit_bias:
+    def _processed(self, logits: torch.Tensor, histories: list[list[int]]) -> torch.Tensor:
+        """The target's logits as the request's processors shape them (``logits``: [rows,
+        vocab]; ``histories[r]``: the drafted tokens before row r's position): logit_bias
+        added, then the penalties on what occurred before each position (drafted tokens
+        included), then stop tokens at -inf where min_tokens forbids them. A copy when anything
+        changes: the logits themselves stay raw for logprobs."""
+        params, first = self.params, len(self.generated)
+        early = [r for r, h in enumerate(histories) if params.stop_token_ids
+                 and not params.stops_allowed_at(first + len(h))]
+        if not early and not params.logit_bias and not params.has_penalties:
             return logits
         shaped = logits.clone()
-        if self.params.logit_bias:
-            ids, biases = zip(*self.params.logit_bias)
+        if params.logit_bias:
+            ids, biases = zip(*params.logit_bias)
             shaped[:, torch.tensor(ids)] += torch.tensor(biases, dtype=shaped.dtype)
+        if params.has_penalties:
+            for row, history in enumerate(histories):
+                shaped[row] = self._penalized(shaped[row], history)
         if early:
             shaped[torch.tensor(early).unsqueeze(-1),
-                   torch.tensor(self.params.stop_token_ids).unsqueeze(0)] = float("-inf")
+                   torch.tensor(params.stop_token_ids).unsqueeze(0)] = float("-inf")
         return shaped
+
+    def _penalized(self, row: torch.Tensor, history: list[int]) -> torch.Tensor:
+        """One row ([vocab]) with the penalties of the tokens before its position."""
+        p, vocab = self.params, row.shape[-1]
+        generated = torch.bincount(torch.tensor(self.generated + history, dtype=torch.long),
+                                   minlength=vocab)[:vocab].to(row.dtype)  # [vocab]
+        if p.repetition_penalty != 1.0:
+            seen = generated > 0
+            seen[torch.tensor(self.committed[:self.prompt_len], dtype=torch.long)] = True
+            row = torch.where(seen, torch.where(row > 0, row / p.repetition_penalty,
+                                                row * p.repetition_penalty), row)
+        return row - p.presence_penalty * (generated > 0) - p.frequency_penalty * generated
+
+    def _tree_histories(self, draft: Draft) -> list[list[int]]:
+        """The drafted tokens before each row of a tree: none for the root's, a node's path."""
+        return [[]] + [[draft.tokens[i] for i in path_to(draft.parents, node)]
+                       for node in range(draft.num_tokens)]
 
     def _noise(self, base: int, count: int) -> torch.Tensor:
         """[count, vocab] the keyed rule's noise for positions base .. base + count - 1 (rows

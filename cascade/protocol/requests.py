@@ -14,6 +14,8 @@ Defaults, documented once (OpenAI's where OpenAI has the field):
 | top_k | 0 (all tokens) | [0, 2^31 - 1] |
 | seed | random | any integer (taken mod 2^64) |
 | logit_bias | {} | up to 300 token ids (as strings) -> a bias in [-100, 100] added to the target's logits |
+| presence_penalty, frequency_penalty | 0 | [-2, 2]: subtracted from the logit of every token generated before the position (once, or per occurrence); drafted tokens before it count |
+| repetition_penalty | 1 | (0, 10]: the logits of tokens in the prompt or generated before the position are divided (positive) or multiplied (negative) by it |
 | min_tokens | 0 | any integer >= 0: no stop token (end of sequence, stop_token_ids) is chosen before this many tokens |
 | stop_token_ids | [] | up to 15 token ids of the vocabulary; generation also ends after any of them (kept in the output) |
 | max_tokens | completions: 16; chat and gRPC: as many as fit, up to the server limit | [1, limit] |
@@ -105,6 +107,10 @@ class GenerationOptions(Lenient):
                                          max_length=MAX_LOGIT_BIAS_TOKENS)
     """Token id (as a string, as OpenAI sends it) -> bias in [-100, 100], added to the target's
     logits before sampling."""
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    repetition_penalty: float = Field(1.0, gt=0.0, le=10.0)
+    """vLLM extension (prompt and generated tokens; 1 is none)."""
     min_tokens: int = Field(0, ge=0)
     """vLLM extension: no stop token (end of sequence, stop_token_ids) before this many
     generated tokens."""
@@ -258,6 +264,8 @@ def build_request(options: GenerationOptions, prompt_tokens: list[int], max_toke
         seed=secrets.randbits(63) if options.seed is None else options.seed % 2**64,
         max_new_tokens=max_new_tokens, min_tokens=options.min_tokens,
         logit_bias=tuple(sorted((int(t), float(b)) for t, b in options.logit_bias.items())),
+        presence_penalty=options.presence_penalty, frequency_penalty=options.frequency_penalty,
+        repetition_penalty=options.repetition_penalty,
         stop_token_ids=tuple(dict.fromkeys(
             ([] if server.eos_token_id is None else [server.eos_token_id])
             + options.stop_token_ids)))

@@ -79,8 +79,26 @@ class SamplingParams:
     logit_bias: tuple[tuple[int, float], ...] = ()
     """(token id, bias in [-100, 100]) added to the target's logits at every position before
     anything else (temperature, top-k/top-p, acceptance)."""
+    presence_penalty: float = 0.0
+    """Subtracted from the logit of every token generated before the position, in [-2, 2]."""
+    frequency_penalty: float = 0.0
+    """Subtracted once per earlier occurrence in the generated tokens, in [-2, 2]."""
+    repetition_penalty: float = 1.0
+    """Divides positive (multiplies negative) logits of tokens in the prompt or generated
+    before the position, in (0, 10]; 1 is none."""
+
+    @property
+    def has_penalties(self) -> bool:
+        return bool(self.presence_penalty or self.frequency_penalty
+                    or self.repetition_penalty != 1.0)
 
     def __post_init__(self) -> None:
+        for name in ("presence_penalty", "frequency_penalty"):
+            if not -2.0 <= getattr(self, name) <= 2.0:
+                raise ValueError(f"{name} must be in [-2, 2], got {getattr(self, name)}")
+        if not 0.0 < self.repetition_penalty <= 10.0:
+            raise ValueError(f"repetition_penalty must be in (0, 10], got "
+                             f"{self.repetition_penalty}")
         if any(not -MAX_LOGIT_BIAS <= b <= MAX_LOGIT_BIAS for _, b in self.logit_bias):
             raise ValueError(f"logit_bias values must be in [-{MAX_LOGIT_BIAS}, "
                              f"{MAX_LOGIT_BIAS}]")

@@ -35,6 +35,8 @@ def sampling_to_pb(params: SamplingParams) -> common_pb2.Sampling:
         min_tokens=params.min_tokens,
         bias_token_ids=[t for t, _ in params.logit_bias],
         bias_values=[b for _, b in params.logit_bias],
+        presence_penalty=params.presence_penalty, frequency_penalty=params.frequency_penalty,
+        repetition_penalty=params.repetition_penalty,
     )
 
 
@@ -45,6 +47,8 @@ def sampling_from_pb(msg: common_pb2.Sampling) -> SamplingParams:
         logprobs=msg.logprobs if msg.HasField("logprobs") else None,
         min_tokens=msg.min_tokens,
         logit_bias=tuple(zip(msg.bias_token_ids, msg.bias_values)),
+        presence_penalty=msg.presence_penalty, frequency_penalty=msg.frequency_penalty,
+        repetition_penalty=msg.repetition_penalty or 1.0,
     )
 
 

@@ -227,3 +227,42 @@ async def test_logit_bias_is_the_targets_decoding_with_the_same_bias(cluster):
         assert await stored_tokens(cluster) == [reference]
         await clear_sessions(cluster)
         assert result["usage"]["completion_tokens"] == len(reference)
+
+
+def penalized_greedy(cluster, prompt_ids: list[int], num_new: int, presence: float,
+                     frequency: float, repetition: float) -> list[int]:
+    """The slow reference: one target forward per token, the penalties applied to its last
+    logits from the tokens before it, the argmax."""
+    generated: list[int] = []
+    with torch.no_grad():
+        for _ in range(num_new):
+            logits = cluster.target.model(torch.tensor([prompt_ids + generated])).logits[0, -1]
+            counts = torch.bincount(torch.tensor(generated, dtype=torch.long),
+                                    minlength=logits.shape[-1]).float()
+            seen = counts > 0
+            seen[torch.tensor(prompt_ids)] = True
+            logits = torch.where(seen, torch.where(logits > 0, logits / repetition,
+                                                   logits * repetition), logits)
+            logits = logits - presence * (counts > 0) - frequency * counts
+            generated.append(int(logits.argmax()))
+    return generated
+
+
+async def test_penalties_are_the_targets_decoding_with_the_same_penalties(cluster):
+    """Each position's penalties count the drafted tokens before it: greedy output equals the
+    slow reference for target-alone, chains and trees."""
+    tokenizer = cluster.target.tokenizer
+    prompt_ids = tokenizer(PROMPTS[3]).input_ids
+    penalties = {"presence_penalty": 0.5, "frequency_penalty": 0.75,
+                 "repetition_penalty": 1.3}
+    reference = penalized_greedy(cluster, prompt_ids, MAX_TOKENS, 0.5, 0.75, 1.3)
+    assert reference != expected_tokens(cluster, PROMPTS[3])  # the penalties change the text
+    for draft in ({"num_draft_tokens": 0}, {"num_draft_tokens": 4},
+                  {"num_draft_tokens": 3, "draft_tree_nodes": 8}):
+        body = {"model": "tiny", "prompt": PROMPTS[3], "max_tokens": MAX_TOKENS,
+                "temperature": 0, "draft_schedule": "fixed", **penalties, **draft}
+        async with httpx.AsyncClient(base_url=cluster.http_url, timeout=60) as http:
+            response = await http.post("/v1/completions", json=body)
+        assert response.status_code == 200, response.text
+        assert await stored_tokens(cluster) == [reference], draft
+        await clear_sessions(cluster)

@@ -19,7 +19,8 @@ SAME = [  # fields as the HTTP API names them; gRPC has the same names
     {"max_tokens": 9, "temperature": 1.3, "seed": 11, "num_draft_tokens": 0, "stop": ["x"]},
     {"max_tokens": 6, "temperature": 0.0, "seed": 5, "stop_token_ids": [5, 17]},
     {"max_tokens": 4, "temperature": 0.7, "seed": 2, "logit_bias": {"5": -100.0, "17": 3.5},
-     "min_tokens": 2},
+     "min_tokens": 2, "presence_penalty": 0.5, "frequency_penalty": -0.25,
+     "repetition_penalty": 1.25},
     {"max_tokens": 4, "temperature": 0.0, "seed": 3, "acceptance": "cascade",
      "cascade_rule": "token_v2",
      "cascade_alpha": 0.25},
@@ -39,6 +40,8 @@ BAD = [
     {"max_tokens": 5, "stop_token_ids": [10**6]},
     {"max_tokens": 5, "stop_token_ids": list(range(16))},
     {"max_tokens": 5, "logit_bias": {"x": 1.0}},
+    {"max_tokens": 5, "presence_penalty": 2.5},
+    {"max_tokens": 5, "repetition_penalty": 0.0},
     {"max_tokens": 5, "logit_bias": {"5": 101.0}},
     {"max_tokens": 5, "logit_bias": {"1000000": 1.0}},
 ]
