@@ -16,6 +16,7 @@ from cascade.protocol.requests import (
     build_request,
     check_vocabulary,
     validate_options,
+    with_bad_words,
 )
 from cascade.protocol.settings import MAX_LOGPROBS, FinishReason
 from cascade.protocol.wire import FINISH_TO_PB
@@ -46,6 +47,8 @@ def options_fields(msg: gateway_pb2.GenerateRequest) -> dict[str, Any]:
         fields["stop_token_ids"] = list(msg.stop_token_ids)
     if msg.logit_bias:
         fields["logit_bias"] = dict(msg.logit_bias)
+    if msg.bad_words:
+        fields["bad_words"] = list(msg.bad_words)
     for name in ("acceptance", "cascade_rule", "draft_schedule"):  # empty: the default
         if getattr(msg, name):
             fields[name] = getattr(msg, name)
@@ -76,7 +79,9 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
                                  code="request_too_large")
         prompt = self._tokenize(msg.prompt, msg.chat)
         max_tokens = msg.max_tokens if msg.HasField("max_tokens") else None
-        request = build_request(options, prompt, max_tokens, self.server)
+        request = with_bad_words(build_request(options, prompt, max_tokens, self.server),
+                                 options, lambda text: self.tokenizer(
+                                     text, add_special_tokens=False).input_ids)
         if msg.HasField("logprobs"):
             if msg.logprobs > MAX_LOGPROBS:
                 raise RequestInvalid(f"Invalid value for 'logprobs': must be in [0, "

@@ -27,6 +27,7 @@ from cascade.protocol.requests import (
     ServerDefaults,
     build_request,
     check_vocabulary,
+    with_bad_words,
 )
 from gateway import choices, schemas
 from gateway.auth import ApiKeys, install_api_keys
@@ -258,6 +259,9 @@ class _CompletionsApi:
         chunks = self.limits.counted(slot, self.generator.generate(request))
         return text_deltas(chunks, self.tokenizer, body.stop, rounds=body.cascade_rounds)
 
+    def _word_ids(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False).input_ids
+
     def _check_model(self, model: str) -> None:
         if model != self.settings.model_name:
             raise model_not_found(model)
@@ -286,8 +290,9 @@ class _CompletionsApi:
         """The one mapping's settings; 400 when the prompt or the completion cannot fit."""
         try:
             check_vocabulary(body, len(self.tokenizer))
-            return build_request(body, prompt_tokens, max_tokens, self.server, prompt_field,
-                                 max_field)
+            request = build_request(body, prompt_tokens, max_tokens, self.server, prompt_field,
+                                    max_field)
+            return with_bad_words(request, body, self._word_ids)
         except RequestInvalid as exc:
             raise bad_request(str(exc), exc.param, code=exc.code) from exc
 

@@ -245,7 +245,12 @@ class SequenceVerifier:
             seen[torch.tensor(self.committed[:self.prompt_len], dtype=torch.long)] = True
             row = torch.where(seen, torch.where(row > 0, row / p.repetition_penalty,
                                                 row * p.repetition_penalty), row)
-        return row - p.presence_penalty * (generated > 0) - p.frequency_penalty * generated
+        row = row - p.presence_penalty * (generated > 0) - p.frequency_penalty * generated
+        banned = banned_tokens(p.bad_words, self.generated + history)
+        if banned:
+            row = row.clone()
+            row[torch.tensor(banned)] = float("-inf")
+        return row
 
     def _tree_histories(self, draft: Draft) -> list[list[int]]:
         """The drafted tokens before each row of a tree: none for the root's, a node's path."""
@@ -324,6 +329,13 @@ class SequenceVerifier:
             emitted = emitted[:remaining]
             self.finish_reason = self.finish_reason or FinishReason.LENGTH
         return emitted
+
+
+def banned_tokens(bad_words: tuple[tuple[int, ...], ...], before: list[int]) -> list[int]:
+    """The last token of each bad word whose other tokens end ``before``."""
+    return [w[-1] for w in bad_words
+            if len(w) == 1 or (len(before) >= len(w) - 1 and before[len(before) - len(w) + 1:]
+                               == list(w[:-1]))]
 
 
 def _unwrap(result):

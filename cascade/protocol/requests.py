@@ -16,6 +16,7 @@ Defaults, documented once (OpenAI's where OpenAI has the field):
 | logit_bias | {} | up to 300 token ids (as strings) -> a bias in [-100, 100] added to the target's logits |
 | presence_penalty, frequency_penalty | 0 | [-2, 2]: subtracted from the logit of every token generated before the position (once, or per occurrence); drafted tokens before it count |
 | repetition_penalty | 1 | (0, 10]: the logits of tokens in the prompt or generated before the position are divided (positive) or multiplied (negative) by it |
+| bad_words | [] | up to 32 strings (vLLM): never generated, as tokenized alone and after a space |
 | min_tokens | 0 | any integer >= 0: no stop token (end of sequence, stop_token_ids) is chosen before this many tokens |
 | stop_token_ids | [] | up to 15 token ids of the vocabulary; generation also ends after any of them (kept in the output) |
 | max_tokens | completions: 16; chat and gRPC: as many as fit, up to the server limit | [1, limit] |
@@ -35,8 +36,8 @@ Defaults, documented once (OpenAI's where OpenAI has the field):
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -46,6 +47,8 @@ from cascade.protocol.methods import DEFAULT_DRAFT_METHOD, DRAFT_METHODS
 from cascade.protocol.settings import (
     MAX_DRAFT_TOKENS,
     MAX_ENTROPY,
+    MAX_BAD_WORD_TOKENS,
+    MAX_BAD_WORDS,
     MAX_LOGIT_BIAS,
     MAX_LOGIT_BIAS_TOKENS,
     MAX_STOP_TOKEN_IDS,
@@ -111,6 +114,8 @@ class GenerationOptions(Lenient):
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     repetition_penalty: float = Field(1.0, gt=0.0, le=10.0)
     """vLLM extension (prompt and generated tokens; 1 is none)."""
+    bad_words: list[str] = Field(default_factory=list, max_length=MAX_BAD_WORDS // 2)
+    """vLLM extension: words never generated (as tokenized alone and after a space)."""
     min_tokens: int = Field(0, ge=0)
     """vLLM extension: no stop token (end of sequence, stop_token_ids) before this many
     generated tokens."""
@@ -250,6 +255,24 @@ def check_vocabulary(options: GenerationOptions, vocab_size: int) -> None:
         if bad is not None:
             raise RequestInvalid(f"Invalid value for '{field}': token id {bad} is outside the "
                                  f"vocabulary [0, {vocab_size}).", field)
+
+
+def with_bad_words(request: GenerationRequest, options: GenerationOptions,
+                   tokenize: Callable[[str], list[int]]) -> GenerationRequest:
+    """The request with its bad words as token sequences (each word alone and after a space,
+    as vLLM bans them); RequestInvalid names a word that tokenizes too long."""
+    if not options.bad_words:
+        return request
+    sequences: dict[tuple[int, ...], None] = {}
+    for word in options.bad_words:
+        for text in (word, " " + word):
+            ids = tuple(tokenize(text))
+            if len(ids) > MAX_BAD_WORD_TOKENS:
+                raise RequestInvalid(f"Invalid value for 'bad_words': {word!r} is longer than "
+                                     f"{MAX_BAD_WORD_TOKENS} tokens.", "bad_words")
+            if ids:
+                sequences[ids] = None
+    return replace(request, sampling=replace(request.sampling, bad_words=tuple(sequences)))
 
 
 def build_request(options: GenerationOptions, prompt_tokens: list[int], max_tokens: int | None,

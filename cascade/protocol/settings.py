@@ -33,6 +33,11 @@ MAX_LOGIT_BIAS = 100.0
 """Largest logit bias magnitude (OpenAI's bound)."""
 MAX_LOGIT_BIAS_TOKENS = 300
 """Most tokens a request may bias (OpenAI's bound)."""
+MAX_BAD_WORDS = 64
+"""Most banned token sequences a session carries (a word may give two: with and without a
+leading space)."""
+MAX_BAD_WORD_TOKENS = 16
+"""Longest banned token sequence."""
 MAX_LOGPROBS = 20
 """Most alternatives a request may ask the log-probabilities of (OpenAI's limit)."""
 MAX_TREE_NODES = 64
@@ -87,10 +92,14 @@ class SamplingParams:
     """Divides positive (multiplies negative) logits of tokens in the prompt or generated
     before the position, in (0, 10]; 1 is none."""
 
+    bad_words: tuple[tuple[int, ...], ...] = ()
+    """Token sequences never generated: a sequence's last token is banned wherever the tokens
+    before the position end with the rest of it (a one-token sequence: everywhere)."""
+
     @property
     def has_penalties(self) -> bool:
         return bool(self.presence_penalty or self.frequency_penalty
-                    or self.repetition_penalty != 1.0)
+                    or self.repetition_penalty != 1.0 or self.bad_words)
 
     def __post_init__(self) -> None:
         for name in ("presence_penalty", "frequency_penalty"):

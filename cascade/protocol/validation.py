@@ -39,6 +39,8 @@ from cascade.protocol.limits import RequestInvalid
 from cascade.protocol.settings import (
     MAX_DRAFT_TOKENS,
     MAX_PROPOSAL_TOKENS,
+    MAX_BAD_WORD_TOKENS,
+    MAX_BAD_WORDS,
     MAX_LOGIT_BIAS_TOKENS,
     MAX_STOP_TOKEN_IDS,
     MAX_TREE_NODES,
@@ -108,6 +110,13 @@ def session_settings(msg: verifier_pb2.SessionOpen, limits: ModelLimits) -> Sess
         raise invalid("sampling.bias_values", "one per bias_token_ids entry")
     if any(not math.isfinite(v) for v in msg.sampling.bias_values):
         raise invalid("sampling.bias_values", "must be finite")
+    if len(msg.sampling.bad_words) > MAX_BAD_WORDS:
+        raise invalid("sampling.bad_words", f"at most {MAX_BAD_WORDS}")
+    for word in msg.sampling.bad_words:
+        if not word.token_ids:
+            raise invalid("sampling.bad_words", "each needs at least one token id")
+        check_token_ids("sampling.bad_words.token_ids", word.token_ids, limits.vocab_size,
+                        MAX_BAD_WORD_TOKENS)
     with field_errors("sampling"):
         sampling = sampling_from_pb(msg.sampling)
     check_lengths(len(msg.context_tokens), msg.prompt_len, sampling.max_new_tokens, limits)

@@ -37,6 +37,7 @@ def sampling_to_pb(params: SamplingParams) -> common_pb2.Sampling:
         bias_values=[b for _, b in params.logit_bias],
         presence_penalty=params.presence_penalty, frequency_penalty=params.frequency_penalty,
         repetition_penalty=params.repetition_penalty,
+        bad_words=[common_pb2.BadWord(token_ids=w) for w in params.bad_words],
     )
 
 
@@ -49,6 +50,7 @@ def sampling_from_pb(msg: common_pb2.Sampling) -> SamplingParams:
         logit_bias=tuple(zip(msg.bias_token_ids, msg.bias_values)),
         presence_penalty=msg.presence_penalty, frequency_penalty=msg.frequency_penalty,
         repetition_penalty=msg.repetition_penalty or 1.0,
+        bad_words=tuple(tuple(w.token_ids) for w in msg.bad_words),
     )
 
 

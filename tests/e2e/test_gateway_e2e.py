@@ -266,3 +266,33 @@ async def test_penalties_are_the_targets_decoding_with_the_same_penalties(cluste
         assert response.status_code == 200, response.text
         assert await stored_tokens(cluster) == [reference], draft
         await clear_sessions(cluster)
+
+
+async def test_bad_words_are_never_generated_and_the_rest_is_the_targets(cluster):
+    """A two-token bad word taken from the greedy text: the output is a slow reference's (the
+    target's greedy decoding with the word's last token banned wherever the rest precedes
+    it), for target-alone, chains and trees, and never holds the word's tokens in a row."""
+    tokenizer = cluster.target.tokenizer
+    prompt_ids = tokenizer(PROMPTS[4]).input_ids
+    greedy = expected_tokens(cluster, PROMPTS[4])
+    word = tokenizer.decode(greedy[2:4])
+    sequences = {tuple(tokenizer(t, add_special_tokens=False).input_ids)
+                 for t in (word, " " + word)} - {()}
+    generated: list[int] = []
+    with torch.no_grad():
+        for _ in range(MAX_TOKENS):
+            logits = cluster.target.model(torch.tensor([prompt_ids + generated])).logits[0, -1]
+            for seq in sequences:
+                if len(seq) == 1 or tuple(generated[len(generated) - len(seq) + 1:]) == seq[:-1]:
+                    logits[seq[-1]] = float("-inf")
+            generated.append(int(logits.argmax()))
+    assert generated != greedy[:MAX_TOKENS]
+    for draft in ({"num_draft_tokens": 0}, {"num_draft_tokens": 4},
+                  {"num_draft_tokens": 3, "draft_tree_nodes": 8}):
+        body = {"model": "tiny", "prompt": PROMPTS[4], "max_tokens": MAX_TOKENS,
+                "temperature": 0, "draft_schedule": "fixed", "bad_words": [word], **draft}
+        async with httpx.AsyncClient(base_url=cluster.http_url, timeout=60) as http:
+            response = await http.post("/v1/completions", json=body)
+        assert response.status_code == 200, response.text
+        assert await stored_tokens(cluster) == [generated], draft
+        await clear_sessions(cluster)
