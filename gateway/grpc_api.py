@@ -19,9 +19,9 @@ from cascade.protocol.requests import (
     with_bad_words,
 )
 from cascade.protocol.settings import MAX_LOGPROBS, FinishReason
-from cascade.protocol.wire import FINISH_TO_PB
+from cascade.protocol.wire import FINISH_TO_PB, logprobs_to_pb
 from cascade.serving.errors import NotFound, Unauthenticated
-from cascade.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
+from cascade.v1 import gateway_pb2, gateway_pb2_grpc
 from gateway.auth import ApiKeys
 from gateway.detokenize import TextStream
 from gateway.generation import ResumableGenerator, stop_early
@@ -169,9 +169,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
             prompt_tokens=num_prompt, completion_tokens=completion_tokens,
             draft_us=chunk.draft_us, verify_us=chunk.verify_us, round_us=chunk.round_us,
             num_deferred=chunk.num_deferred, round=chunk.round, speculation=chunk.speculation,
-            draft_source=chunk.draft_source, logprobs=[
-                common_pb2.TokenLogprobs(logprob=t.logprob, top_ids=t.top_ids,
-                                         top_logprobs=t.top_logprobs) for t in chunk.logprobs],
+            draft_source=chunk.draft_source, logprobs=logprobs_to_pb(chunk.logprobs),
             **_tree_fields(chunk))
 
 

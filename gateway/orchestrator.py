@@ -24,13 +24,13 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from cascade.protocol.logprobs import TokenLogprobs
 from cascade.protocol.requests import GenerationRequest
 from cascade.protocol.settings import FinishReason
 from cascade.protocol.wire import (
     FINISH_FROM_PB,
     acceptance_to_pb,
     draft_settings_to_pb,
+    logprobs_from_pb,
     sampling_to_pb,
 )
 from cascade.serving import metrics
@@ -282,7 +282,7 @@ class Orchestrator:
                                  tuple(result.drafted_tokens), len(job.round_ends),
                                  result.speculation, tuple(result.drafted_parents),
                                  tuple(result.path), draft_source=result.draft_source,
-                                 logprobs=_logprobs(result))
+                                 logprobs=logprobs_from_pb(result.logprobs))
 
     async def _commit(self, request, job: SessionJob, generated: list[int],
                       tokens: list[int], finish: FinishReason | None) -> None:
@@ -376,11 +376,6 @@ class Orchestrator:
         except grpc.aio.AioRpcError:
             return False
         return reply.status == health_pb2.HealthCheckResponse.SERVING
-
-
-def _logprobs(result) -> tuple[TokenLogprobs, ...]:
-    return tuple(TokenLogprobs(t.logprob, tuple(t.top_ids), tuple(t.top_logprobs))
-                 for t in result.logprobs)
 
 
 def _stored_rounds(session_id: str, tokens: list[int], ends: list[int],

@@ -20,8 +20,8 @@ suffix-tree node for a match of m tokens are the candidates whose match length i
 
 Memory is bounded: past ``max_sequences`` or ``max_tokens`` the oldest sequences are evicted
 (first in, first out). The seed index is a sorted array searched by bisection (a lookup costs
-O(log n), whatever the size) plus a small dict of the latest entries, merged into the arrays in
-bulk. One writer (the pod's indexing thread) and any number of readers share it under a lock; the
+O(log n), whatever the size) plus the latest entries, unsorted (a lookup scans them), merged
+into the arrays in bulk. One writer (the pod's indexing thread) and any number of readers share it under a lock; the
 expensive part of a merge runs outside the lock.
 """
 

@@ -183,7 +183,7 @@ class SequenceVerifier:
     def accept_tree(self, draft: Draft, output: ForwardOutput) -> RowResult:
         """The walk down a tree (``cascade.core.tree_accept``) over its n+1 logits rows."""
         if self.policy.rule is AcceptanceRule.RECURSIVE:
-            logits = self._processed(output.logits, self._tree_histories(draft))
+            logits = self._processed(output.logits, draft)
             p = process_logits(logits, self.params)  # [n+1, vocab]
             q = sparse_to_dense(draft.q_ids, draft.q_probs, output.logits.shape[-1])  # [n, vocab]
             verdict = walk_recursive(draft.parents, draft.tokens, p, q, self.params.seed,
@@ -194,7 +194,7 @@ class SequenceVerifier:
         if self.policy.rule is AcceptanceRule.KEYED:
             base = len(self.committed)
             noise = self._noise(base, max(rows) + 1)[torch.tensor(rows)]
-        logits = self._processed(output.logits, self._tree_histories(draft))
+        logits = self._processed(output.logits, draft)
         choices = target_choices(logits, self.params, noise).tolist()
         verdict = walk(draft.parents, draft.tokens, choices)
         return RowResult(len(verdict.path), verdict.next_token, 0, tuple(verdict.path))
@@ -205,57 +205,58 @@ class SequenceVerifier:
         k, base, seed = draft.num_tokens, len(self.committed), self.params.seed
         vocab = output.logits.shape[-1]
         noise = self._noise(base, k + 1) if self.policy.rule is AcceptanceRule.KEYED else None
-        logits = self._processed(output.logits, [draft.tokens[:r] for r in range(k + 1)])
+        logits = self._processed(output.logits, draft)
         return AcceptRow(self.policy, self.params, list(draft.tokens), logits,
                          self._dense_proposal(draft, vocab),
                          position_uniforms(seed, base, k, STREAM_ACCEPT),
                          position_uniforms(seed, base, k + 1, STREAM_SAMPLE),
                          self._dense_decision(draft, vocab), noise)
 
-    def _processed(self, logits: torch.Tensor, histories: list[list[int]]) -> torch.Tensor:
+    def _processed(self, logits: torch.Tensor, draft: Draft) -> torch.Tensor:
         """The target's logits as the request's processors shape them (``logits``: [rows,
-        vocab]; ``histories[r]``: the drafted tokens before row r's position): logit_bias
-        added, then the penalties on what occurred before each position (drafted tokens
-        included), then stop tokens at -inf where min_tokens forbids them. A copy when anything
-        changes: the logits themselves stay raw for logprobs."""
+        vocab], one row per position of ``draft``'s block, the root's first): logit_bias added,
+        then the penalties on what occurred before each position (drafted tokens included),
+        then stop tokens at -inf where min_tokens forbids them. A copy when anything changes:
+        the logits themselves stay raw for logprobs. Without processors nothing is computed."""
         params, first = self.params, len(self.generated)
-        early = [r for r, h in enumerate(histories) if params.stop_token_ids
-                 and not params.stops_allowed_at(first + len(h))]
-        if not early and not params.logit_bias and not params.has_penalties:
+        may_stop_early = bool(params.stop_token_ids) and not params.stops_allowed_at(first)
+        if not (params.logit_bias or params.has_penalties or may_stop_early):
             return logits
+        histories = _histories(draft)  # [rows] the drafted tokens before each row's position
         shaped = logits.clone()
         if params.logit_bias:
             ids, biases = zip(*params.logit_bias)
             shaped[:, torch.tensor(ids)] += torch.tensor(biases, dtype=shaped.dtype)
         if params.has_penalties:
-            for row, history in enumerate(histories):
-                shaped[row] = self._penalized(shaped[row], history)
+            self._penalize(shaped, histories)
+        early = [r for r, h in enumerate(histories) if may_stop_early
+                 and not params.stops_allowed_at(first + len(h))]
         if early:
             shaped[torch.tensor(early).unsqueeze(-1),
                    torch.tensor(params.stop_token_ids).unsqueeze(0)] = float("-inf")
         return shaped
 
-    def _penalized(self, row: torch.Tensor, history: list[int]) -> torch.Tensor:
-        """One row ([vocab]) with the penalties of the tokens before its position."""
-        p, vocab = self.params, row.shape[-1]
-        generated = torch.bincount(torch.tensor(self.generated + history, dtype=torch.long),
-                                   minlength=vocab)[:vocab].to(row.dtype)  # [vocab]
-        if p.repetition_penalty != 1.0:
-            seen = generated > 0
-            seen[torch.tensor(self.committed[:self.prompt_len], dtype=torch.long)] = True
-            row = torch.where(seen, torch.where(row > 0, row / p.repetition_penalty,
-                                                row * p.repetition_penalty), row)
-        row = row - p.presence_penalty * (generated > 0) - p.frequency_penalty * generated
-        banned = banned_tokens(p.bad_words, self.generated + history)
-        if banned:
-            row = row.clone()
-            row[torch.tensor(banned)] = float("-inf")
-        return row
-
-    def _tree_histories(self, draft: Draft) -> list[list[int]]:
-        """The drafted tokens before each row of a tree: none for the root's, a node's path."""
-        return [[]] + [[draft.tokens[i] for i in path_to(draft.parents, node)]
-                       for node in range(draft.num_tokens)]
+    def _penalize(self, rows: torch.Tensor, histories: list[list[int]]) -> None:
+        """``rows`` ([rows, vocab], in place) with the penalties of the tokens before each
+        row's position: the generated tokens counted once, each row's drafted ones on top."""
+        p, vocab = self.params, rows.shape[-1]
+        base = torch.bincount(torch.tensor(self.generated, dtype=torch.long),
+                              minlength=vocab)[:vocab].to(rows.dtype)  # [vocab]
+        in_prompt = torch.zeros(vocab, dtype=torch.bool)
+        in_prompt[torch.tensor(self.committed[:self.prompt_len], dtype=torch.long)] = True
+        for r, history in enumerate(histories):
+            counts = base + torch.bincount(torch.tensor(history, dtype=torch.long),
+                                           minlength=vocab)[:vocab].to(rows.dtype)
+            row = rows[r]
+            if p.repetition_penalty != 1.0:
+                row = torch.where(in_prompt | (counts > 0),
+                                  torch.where(row > 0, row / p.repetition_penalty,
+                                              row * p.repetition_penalty), row)
+            row = row - p.presence_penalty * (counts > 0) - p.frequency_penalty * counts
+            banned = banned_tokens(p.bad_words, self.generated + history)
+            if banned:
+                row[torch.tensor(banned)] = float("-inf")
+            rows[r] = row
 
     def _noise(self, base: int, count: int) -> torch.Tensor:
         """[count, vocab] the keyed rule's noise for positions base .. base + count - 1 (rows
@@ -329,6 +330,15 @@ class SequenceVerifier:
             emitted = emitted[:remaining]
             self.finish_reason = self.finish_reason or FinishReason.LENGTH
         return emitted
+
+
+def _histories(draft: Draft) -> list[list[int]]:
+    """The drafted tokens before each row's position: a chain's earlier drafts; a tree's root
+    row none, a node's row its path."""
+    if draft.parents is None:
+        return [draft.tokens[:r] for r in range(draft.num_tokens + 1)]
+    return [[]] + [[draft.tokens[i] for i in path_to(draft.parents, node)]
+                   for node in range(draft.num_tokens)]
 
 
 def banned_tokens(bad_words: tuple[tuple[int, ...], ...], before: list[int]) -> list[int]:

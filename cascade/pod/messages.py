@@ -14,7 +14,7 @@ import torch
 from cascade.core.blocks import Draft, RoundOutcome, TargetFeatures
 from cascade.core.speculation import Outcome
 from cascade.protocol.validation import ModelLimits, check_block
-from cascade.protocol.wire import FINISH_TO_PB
+from cascade.protocol.wire import FINISH_TO_PB, logprobs_to_pb
 from cascade.v1 import common_pb2, verifier_pb2
 
 
@@ -78,9 +78,7 @@ def verdict_to_pb(outcome: RoundOutcome, verify_us: int, features: TargetFeature
         committed_len=outcome.committed_len, finish_reason=FINISH_TO_PB[outcome.finish_reason],
         verify_us=verify_us, features=features_to_pb(features),
         num_deferred=outcome.num_deferred, path=outcome.path or (),
-        logprobs=[common_pb2.TokenLogprobs(logprob=t.logprob, top_ids=t.top_ids,
-                                           top_logprobs=t.top_logprobs)
-                  for t in outcome.logprobs or ()], **fields)
+        logprobs=logprobs_to_pb(outcome.logprobs or ()), **fields)
 
 
 def features_to_pb(features: TargetFeatures | None) -> verifier_pb2.TargetFeatures | None:

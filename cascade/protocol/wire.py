@@ -14,6 +14,7 @@ from cascade.protocol.settings import (
     FinishReason,
     SamplingParams,
 )
+from cascade.protocol.logprobs import TokenLogprobs
 from cascade.v1 import common_pb2
 
 FINISH_TO_PB = {
@@ -104,3 +105,13 @@ def acceptance_from_pb(msg: common_pb2.Acceptance, sampling: SamplingParams) -> 
     policy = AcceptancePolicy(RULE_FROM_PB[msg.rule], msg.alpha)
     policy.check(sampling)
     return policy
+
+
+def logprobs_to_pb(items) -> list[common_pb2.TokenLogprobs]:
+    """``cascade.protocol.logprobs.TokenLogprobs`` items as their wire messages."""
+    return [common_pb2.TokenLogprobs(logprob=t.logprob, top_ids=t.top_ids,
+                                     top_logprobs=t.top_logprobs) for t in items]
+
+
+def logprobs_from_pb(msgs) -> tuple[TokenLogprobs, ...]:
+    return tuple(TokenLogprobs(t.logprob, tuple(t.top_ids), tuple(t.top_logprobs)) for t in msgs)
