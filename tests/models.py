@@ -47,16 +47,17 @@ def random_prompts(count: int, seed: int, min_len: int = 3, max_len: int = 12) -
     return [torch.randint(0, VOCAB_SIZE, (n,), generator=generator).tolist() for n in lengths]
 
 
-def hf_greedy(runner: ModelRunner, prompt: list[int], num_new: int = 24) -> list[int]:
-    """The target's own greedy decoding (Hugging Face generate), the exactness reference."""
+def hf_greedy(runner: ModelRunner, prompt: list[int], num_new: int = 24,
+              **processors) -> list[int]:
+    """The target's own greedy decoding (Hugging Face generate), the exactness reference;
+    ``processors``: generate's own (e.g. ``sequence_bias``, or ``min_new_tokens`` with an
+    ``eos_token_id``) in place of the defaults below."""
     output = runner.model.generate(
         torch.tensor([prompt]),
         attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
         do_sample=False,
         max_new_tokens=num_new,
-        min_new_tokens=num_new,
-        pad_token_id=0,
-        eos_token_id=None,
+        **{"min_new_tokens": num_new, "pad_token_id": 0, "eos_token_id": None, **processors},
     )
     return output[0, len(prompt) :].tolist()
 

@@ -185,12 +185,8 @@ async def test_min_tokens_is_the_targets_decoding_with_early_stops_forbidden(clu
     tokenizer = cluster.target.tokenizer
     prompt_ids = tokenizer(PROMPTS[1]).input_ids
     stop = expected_tokens(cluster, PROMPTS[1])[1]
-    output = cluster.target.model.generate(
-        torch.tensor([prompt_ids]), attention_mask=torch.ones(1, len(prompt_ids),
-                                                              dtype=torch.long),
-        do_sample=False, max_new_tokens=MAX_TOKENS, min_new_tokens=6, eos_token_id=stop,
-        pad_token_id=0)
-    reference = output[0, len(prompt_ids):].tolist()
+    reference = hf_greedy(cluster.target, prompt_ids, MAX_TOKENS, min_new_tokens=6,
+                          eos_token_id=stop)
     reference = reference[:reference.index(stop) + 1] if stop in reference[6:] else reference
     for draft in ({"num_draft_tokens": 0}, {"num_draft_tokens": 4},
                   {"num_draft_tokens": 3, "draft_tree_nodes": 8}):
@@ -210,12 +206,8 @@ async def test_logit_bias_is_the_targets_decoding_with_the_same_bias(cluster):
     tokenizer = cluster.target.tokenizer
     prompt_ids = tokenizer(PROMPTS[2]).input_ids
     banned = expected_tokens(cluster, PROMPTS[2])[0]
-    output = cluster.target.model.generate(
-        torch.tensor([prompt_ids]), attention_mask=torch.ones(1, len(prompt_ids),
-                                                              dtype=torch.long),
-        do_sample=False, max_new_tokens=MAX_TOKENS, min_new_tokens=MAX_TOKENS,
-        sequence_bias={(banned,): -100.0}, eos_token_id=None, pad_token_id=0)
-    reference = output[0, len(prompt_ids):].tolist()
+    reference = hf_greedy(cluster.target, prompt_ids, MAX_TOKENS,
+                          sequence_bias={(banned,): -100.0})
     assert banned not in reference
     for draft in ({"num_draft_tokens": 0}, {"num_draft_tokens": 4},
                   {"num_draft_tokens": 3, "draft_tree_nodes": 8}):
