@@ -21,6 +21,7 @@ from typing import NamedTuple
 import torch
 
 from cascade.core.batch_accept import accept_rows
+from cascade.core.invariant import KEY_BLOCK, ROW_BLOCKS, padded, row_multiple
 from cascade.core.kv_store import KVShape, KVStore, Region, default_budget
 from cascade.core.packed import Feed, enable, packed_forward
 from cascade.core.runner import ForwardOutput, ModelRunner, common_prefix_len
@@ -90,7 +91,8 @@ class RegionCache:
 class VerifyEngine:
     """The target, its KV store, and the batched pass over many sequences."""
 
-    def __init__(self, runner: ModelRunner, kv_tokens: int | None = None) -> None:
+    def __init__(self, runner: ModelRunner, kv_tokens: int | None = None,
+                 invariant: bool = True) -> None:
         self.runner = runner
         enable(runner.model)
         shape = KVShape.of(runner.model)
@@ -98,9 +100,20 @@ class VerifyEngine:
         self.store = KVStore(shape, capacity, runner.device)
         self.lock = threading.Lock()
         """Held for a whole step: one model pass at a time."""
+        self.invariant = invariant
+        """The batch-invariant pass (``cascade.core.invariant``): a position's logits do not
+        depend on what else is in the pass, so speculation never changes greedy output."""
+        self.row_multiple = runner_row_multiple(runner) if invariant else None
+        self.invariance_verified = invariant and self.row_multiple is not None
+        if invariant and self.row_multiple is None:
+            self.row_multiple = ROW_BLOCKS[-1]
 
     def admit(self, num_positions: int) -> RegionCache:
-        """A cache with room for ``num_positions`` positions, or KVBudgetExhausted."""
+        """A cache with room for ``num_positions`` positions, or KVBudgetExhausted. In the
+        invariant mode the region is rounded up to whole key blocks and its values zeroed (the
+        canonical attention reads a query's whole block; masked entries must be finite)."""
+        if self.invariant:
+            num_positions = padded(num_positions, KEY_BLOCK)
         if num_positions > self.store.capacity:
             raise KVBudgetExhausted(
                 f"prompt plus max_new_tokens ({num_positions} positions) exceed the verifier's "
@@ -110,6 +123,8 @@ class VerifyEngine:
             raise KVBudgetExhausted(
                 f"the verifier's KV budget cannot hold {num_positions} more positions now "
                 f"({self.store.reserved} of {self.store.capacity} reserved)")
+        if self.invariant:
+            self.store.values[:, :, region.start : region.start + region.size].zero_()
         return RegionCache(self, region)
 
     def step(self, items: list) -> list:
@@ -158,7 +173,8 @@ class VerifyEngine:
             with self.lock:
                 logits, states = packed_forward(self.runner.model, self.store, feeds,
                                                 torch.cat(keep), want_hidden,
-                                                None if vocab_map is None else vocab_map.to_local)
+                                                None if vocab_map is None else vocab_map.to_local,
+                                                self.row_multiple)
         except BaseException:  # nothing was cached: the regions hold only what they held
             for p, f in zip(passes, feeds):
                 p.cache.tokens = p.cache.tokens[: f.start]
@@ -177,6 +193,17 @@ class VerifyEngine:
 
 
 _ENGINES_LOCK = threading.Lock()
+
+
+_PROBE_LOCK = threading.Lock()
+
+
+def runner_row_multiple(runner: ModelRunner) -> int | None:
+    """``cascade.core.invariant.row_multiple`` of the runner's model, probed once."""
+    with _PROBE_LOCK:
+        if not hasattr(runner, "row_multiple"):
+            runner.row_multiple = row_multiple(runner.model)
+        return runner.row_multiple
 
 
 def engine_for(runner: ModelRunner) -> VerifyEngine:

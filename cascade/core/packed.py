@@ -37,6 +37,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
+from cascade.core import invariant
 from cascade.core.kv_store import KVStore, Region
 from cascade.core.trees import ancestor_mask
 from cascade.protocol.trees import depths
@@ -95,18 +96,22 @@ class Feed:
 class PackedStep:
     """The step's rows, where the model's cache would be."""
 
-    def __init__(self, store: KVStore, feeds: list[Feed]) -> None:
-        self.store, self.feeds = store, feeds
+    def __init__(self, store: KVStore, feeds: list[Feed], fill: int = 0,
+                 multiple: int | None = None) -> None:
+        self.store, self.feeds, self.fill, self.multiple = store, feeds, fill, multiple
         self._mask_cache: dict[tuple, list[torch.Tensor | None]] = {}
         slots = [torch.arange(f.region.start + f.start, f.region.start + f.start + len(f.tokens))
                  for f in feeds]
         self.slots = torch.cat(slots).to(store.keys.device)  # [N] store positions written
 
     def update(self, keys: torch.Tensor, values: torch.Tensor, layer_idx: int, *args, **kwargs):
-        """keys, values: [1, kv_heads, N, head_dim] for the packed tokens."""
-        self.store.keys[layer_idx].index_copy_(1, self.slots, keys[0].to(self.store.keys.dtype))
+        """keys, values: [1, kv_heads, N + fill, head_dim] for the packed tokens (filler rows
+        write nothing)."""
+        count = len(self.slots)
+        self.store.keys[layer_idx].index_copy_(1, self.slots,
+                                               keys[0, :, :count].to(self.store.keys.dtype))
         self.store.values[layer_idx].index_copy_(1, self.slots,
-                                                 values[0].to(self.store.values.dtype))
+                                                 values[0, :, :count].to(self.store.values.dtype))
         return keys, values
 
     def _masks(self, window: int | None, device: torch.device) -> list[torch.Tensor | None]:
@@ -118,8 +123,31 @@ class PackedStep:
 
     def attend(self, query: torch.Tensor, layer: int, scaling: float | None,
                window: int | None = None, softcap: float | None = None) -> torch.Tensor:
-        """query: [1, heads, N, head_dim] -> [1, N, heads, head_dim]. ``window``: a query at
-        position q sees keys q - window + 1 .. q (None: all of 0 .. q)."""
+        """query: [1, heads, N + fill, head_dim] -> [1, N + fill, heads, head_dim] (filler rows
+        get zeros). ``window``: a query at position q sees keys q - window + 1 .. q (None: all
+        of 0 .. q)."""
+        outputs = self._attend_invariant(query, layer, scaling, window, softcap) \
+            if self.multiple else self._attend_rows(query, layer, scaling, window, softcap)
+        if self.fill:
+            outputs.append(query.new_zeros(*query.shape[:2], self.fill, query.shape[-1]))
+        return torch.cat(outputs, dim=2).transpose(1, 2).contiguous()
+
+    def _attend_invariant(self, query, layer, scaling, window, softcap) -> list[torch.Tensor]:
+        """Each row through ``cascade.core.invariant.attend``."""
+        outputs, offset = [], 0
+        scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
+        for feed in self.feeds:
+            count, span = len(feed.tokens), slice(feed.region.start, feed.region.start
+                                                  + feed.region.size)
+            outputs.append(invariant.attend(
+                self.store.keys[layer, :, span], self.store.values[layer, :, span],
+                query[:, :, offset : offset + count], feed, scaling, window, softcap,
+                self.multiple))
+            offset += count
+        return outputs
+
+    def _attend_rows(self, query, layer, scaling, window, softcap) -> list[torch.Tensor]:
+        """Each row through SDPA (or soft-capped attention) with its own mask."""
         outputs, offset = [], 0
         for feed, mask in zip(self.feeds, self._masks(window, query.device)):
             count, length = len(feed.tokens), feed.length
@@ -131,7 +159,7 @@ class PackedStep:
             outputs.append(_row_attention(rows, keys.to(rows.dtype), values.to(rows.dtype),
                                           mask, scaling, softcap))
             offset += count
-        return torch.cat(outputs, dim=2).transpose(1, 2).contiguous()
+        return outputs
 
 
 def _row_mask(feed: Feed, window: int | None, device: torch.device) -> torch.Tensor | None:
@@ -317,18 +345,27 @@ def _rotary_row(module, x, positions, layer_type, length):
 
 @torch.inference_mode()
 def packed_forward(model, store: KVStore, feeds: list[Feed], keep: torch.Tensor,
-                   hidden: bool = False, to_local: torch.Tensor | None = None):
+                   hidden: bool = False, to_local: torch.Tensor | None = None,
+                   multiple: int | None = None):
     """Feed every row's tokens in one pass. ``keep``: [M] packed indices whose logits are
-    wanted. Returns (logits [M, model vocab] float32, hidden states per layer [N, d] or ())."""
+    wanted. Returns (logits [M, model vocab] float32, hidden states per layer [N, d] or ()).
+
+    ``multiple``: the batch-invariant pass (``cascade.core.invariant``): the tokens and the kept
+    rows are padded with filler rows to a multiple of it, and attention is canonical."""
     device = store.keys.device
     tokens = torch.tensor([t for f in feeds for t in f.tokens], dtype=torch.long)
     if to_local is not None:
         tokens = to_local[tokens]
     row_positions = [f.positions() for f in feeds]
     positions = torch.cat(row_positions)
-    step = PackedStep(store, feeds)
-    rows = _ROWS.set(tuple((len(f.tokens), int(p[-1]) + 1)
-                           for f, p in zip(feeds, row_positions)))
+    count, wanted = len(tokens), len(keep)
+    fill = invariant.padded(count, multiple) - count if multiple else 0
+    if multiple:
+        tokens, positions = _filled(tokens, fill), _filled(positions, fill)
+        keep = torch.cat([keep, keep[-1:].expand(invariant.padded(wanted, multiple) - wanted)])
+    step = PackedStep(store, feeds, fill, multiple)
+    lengths = [(len(f.tokens), int(p[-1]) + 1) for f, p in zip(feeds, row_positions)]
+    rows = _ROWS.set(tuple(lengths + ([(fill, 1)] if fill else [])))
     try:
         output = model(input_ids=tokens[None].to(device),
                        position_ids=positions[None].to(device), past_key_values=step,
@@ -337,5 +374,10 @@ def packed_forward(model, store: KVStore, feeds: list[Feed], keep: torch.Tensor,
                        packed_step=step)
     finally:
         _ROWS.reset(rows)
-    states = tuple(h[0] for h in output.hidden_states) if hidden else ()
-    return output.logits[0].float(), states
+    states = tuple(h[0, :count] for h in output.hidden_states) if hidden else ()
+    return output.logits[0, :wanted].float(), states
+
+
+def _filled(values: torch.Tensor, fill: int) -> torch.Tensor:
+    """``values`` and ``fill`` zeros (filler rows: token 0 at position 0)."""
+    return torch.cat([values, values.new_zeros(fill)])
