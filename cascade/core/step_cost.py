@@ -40,6 +40,7 @@ from pathlib import Path
 import torch
 
 from cascade.core.engine import Pass, VerifyEngine
+from cascade.core.invariant import KEY_BLOCK, padded
 
 FORMAT_VERSION = 2
 MIN_SECONDS = 1e-6
@@ -348,7 +349,7 @@ def profile(runner, seconds: float = 20.0, grid: ProfileGrid | None = None,
     a pass's time does not depend on them, and prefilling every row would eat the budget."""
     shapes = (grid or ProfileGrid()).within(runner.max_length).shapes()
     positions, num_rows = max(c + t for _, t, c in shapes), max(r for r, _, _ in shapes)
-    engine = VerifyEngine(runner, kv_tokens=num_rows * positions)
+    engine = VerifyEngine(runner, kv_tokens=num_rows * padded(positions, KEY_BLOCK))
     engine.store.keys.normal_()  # no uninitialised memory: denormals or NaN would be slow
     engine.store.values.normal_()
     caches = [engine.admit(positions) for _ in range(num_rows)]

@@ -8,6 +8,7 @@ import torch
 
 from cascade.core.blocks import Draft
 from cascade.core.engine import KVBudgetExhausted, VerifyEngine
+from cascade.core.invariant import KEY_BLOCK
 from cascade.core.kv_store import KVShape, KVStore, available_memory
 from cascade.core.loop import speculative_rounds
 from cascade.core.verification import InvalidDraft, SequenceVerifier
@@ -75,7 +76,7 @@ def test_context_ids_outside_the_vocabulary_are_refused_before_any_pass():
 
 def test_admission_is_bounded_by_the_kv_budget_and_memory_comes_back():
     target = tiny_llama(0)
-    engine = VerifyEngine(target, kv_tokens=100)
+    engine = VerifyEngine(target, kv_tokens=100, invariant=False)
     first = SequenceVerifier(target, [1] * 10, SamplingParams(max_new_tokens=40), engine=engine)
     second = SequenceVerifier(target, [2] * 10, SamplingParams(max_new_tokens=40), engine=engine)
     assert engine.store.usage == 1.0
@@ -88,6 +89,18 @@ def test_admission_is_bounded_by_the_kv_budget_and_memory_comes_back():
     del second  # garbage collection gives the region back too
     gc.collect()
     assert engine.store.reserved == 10
+
+
+def test_invariant_regions_are_whole_key_blocks_with_zeroed_values():
+    target = tiny_llama(0)
+    engine = VerifyEngine(target, kv_tokens=3 * KEY_BLOCK)
+    engine.store.values.fill_(float("nan"))  # whatever an earlier tenant left
+    cache = engine.admit(KEY_BLOCK + 1)
+    assert cache.region.size == 2 * KEY_BLOCK and engine.store.reserved == 2 * KEY_BLOCK
+    span = slice(cache.region.start, cache.region.start + cache.region.size)
+    assert torch.count_nonzero(engine.store.values[:, :, span]) == 0
+    with pytest.raises(KVBudgetExhausted, match="KV budget"):
+        engine.admit(KEY_BLOCK + 1)
 
 
 def test_the_store_allocates_first_fit_and_merges_holes():
@@ -125,7 +138,7 @@ def test_batched_speculative_sampling_emits_each_rows_own_target_distribution():
     q = torch.softmax(torch.randn(2, vocab, generator=torch.Generator().manual_seed(1)), -1)
     drafted = torch.multinomial(q, 4000, replacement=True,
                                 generator=torch.Generator().manual_seed(2))  # [2, 4000]
-    engine = VerifyEngine(target, kv_tokens=600 * 16)
+    engine = VerifyEngine(target, kv_tokens=500 * KEY_BLOCK)
     firsts: dict[str, list[int]] = {name: [] for name in groups}
     for start in range(0, 4000, 500):
         items = []
