@@ -21,7 +21,7 @@ from typing import NamedTuple
 import torch
 
 from cascade.core.batch_accept import accept_rows
-from cascade.core.invariant import KEY_BLOCK, ROW_BLOCKS, padded, row_multiple
+from cascade.core.invariant import KEY_BLOCK, Invariance, padded, probe
 from cascade.core.kv_store import KVShape, KVStore, Region, default_budget
 from cascade.core.packed import Feed, enable, packed_forward
 from cascade.core.runner import ForwardOutput, ModelRunner, common_prefix_len
@@ -103,10 +103,8 @@ class VerifyEngine:
         self.invariant = invariant
         """The batch-invariant pass (``cascade.core.invariant``): a position's logits do not
         depend on what else is in the pass, so speculation never changes greedy output."""
-        self.row_multiple = runner_row_multiple(runner) if invariant else None
-        self.invariance_verified = invariant and self.row_multiple is not None
-        if invariant and self.row_multiple is None:
-            self.row_multiple = ROW_BLOCKS[-1]
+        self.invariance = runner_invariance(runner) if invariant else None
+        self.invariance_verified = invariant and self.invariance.verified
 
     def admit(self, num_positions: int) -> RegionCache:
         """A cache with room for ``num_positions`` positions, or KVBudgetExhausted. In the
@@ -174,7 +172,7 @@ class VerifyEngine:
                 logits, states = packed_forward(self.runner.model, self.store, feeds,
                                                 torch.cat(keep), want_hidden,
                                                 None if vocab_map is None else vocab_map.to_local,
-                                                self.row_multiple)
+                                                self.invariance)
         except BaseException:  # nothing was cached: the regions hold only what they held
             for p, f in zip(passes, feeds):
                 p.cache.tokens = p.cache.tokens[: f.start]
@@ -198,12 +196,12 @@ _ENGINES_LOCK = threading.Lock()
 _PROBE_LOCK = threading.Lock()
 
 
-def runner_row_multiple(runner: ModelRunner) -> int | None:
-    """``cascade.core.invariant.row_multiple`` of the runner's model, probed once."""
+def runner_invariance(runner: ModelRunner) -> Invariance:
+    """``cascade.core.invariant.probe`` of the runner's model, probed once."""
     with _PROBE_LOCK:
-        if not hasattr(runner, "row_multiple"):
-            runner.row_multiple = row_multiple(runner.model)
-        return runner.row_multiple
+        if getattr(runner, "invariance", None) is None:
+            runner.invariance = probe(runner.model)
+        return runner.invariance
 
 
 def engine_for(runner: ModelRunner) -> VerifyEngine:

@@ -5,32 +5,34 @@ must give bit-identical logits, whatever else shares the pass (other sessions' r
 draft lengths, tree nodes, their cached lengths). Two things in a plain pass break that:
 
 - **Matrix products choose their kernel by row count.** On the CPU, MKL's float32 GEMM takes a
-  different path for a 1..3-row tail than for a full 4-row tile (and for 1..3 rows a different
-  one again); oneDNN's bfloat16 GEMM takes a vector path for one row. Within one path each row
-  is computed alone. The fix (``row_multiple``): every product in the pass gets a row count that
-  is a multiple of a block size measured for the model on this machine (filler rows are added
-  and dropped), so every row goes through the same kernel whatever the count.
+  different path for a 1..3-row tail than for full 4-row tiles (below about 12 rows), and
+  oneDNN's bfloat16 GEMM a vector path for one row. Within one path each row is computed
+  alone. The fix (``RowRule``): every product gets a row count its kernel treats alike, a
+  multiple and a minimum probed for the model on this machine (``probe``); filler rows are
+  added and dropped.
 - **Attention takes a different path for one query than for several** (SDPA: no mask vs a
-  mask, key splits sized by the key count), and a product that reduces over the keys blocks its
-  reduction by the total key count, so zero weights past a query's position still change the
-  rounding. The fix (``attend``): a query at position ``p`` always attends over the same key
-  span, ``[first, end)`` with ``end = p + 1`` rounded up to ``KEY_BLOCK`` (and ``first`` the
-  window's start rounded down), positions past ``p`` masked, computed in float32 by one fixed
-  sequence of operations. Queries are grouped by span; a tree node gathers its own keys (the
-  slots before the tree, then its ancestors and itself) so it sees exactly the sequence the
-  accepted path would have in one-token decoding.
+  mask, key splits sized by the key count), and a product that reduces over the keys blocks
+  its reduction by the total key count, so even zero weights past a query's position change
+  the rounding. The fix (``attend``): a query at position ``p`` always attends over the same
+  key span, ``[first, end)`` with ``end = p + 1`` rounded up to ``KEY_BLOCK`` (and ``first``
+  the window's start rounded down), positions past ``p`` masked, in float32, by one fixed
+  sequence of operations (``canonical_attention``). Queries are grouped by span, groups of
+  one span and padded size are batched across rows (``plan``), and a tree node gathers its
+  own keys (the slots before the tree, then its ancestors and itself): it sees exactly the
+  sequence one-token decoding of its path would hold.
 
 Per-token operations (norms, rotary embeddings, activations) reduce within a row only and are
-invariant as they are. What remains machine-dependent is checked, not assumed: ``row_multiple``
-probes the model's own matrix shapes at start-up and says when no block size makes them
-invariant (a GPU's split-K GEMMs, for instance), and the engine then reports the mode as
-unverified.
+invariant as they are. What remains machine-dependent is checked, not assumed: ``probe`` tries
+the model's own weight shapes and the attention products at start-up and says when no rule
+makes them invariant (a GPU's split-K GEMMs, for instance); the engine then reports the pass
+as unverified.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -39,10 +41,6 @@ log = logging.getLogger(__name__)
 
 KEY_BLOCK = 64
 """Key spans end on a multiple of this many positions (the masked keys a decode step pays)."""
-ROW_BLOCKS = (1, 2, 4, 8, 16, 32)
-"""Candidate row multiples, smallest first."""
-_PROBE_COUNTS = (1, 2, 3, 5, 8, 13)
-"""Row counts probed, in units of the candidate multiple."""
 
 
 def padded(count: int, multiple: int) -> int:
@@ -58,115 +56,188 @@ def key_span(position: int, window: int | None) -> tuple[int, int]:
     return max(0, position - window + 1) // KEY_BLOCK * KEY_BLOCK, end
 
 
-def canonical_attention(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-                        visible: torch.Tensor, scaling: float, softcap: float | None,
-                        multiple: int) -> torch.Tensor:
-    """query [B, heads, c, d], keys/values [B, kv_heads, S, d], visible [B, c, S] bool ->
-    [B, heads, c, d] in the query's dtype. Rows are padded to ``multiple`` (copies of the last
-    query), so each product sees a row count its kernel computes row by row alike."""
-    batch, heads, count, dim = query.shape
-    kv_heads, groups = keys.shape[1], heads // keys.shape[1]
-    fill = padded(count, multiple) - count
-    if fill:
-        query = torch.cat([query, query[:, :, -1:].expand(-1, -1, fill, -1)], dim=2)
-        visible = torch.cat([visible, visible[:, -1:].expand(-1, fill, -1)], dim=1)
-    rows = count + fill
-    q = query.float().reshape(batch, kv_heads, groups * rows, dim)
-    scores = torch.matmul(q, keys.float().transpose(-1, -2)) * scaling
-    if softcap is not None:
-        scores = torch.tanh(scores / softcap) * softcap
-    mask = visible[:, None, None].expand(-1, 1, groups, -1, -1).reshape(batch, 1, groups * rows,
-                                                                      -1)
-    weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
-    out = torch.matmul(weights, values.float()).reshape(batch, heads, rows, dim)
-    return out[:, :, :count].to(query.dtype)
+@dataclass(frozen=True)
+class Group:
+    """Queries that attend over one sequence of key slots: a chain row's queries with one span,
+    or one tree node (its own path)."""
+
+    rows: list[int]
+    """Packed query rows."""
+    slots: list[int]
+    """Store slots holding positions ``first .. first + len(slots) - 1``, in position order."""
+    visible: torch.Tensor
+    """[len(rows), len(slots)] bool."""
 
 
-def attend(keys: torch.Tensor, values: torch.Tensor, query: torch.Tensor, feed,
-           scaling: float, window: int | None, softcap: float | None,
-           multiple: int) -> torch.Tensor:
-    """One row's attention. keys/values: [kv_heads, region size, d] (the row's region of one
-    layer); query [1, heads, count, d] -> [1, heads, count, d]."""
+@dataclass(frozen=True)
+class Bucket:
+    """Groups with the same span and padded query count, computed by one batched product."""
+
+    batch: int
+    span: int
+    padded_rows: int
+    slots: torch.Tensor
+    """[batch * span] store slots."""
+    queries: torch.Tensor
+    """[batch * padded_rows] packed query rows (the last repeated as padding)."""
+    real: torch.Tensor
+    """Indices into the batch * padded_rows results that are real queries ..."""
+    rows: torch.Tensor
+    """... and the packed rows they answer."""
+    mask: torch.Tensor
+    """[1, batch, groups * padded_rows, span] bool."""
+
+
+def plan(feeds, window: int | None, groups: int, rule: RowRule) -> list[Bucket]:
+    """The step's attention for one kind of layer, built once and used by every such layer."""
+    buckets: dict[tuple[int, int], list[Group]] = defaultdict(list)
+    offset = 0
+    for feed in feeds:
+        for group in _groups(feed, offset, window):
+            buckets[len(group.slots), rule.pad(len(group.rows))].append(group)
+        offset += len(feed.tokens)
+    return [_bucket(span, rows, members, groups) for (span, rows), members in buckets.items()]
+
+
+def _groups(feed, offset: int, window: int | None) -> list[Group]:
     positions = feed.positions().tolist()
-    out = torch.empty_like(query)
     chain = feed.tree_start - feed.start
     spans: dict[tuple[int, int], list[int]] = defaultdict(list)
     for i, position in enumerate(positions[:chain]):
         spans[key_span(position, window)].append(i)
-    for (first, end), index in spans.items():
-        rows = torch.tensor(index)
-        key_positions = torch.arange(first, end)
-        query_positions = torch.tensor([positions[i] for i in index])
-        visible = _visible(key_positions[None], query_positions, window)
-        out[:, :, rows] = canonical_attention(
-            query[:, :, rows], keys[None, :, first:end], values[None, :, first:end],
-            visible[None], scaling, softcap, multiple)
-    if feed.parents:
-        _attend_tree(keys, values, query, feed, positions[chain:], out, chain, scaling,
-                     window, softcap, multiple)
+    base = feed.region.start
+    out = [Group([offset + i for i in index], list(range(base + first, base + end)),
+                 _visible(torch.arange(first, end), [positions[i] for i in index], window))
+           for (first, end), index in spans.items()]
+    for node, position in enumerate(positions[chain:]):
+        first, end = key_span(position, window)
+        slots = [base + slot for slot in _node_slots(node, feed.parents, feed.tree_start)]
+        slots += [base] * (end - len(slots))  # past the node: masked, any finite entry does
+        out.append(Group([offset + chain + node], slots[first:end],
+                         _visible(torch.arange(first, end), [position], window)))
     return out
 
 
-def _attend_tree(keys, values, query, feed, positions, out, chain, scaling, window, softcap,
-                 multiple) -> None:
-    """Tree nodes: each gathers, in position order, the slots before the tree and then its
-    ancestors and itself, so it attends over exactly what one-token decoding of that path
-    would hold."""
-    tree_start, parents = feed.tree_start, feed.parents
-    by_span: dict[tuple[int, int], list[int]] = defaultdict(list)
-    for node, position in enumerate(positions):
-        by_span[key_span(position, window)].append(node)
-    for (first, end), nodes in by_span.items():
-        slots = torch.stack([_node_slots(node, parents, tree_start, first, end)
-                             for node in nodes])  # [n, S]
-        node_keys = keys[:, slots].transpose(0, 1)  # [n, kv_heads, S, d]
-        node_values = values[:, slots].transpose(0, 1)
-        query_positions = torch.tensor([positions[node] for node in nodes])
-        visible = _visible(torch.arange(first, end)[None], query_positions, window)[:, None]
-        rows = torch.tensor([chain + node for node in nodes])
-        node_query = query[0, :, rows].transpose(0, 1)[:, :, None]  # [n, heads, 1, d]
-        result = canonical_attention(node_query, node_keys, node_values, visible, scaling,
-                                     softcap, multiple)
-        out[0, :, rows] = result[:, :, 0].transpose(0, 1)
+def _bucket(span: int, rows: int, members: list[Group], groups: int) -> Bucket:
+    queries, real, out_rows, masks = [], [], [], []
+    for b, group in enumerate(members):
+        fill = rows - len(group.rows)
+        queries += group.rows + group.rows[-1:] * fill
+        real += range(b * rows, b * rows + len(group.rows))
+        out_rows += group.rows
+        visible = torch.cat([group.visible, group.visible[-1:].expand(fill, -1)])
+        masks.append(visible.repeat(groups, 1))  # query heads of a kv head: (head, row) rows
+    return Bucket(len(members), span, rows, torch.tensor([s for g in members for s in g.slots]),
+                  torch.tensor(queries), torch.tensor(real), torch.tensor(out_rows),
+                  torch.stack(masks)[None])
 
 
-def _node_slots(node: int, parents: tuple[int, ...], tree_start: int, first: int,
-                end: int) -> torch.Tensor:
-    """[end - first] the region slots holding positions first .. end - 1 of the node's path
-    (slot 0 past the node: masked, any finite entry does)."""
+def attend(buckets: list[Bucket], keys: torch.Tensor, values: torch.Tensor,
+           query: torch.Tensor, scaling: float, softcap: float | None) -> torch.Tensor:
+    """keys/values: [kv_heads, capacity, d] (one layer of the store); query [1, heads, N, d]
+    -> [1, heads, N, d] (rows no bucket answers, the filler rows, are zero)."""
+    heads, count, dim = query.shape[1], query.shape[2], query.shape[-1]
+    kv_heads = keys.shape[0]
+    groups = heads // kv_heads
+    out = query.new_empty(heads, count, dim)
+    if count > sum(len(b.rows) for b in buckets):
+        out.zero_()  # the filler rows
+    for b in buckets:
+        k = keys.index_select(1, b.slots).view(kv_heads, b.batch, b.span, dim)
+        v = values.index_select(1, b.slots).view(kv_heads, b.batch, b.span, dim)
+        q = query[0].index_select(1, b.queries).view(kv_heads, groups, b.batch, b.padded_rows,
+                                                     dim)
+        q = q.transpose(1, 2).reshape(kv_heads, b.batch, groups * b.padded_rows, dim)
+        result = canonical_attention(q, k, v, b.mask, scaling, softcap)
+        result = result.view(kv_heads, b.batch, groups, b.padded_rows, dim).transpose(1, 2)
+        out.index_copy_(1, b.rows, result.reshape(heads, -1, dim).index_select(1, b.real)
+                        .to(out.dtype))
+    return out[None]
+
+
+def canonical_attention(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                        mask: torch.Tensor, scaling: float, softcap: float | None
+                        ) -> torch.Tensor:
+    """The one sequence of operations every query goes through, in float32: query
+    [kv_heads, B, rows, d], keys/values [kv_heads, B, S, d], mask [1, B, rows, S] ->
+    [kv_heads, B, rows, d]."""
+    scores = torch.matmul(query.float(), keys.float().transpose(-1, -2)) * scaling
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+    return torch.matmul(weights, values.float())
+
+
+def _node_slots(node: int, parents: tuple[int, ...], tree_start: int) -> list[int]:
+    """Region slots of positions 0 .. of the node's path: before the tree, then its
+    ancestors and itself."""
     path = []
     while node >= 0:
         path.append(tree_start + node)
         node = parents[node]
-    sequence = list(range(tree_start)) + path[::-1]
-    sequence += [0] * (end - len(sequence))
-    return torch.tensor(sequence[first:end])
+    return list(range(tree_start)) + path[::-1]
 
 
-def _visible(key_positions: torch.Tensor, query_positions: torch.Tensor,
+def _visible(key_positions: torch.Tensor, query_positions: list[int],
              window: int | None) -> torch.Tensor:
     """[queries, keys] causal (and within the window) by position."""
-    visible = key_positions <= query_positions[:, None]
+    queries = torch.tensor(query_positions)[:, None]
+    visible = key_positions[None] <= queries
     if window is not None:
-        visible &= key_positions > query_positions[:, None] - window
+        visible &= key_positions[None] > queries - window
     return visible
 
 
+@dataclass(frozen=True)
+class RowRule:
+    """How many rows a product is given for ``count`` real ones (the rest are filler)."""
+
+    multiple: int
+    minimum: int
+
+    def pad(self, count: int) -> int:
+        return max(self.minimum, padded(count, self.multiple))
+
+
+RULES = (RowRule(1, 1), RowRule(1, 2), RowRule(2, 2), RowRule(4, 4), RowRule(8, 8),
+         RowRule(16, 16), RowRule(32, 32))
+"""Candidate rules, cheapest first."""
+_PROBE_COUNTS = (1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 16, 17, 33)
+
+
+@dataclass(frozen=True)
+class Invariance:
+    """The rules the invariant pass runs with, probed for one model on this machine."""
+
+    linear: RowRule
+    """Tokens of the pass (every weight product, in the model's dtype)."""
+    attention: RowRule
+    """Queries of one attention group (the float32 products over keys)."""
+    verified: bool
+    """False when no candidate made the products invariant (the largest is used)."""
+
+
 @torch.inference_mode()
-def row_multiple(model, seed: int = 0) -> int | None:
-    """The smallest row multiple that makes every matrix product of ``model``'s pass give each
-    row the same numbers whatever the row count, probed on this machine with the model's own
-    weight shapes (and the attention products); None when no candidate does."""
+def probe(model, seed: int = 0) -> Invariance:
+    """The cheapest rules under which every matrix product of ``model``'s pass gives each row
+    the same numbers whatever the row count, probed here with the model's own weight shapes
+    and the attention products."""
     generator = torch.Generator().manual_seed(seed)
     weights = _distinct_weights(model)
-    for multiple in ROW_BLOCKS:
-        if all(_rows_invariant(lambda x, w=w: F.linear(x, w), w.shape[1], w.dtype, multiple,
-                               generator) for w in weights) and _attention_invariant(
-                model, multiple, generator):
-            return multiple
-    log.warning("no row multiple in %s makes this model's matrix products row-invariant on "
-                "this machine: batch-invariant mode is unverified", ROW_BLOCKS)
-    return None
+    linear = next((rule for rule in RULES if all(
+        _rows_invariant(lambda x, w=w: F.linear(x, w), w.shape[1], w.dtype, _counts(rule),
+                        generator) for w in weights)), None)
+    attention = next((rule for rule in RULES if _attention_invariant(model, rule, generator)),
+                     None)
+    if linear is None or attention is None:
+        log.warning("no row rule makes this model's matrix products row-invariant on this "
+                    "machine: the batch-invariant pass is unverified")
+    return Invariance(linear or RULES[-1], attention or RULES[-1],
+                      linear is not None and attention is not None)
+
+
+def _counts(rule: RowRule, groups: int = 1) -> list[int]:
+    return sorted({groups * rule.pad(count) for count in _PROBE_COUNTS})
 
 
 def _distinct_weights(model) -> list[torch.Tensor]:
@@ -181,33 +252,45 @@ def _distinct_weights(model) -> list[torch.Tensor]:
     return weights
 
 
-def _rows_invariant(product, width: int, dtype: torch.dtype, multiple: int,
+def _rows_invariant(product, width: int, dtype: torch.dtype, counts: list[int],
                     generator: torch.Generator) -> bool:
-    """Whether ``product`` gives the first and last ``multiple`` rows of every probed row count
-    the numbers a call with only those rows gives."""
-    largest = multiple * max(_PROBE_COUNTS)
-    x = torch.randn(largest, width, generator=generator).to(dtype)
-    head = product(x[:multiple])
-    for count in _PROBE_COUNTS:
-        rows = count * multiple
+    """Whether ``product`` gives the first and last rows of every row count in ``counts``
+    (smallest first) the numbers a call with only the smallest count of rows gives them."""
+    unit = counts[0]
+    x = torch.randn(max(counts), width, generator=generator).to(dtype)
+    head = product(x[:unit])
+    for rows in counts[1:]:
         out = product(x[:rows])
-        tail = product(x[rows - multiple : rows])
-        if not (torch.equal(out[:multiple], head) and torch.equal(out[-multiple:], tail)):
+        tail = product(x[rows - unit : rows])
+        if not (torch.equal(out[:unit], head) and torch.equal(out[-unit:], tail)):
             return False
     return True
 
 
-def _attention_invariant(model, multiple: int, generator: torch.Generator) -> bool:
-    """The two attention products, in float32, for a few key spans."""
+def _attention_invariant(model, rule: RowRule, generator: torch.Generator) -> bool:
+    """The two attention products, in float32, for a few key spans and batch sizes."""
     config = model.config
     heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
     dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    counts = _counts(rule, heads // kv_heads)
     for span in (KEY_BLOCK, 4 * KEY_BLOCK):
         keys = torch.randn(span, dim, generator=generator)
-        if not (_rows_invariant(lambda x, k=keys: x @ k.T, dim, torch.float32, multiple,
-                                generator)
-                and _rows_invariant(lambda x, k=keys: x @ k, span, torch.float32, multiple,
-                                    generator)):
+        if not (_rows_invariant(lambda x, k=keys: x @ k.T, dim, torch.float32, counts, generator)
+                and _rows_invariant(lambda x, k=keys: x @ k, span, torch.float32, counts,
+                                    generator)
+                and _batch_invariant(counts[0], dim, span, generator)):
             return False
     return True
 
+
+def _batch_invariant(rows: int, dim: int, span: int, generator: torch.Generator) -> bool:
+    """Whether a batched product gives each batch entry what a product of that entry alone
+    gives (a bucket batches groups of different rows)."""
+    for batch in (2, 5, 16):
+        x = torch.randn(batch, rows, dim, generator=generator)
+        y = torch.randn(batch, dim, span, generator=generator)
+        full = x @ y
+        if not all(torch.equal(full[b], (x[b : b + 1] @ y[b : b + 1])[0]) for b in range(batch)):
+            return False
+    return True

@@ -97,9 +97,10 @@ class PackedStep:
     """The step's rows, where the model's cache would be."""
 
     def __init__(self, store: KVStore, feeds: list[Feed], fill: int = 0,
-                 multiple: int | None = None) -> None:
-        self.store, self.feeds, self.fill, self.multiple = store, feeds, fill, multiple
-        self._mask_cache: dict[tuple, list[torch.Tensor | None]] = {}
+                 invariance: invariant.Invariance | None = None) -> None:
+        self.store, self.feeds, self.fill, self.invariance = store, feeds, fill, invariance
+        self._mask_cache: dict[tuple, list] = {}
+        """Per kind of layer: the rows' masks, or the invariant attention's plan."""
         slots = [torch.arange(f.region.start + f.start, f.region.start + f.start + len(f.tokens))
                  for f in feeds]
         self.slots = torch.cat(slots).to(store.keys.device)  # [N] store positions written
@@ -127,24 +128,23 @@ class PackedStep:
         get zeros). ``window``: a query at position q sees keys q - window + 1 .. q (None: all
         of 0 .. q)."""
         outputs = self._attend_invariant(query, layer, scaling, window, softcap) \
-            if self.multiple else self._attend_rows(query, layer, scaling, window, softcap)
+            if self.invariance else self._attend_rows(query, layer, scaling, window, softcap)
         if self.fill:
             outputs.append(query.new_zeros(*query.shape[:2], self.fill, query.shape[-1]))
         return torch.cat(outputs, dim=2).transpose(1, 2).contiguous()
 
     def _attend_invariant(self, query, layer, scaling, window, softcap) -> list[torch.Tensor]:
-        """Each row through ``cascade.core.invariant.attend``."""
-        outputs, offset = [], 0
+        """Every row through ``cascade.core.invariant.attend`` (its plan built once per kind
+        of layer); the filler rows are left out."""
+        groups = query.shape[1] // self.store.keys.shape[1]
+        key = ("invariant", window, groups)
+        if key not in self._mask_cache:
+            self._mask_cache[key] = invariant.plan(self.feeds, window, groups,
+                                                   self.invariance.attention)
         scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
-        for feed in self.feeds:
-            count, span = len(feed.tokens), slice(feed.region.start, feed.region.start
-                                                  + feed.region.size)
-            outputs.append(invariant.attend(
-                self.store.keys[layer, :, span], self.store.values[layer, :, span],
-                query[:, :, offset : offset + count], feed, scaling, window, softcap,
-                self.multiple))
-            offset += count
-        return outputs
+        out = invariant.attend(self._mask_cache[key], self.store.keys[layer],
+                               self.store.values[layer], query, scaling, softcap)
+        return [out[:, :, : len(self.slots)]]
 
     def _attend_rows(self, query, layer, scaling, window, softcap) -> list[torch.Tensor]:
         """Each row through SDPA (or soft-capped attention) with its own mask."""
@@ -346,12 +346,12 @@ def _rotary_row(module, x, positions, layer_type, length):
 @torch.inference_mode()
 def packed_forward(model, store: KVStore, feeds: list[Feed], keep: torch.Tensor,
                    hidden: bool = False, to_local: torch.Tensor | None = None,
-                   multiple: int | None = None):
+                   invariance: invariant.Invariance | None = None):
     """Feed every row's tokens in one pass. ``keep``: [M] packed indices whose logits are
     wanted. Returns (logits [M, model vocab] float32, hidden states per layer [N, d] or ()).
 
-    ``multiple``: the batch-invariant pass (``cascade.core.invariant``): the tokens and the kept
-    rows are padded with filler rows to a multiple of it, and attention is canonical."""
+    ``invariance``: the batch-invariant pass (``cascade.core.invariant``): the tokens and the
+    kept rows are padded with filler rows by its rule, and attention is canonical."""
     device = store.keys.device
     tokens = torch.tensor([t for f in feeds for t in f.tokens], dtype=torch.long)
     if to_local is not None:
@@ -359,11 +359,11 @@ def packed_forward(model, store: KVStore, feeds: list[Feed], keep: torch.Tensor,
     row_positions = [f.positions() for f in feeds]
     positions = torch.cat(row_positions)
     count, wanted = len(tokens), len(keep)
-    fill = invariant.padded(count, multiple) - count if multiple else 0
-    if multiple:
+    fill = invariance.linear.pad(count) - count if invariance else 0
+    if invariance:
         tokens, positions = _filled(tokens, fill), _filled(positions, fill)
-        keep = torch.cat([keep, keep[-1:].expand(invariant.padded(wanted, multiple) - wanted)])
-    step = PackedStep(store, feeds, fill, multiple)
+        keep = torch.cat([keep, keep[-1:].expand(invariance.linear.pad(wanted) - wanted)])
+    step = PackedStep(store, feeds, fill, invariance)
     lengths = [(len(f.tokens), int(p[-1]) + 1) for f, p in zip(feeds, row_positions)]
     rows = _ROWS.set(tuple(lengths + ([(fill, 1)] if fill else [])))
     try:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from cascade.core.engine import Pass, VerifyEngine
-from cascade.core.invariant import KEY_BLOCK, _rows_invariant, row_multiple
+from cascade.core.invariant import KEY_BLOCK, RowRule, _counts, _rows_invariant, probe
 from cascade.core.loop import generate
 from cascade.protocol.settings import DraftConfig, SamplingParams
 from models import random_prompts, tiny_gemma2, tiny_gpt2, tiny_llama, tiny_mistral
@@ -103,8 +103,8 @@ def test_greedy_with_speculation_equals_k0_greedy(dtype):
             assert generate(target, prompt, params, drafter, config).tokens == alone.tokens
 
 
-def test_the_probe_finds_a_row_multiple_and_sees_a_row_dependent_product():
-    assert row_multiple(tiny_llama(0).model) is not None
+def test_the_probe_finds_rules_and_sees_a_row_dependent_product():
+    assert probe(tiny_llama(0).model).verified
     weight = torch.randn(32, 16)
 
     def tail_differs(x):  # what a kernel with its own path for a short tail does
@@ -114,13 +114,14 @@ def test_the_probe_finds_a_row_multiple_and_sees_a_row_dependent_product():
         return out
 
     generator = torch.Generator().manual_seed(0)
-    assert not _rows_invariant(tail_differs, 16, torch.float32, 1, generator)
-    assert _rows_invariant(tail_differs, 16, torch.float32, 4, generator)
+    assert not _rows_invariant(tail_differs, 16, torch.float32, _counts(RowRule(1, 2)),
+                               generator)
+    assert _rows_invariant(tail_differs, 16, torch.float32, _counts(RowRule(4, 4)), generator)
 
 
 def test_the_plain_pass_is_still_available():
     engine = VerifyEngine(tiny_llama(0), kv_tokens=LENGTH, invariant=False)
-    assert engine.row_multiple is None and not engine.invariance_verified
+    assert engine.invariance is None and not engine.invariance_verified
     tokens = _tokens(6, 20)
     cache = engine.admit(len(tokens))
     assert cache.region.size == len(tokens)
