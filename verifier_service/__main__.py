@@ -1,5 +1,5 @@
 """python -m verifier_service --model DIR [--port 50051] [--redis-url redis://...]
-[--kv-tokens N] [--max-batch-tokens N] [--max-wait-ms MS] [--no-batching]"""
+[--kv-tokens N] [--max-batch-tokens N] [--max-wait-ms MS] [--no-batching] [--no-invariant]"""
 
 import dataclasses
 from pathlib import Path
@@ -24,6 +24,11 @@ OPTIONS = (
     option("batching", bool, typer.Option(
         True, help="Verify blocks from many sessions in one pass (--no-batching: one block "
         "per pass).")),
+    option("invariant", bool, typer.Option(
+        True, help="Batch-invariant passes: a position's logits are bit-identical whatever "
+        "else the pass holds, so greedy output equals the target's own one-token decoding for "
+        "any draft length, batch or load (--no-invariant: the plain pass, up to 10 % faster "
+        "in bfloat16, 50 % in float32 at one session without speculation).")),
     option("admission_wait_s", float, typer.Option(
         _DEFAULTS.admission_wait_s, help="How long a session waits for KV memory before "
         "RESOURCE_EXHAUSTED.")),
@@ -33,9 +38,9 @@ OPTIONS = (
 
 
 def build(runner, host, port, grace_s, *, mesh, registry, kv_tokens, max_batch_tokens,
-          max_wait_ms, batching, admission_wait_s, session_key_file):
+          max_wait_ms, batching, invariant, admission_wait_s, session_key_file):
     settings = VerifierSettings(kv_tokens or None, admission_wait_s, max_batch_tokens,
-                                max_wait_ms, batching)
+                                max_wait_ms, batching, invariant)
     try:
         mesh = dataclasses.replace(mesh, session_key=load_session_key(session_key_file))
     except (ValueError, OSError) as exc:

@@ -52,11 +52,13 @@ PROFILE_SECONDS = 15.0
 """Budget of the start-up profile of the pass time (once per model, dtype and machine)."""
 
 
-def profile_for(runner, seconds: float = PROFILE_SECONDS) -> StepCostModel:
-    """The target's step-cost model: cached under the user cache (``$XDG_CACHE_HOME``), else
-    profiled now, in about ``seconds``."""
+def profile_for(runner, seconds: float = PROFILE_SECONDS, invariant: bool = True
+                ) -> StepCostModel:
+    """The target's step-cost model for the batch-invariant or the plain pass: cached under
+    the user cache (``$XDG_CACHE_HOME``), else profiled now, in about ``seconds``."""
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return load_or_profile(runner, cache / "cascade" / "step-cost", seconds=seconds)
+    return load_or_profile(runner, cache / "cascade" / "step-cost", seconds=seconds,
+                           invariant=invariant)
 
 
 @dataclass

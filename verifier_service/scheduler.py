@@ -44,6 +44,9 @@ class VerifierSettings:
     blocks before stepping without them."""
     enabled: bool = True
     """False: one item per step (no batching across sessions)."""
+    invariant: bool = True
+    """The batch-invariant pass (``cascade.core.invariant``): a position's logits do not depend
+    on the rest of the pass, so greedy output never depends on k, batching or load."""
 
     def __post_init__(self) -> None:
         if self.max_batch_tokens < 1:

@@ -71,8 +71,9 @@ class SessionTable:
         self.runner = runner
         self.limits = model_limits(runner)
         self.settings = settings or VerifierSettings()
-        self.engine = VerifyEngine(runner, self.settings.kv_tokens)
-        self.planner = DraftPlanner(step_cost or profile_for(runner))
+        self.engine = VerifyEngine(runner, self.settings.kv_tokens, self.settings.invariant)
+        self.planner = DraftPlanner(step_cost or profile_for(runner,
+                                                             invariant=self.settings.invariant))
         self.scheduler = StepScheduler(self.engine, executor, self.settings, self.planner)
         self.sessions: dict[str, OpenSession] = {}
         self.highest_epoch = EpochMemory()

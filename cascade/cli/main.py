@@ -26,13 +26,18 @@ app.command("bench-cascades")(bench_cascades)
 console = Console()
 
 
+DTYPE_OPT = typer.Option("auto", help="The pods' dtype: float32, bfloat16 or auto (bfloat16 "
+                         "where the hardware runs it fast, measured; float32 elsewhere).")
+
+
 def _cluster_config(target, drafter, pair, drafters, port, grpc_port, dtype,
-                    gateway_args: tuple[str, ...] = (), redis_replicas: int = 0
-                    ) -> ClusterConfig:
+                    gateway_args: tuple[str, ...] = (), redis_replicas: int = 0,
+                    invariant: bool = True) -> ClusterConfig:
     target, drafter = pair_folders(target, drafter, pair)
     return ClusterConfig(target, drafter, num_drafters=drafters, http_port=port,
                          grpc_port=grpc_port, dtype=dtype, gateway_args=gateway_args,
-                         redis_replicas=redis_replicas)
+                         redis_replicas=redis_replicas,
+                         verifier_args=() if invariant else ("--no-invariant",))
 
 
 @app.command()
@@ -40,7 +45,9 @@ def up(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT, pair: str = PAIR_
        drafters: int = typer.Option(1, help="Number of drafter processes."),
        port: int = typer.Option(8000, help="Gateway HTTP port."),
        grpc_port: int = typer.Option(50050, help="Gateway gRPC port."),
-       dtype: str = typer.Option("float32", help="float32 or bfloat16."),
+       dtype: str = DTYPE_OPT,
+       invariant: bool = typer.Option(True, help="The verifier's batch-invariant pass (greedy "
+                                      "output never depends on k, batching or load)."),
        speculation_memory: MemoryMode = typer.Option(
            MemoryMode.PER_KEY.value, help="Whose finished generations the suffix draft methods draft from: "
            "per-key, shared or off (the gateway's --speculation-memory)."),
@@ -58,7 +65,7 @@ def up(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT, pair: str = PAIR_
     try:
         config = _cluster_config(target, drafter, pair, drafters, port, grpc_port, dtype,
                                  ("--speculation-memory", speculation_memory.value,
-                                  "--draft-method", draft_method), redis_replicas)
+                                  "--draft-method", draft_method), redis_replicas, invariant)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
     cluster = LocalCluster(config)
@@ -171,9 +178,10 @@ def demo(prompt: str = typer.Argument("Explain how a rainbow forms."),
          target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT, pair: str = PAIR_OPT,
          max_tokens: int = typer.Option(48),
          num_draft_tokens: int = typer.Option(4, "--k"),
-         port: int = typer.Option(8000), grpc_port: int = typer.Option(50050)) -> None:
+         port: int = typer.Option(8000), grpc_port: int = typer.Option(50050),
+         dtype: str = DTYPE_OPT) -> None:
     """Start the local cluster, run one generation through it, and stop it."""
-    cluster = LocalCluster(_cluster_config(target, drafter, pair, 1, port, grpc_port, "float32"))
+    cluster = LocalCluster(_cluster_config(target, drafter, pair, 1, port, grpc_port, dtype))
     with console.status("starting redis, verifier, drafter, gateway"):
         cluster.start()
     try:

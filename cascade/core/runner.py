@@ -17,6 +17,8 @@ from typing import NamedTuple
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedModel
 
+from cascade.core.dtypes import auto_dtype
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 VOCAB_MAP_FILE = "cascade_vocab.json"
 
@@ -61,12 +63,16 @@ class ModelSpec:
     name_or_path: str
     """A local folder saved with save_pretrained, or a hub name."""
     dtype: str = "float32"
-    """One of float32 (exact greedy reference), bfloat16 or float16."""
+    """One of float32, bfloat16 or float16, or auto (``cascade.core.dtypes``: bfloat16 where
+    the hardware runs it fast, float32 elsewhere), resolved when the spec is made."""
     device: str = "cpu"
 
     def __post_init__(self) -> None:
+        if self.dtype == "auto":
+            object.__setattr__(self, "dtype", auto_dtype(self.device))
         if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
+            raise ValueError(f"dtype must be one of {sorted(DTYPES) + ['auto']}, "
+                             f"got {self.dtype!r}")
 
 
 class ForwardOutput(NamedTuple):

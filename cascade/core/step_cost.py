@@ -343,13 +343,14 @@ def _measure(engine: VerifyEngine, plan: list, seconds: float, repeats: int) -> 
 
 
 def profile(runner, seconds: float = 20.0, grid: ProfileGrid | None = None,
-            repeats: int = 5) -> StepCostModel:
+            repeats: int = 5, invariant: bool = True) -> StepCostModel:
     """Calibrate on the real packed pass: time ``grid``'s passes within about ``seconds``
     (median of up to ``repeats``) and fit. Cached contents are random values, not a prefill:
     a pass's time does not depend on them, and prefilling every row would eat the budget."""
     shapes = (grid or ProfileGrid()).within(runner.max_length).shapes()
     positions, num_rows = max(c + t for _, t, c in shapes), max(r for r, _, _ in shapes)
-    engine = VerifyEngine(runner, kv_tokens=num_rows * padded(positions, KEY_BLOCK))
+    engine = VerifyEngine(runner, kv_tokens=num_rows * padded(positions, KEY_BLOCK),
+                          invariant=invariant)
     engine.store.keys.normal_()  # no uninitialised memory: denormals or NaN would be slow
     engine.store.values.normal_()
     caches = [engine.admit(positions) for _ in range(num_rows)]
@@ -393,9 +394,10 @@ def _cpu() -> tuple[str, list[str]]:
     return name, sorted(flags & _MATMUL_FLAGS)
 
 
-def identity(runner) -> dict:
-    """What a pass's time depends on besides its shape: the model, its dtype, torch, the
-    machine (processor and its matrix extensions, or the GPU) and the threads torch uses."""
+def identity(runner, invariant: bool = True) -> dict:
+    """What a pass's time depends on besides its shape: the model, its dtype, the kind of pass
+    (batch-invariant or plain), torch, the machine (processor and its matrix extensions, or
+    the GPU) and the threads torch uses."""
     model, (cpu, flags) = runner.model, _cpu()
     config = {k: v for k, v in model.config.to_dict().items() if k != "_name_or_path"}
     digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode())
@@ -403,22 +405,23 @@ def identity(runner) -> dict:
              "config": digest.hexdigest()[:16],
              "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
              "torch": torch.__version__, "cpu": cpu, "cpu_flags": flags,
-             "threads": torch.get_num_threads(), "device": str(runner.device)}
+             "threads": torch.get_num_threads(), "device": str(runner.device),
+             "pass": "invariant" if invariant else "plain"}
     if runner.device.type == "cuda":
         found["gpu"] = torch.cuda.get_device_name(runner.device)
     return found
 
 
-def cache_path(runner, cache_dir: Path) -> Path:
+def cache_path(runner, cache_dir: Path, invariant: bool = True) -> Path:
     """The profile's file: the model's folder name and a digest of its whole identity."""
-    found = identity(runner)
+    found = identity(runner, invariant)
     key = hashlib.sha256(json.dumps(found, sort_keys=True).encode()).hexdigest()[:16]
     return Path(cache_dir) / f"{found['model']}-{key}.json"
 
 
 def load_or_profile(runner, cache_dir: Path, **profile_args) -> StepCostModel:
     """The cached profile of this model on this machine, else a new one (saved)."""
-    path = cache_path(runner, cache_dir)
+    path = cache_path(runner, cache_dir, profile_args.get("invariant", True))
     try:
         return StepCostModel.from_json(path.read_text())
     except (FileNotFoundError, StepCostError):  # none yet, or damaged: measured again

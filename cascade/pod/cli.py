@@ -38,7 +38,9 @@ def model_server_cli(role: str, default_port: int, summary: str,
 
     def main(
         model: str = typer.Option(..., help=f"The {role}'s model: a local folder or a hub name."),
-        dtype: str = typer.Option("float32", help="float32, bfloat16 or float16."),
+        dtype: str = typer.Option("auto", help="float32, bfloat16, float16 or auto "
+                                  "(bfloat16 on a GPU or a CPU that runs it fast, measured; "
+                                  "float32 elsewhere)."),
         device: str = typer.Option("cpu", help="torch device, e.g. cpu or cuda:0."),
         host: str = typer.Option("127.0.0.1", help="Address to bind."),
         port: int = typer.Option(default_port, help="Port to bind (0 picks a free one)."),

@@ -169,14 +169,14 @@ def test_gpus_only_on_the_gpu_verifier(rendered, target):
         assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
         assert any(t["key"] == GPU and t["effect"] == "NoSchedule" for t in spec["tolerations"])
         assert arg_value(container, "--device") == "cuda:0"
-        assert arg_value(container, "--dtype") == "bfloat16"
+        assert arg_value(container, "--dtype") == "auto"  # bfloat16 on a GPU
         assert "cascade-cuda:" in container["image"]
         shm = [m for m in container["volumeMounts"] if m["mountPath"] == "/dev/shm"]
         volumes = {v["name"]: v for v in spec["volumes"]}
         assert shm and volumes[shm[0]["name"]]["emptyDir"]["medium"] == "Memory"
     else:
         assert arg_value(container, "--device") in (None, "cpu")
-        assert arg_value(container, "--dtype") == "float32"
+        assert arg_value(container, "--dtype") == "auto"
         assert "cascade-cpu:" in container["image"]
 
 

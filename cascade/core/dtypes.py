@@ -1,0 +1,65 @@
+"""``--dtype auto``: bfloat16 where the hardware runs it fast, float32 elsewhere.
+
+A GPU that supports bfloat16 gets it. A CPU gets it only when its flags list ``amx_bf16`` or
+``avx512_bf16`` *and* a quick measurement confirms it (a bfloat16 product at least as fast as
+the float32 one; without those instructions bfloat16 runs several times slower). The verifier's
+exactness reference is its own dtype: greedy output equals its own one-token decoding in
+whichever dtype this picks.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from functools import cache
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+log = logging.getLogger(__name__)
+
+BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+
+
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
+    """The CPU's feature flags (empty when the system does not list them)."""
+    try:
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def _product_s(dtype: torch.dtype, rows: int = 16, width: int = 1024, repeats: int = 7) -> float:
+    weight = torch.randn(width, width).to(dtype)
+    x = torch.randn(rows, width).to(dtype)
+    F.linear(x, weight)  # warm-up
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        F.linear(x, weight)
+        times.append(time.perf_counter() - started)
+    return sorted(times)[repeats // 2]
+
+
+@cache
+def cpu_runs_bf16_fast() -> bool:
+    """Whether this CPU lists bfloat16 instructions and a bfloat16 product measures no slower
+    than the float32 one."""
+    flags = cpu_flags() & set(BF16_FLAGS)
+    if not flags:
+        return False
+    bf16, f32 = _product_s(torch.bfloat16), _product_s(torch.float32)
+    log.info("CPU flags %s: a bfloat16 product takes %.3f ms, float32 %.3f ms",
+             sorted(flags), bf16 * 1e3, f32 * 1e3)
+    return bf16 <= f32
+
+
+def auto_dtype(device: str) -> str:
+    """The dtype ``--dtype auto`` stands for on ``device``."""
+    if device.startswith("cuda"):
+        return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+    return "bfloat16" if device == "cpu" and cpu_runs_bf16_fast() else "float32"
