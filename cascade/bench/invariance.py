@@ -1,0 +1,152 @@
+"""The batch-invariant pass against the plain one, side by side in one run: exactness and cost.
+
+    python -m cascade.bench.invariance [--target DIR] [--drafter DIR] [--dtype auto]
+        [--prompts 24] [--tokens 64] [--out FILE]
+
+Exactness: held-out prompts (never used to distil the drafter), greedy. For each kind of pass,
+the reference is that pass's own one-token decoding (k = 0); speculation with k = 1 and k = 4
+runs on one stream, and inside batches of 8 sessions of different prompts, lengths and k
+(1 .. 8) that share every pass. Cost: milliseconds per pass of 1 and 16 sessions, k = 0 and
+k = 4, the two kinds alternating, median of 7.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from cascade.bench.output import write_section
+from cascade.bench.prompts import encode
+from cascade.bench.run import machine
+from cascade.core.blocks import Draft
+from cascade.core.dtypes import cpu_flags
+from cascade.core.engine import VerifyEngine
+from cascade.core.loop import _proposer
+from cascade.core.runner import ModelRunner, ModelSpec
+from cascade.core.verification import SequenceVerifier
+from cascade.distill.prompts import prompt_set
+from cascade.protocol.settings import AcceptancePolicy, DraftConfig, SamplingParams
+
+BATCH = 8
+MARKER = "<!-- cascade.bench.invariance -->"
+PASSES = {"plain": False, "invariant": True}
+
+
+def run_batch(engine: VerifyEngine, drafter: ModelRunner, prompts: list[list[int]],
+              ks: list[int], tokens: int) -> list[list[int]]:
+    """Greedy generations of ``prompts`` (k per session), every round of the live sessions
+    verified in one engine step."""
+    params = SamplingParams(max_new_tokens=tokens)
+    sessions = []
+    for prompt, k in zip(prompts, ks):
+        config = DraftConfig(num_draft_tokens=k, method="model")
+        policy = AcceptancePolicy.default_for(params, config)
+        sessions.append((SequenceVerifier(engine.runner, prompt, params, policy=policy,
+                                          engine=engine),
+                         _proposer(drafter, params, config, policy, len(prompt), None), config))
+    while live := [s for s in sessions if not s[0].is_finished]:
+        engine.step([(verifier, _draft(verifier, proposer, config, params))
+                     for verifier, proposer, config in live])
+    outputs = [verifier.generated for verifier, _, _ in sessions]
+    for verifier, _, _ in sessions:
+        verifier.close()
+    return outputs
+
+
+def _draft(verifier, proposer, config, params) -> Draft:
+    if proposer is None:
+        return Draft([])
+    return proposer.propose(verifier.committed, config.budget(params, len(verifier.generated)))
+
+
+def exactness(engine, drafter, prompts, tokens) -> dict[str, int]:
+    """Prompts whose speculative greedy output equals this pass's k = 0 output, per setting."""
+    reference = [run_batch(engine, drafter, [p], [0], tokens)[0] for p in prompts]
+    equal = {}
+    for k in (1, 4):
+        outputs = [run_batch(engine, drafter, [p], [k], tokens)[0] for p in prompts]
+        equal[f"one stream, k = {k}"] = sum(a == b for a, b in zip(outputs, reference))
+    batched = []
+    for start in range(0, len(prompts), BATCH):
+        group = prompts[start : start + BATCH]
+        batched += run_batch(engine, drafter, group, [1 + i % 8 for i in range(len(group))],
+                             tokens)
+    equal[f"batch of {BATCH}, k = 1 .. 8"] = sum(a == b for a, b in zip(batched, reference))
+    return equal
+
+
+def pass_ms(engines: dict[str, VerifyEngine], sessions: int, k: int,
+            repeats: int = 7) -> dict[str, float]:
+    """Median milliseconds per step of ``sessions`` rows drafting k tokens each (200-token
+    contexts), the kinds of pass alternating."""
+    params = SamplingParams(max_new_tokens=600)
+    rows = {name: [SequenceVerifier(e.runner, list(range(100 + i, 300 + i)), params, engine=e)
+                   for i in range(sessions)] for name, e in engines.items()}
+    times: dict[str, list[float]] = {name: [] for name in engines}
+    for name, engine in engines.items():
+        engine.step([(s, Draft([])) for s in rows[name]])  # prefill
+    for _ in range(repeats + 1):
+        for name, engine in engines.items():
+            started = time.perf_counter()
+            engine.step([(s, Draft([1] * k)) for s in rows[name]])
+            times[name].append(time.perf_counter() - started)
+    for sequences in rows.values():
+        for s in sequences:
+            s.close()
+    return {name: statistics.median(t[1:]) * 1e3 for name, t in times.items()}
+
+
+def report(target: ModelRunner, drafter: ModelRunner, prompts, tokens: int) -> list[str]:
+    engines = {name: VerifyEngine(target, kv_tokens=64 * 1024, invariant=flag)
+               for name, flag in PASSES.items()}
+    dtype = str(next(target.model.parameters()).dtype).removeprefix("torch.")
+    flags = sorted(cpu_flags() & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})
+    lines = [f"{machine()}; flags {', '.join(flags) or 'none listed'}; {dtype}; "
+             f"rules {engines['invariant'].invariance}", "",
+             f"Greedy output equal to the pass's own k = 0 output ({len(prompts)} held-out "
+             f"prompts x {tokens} tokens):", "",
+             "| setting | plain pass | invariant pass |", "|---|---|---|"]
+    results = {name: exactness(e, drafter, prompts, tokens) for name, e in engines.items()}
+    for setting in results["plain"]:
+        lines.append(f"| {setting} | {results['plain'][setting]}/{len(prompts)} | "
+                     f"{results['invariant'][setting]}/{len(prompts)} |")
+    lines += ["", "Milliseconds per pass (median of 7, alternating):", "",
+              "| sessions | k | plain | invariant | invariant / plain |", "|---|---|---|---|---|"]
+    for sessions in (1, 16):
+        for k in (0, 4):
+            ms = pass_ms(engines, sessions, k)
+            lines.append(f"| {sessions} | {k} | {ms['plain']:.1f} | {ms['invariant']:.1f} | "
+                         f"{ms['invariant'] / ms['plain']:.2f} |")
+    return lines
+
+
+def main() -> None:
+    from cascade.tools.pairs import DEFAULT_DRAFTER, default_pair
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--target", default=None, help="default: SmolLM2-135M-Instruct")
+    parser.add_argument("--drafter", default=str(DEFAULT_DRAFTER))
+    parser.add_argument("--dtype", default="auto", help="float32, bfloat16 or auto")
+    parser.add_argument("--prompts", type=int, default=24)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--out", type=Path, default=None, help="append the tables to this file")
+    args = parser.parse_args()
+    target_dir = args.target or default_pair(None, None, "smollm2")[0]
+    target = ModelRunner.load(ModelSpec(str(target_dir), args.dtype))
+    drafter = ModelRunner.load(ModelSpec(args.drafter,
+                                         str(target.model.dtype).removeprefix("torch.")))
+    prompts = [encode(target.tokenizer, text, True)
+               for text in prompt_set(held_out=True)[: args.prompts]]
+    with torch.inference_mode():
+        lines = report(target, drafter, prompts, args.tokens)
+    print("\n".join(lines))
+    if args.out:
+        write_section(args.out, MARKER, "\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
