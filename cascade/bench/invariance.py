@@ -1,7 +1,7 @@
 """The batch-invariant pass against the plain one, side by side in one run: exactness and cost.
 
     python -m cascade.bench.invariance [--target DIR] [--drafter DIR] [--dtype auto]
-        [--prompts 24] [--tokens 64] [--out FILE]
+        [--prompts 24] [--tokens 64] [--parts exactness cost] [--out FILE]
 
 Exactness: held-out prompts (never used to distil the drafter), greedy. For each kind of pass,
 the reference is that pass's own one-token decoding (k = 0); speculation with k = 1 and k = 4
@@ -100,22 +100,35 @@ def pass_ms(engines: dict[str, VerifyEngine], sessions: int, k: int,
     return {name: statistics.median(t[1:]) * 1e3 for name, t in times.items()}
 
 
-def report(target: ModelRunner, drafter: ModelRunner, prompts, tokens: int) -> list[str]:
+def report(target: ModelRunner, drafter: ModelRunner, prompts, tokens: int,
+           parts: tuple[str, ...] = ("exactness", "cost")) -> list[str]:
     engines = {name: VerifyEngine(target, kv_tokens=64 * 1024, invariant=flag)
                for name, flag in PASSES.items()}
     dtype = str(next(target.model.parameters()).dtype).removeprefix("torch.")
     flags = sorted(cpu_flags() & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})
     lines = [f"{machine()}; flags {', '.join(flags) or 'none listed'}; {dtype}; "
-             f"rules {engines['invariant'].invariance}", "",
-             f"Greedy output equal to the pass's own k = 0 output ({len(prompts)} held-out "
+             f"rules {engines['invariant'].invariance}"]
+    if "exactness" in parts:
+        lines += _exactness_table(engines, drafter, prompts, tokens)
+    if "cost" in parts:
+        lines += _cost_table(engines)
+    return lines
+
+
+def _exactness_table(engines, drafter, prompts, tokens) -> list[str]:
+    lines = ["", f"Greedy output equal to the pass's own k = 0 output ({len(prompts)} held-out "
              f"prompts x {tokens} tokens):", "",
              "| setting | plain pass | invariant pass |", "|---|---|---|"]
     results = {name: exactness(e, drafter, prompts, tokens) for name, e in engines.items()}
     for setting in results["plain"]:
         lines.append(f"| {setting} | {results['plain'][setting]}/{len(prompts)} | "
                      f"{results['invariant'][setting]}/{len(prompts)} |")
-    lines += ["", "Milliseconds per pass (median of 7, alternating):", "",
-              "| sessions | k | plain | invariant | invariant / plain |", "|---|---|---|---|---|"]
+    return lines
+
+
+def _cost_table(engines) -> list[str]:
+    lines = ["", "Milliseconds per pass (median of 7, alternating):", "",
+             "| sessions | k | plain | invariant | invariant / plain |", "|---|---|---|---|---|"]
     for sessions in (1, 16):
         for k in (0, 4):
             ms = pass_ms(engines, sessions, k)
@@ -133,7 +146,9 @@ def main() -> None:
     parser.add_argument("--dtype", default="auto", help="float32, bfloat16 or auto")
     parser.add_argument("--prompts", type=int, default=24)
     parser.add_argument("--tokens", type=int, default=64)
-    parser.add_argument("--out", type=Path, default=None, help="append the tables to this file")
+    parser.add_argument("--parts", nargs="+", default=["exactness", "cost"],
+                        choices=["exactness", "cost"])
+    parser.add_argument("--out", type=Path, default=None, help="write the tables to this file")
     args = parser.parse_args()
     target_dir = args.target or default_pair(None, None, "smollm2")[0]
     target = ModelRunner.load(ModelSpec(str(target_dir), args.dtype))
@@ -142,7 +157,7 @@ def main() -> None:
     prompts = [encode(target.tokenizer, text, True)
                for text in prompt_set(held_out=True)[: args.prompts]]
     with torch.inference_mode():
-        lines = report(target, drafter, prompts, args.tokens)
+        lines = report(target, drafter, prompts, args.tokens, tuple(args.parts))
     print("\n".join(lines))
     if args.out:
         write_section(args.out, MARKER, "\n".join(lines) + "\n")

@@ -5,13 +5,14 @@ contexts that share the committed tokens and differ in a short tail. ``Branches`
 prefix's KV cache once per row and feeds every row's next tokens in one forward pass: on a CPU a
 step over 12 rows of a small drafter costs about two single-row steps. Rows may feed different
 numbers of tokens per step; the shorter ones are padded, and the attention mask hides the padding
-(each row's positions are its own), so every row computes what it would alone, up to float
-rounding.
+(each row's positions are its own), so every row computes what it would alone: exactly in the
+runner's invariant mode (``ModelRunner.set_invariant``), up to float rounding otherwise.
 """
 
 from __future__ import annotations
 
 import copy
+from contextlib import nullcontext
 
 import torch
 
@@ -35,6 +36,10 @@ class Branches:
         """Feed each row its tokens (possibly none); [B, vocab] float32 logits after each row's
         last token (a row fed nothing gets meaningless logits)."""
         width = max(1, max(len(r) for r in rows))
+        if self.runner.invariant:  # padding columns until the rows suit the model's rule
+            rule = self.runner.invariance.linear
+            while rule.pad(len(rows) * width) != len(rows) * width:
+                width += 1
         ids = torch.zeros(len(rows), width, dtype=torch.long)
         valid = torch.zeros(len(rows), width, dtype=torch.long)
         for b, row in enumerate(rows):
@@ -43,8 +48,19 @@ class Branches:
         slots = self.mask.shape[1]
         self.mask = torch.cat([self.mask, valid], dim=1)
         positions = torch.tensor(self.lengths)[:, None] + torch.arange(width)[None]  # [B, S]
-        output = self.runner.forward(ids, positions, torch.arange(slots, slots + width), self.kv,
-                                     attention_mask=self.mask)
+        with self._invariant(rows, width):
+            output = self.runner.forward(ids, positions, torch.arange(slots, slots + width),
+                                         self.kv, attention_mask=self.mask)
         last = torch.tensor([max(len(r), 1) - 1 for r in rows])
         self.lengths = [n + len(r) for n, r in zip(self.lengths, rows)]
         return self.runner.target_logits(output.logits[torch.arange(len(rows)), last])
+
+    def _invariant(self, rows: list[list[int]], width: int):
+        """The invariant forward's context: each row's own slots in position order and its
+        real queries (``SequenceCache`` in the invariant mode), else nothing."""
+        if not self.runner.invariant:
+            return nullcontext()
+        return self.runner.dense_call(
+            [(torch.nonzero(self.mask[b]).flatten().tolist(),
+              [(c, self.lengths[b] + c) for c in range(len(row))]) for b, row in enumerate(rows)],
+            width)

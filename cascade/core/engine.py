@@ -21,7 +21,7 @@ from typing import NamedTuple
 import torch
 
 from cascade.core.batch_accept import accept_rows
-from cascade.core.invariant import KEY_BLOCK, Invariance, padded, probe
+from cascade.core.invariant import KEY_BLOCK, padded
 from cascade.core.kv_store import KVShape, KVStore, Region, default_budget
 from cascade.core.packed import Feed, enable, packed_forward
 from cascade.core.runner import ForwardOutput, ModelRunner, common_prefix_len
@@ -103,7 +103,7 @@ class VerifyEngine:
         self.invariant = invariant
         """The batch-invariant pass (``cascade.core.invariant``): a position's logits do not
         depend on what else is in the pass, so speculation never changes greedy output."""
-        self.invariance = runner_invariance(runner) if invariant else None
+        self.invariance = runner.probed_invariance() if invariant else None
         self.invariance_verified = invariant and self.invariance.verified
 
     def admit(self, num_positions: int) -> RegionCache:
@@ -191,17 +191,6 @@ class VerifyEngine:
 
 
 _ENGINES_LOCK = threading.Lock()
-
-
-_PROBE_LOCK = threading.Lock()
-
-
-def runner_invariance(runner: ModelRunner) -> Invariance:
-    """``cascade.core.invariant.probe`` of the runner's model, probed once."""
-    with _PROBE_LOCK:
-        if getattr(runner, "invariance", None) is None:
-            runner.invariance = probe(runner.model)
-        return runner.invariance
 
 
 def engine_for(runner: ModelRunner) -> VerifyEngine:

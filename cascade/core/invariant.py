@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from dataclasses import dataclass
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -84,8 +85,10 @@ class Bucket:
     """Indices into the batch * padded_rows results that are real queries ..."""
     rows: torch.Tensor
     """... and the packed rows they answer."""
-    mask: torch.Tensor
-    """[1, batch, groups * padded_rows, span] bool."""
+    hidden: torch.Tensor
+    """[1, batch, groups * padded_rows, span] bool: True where a query must not look."""
+    first_slot: int | None
+    """The first slot when the bucket is one contiguous run of slots (a view, no gather)."""
 
 
 def plan(feeds, window: int | None, groups: int, rule: RowRule) -> list[Bucket]:
@@ -127,9 +130,11 @@ def _bucket(span: int, rows: int, members: list[Group], groups: int) -> Bucket:
         out_rows += group.rows
         visible = torch.cat([group.visible, group.visible[-1:].expand(fill, -1)])
         masks.append(visible.repeat(groups, 1))  # query heads of a kv head: (head, row) rows
-    return Bucket(len(members), span, rows, torch.tensor([s for g in members for s in g.slots]),
-                  torch.tensor(queries), torch.tensor(real), torch.tensor(out_rows),
-                  torch.stack(masks)[None])
+    slots = [s for g in members for s in g.slots]
+    contiguous = len(members) == 1 and slots == list(range(slots[0], slots[0] + span))
+    return Bucket(len(members), span, rows, torch.tensor(slots), torch.tensor(queries),
+                  torch.tensor(real), torch.tensor(out_rows), ~torch.stack(masks)[None],
+                  slots[0] if contiguous else None)
 
 
 def attend(buckets: list[Bucket], keys: torch.Tensor, values: torch.Tensor,
@@ -143,28 +148,34 @@ def attend(buckets: list[Bucket], keys: torch.Tensor, values: torch.Tensor,
     if count > sum(len(b.rows) for b in buckets):
         out.zero_()  # the filler rows
     for b in buckets:
-        k = keys.index_select(1, b.slots).view(kv_heads, b.batch, b.span, dim)
-        v = values.index_select(1, b.slots).view(kv_heads, b.batch, b.span, dim)
+        k, v = (_gather(keys, b).view(kv_heads, b.batch, b.span, dim),
+                _gather(values, b).view(kv_heads, b.batch, b.span, dim))
         q = query[0].index_select(1, b.queries).view(kv_heads, groups, b.batch, b.padded_rows,
                                                      dim)
         q = q.transpose(1, 2).reshape(kv_heads, b.batch, groups * b.padded_rows, dim)
-        result = canonical_attention(q, k, v, b.mask, scaling, softcap)
+        result = canonical_attention(q, k, v, b.hidden, scaling, softcap)
         result = result.view(kv_heads, b.batch, groups, b.padded_rows, dim).transpose(1, 2)
         out.index_copy_(1, b.rows, result.reshape(heads, -1, dim).index_select(1, b.real)
                         .to(out.dtype))
     return out[None]
 
 
+def _gather(store: torch.Tensor, bucket: Bucket) -> torch.Tensor:
+    if bucket.first_slot is not None:
+        return store.narrow(1, bucket.first_slot, bucket.span)
+    return store.index_select(1, bucket.slots)
+
+
 def canonical_attention(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-                        mask: torch.Tensor, scaling: float, softcap: float | None
+                        hidden: torch.Tensor, scaling: float, softcap: float | None
                         ) -> torch.Tensor:
     """The one sequence of operations every query goes through, in float32: query
-    [kv_heads, B, rows, d], keys/values [kv_heads, B, S, d], mask [1, B, rows, S] ->
+    [kv_heads, B, rows, d], keys/values [kv_heads, B, S, d], hidden [1, B, rows, S] ->
     [kv_heads, B, rows, d]."""
-    scores = torch.matmul(query.float(), keys.float().transpose(-1, -2)) * scaling
+    scores = torch.matmul(query.float(), keys.float().transpose(-1, -2)).mul_(scaling)
     if softcap is not None:
         scores = torch.tanh(scores / softcap) * softcap
-    weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+    weights = torch.softmax(scores.masked_fill_(hidden, float("-inf")), dim=-1)
     return torch.matmul(weights, values.float())
 
 
@@ -294,3 +305,57 @@ def _batch_invariant(rows: int, dim: int, span: int, generator: torch.Generator)
         if not all(torch.equal(full[b], (x[b : b + 1] @ y[b : b + 1])[0]) for b in range(batch)):
             return False
     return True
+
+
+@dataclass
+class DenseCall:
+    """One forward over a ``DynamicCache`` batch (a drafter's sequence or its branches), for
+    the invariant attention: per batch row, the cache slots holding its positions 0, 1, ... in
+    order, and its real queries as (column, position)."""
+
+    rows: list[tuple[list[int], list[tuple[int, int]]]]
+    width: int
+    """Query columns per row (real ones and padding)."""
+    rule: RowRule
+    plans: dict = field(default_factory=dict)
+
+
+DENSE_CALL: ContextVar[DenseCall | None] = ContextVar("dense_call", default=None)
+
+
+def attend_dense(call: DenseCall, query: torch.Tensor, keys: torch.Tensor,
+                 values: torch.Tensor, scaling: float, window: int | None,
+                 softcap: float | None) -> torch.Tensor:
+    """query [B, heads, W, d], keys/values [B, kv_heads, L, d] (the cache after the update) ->
+    [B, W, heads, d], every real query through the canonical attention (padding columns
+    zero)."""
+    batch, heads, width, dim = query.shape
+    length = keys.shape[2]
+    stride = padded(length + 1, KEY_BLOCK)  # a zero slot past every row's keys
+    stride = max(stride, max((key_span(p, window)[1] for _, queries in call.rows
+                              for _, p in queries), default=0) + KEY_BLOCK)
+    key = (window, heads // keys.shape[1], stride)
+    if key not in call.plans:
+        call.plans[key] = _dense_plan(call, window, heads // keys.shape[1], stride, length)
+    flat_keys = F.pad(keys, (0, 0, 0, stride - length)).transpose(0, 1).reshape(
+        keys.shape[1], batch * stride, dim)
+    flat_values = F.pad(values, (0, 0, 0, stride - length)).transpose(0, 1).reshape(
+        keys.shape[1], batch * stride, dim)
+    flat_query = query.transpose(0, 1).reshape(1, heads, batch * width, dim)
+    out = attend(call.plans[key], flat_keys, flat_values, flat_query, scaling, softcap)
+    return out[0].view(heads, batch, width, dim).permute(1, 2, 0, 3)
+
+
+def _dense_plan(call: DenseCall, window, groups: int, stride: int, length: int) -> list:
+    members: dict[tuple[int, int], list[Group]] = defaultdict(list)
+    for b, (slots, queries) in enumerate(call.rows):
+        sequence = [b * stride + s for s in slots]
+        spans: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
+        for column, position in queries:
+            spans[key_span(position, window)].append((column, position))
+        for (first, end), chosen in spans.items():
+            full = sequence + [b * stride + length] * (end - len(sequence))
+            group = Group([b * call.width + c for c, _ in chosen], full[first:end],
+                          _visible(torch.arange(first, end), [p for _, p in chosen], window))
+            members[end - first, call.rule.pad(len(chosen))].append(group)
+    return [_bucket(span, rows, groups_, groups) for (span, rows), groups_ in members.items()]

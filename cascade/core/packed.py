@@ -224,10 +224,20 @@ def _attend_packed(module, query, scaling, kwargs):
                        kwargs.get("softcap")), None
 
 
+def _attend_dense(module, query, key, value, scaling, kwargs):
+    """A ``DynamicCache`` forward in the invariant mode (``SequenceCache``, ``Branches``)."""
+    _refuse_unsupported(module, kwargs)
+    scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
+    return invariant.attend_dense(invariant.DENSE_CALL.get(), query, key, value, scaling,
+                                  kwargs.get("sliding_window"), kwargs.get("softcap")), None
+
+
 def packed_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
                      **kwargs):
     if kwargs.get("packed_step") is not None:
         return _attend_packed(module, query, scaling, kwargs)
+    if invariant.DENSE_CALL.get() is not None:
+        return _attend_dense(module, query, key, value, scaling, kwargs)
     _refuse_unsupported(module, kwargs)
     return sdpa_attention_forward(module, query, key, value, attention_mask,
                                   scaling=scaling, dropout=dropout, **kwargs)
@@ -237,6 +247,8 @@ def packed_eager_attention(module, query, key, value, attention_mask, scaling=No
                            dropout=0.0, **kwargs):
     if kwargs.get("packed_step") is not None:
         return _attend_packed(module, query, scaling, kwargs)
+    if invariant.DENSE_CALL.get() is not None:
+        return _attend_dense(module, query, key, value, scaling, kwargs)
     _refuse_unsupported(module, kwargs)
     eager = sys.modules[type(module).__module__].eager_attention_forward
     return eager(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,

@@ -10,6 +10,8 @@ sequence in one forward pass, reusing the longest common prefix.
 from __future__ import annotations
 
 import json
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -18,6 +20,19 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedModel
 
 from cascade.core.dtypes import auto_dtype
+from cascade.core.invariant import DENSE_CALL, DenseCall, Invariance, probe
+from cascade.core.packed import enable
+
+_PROBE_LOCK = threading.Lock()
+
+
+@contextmanager
+def _dense_context(call: DenseCall):
+    token = DENSE_CALL.set(call)
+    try:
+        yield
+    finally:
+        DENSE_CALL.reset(token)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 VOCAB_MAP_FILE = "cascade_vocab.json"
@@ -94,6 +109,27 @@ class ModelRunner:
         self.tokenizer = tokenizer
         self.vocab_map = vocab_map
         self.device = next(model.parameters()).device
+        self.invariance: Invariance | None = None
+        """The model's probed row rules (``cascade.core.invariant.probe``), once asked for."""
+        self.invariant = False
+        """Whether its own caches (``SequenceCache``, ``Branches``) run the batch-invariant
+        forward, so what it computes for a position does not depend on how it was fed."""
+
+    def probed_invariance(self) -> Invariance:
+        with _PROBE_LOCK:
+            if self.invariance is None:
+                self.invariance = probe(self.model)
+            return self.invariance
+
+    def set_invariant(self, on: bool = True) -> None:
+        if on:
+            enable(self.model)
+            self.probed_invariance()
+        self.invariant = on
+
+    def dense_call(self, rows, width: int):
+        """The context of one invariant ``DynamicCache`` forward (``invariant.DenseCall``)."""
+        return _dense_context(DenseCall(rows, width, self.invariance.attention))
 
     @classmethod
     def load(cls, spec: ModelSpec) -> "ModelRunner":
@@ -162,16 +198,40 @@ class SequenceCache:
         positions as the logits; 0 = all)."""
         assert token_ids, "extend needs at least one token"
         start, count = len(self.tokens), len(token_ids)
-        positions = torch.arange(start, start + count)
-        output = self.runner.forward(torch.tensor([token_ids]), positions[None], positions,
-                                     self.cache, logits_to_keep=num_logits,
-                                     output_hidden_states=bool(hidden_layers))
+        if self.runner.invariant:
+            logits, states = self._forward_invariant(token_ids, num_logits, bool(hidden_layers))
+        else:
+            positions = torch.arange(start, start + count)
+            output = self.runner.forward(torch.tensor([token_ids]), positions[None], positions,
+                                         self.cache, logits_to_keep=num_logits,
+                                         output_hidden_states=bool(hidden_layers))
+            logits, states = output.logits[0], [h[0] for h in output.hidden_states or ()]
         self.tokens.extend(token_ids)
-        logits = self.runner.target_logits(output.logits[0])
+        logits = self.runner.target_logits(logits)
         num_hidden = num_logits if num_hidden is None else num_hidden
         rows = slice(-num_hidden if num_hidden else None, None)
-        hidden = tuple(output.hidden_states[i][0, rows].cpu() for i in hidden_layers)
+        hidden = tuple(states[i][rows].cpu() for i in hidden_layers)
         return ForwardOutput(logits, hidden)
+
+    def _forward_invariant(self, token_ids: list[int], num_logits: int, hidden: bool):
+        """The same pass, batch-invariant: filler tokens bring the rows to the model's rule
+        (their cache entries are dropped after), attention is canonical. Returns the kept
+        logits and each layer's hidden states [count, d]."""
+        rules = self.runner.invariance
+        start, count = len(self.tokens), len(token_ids)
+        width = rules.linear.pad(count)
+        positions = torch.arange(start, start + width)
+        keep = torch.arange(count - num_logits if num_logits else 0, count)
+        wanted = len(keep)
+        keep = torch.cat([keep, keep[-1:].expand(rules.linear.pad(wanted) - wanted)])
+        ids = torch.tensor([token_ids + [0] * (width - count)])
+        with self.runner.dense_call([(list(range(start + count)),
+                                      [(i, start + i) for i in range(count)])], width):
+            output = self.runner.forward(ids, positions[None], positions, self.cache,
+                                         logits_to_keep=keep, output_hidden_states=hidden)
+        if width > count:
+            self.cache.crop(count - width)
+        return output.logits[0, :wanted], [h[0, :count] for h in output.hidden_states or ()]
 
     def rollback(self, length: int) -> None:
         """Forget every position at or after ``length``."""

@@ -127,3 +127,44 @@ def test_the_plain_pass_is_still_available():
     assert cache.region.size == len(tokens)
     logits = engine.run([Pass(cache, tokens, 3)])[0].logits
     assert logits.shape[0] == 3 and torch.isfinite(logits).all()
+
+
+def _fed_one_by_one(runner, tokens: list[int]) -> torch.Tensor:
+    cache = runner.new_cache()
+    return torch.stack([cache.extend([t], 1).logits[-1] for t in tokens])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("make", [tiny_llama, tiny_mistral, tiny_gemma2])
+def test_a_drafters_cache_gives_the_same_logits_however_it_is_fed(make, dtype):
+    runner = _target(make, dtype)
+    runner.set_invariant()
+    tokens = _tokens(7)
+    reference = _fed_one_by_one(runner, tokens)
+    cache = runner.new_cache()
+    chunks = [cache.extend(tokens[:30], 0).logits]
+    for start in range(30, len(tokens), 7):
+        chunks.append(cache.extend(tokens[start : start + 7], 0).logits)
+    assert torch.equal(torch.cat(chunks), reference)
+    cache.rollback(KEY_BLOCK - 3)  # a rejected tail, fed again as one block
+    again = cache.forward_to(tokens, num_logits=len(tokens) - KEY_BLOCK + 3).logits
+    assert torch.equal(again, reference[KEY_BLOCK - 3 :])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_branches_give_each_row_what_it_gets_alone(dtype):
+    from cascade.core.branches import Branches
+
+    runner = _target(tiny_llama, dtype)
+    runner.set_invariant()
+    tokens = _tokens(8, 90)
+    tails = [_tokens(seed, n) for seed, n in ((9, 1), (10, 3), (11, 2), (12, 5), (13, 4))]
+    branches = Branches(runner.new_cache(), tokens, len(tails))
+    fed = [[] for _ in tails]
+    for step in range(3):  # the rows feed different numbers of tokens per step
+        rows = [t[:1] if step else t for t in tails] if step < 2 else [[5]] * len(tails)
+        logits = branches.feed(rows)
+        for b, row in enumerate(rows):
+            fed[b] += row
+            alone = runner.new_cache().extend(tokens + fed[b], 1).logits[-1]  # one block:
+            assert torch.equal(logits[b], alone), (step, b)  # the same, as the test above shows
