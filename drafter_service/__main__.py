@@ -1,12 +1,14 @@
 """python -m drafter_service --model DIR [--port 50061] [--redis-url redis://...]
 [--allowed-verifiers HOST:PORT,...] [--tls-dir DIR] [--mesh-token-file FILE]
-[--speculate off|cache|ahead] [--memory-max-sequences N] [--memory-max-tokens N]"""
+[--speculate off|cache|ahead] [--memory-max-sequences N] [--memory-max-tokens N]
+[--no-invariant]"""
 
 import logging
 
 import typer
 from prometheus_client import REGISTRY
 
+from cascade.core.packed import UnsupportedModel
 from cascade.core.suffix_index import MemoryLimits, SuffixIndex
 
 from cascade.pod.cli import model_server_cli, option
@@ -48,13 +50,19 @@ OPTIONS = (
     option("memory_max_tokens", int, typer.Option(
         MemoryLimits.max_tokens, help="Tokens the speculation memory keeps (about 40 bytes "
         "each).")),
+    option("invariant", bool, typer.Option(
+        True, help="Batch-invariant drafter passes: a proposal does not depend on how the "
+        "drafter's cache was fed or which guesses were drafted beside it (reproducible "
+        "drafts; --no-invariant: the plain pass).")),
 )
 
 
 def build(runner, host, port, grace_s, *, mesh, registry, allowed_verifiers, inject_delay_ms,
           inject_jitter_ms, speculate, speculate_fanout, speculate_blocks, send_ahead,
-          miss_draft_tokens, speculate_max_sessions, memory_max_sequences, memory_max_tokens):
+          miss_draft_tokens, speculate_max_sessions, memory_max_sequences, memory_max_tokens,
+          invariant):
     verifiers = VerifierPolicy.from_options(allowed_verifiers, registry)
+    _set_invariant(runner, invariant)
     logging.getLogger("drafter").info("dials %s", verifiers.describe())
     try:
         speculation = SpeculationConfig(speculate, speculate_fanout, speculate_blocks, send_ahead,
@@ -68,6 +76,17 @@ def build(runner, host, port, grace_s, *, mesh, registry, allowed_verifiers, inj
     return build_drafter(runner, host, port, grace_s, mesh, verifiers,
                          LinkDelay(inject_delay_ms, inject_jitter_ms), speculation, memory,
                          registry)
+
+
+def _set_invariant(runner, invariant: bool) -> None:
+    """The model drafter's caches in the invariant mode (a feature drafter runs its own pass;
+    a model the invariant attention cannot run keeps the plain one)."""
+    if not invariant or not hasattr(runner, "set_invariant"):
+        return
+    try:
+        runner.set_invariant()
+    except UnsupportedModel as exc:
+        logging.getLogger("drafter").warning("plain drafter passes: %s", exc)
 
 
 cli = model_server_cli("drafter", 50061, "Serve the drafter model: run draft -> verify loops "
