@@ -234,10 +234,10 @@ def probe(model, seed: int = 0) -> Invariance:
     the same numbers whatever the row count, probed here with the model's own weight shapes
     and the attention products."""
     generator = torch.Generator().manual_seed(seed)
-    weights = _distinct_weights(model)
+    products = _distinct_weights(model)
     linear = next((rule for rule in RULES if all(
-        _rows_invariant(lambda x, w=w: F.linear(x, w), w.shape[1], w.dtype, _counts(rule),
-                        generator) for w in weights)), None)
+        _rows_invariant(product, width, dtype, _counts(rule), generator)
+        for product, width, dtype in products)), None)
     attention = next((rule for rule in RULES if _attention_invariant(model, rule, generator)),
                      None)
     if linear is None or attention is None:
@@ -251,16 +251,24 @@ def _counts(rule: RowRule, groups: int = 1) -> list[int]:
     return sorted({groups * rule.pad(count) for count in _PROBE_COUNTS})
 
 
-def _distinct_weights(model) -> list[torch.Tensor]:
-    seen, weights = set(), []
+def _distinct_weights(model) -> list:
+    """One product per distinct weight shape: ``nn.Linear`` (x @ W.T) and transformers'
+    ``Conv1D`` (GPT-2: x @ W)."""
+    from transformers.pytorch_utils import Conv1D
+
+    seen, products = set(), []
     for module in model.modules():
-        weight = getattr(module, "weight", None)
-        if isinstance(module, torch.nn.Linear) and weight is not None:
-            key = (tuple(weight.shape), weight.dtype)
+        if isinstance(module, (torch.nn.Linear, Conv1D)):
+            weight = module.weight
+            key = (type(module), tuple(weight.shape), weight.dtype)
             if key not in seen:
                 seen.add(key)
-                weights.append(weight)
-    return weights
+                if isinstance(module, torch.nn.Linear):
+                    products.append((lambda x, w=weight: F.linear(x, w), weight.shape[1],
+                                     weight.dtype))
+                else:
+                    products.append((lambda x, w=weight: x @ w, weight.shape[0], weight.dtype))
+    return products
 
 
 def _rows_invariant(product, width: int, dtype: torch.dtype, counts: list[int],

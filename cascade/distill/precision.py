@@ -10,15 +10,10 @@ from pathlib import Path
 
 import torch
 
-BF16_FLAGS = ("avx512_bf16", "amx_bf16")
-
+from cascade.core.dtypes import BF16_FLAGS, cpu_flags
 
 def cpu_has_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
-    try:
-        flags = cpuinfo.read_text()
-    except OSError:
-        return False
-    return any(flag in flags.split() for flag in BF16_FLAGS)
+    return bool(cpu_flags(cpuinfo) & set(BF16_FLAGS))
 
 
 def resolve_dtype(name: str) -> torch.dtype:
