@@ -91,7 +91,9 @@ class SequenceVerifier:
         self.prompt_len = prompt_len
         self.committed: list[int] = list(context)
         self.engine = engine or engine_for(runner)
-        self.cache = self.engine.admit(prompt_len + params.max_new_tokens + tree_room)
+        self.positions = prompt_len + params.max_new_tokens + tree_room
+        """Positions reserved for this generation (the region may be rounded up)."""
+        self.cache = self.engine.admit(self.positions)
         self._release = weakref.finalize(self, self.cache.release)
         self.finish_reason: FinishReason | None = None
         self.stats = SpecStats()
@@ -313,7 +315,7 @@ class SequenceVerifier:
         if len(draft.parents) != draft.num_tokens:
             raise InvalidDraft(f"parents: {len(draft.parents)} parents for "
                                f"{draft.num_tokens} tokens; one per token")
-        room = self.cache.region.size - len(self.committed)
+        room = self.positions - len(self.committed)
         problem = tree_problem(draft.parents, min(MAX_TREE_NODES, room), self.max_draft_len())
         if problem is not None:
             raise InvalidDraft(f"parents: {problem}")

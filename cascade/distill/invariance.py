@@ -1,6 +1,7 @@
-"""The batch-invariant pass against the plain one, side by side in one run: exactness and cost.
+"""The batch-invariant pass against the plain one, side by side in one run: exactness and cost
+(with the distillation's held-out prompts, hence here).
 
-    python -m cascade.bench.invariance [--target DIR] [--drafter DIR] [--dtype auto]
+    python -m cascade.distill.invariance [--target DIR] [--drafter DIR] [--dtype auto]
         [--prompts 24] [--tokens 64] [--parts exactness cost] [--out FILE]
 
 Exactness: held-out prompts (never used to distil the drafter), greedy. For each kind of pass,
@@ -32,7 +33,7 @@ from cascade.distill.prompts import prompt_set
 from cascade.protocol.settings import AcceptancePolicy, DraftConfig, SamplingParams
 
 BATCH = 8
-MARKER = "<!-- cascade.bench.invariance -->"
+MARKER = "<!-- cascade.distill.invariance -->"
 PASSES = {"plain": False, "invariant": True}
 
 
