@@ -21,7 +21,8 @@ from typing import NamedTuple
 import torch
 
 from cascade.core.batch_accept import accept_rows
-from cascade.core.invariant import KEY_BLOCK, padded
+from cascade.core.invariant import KEY_BLOCK
+from cascade.core.row_rules import padded
 from cascade.core.kv_store import KVShape, KVStore, Region, default_budget
 from cascade.core.packed import Feed, enable, packed_forward
 from cascade.core.runner import ForwardOutput, ModelRunner, common_prefix_len

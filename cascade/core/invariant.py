@@ -22,7 +22,8 @@ draft lengths, tree nodes, their cached lengths). Two things in a plain pass bre
   sequence one-token decoding of its path would hold.
 
 Per-token operations (norms, rotary embeddings, activations) reduce within a row only and are
-invariant as they are. What remains machine-dependent is checked, not assumed: ``probe`` tries
+invariant as they are. What remains machine-dependent is checked, not assumed: ``probe``
+(``cascade.core.row_rules``) tries
 the model's own weight shapes and the attention products at start-up and says when no rule
 makes them invariant (a GPU's split-K GEMMs, for instance); the engine then reports the pass
 as unverified.
@@ -30,7 +31,6 @@ as unverified.
 
 from __future__ import annotations
 
-import logging
 from collections import defaultdict
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -38,14 +38,10 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-log = logging.getLogger(__name__)
+from cascade.core.row_rules import RowRule, padded
 
 KEY_BLOCK = 64
 """Key spans end on a multiple of this many positions (the masked keys a decode step pays)."""
-
-
-def padded(count: int, multiple: int) -> int:
-    return -(-count // multiple) * multiple
 
 
 def key_span(position: int, window: int | None) -> tuple[int, int]:
@@ -197,122 +193,6 @@ def _visible(key_positions: torch.Tensor, query_positions: list[int],
     if window is not None:
         visible &= key_positions[None] > queries - window
     return visible
-
-
-@dataclass(frozen=True)
-class RowRule:
-    """How many rows a product is given for ``count`` real ones (the rest are filler)."""
-
-    multiple: int
-    minimum: int
-
-    def pad(self, count: int) -> int:
-        return max(self.minimum, padded(count, self.multiple))
-
-
-RULES = (RowRule(1, 1), RowRule(1, 2), RowRule(2, 2), RowRule(4, 4), RowRule(8, 8),
-         RowRule(16, 16), RowRule(32, 32))
-"""Candidate rules, cheapest first."""
-_PROBE_COUNTS = (1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 16, 17, 33)
-
-
-@dataclass(frozen=True)
-class Invariance:
-    """The rules the invariant pass runs with, probed for one model on this machine."""
-
-    linear: RowRule
-    """Tokens of the pass (every weight product, in the model's dtype)."""
-    attention: RowRule
-    """Queries of one attention group (the float32 products over keys)."""
-    verified: bool
-    """False when no candidate made the products invariant (the largest is used)."""
-
-
-@torch.inference_mode()
-def probe(model, seed: int = 0) -> Invariance:
-    """The cheapest rules under which every matrix product of ``model``'s pass gives each row
-    the same numbers whatever the row count, probed here with the model's own weight shapes
-    and the attention products."""
-    generator = torch.Generator().manual_seed(seed)
-    products = _distinct_weights(model)
-    linear = next((rule for rule in RULES if all(
-        _rows_invariant(product, width, dtype, _counts(rule), generator)
-        for product, width, dtype in products)), None)
-    attention = next((rule for rule in RULES if _attention_invariant(model, rule, generator)),
-                     None)
-    if linear is None or attention is None:
-        log.warning("no row rule makes this model's matrix products row-invariant on this "
-                    "machine: the batch-invariant pass is unverified")
-    return Invariance(linear or RULES[-1], attention or RULES[-1],
-                      linear is not None and attention is not None)
-
-
-def _counts(rule: RowRule, groups: int = 1) -> list[int]:
-    return sorted({groups * rule.pad(count) for count in _PROBE_COUNTS})
-
-
-def _distinct_weights(model) -> list:
-    """One product per distinct weight shape: ``nn.Linear`` (x @ W.T) and transformers'
-    ``Conv1D`` (GPT-2: x @ W)."""
-    from transformers.pytorch_utils import Conv1D
-
-    seen, products = set(), []
-    for module in model.modules():
-        if isinstance(module, (torch.nn.Linear, Conv1D)):
-            weight = module.weight
-            key = (type(module), tuple(weight.shape), weight.dtype)
-            if key not in seen:
-                seen.add(key)
-                if isinstance(module, torch.nn.Linear):
-                    products.append((lambda x, w=weight: F.linear(x, w), weight.shape[1],
-                                     weight.dtype))
-                else:
-                    products.append((lambda x, w=weight: x @ w, weight.shape[0], weight.dtype))
-    return products
-
-
-def _rows_invariant(product, width: int, dtype: torch.dtype, counts: list[int],
-                    generator: torch.Generator) -> bool:
-    """Whether ``product`` gives the first and last rows of every row count in ``counts``
-    (smallest first) the numbers a call with only the smallest count of rows gives them."""
-    unit = counts[0]
-    x = torch.randn(max(counts), width, generator=generator).to(dtype)
-    head = product(x[:unit])
-    for rows in counts[1:]:
-        out = product(x[:rows])
-        tail = product(x[rows - unit : rows])
-        if not (torch.equal(out[:unit], head) and torch.equal(out[-unit:], tail)):
-            return False
-    return True
-
-
-def _attention_invariant(model, rule: RowRule, generator: torch.Generator) -> bool:
-    """The two attention products, in float32, for a few key spans and batch sizes."""
-    config = model.config
-    heads = config.num_attention_heads
-    kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-    counts = _counts(rule, heads // kv_heads)
-    for span in (KEY_BLOCK, 4 * KEY_BLOCK):
-        keys = torch.randn(span, dim, generator=generator)
-        if not (_rows_invariant(lambda x, k=keys: x @ k.T, dim, torch.float32, counts, generator)
-                and _rows_invariant(lambda x, k=keys: x @ k, span, torch.float32, counts,
-                                    generator)
-                and _batch_invariant(counts[0], dim, span, generator)):
-            return False
-    return True
-
-
-def _batch_invariant(rows: int, dim: int, span: int, generator: torch.Generator) -> bool:
-    """Whether a batched product gives each batch entry what a product of that entry alone
-    gives (a bucket batches groups of different rows)."""
-    for batch in (2, 5, 16):
-        x = torch.randn(batch, rows, dim, generator=generator)
-        y = torch.randn(batch, dim, span, generator=generator)
-        full = x @ y
-        if not all(torch.equal(full[b], (x[b : b + 1] @ y[b : b + 1])[0]) for b in range(batch)):
-            return False
-    return True
 
 
 @dataclass

@@ -39,6 +39,7 @@ from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from cascade.core import invariant
 from cascade.core.kv_store import KVStore, Region
+from cascade.core.row_rules import Invariance
 from cascade.core.trees import ancestor_mask
 from cascade.protocol.trees import depths
 
@@ -97,7 +98,7 @@ class PackedStep:
     """The step's rows, where the model's cache would be."""
 
     def __init__(self, store: KVStore, feeds: list[Feed], fill: int = 0,
-                 invariance: invariant.Invariance | None = None) -> None:
+                 invariance: Invariance | None = None) -> None:
         self.store, self.feeds, self.fill, self.invariance = store, feeds, fill, invariance
         self._mask_cache: dict[tuple, list] = {}
         """Per kind of layer: the rows' masks, or the invariant attention's plan."""
@@ -358,7 +359,7 @@ def _rotary_row(module, x, positions, layer_type, length):
 @torch.inference_mode()
 def packed_forward(model, store: KVStore, feeds: list[Feed], keep: torch.Tensor,
                    hidden: bool = False, to_local: torch.Tensor | None = None,
-                   invariance: invariant.Invariance | None = None):
+                   invariance: Invariance | None = None):
     """Feed every row's tokens in one pass. ``keep``: [M] packed indices whose logits are
     wanted. Returns (logits [M, model vocab] float32, hidden states per layer [N, d] or ()).
 

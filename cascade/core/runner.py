@@ -20,7 +20,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedModel
 
 from cascade.core.dtypes import auto_dtype
-from cascade.core.invariant import DENSE_CALL, DenseCall, Invariance, probe
+from cascade.core.invariant import DENSE_CALL, DenseCall
+from cascade.core.row_rules import Invariance, probe
 from cascade.core.packed import enable
 
 _PROBE_LOCK = threading.Lock()
@@ -110,7 +111,7 @@ class ModelRunner:
         self.vocab_map = vocab_map
         self.device = next(model.parameters()).device
         self.invariance: Invariance | None = None
-        """The model's probed row rules (``cascade.core.invariant.probe``), once asked for."""
+        """The model's probed row rules (``cascade.core.row_rules.probe``), once asked for."""
         self.invariant = False
         """Whether its own caches (``SequenceCache``, ``Branches``) run the batch-invariant
         forward, so what it computes for a position does not depend on how it was fed."""

@@ -40,7 +40,8 @@ from pathlib import Path
 import torch
 
 from cascade.core.engine import Pass, VerifyEngine
-from cascade.core.invariant import KEY_BLOCK, padded
+from cascade.core.invariant import KEY_BLOCK
+from cascade.core.row_rules import padded
 
 FORMAT_VERSION = 2
 MIN_SECONDS = 1e-6

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from cascade.core.engine import Pass, VerifyEngine
-from cascade.core.invariant import KEY_BLOCK, RowRule, _counts, _rows_invariant, probe
+from cascade.core.invariant import KEY_BLOCK
+from cascade.core.row_rules import RowRule, _counts, _rows_invariant, probe
 from cascade.core.loop import generate
 from cascade.protocol.settings import DraftConfig, SamplingParams
 from models import random_prompts, tiny_gemma2, tiny_gpt2, tiny_llama, tiny_mistral

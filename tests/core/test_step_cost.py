@@ -94,7 +94,7 @@ def test_profile_times_a_disturbed_point_again(monkeypatch):
     real_measure = step_cost._measure
     monkeypatch.setattr(step_cost, "_time", time_pass)
     monkeypatch.setattr(step_cost, "_measure", measure)
-    model = profile(tiny_llama(0), seconds=1.0, grid=SMALL_GRID)
+    model = profile(tiny_llama(0), seconds=2.0, grid=SMALL_GRID)
     target = StepShape(4, 36, 4 * 64)
     assert dict(model.retimed)[target] > 0.05
     assert dict(model.points)[target] < 0.05
