@@ -17,6 +17,7 @@ the real one; any other is dropped unanswered (``verify`` returns None) and chan
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -72,6 +73,10 @@ class SessionTable:
         self.limits = model_limits(runner)
         self.settings = settings or VerifierSettings()
         self.engine = VerifyEngine(runner, self.settings.kv_tokens, self.settings.invariant)
+        metrics.VERIFIER_INVARIANT.set(int(self.engine.invariance_verified))
+        logging.getLogger("verifier").info(
+            "passes: %s", f"batch-invariant, {self.engine.invariance}"
+            if self.settings.invariant else "plain (--no-invariant)")
         self.planner = DraftPlanner(step_cost or profile_for(runner,
                                                              invariant=self.settings.invariant))
         self.scheduler = StepScheduler(self.engine, executor, self.settings, self.planner)

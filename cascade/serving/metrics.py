@@ -55,6 +55,10 @@ REQUESTS_WAITING = Gauge("cascade:num_requests_waiting",
                          "Sessions waiting for the verifier's KV memory to admit them.")
 KV_CACHE_USAGE = Gauge("cascade:kv_cache_usage_perc",
                        "Share of the verifier's KV budget reserved by open sessions (0..1).")
+VERIFIER_INVARIANT = Gauge("cascade:verifier_invariant_pass",
+                           "1 when the verifier's passes are batch-invariant and the start-up "
+                           "probe verified them on this machine (greedy output never depends "
+                           "on k, batch or load); 0 otherwise.")
 VERIFIER_BATCH_SIZE = Histogram("cascade:verifier_batch_size", "Items per engine step.",
                                 buckets=(1, 2, 4, 8, 16, 32, 64))
 VERIFIER_STEP_SECONDS = Histogram("cascade:verifier_step_seconds",

@@ -246,3 +246,17 @@ def test_blocks_with_their_own_estimates_are_cut_by_them_and_ask_for_more(gpt2_p
     planner.observe(alone, engine.step(alone), seconds=0.0)
     assert planner.note(sequence).next_draft_tokens >= 5
     sequence.close()
+
+
+def test_the_verifier_reports_whether_its_passes_are_invariant(gpt2_pair):
+    from cascade.serving import metrics
+    from verifier_service.scheduler import VerifierSettings
+
+    target, _ = gpt2_pair
+    build_verifier(target, grace_s=1.0, step_cost=CHEAP,
+                   settings=VerifierSettings(kv_tokens=4096, invariant=False))
+    assert metrics.VERIFIER_INVARIANT._value.get() == 0
+    _, sessions = build_verifier(target, grace_s=1.0, step_cost=CHEAP,
+                                 settings=VerifierSettings(kv_tokens=4096))
+    assert sessions.engine.invariance_verified  # the probe passed on this machine
+    assert metrics.VERIFIER_INVARIANT._value.get() == 1
