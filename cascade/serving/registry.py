@@ -47,11 +47,19 @@ return expires
 """
 
 
+SENTINEL_RETRIES = 12
+"""A sentinel client's retries (about 10 s): a failover takes the sentinels' down-after time
+plus an election and a promotion, several seconds on a loaded machine."""
+
+
 def connect(url: str, timeout_s: float = 2.0, retries: int = 5) -> redis.Redis:
     """A client with explicit timeouts and backoff retries (about 3 s of retrying in all), so
     a Redis restart costs a pause, not a failed call; every service uses it. A
     ``redis+sentinel://`` URL (cascade.serving.redis_url) gives a client of the primary the
-    sentinels name, which finds the new primary after a failover (within its retries)."""
+    sentinels name, which finds the new primary after a failover (within its retries, at
+    least ``SENTINEL_RETRIES``)."""
+    if is_sentinel(url):
+        retries = max(retries, SENTINEL_RETRIES)
     options = dict(socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
                    retry=Retry(ExponentialBackoff(cap=1.0, base=0.1), retries),
                    retry_on_error=[RedisConnectionError, RedisTimeoutError])
