@@ -101,11 +101,18 @@ class VerifyEngine:
         self.store = KVStore(shape, capacity, runner.device)
         self.lock = threading.Lock()
         """Held for a whole step: one model pass at a time."""
-        self.invariant = invariant
-        """The batch-invariant pass (``cascade.core.invariant``): a position's logits do not
-        depend on what else is in the pass, so speculation never changes greedy output."""
         self.invariance = runner.probed_invariance() if invariant else None
-        self.invariance_verified = invariant and self.invariance.verified
+        """The batch-invariant pass's rules (``cascade.core.invariant``): a position's logits
+        do not depend on what else is in the pass, so speculation never changes greedy output;
+        None: the plain pass."""
+
+    @property
+    def invariant(self) -> bool:
+        return self.invariance is not None
+
+    @property
+    def invariance_verified(self) -> bool:
+        return self.invariant and self.invariance.verified
 
     def admit(self, num_positions: int) -> RegionCache:
         """A cache with room for ``num_positions`` positions, or KVBudgetExhausted. In the

@@ -32,6 +32,7 @@ as unverified.
 from __future__ import annotations
 
 from collections import defaultdict
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
@@ -209,6 +210,16 @@ class DenseCall:
 
 
 DENSE_CALL: ContextVar[DenseCall | None] = ContextVar("dense_call", default=None)
+
+
+@contextmanager
+def dense_call(call: DenseCall):
+    """Forwards inside run ``call``'s invariant attention (``attend_dense``)."""
+    token = DENSE_CALL.set(call)
+    try:
+        yield
+    finally:
+        DENSE_CALL.reset(token)
 
 
 def attend_dense(call: DenseCall, query: torch.Tensor, keys: torch.Tensor,

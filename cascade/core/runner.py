@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import threading
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -20,20 +19,11 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedModel
 
 from cascade.core.dtypes import auto_dtype
-from cascade.core.invariant import DENSE_CALL, DenseCall
+from cascade.core.invariant import DenseCall, dense_call
 from cascade.core.row_rules import Invariance, probe
 from cascade.core.packed import enable
 
 _PROBE_LOCK = threading.Lock()
-
-
-@contextmanager
-def _dense_context(call: DenseCall):
-    token = DENSE_CALL.set(call)
-    try:
-        yield
-    finally:
-        DENSE_CALL.reset(token)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 VOCAB_MAP_FILE = "cascade_vocab.json"
@@ -130,7 +120,7 @@ class ModelRunner:
 
     def dense_call(self, rows, width: int):
         """The context of one invariant ``DynamicCache`` forward (``invariant.DenseCall``)."""
-        return _dense_context(DenseCall(rows, width, self.invariance.attention))
+        return dense_call(DenseCall(rows, width, self.invariance.attention))
 
     @classmethod
     def load(cls, spec: ModelSpec) -> "ModelRunner":
