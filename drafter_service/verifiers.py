@@ -11,6 +11,7 @@ from __future__ import annotations
 import redis.asyncio as redis
 
 from cascade.protocol.validation import invalid
+from cascade.serving.errors import Unavailable
 from cascade.serving.registry import live_pods
 
 
@@ -36,11 +37,16 @@ class VerifierPolicy:
         return "verifiers from " + " and ".join(sources)
 
     async def check(self, address: str) -> None:
-        """Raises RequestInvalid (INVALID_ARGUMENT) for an address the drafter must not dial."""
+        """Raises for an address the drafter must not dial: RequestInvalid (INVALID_ARGUMENT)
+        when it is not on the list, Unavailable (UNAVAILABLE: the caller may pick another)
+        when the registry has no live verifier under it now (it may have just died or left:
+        the caller saw its entry a moment earlier)."""
         if self.is_open or address in self.allowed:
             return
         if self.registry is not None:
             if any(p.address == address for p in await live_pods(self.registry, "verifier")):
                 return
+            raise Unavailable(f"verifier_address: {address!r} is not a registered verifier "
+                              "now (nor on the drafter's --allowed-verifiers list)")
         raise invalid("verifier_address", f"{address!r} is not a registered verifier (nor on "
                                           "the drafter's --allowed-verifiers list)")

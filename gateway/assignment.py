@@ -16,8 +16,9 @@ from gateway.session_store import SessionRecord
 
 @dataclass(frozen=True)
 class OrchestratorSettings:
-    max_attempts: int = 3
-    """Assignments tried per session (the first one plus moves after failures)."""
+    max_attempts: int = 6
+    """Assignments tried per session (the first one plus moves after failures, the n-th
+    after a wait of 0.1 s * 2 ** (n - 2): about 3 s in all)."""
     first_round_timeout_s: float = 120.0
     """Longest wait for an assignment's first round (prefill, KV admission wait included)."""
     round_timeout_s: float = 30.0
@@ -27,6 +28,9 @@ class OrchestratorSettings:
     round_timeout_factor: float = 10.0
     cooldown_s: float = 30.0
     """How long pods that hung are passed over when others can take the session."""
+    pod_wait_s: float = 60.0
+    """How long a session that lost its pods waits for a verifier when none is live (every
+    verifier restarting at once) before it is given up."""
     idle_timeout_s: float = 60.0
     """Longest a round may wait for the stream's consumer (a client that stopped reading)
     before the session is given up: recorded cancelled, its pods freed, its lease let go

@@ -58,6 +58,11 @@ from gateway.session_store import (
 from gateway.sharing import MemorySharing
 
 log = logging.getLogger(__name__)
+RETRY_BACKOFF_S = 0.1
+"""Wait before the n-th retry of a failed session: this times 2 ** (n - 1) (a link that drops
+refuses new connections for a moment)."""
+POD_POLL_S = 0.5
+"""How often a session waiting for a live verifier looks again."""
 RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN,
              grpc.StatusCode.ABORTED, grpc.StatusCode.CANCELLED}
 
@@ -201,7 +206,7 @@ class Orchestrator:
                 except (grpc.aio.AioRpcError, ConnectionError) as exc:
                     if job.is_abandoned:
                         raise ConsumerIdle(self._idle_message(job)) from exc
-                    await self._recover(request, job, exc, attempt)
+                    await self._recover(request, job, exc, attempt, generated)
         except GeneratorExit:  # closed before its last round: stopped or abandoned
             if not (job.is_finished or job.is_abandoned):
                 await self._mark(job, ending["status"], ending["reason"])
@@ -335,12 +340,13 @@ class Orchestrator:
             owner_tag=session.owner_tag, memory_scope=self.memory.scope(request))
         return drafter_pb2_grpc.DrafterStub(channel).RunSession(run)
 
-    async def _recover(self, request, job: SessionJob, exc: Exception, attempt: int) -> None:
+    async def _recover(self, request, job: SessionJob, exc: Exception, attempt: int,
+                       generated: list[int]) -> None:
         """Move the session after a retryable failure; a full verifier (RESOURCE_EXHAUSTED)
         sends it to another one, and when none has room the client hears 429."""
         code = exc.code() if isinstance(exc, grpc.aio.AioRpcError) else grpc.StatusCode.UNAVAILABLE
-        log.warning("session %s attempt %d failed: %s", redacted(job.record.session_id),
-                    attempt, exc)
+        log.warning("session %s attempt %d (drafter %s, verifier %s) failed: %s",
+                    redacted(job.record.session_id), attempt, job.drafter, job.verifier, exc)
         full = code is grpc.StatusCode.RESOURCE_EXHAUSTED
         if (code not in RETRYABLE and not full) or attempt == self.settings.max_attempts:
             await self._give_up(job)
@@ -353,18 +359,51 @@ class Orchestrator:
             self._cool_down(exc.pods)
             exclude = set()
         else:
-            job.excluded |= {a for a in (job.drafter, job.verifier)
-                             if a and not await self._is_serving(a)}
+            dead = {a for a in (job.drafter, job.verifier) if a and not await self._is_serving(a)}
+            # Both answer the gateway: the link between them failed (the drafter reaches the
+            # verifier for the session), so this session goes on without that drafter.
+            job.excluded |= dead or {job.drafter} - {None}
             exclude = job.excluded
+            await asyncio.sleep(RETRY_BACKOFF_S * 2 ** (attempt - 1))
         try:
-            job.drafter, job.verifier = await self._pick(request, exclude)
+            job.drafter, job.verifier = await (self._pick(request, exclude) if full else
+                                               self._repick(request, job, exclude))
         except Overloaded:
             await self._give_up(job)
             if full:
                 raise AtCapacity(exc.details()) from exc
             raise
-        job.epoch = await self.store.reassign(
-            job.record.session_id, job.epoch, job.drafter or "", job.verifier)
+        job.epoch = await self._reassign(request, job, generated)
+
+    async def _reassign(self, request, job: SessionJob, generated: list[int]) -> int:
+        """The session's next epoch on its new pods; when Redis lost its record or an epoch
+        bump (a failover to a replica that had not received them), what the gateway holds is
+        written back first."""
+        session_id, drafter = job.record.session_id, job.drafter or ""
+        try:
+            return await self.store.reassign(session_id, job.epoch, drafter, job.verifier)
+        except (SessionLost, EpochBehind) as exc:
+            log.warning("session %s: %s; re-writing the %d tokens the gateway holds",
+                        redacted(session_id), type(exc).__name__, len(generated))
+            await self.store.restore(session_id, request, job.epoch, drafter, job.verifier,
+                                     generated, list(job.round_ends))
+            return await self.store.reassign(session_id, job.epoch, drafter, job.verifier)
+
+    async def _repick(self, request, job: SessionJob, exclude: set[str]
+                      ) -> tuple[str | None, str]:
+        """New pods for a session that lost its own; while no verifier is live (all of them
+        restarting at once), wait for one, up to ``pod_wait_s``, passing over only the pods
+        that still do not answer."""
+        deadline = time.monotonic() + self.settings.pod_wait_s
+        while True:
+            try:
+                return await self._pick(request, exclude)
+            except Overloaded:
+                if time.monotonic() >= deadline:
+                    raise
+            await asyncio.sleep(POD_POLL_S)
+            exclude = {a for a in exclude if not await self._is_serving(a)}
+            job.excluded &= exclude
 
     async def _give_up(self, job: SessionJob) -> None:
         await self._mark(job, "failed")

@@ -138,11 +138,18 @@ return 1
 """
 
 REASSIGN_SCRIPT = """
-if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return -1 end
-local epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
+local epoch = redis.call('HGET', KEYS[1], 'epoch')
+if not epoch then return -3 end
+if epoch ~= ARGV[1] then
+  if tonumber(epoch) < tonumber(ARGV[1]) then return -4 end
+  return -1
+end
+epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
 redis.call('HSET', KEYS[1], 'drafter', ARGV[2], 'verifier', ARGV[3])
 return epoch
 """
+"""-3, -4, -1 as in APPEND_SCRIPT: a record lost by Redis (a failover to a replica that had not
+received it) is told apart from one a later epoch owns."""
 
 
 class LengthMismatch(RuntimeError):
@@ -291,6 +298,10 @@ class SessionStore:
         result = await self._reassign(keys=[record_key], args=[epoch, drafter, verifier])
         if result == -1:
             raise StaleEpoch(f"session {session_id}: epoch {epoch} is no longer current")
+        if result == -4:
+            raise EpochBehind(f"session {session_id}: the stored epoch is older than {epoch}")
+        if result == -3:
+            raise SessionLost(f"session {session_id}: its record is gone")
         return int(result)
 
     def _fields(self, request: GenerationRequest, epoch: int, drafter: str, verifier: str

@@ -23,9 +23,10 @@ from dataclasses import dataclass
 
 import redis.asyncio as redis
 from redis.asyncio.retry import Retry
-from redis.asyncio.sentinel import Sentinel
+from redis.asyncio.sentinel import Sentinel, SentinelManagedConnection
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from cascade.serving.redis_url import is_sentinel, parse_sentinel
@@ -70,7 +71,25 @@ def connect(url: str, timeout_s: float = 2.0, retries: int = 5) -> redis.Redis:
         "password": address.sentinel_password, "socket_timeout": timeout_s,
         "socket_connect_timeout": timeout_s}, password=address.password, db=address.db,
         **options)
-    return sentinel.master_for(address.service)
+    return sentinel.master_for(address.service, connection_class=PrimaryConnection)
+
+
+class PrimaryConnection(SentinelManagedConnection):
+    """A connection to the primary the sentinels name that also takes a script's READONLY
+    error for what it is: the server it reached was demoted (a primary that came back after a
+    failover, a replica now). redis-py's own only recognises a bare READONLY reply, so every
+    Lua script of the session store would fail against the old primary forever. The
+    connection is dropped and the error is a ConnectionError: the retry asks the sentinels
+    again."""
+
+    async def read_response(self, *args, **kwargs):
+        try:
+            return await super().read_response(*args, **kwargs)
+        except ResponseError as exc:
+            if self.connection_pool.is_master and "READONLY" in str(exc):
+                await self.disconnect()
+                raise RedisConnectionError("the primary was demoted to a replica") from exc
+            raise
 
 
 @dataclass(frozen=True)

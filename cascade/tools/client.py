@@ -3,6 +3,7 @@ summarises it (acceptance, tokens/s, per-round protocol overhead)."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -53,13 +54,17 @@ def stream_generation(address: str | Sequence[str], prompt: str, max_tokens: int
                       timeout_s: float = 600.0, cascade_rule: str | None = None,
                       cascade_alpha: float = 0.0, schedule: str = "",
                       max_resumes: int = 5, tree_nodes: int | None = None,
-                      acceptance: str = "") -> GenerationSummary:
+                      acceptance: str = "", idle_timeout_s: float | None = None,
+                      on_resume: Callable[[grpc.RpcError], None] | None = None
+                      ) -> GenerationSummary:
     """One generation through the gateway; ``cascade_rule`` makes it a speculative cascade,
     ``schedule`` is the request's draft_schedule ("auto", "fixed" or "adaptive"; empty: the
     gateway's default), ``tree_nodes`` its draft_tree_nodes (None: the gateway's default),
     ``acceptance`` its rule family ("lossless", "keyed"; empty: the default). ``address``: one gateway or several
     (``host:port,host:port``): when a stream breaks, it is resumed on the next one after the
-    last round received, up to ``max_resumes`` times."""
+    last round received, up to ``max_resumes`` times; a stream that sends nothing for
+    ``idle_timeout_s`` (a hung gateway) is cancelled and resumed the same way; ``on_resume``
+    hears each error a resume follows."""
     cascade = {"acceptance": "cascade", "cascade_rule": cascade_rule,
                "cascade_alpha": cascade_alpha} if cascade_rule else {"acceptance": acceptance}
     request = gateway_pb2.GenerateRequest(prompt=prompt, num_draft_tokens=num_draft_tokens,
@@ -67,7 +72,7 @@ def stream_generation(address: str | Sequence[str], prompt: str, max_tokens: int
                                           temperature=temperature, seed=seed, **cascade,
                                           draft_schedule=schedule, draft_tree_nodes=tree_nodes)
     gateways = address.split(",") if isinstance(address, str) else list(address)
-    summary, position = GenerationSummary(), _Position()
+    summary, position = GenerationSummary(), _Position(idle_timeout_s=idle_timeout_s)
     started = time.perf_counter()
     for attempt in range(max_resumes + 1):
         try:
@@ -83,6 +88,8 @@ def stream_generation(address: str | Sequence[str], prompt: str, max_tokens: int
         except grpc.RpcError as exc:
             if exc.code() not in RESUMABLE or attempt == max_resumes:
                 raise
+            if on_resume:
+                on_resume(exc)
             time.sleep(min(2.0, 0.1 * 2 ** attempt))
     summary.elapsed_s = time.perf_counter() - started
     return summary
@@ -94,12 +101,41 @@ class _Position:
 
     session_id: str = ""
     round: int = 0
+    idle_timeout_s: float | None = None
 
     def call(self, stub, request, timeout_s: float):
         stream = (stub.Resume(gateway_pb2.ResumeRequest(session_id=self.session_id,
                                                         after_round=self.round),
                               timeout=timeout_s)
                   if self.session_id else stub.Generate(request, timeout=timeout_s))
-        for response in stream:
-            self.session_id, self.round = response.session_id, response.round or self.round
-            yield response
+        watchdog = _Watchdog(stream, self.idle_timeout_s) if self.idle_timeout_s else None
+        try:
+            for response in stream:
+                self.session_id, self.round = response.session_id, response.round or self.round
+                if watchdog:
+                    watchdog.kick()
+                yield response
+        finally:
+            if watchdog:
+                watchdog.stop()
+
+
+class _Watchdog:
+    """Cancels ``call`` when ``kick`` has not been called for ``idle_s`` seconds."""
+
+    def __init__(self, call, idle_s: float) -> None:
+        self.call, self.idle_s = call, idle_s
+        self.last, self.done = time.monotonic(), threading.Event()
+        threading.Thread(target=self._watch, daemon=True).start()
+
+    def kick(self) -> None:
+        self.last = time.monotonic()
+
+    def stop(self) -> None:
+        self.done.set()
+
+    def _watch(self) -> None:
+        while not self.done.wait(min(1.0, self.idle_s / 4)):
+            if time.monotonic() - self.last > self.idle_s:
+                self.call.cancel()
+                return

@@ -13,10 +13,12 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import redis
 
 from cascade.serving.certs import make_mesh_certs
 from cascade.serving.registry import role_key
@@ -74,6 +76,10 @@ class LocalCluster:
     config: ClusterConfig
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
     redis: RedisServer | RedisHA | None = None
+    front: Callable[[str, int], int] | None = None
+    """Given (process name, port) of each verifier and Redis data node, puts something in front
+    of it and returns the port everyone else reaches it on (the chaos suite's fault proxies);
+    verifiers advertise that port."""
     _args: dict[str, list[str]] = field(default_factory=dict)
 
     @property
@@ -99,16 +105,19 @@ class LocalCluster:
         c = self.config
         c.workdir.mkdir(parents=True, exist_ok=True)
         password = secrets.token_urlsafe(24) if c.secure else None
-        self.redis = (RedisHA(c.workdir / "redis", c.redis_replicas, password=password).start()
+        self.redis = (RedisHA(c.workdir / "redis", c.redis_replicas, password=password,
+                              front=self.front).start()
                       if c.redis_replicas else
                       RedisServer(c.workdir / "redis", persistent=True, password=password).start())
         mesh, owner = (self._mesh_files(c.workdir / "mesh")) if c.secure else ([], [])
         pod = ["--dtype", c.dtype, "--threads", str(c.threads_per_pod),
                *(mesh or ["--allow-open"])]
         for i in range(c.num_verifiers):
-            self._spawn("verifier" if i == 0 else f"verifier-{i}",
-                        ["verifier_service", "--model", str(c.target),
-                         "--port", str(free_port()), *pod, *owner, *c.verifier_args])
+            name, port = "verifier" if i == 0 else f"verifier-{i}", free_port()
+            advertise = (["--advertise", f"127.0.0.1:{self.front(name, port)}"] if self.front
+                         else [])
+            self._spawn(name, ["verifier_service", "--model", str(c.target),
+                               "--port", str(port), *advertise, *pod, *owner, *c.verifier_args])
         for i in range(c.num_drafters):
             self._spawn(f"drafter-{i}", ["drafter_service", "--model", str(c.drafter),
                                          "--target-model", str(c.target),
@@ -137,14 +146,19 @@ class LocalCluster:
         return ["--tls-dir", str(folder)], ["--session-key-file", str(key)]
 
     def _wait_ready(self, timeout_s: float, port: str | None = None,
-                    gateway: str = "gateway") -> None:
-        """Until every pod is registered (or the one on ``port``) and ``gateway`` is ready."""
+                    gateway: str = "gateway", name: str | None = None) -> None:
+        """Until every pod is registered (or the one on ``port``) and ``gateway`` is ready;
+        fails if a process (only ``name``, if given: others may be down on purpose) exits.
+        Redis errors (a failover under way) are waited out."""
         client = self.redis.sync_client()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            self._check_alive()
-            registered = (self._all_registered(client) if port is None
-                          else self._registered(client, port))
+            self._check_alive(name)
+            try:
+                registered = (self._all_registered(client) if port is None
+                              else self._registered(client, port))
+            except redis.RedisError:
+                registered = False
             if registered and self._gateway_ready(self.http_url_of(gateway)):
                 return
             time.sleep(0.2)
@@ -167,10 +181,8 @@ class LocalCluster:
     def name_of(self, address: str) -> str:
         """The process serving ``address`` (host:port of a drafter or verifier)."""
         port = address.rsplit(":", 1)[1]
-        for name, args in self._args.items():
-            if name.startswith("gateway"):
-                continue
-            if "--port" in args and args[args.index("--port") + 1] == port:
+        for name in self._args:
+            if not name.startswith("gateway") and self.address_of(name).endswith(f":{port}"):
                 return name
         raise KeyError(f"no process of this cluster serves {address}")
 
@@ -195,8 +207,10 @@ class LocalCluster:
         return f"127.0.0.1:{args[args.index('--grpc-port') + 1]}"
 
     def address_of(self, name: str) -> str:
-        """host:port of pod ``name`` (a drafter or verifier process)."""
+        """host:port others reach pod ``name`` (a drafter or verifier process) on."""
         args = self._args[name]
+        if "--advertise" in args:
+            return args[args.index("--advertise") + 1]
         return f"127.0.0.1:{args[args.index('--port') + 1]}"
 
     def restart(self, name: str, timeout_s: float = 120.0) -> None:
@@ -208,18 +222,22 @@ class LocalCluster:
         args = self._args[name]
         if name.startswith("gateway"):
             self._spawn(name, args)
-            self._wait_ready(timeout_s, gateway=name)
+            self._wait_ready(timeout_s, gateway=name, name=name)
             return
-        port = args[args.index("--port") + 1]
+        port = self.address_of(name).rsplit(":", 1)[1]
         self._unregister(port)  # the dead pod's entry lives on until it expires
         self._spawn(name, args)
-        self._wait_ready(timeout_s, port)
+        self._wait_ready(timeout_s, port, name=name)
 
     def _unregister(self, port: str) -> None:
         client = self.redis.sync_client()
-        for key, address in self._entries_on(client, port):
-            client.hdel(key, address)
-        client.close()
+        try:
+            for key, address in self._entries_on(client, port):
+                client.hdel(key, address)
+        except redis.RedisError:
+            pass  # Redis is failing over: the entry expires on its own
+        finally:
+            client.close()
 
     @staticmethod
     def _gateway_ready(url: str) -> bool:
@@ -228,9 +246,9 @@ class LocalCluster:
         except httpx.HTTPError:
             return False
 
-    def _check_alive(self) -> None:
+    def _check_alive(self, only: str | None = None) -> None:
         for name, process in self.processes.items():
-            if process.poll() is not None:
+            if process.poll() is not None and only in (None, name):
                 log = (self.config.workdir / f"{name}.log").read_text()[-2000:]
                 raise RuntimeError(f"{name} exited with code {process.returncode}:\n{log}")
 

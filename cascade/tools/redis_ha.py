@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import redis
@@ -62,18 +63,27 @@ class RedisSentinel:
 
 
 class RedisHA:
-    """A primary, ``replicas`` replicas and ``sentinels`` sentinels (quorum: a majority)."""
+    """A primary, ``replicas`` replicas and ``sentinels`` sentinels (quorum: a majority).
+    ``front(name, port)``, if given, puts something in front of each data node and returns the
+    port everyone else reaches it on (the chaos suite's fault proxies): replicas, sentinels and
+    clients then use only those ports."""
 
     def __init__(self, data_dir: Path, replicas: int = 2, sentinels: int = 3,
-                 password: str | None = None, persistent: bool = True) -> None:
+                 password: str | None = None, persistent: bool = True,
+                 front: Callable[[str, int], int] | None = None) -> None:
         if replicas < 1 or sentinels < 1:
             raise ValueError("need at least one replica and one sentinel")
         self.data_dir, self.password = data_dir, password
-        primary = RedisServer(data_dir / "node-0", persistent=persistent, password=password)
-        self.servers = [primary] + [
-            RedisServer(data_dir / f"node-{i}", persistent=persistent, password=password,
-                        replica_of=primary.port) for i in range(1, replicas + 1)]
-        self.sentinels = [RedisSentinel(data_dir / f"sentinel-{i}", primary.port, password,
+        ports = [free_port() for _ in range(replicas + 1)]
+        reach = {p: front(f"redis-{i}", p) if front else p for i, p in enumerate(ports)}
+        self.servers = [
+            RedisServer(data_dir / f"node-{i}", port, persistent=persistent, password=password,
+                        replica_of=reach[ports[0]] if i else None,
+                        announce_port=reach[port] if front else None)
+            for i, port in enumerate(ports)]
+        self.reach = reach
+        """Server port -> the port others reach it on."""
+        self.sentinels = [RedisSentinel(data_dir / f"sentinel-{i}", reach[ports[0]], password,
                                         quorum=sentinels // 2 + 1) for i in range(sentinels)]
 
     @property
@@ -92,7 +102,7 @@ class RedisHA:
         return self
 
     def primary_port(self) -> int:
-        """The port of the server the sentinels name primary now."""
+        """The port the sentinels name primary now (with a ``front``: its front's port)."""
         host, port = self.sentinels[0].client().sentinel_get_master_addr_by_name(SERVICE)
         return int(port)
 
@@ -109,12 +119,21 @@ class RedisHA:
         return sentinel.master_for(SERVICE)
 
     def server_on(self, port: int) -> RedisServer:
-        return next(s for s in self.servers if s.port == port)
+        """The server reached on ``port`` (its own or its front's)."""
+        return next(s for s in self.servers if port in (s.port, self.reach[s.port]))
 
     def wait_for_failover(self, old_port: int, timeout_s: float = 30.0) -> int:
         """The new primary's port, once the sentinels have promoted another server."""
         self._wait(lambda: self.primary_port() != old_port, timeout_s, "a failover")
         return self.primary_port()
+
+    def restart(self, server: RedisServer) -> None:
+        """Start a stopped data node again as a replica of the primary the sentinels name now
+        (as the Kubernetes start script does: a node that comes back never claims the role it
+        had before a failover)."""
+        primary = self.primary_port()
+        server.replica_of = None if primary == self.reach[server.port] else primary
+        server.start()
 
     def _replicas_seen(self) -> int:
         replicas = self.sentinels[0].client().sentinel_slaves(SERVICE)

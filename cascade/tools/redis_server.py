@@ -36,11 +36,14 @@ class RedisServer:
     the owner reads, not on its command line) and ``url`` carries it."""
 
     def __init__(self, data_dir: Path, port: int | None = None, persistent: bool = False,
-                 password: str | None = None, replica_of: int | None = None) -> None:
-        """``replica_of``: the loopback port of the primary this server replicates."""
+                 password: str | None = None, replica_of: int | None = None,
+                 announce_port: int | None = None) -> None:
+        """``replica_of``: the loopback port of the primary this server replicates;
+        ``announce_port``: the port others reach this server on, when it is not its own (a
+        proxy in front of it): a replica tells its primary, and so the sentinels, that one."""
         self.port = port or free_port()
         self.data_dir, self.persistent, self.password = data_dir, persistent, password
-        self.replica_of = replica_of
+        self.replica_of, self.announce_port = replica_of, announce_port
         self.process: subprocess.Popen | None = None
 
     @property
@@ -64,7 +67,9 @@ class RedisServer:
                 "--bind", "127.0.0.1",
                 "--save", "", "--appendonly", "yes" if self.persistent else "no",
                 "--appendfsync", "everysec", "--dir", str(self.data_dir),
-                *(["--replicaof", "127.0.0.1", str(self.replica_of)] if self.replica_of else [])]
+                *(["--replicaof", "127.0.0.1", str(self.replica_of)] if self.replica_of else []),
+                *(["--replica-announce-ip", "127.0.0.1", "--replica-announce-port",
+                   str(self.announce_port)] if self.announce_port else [])]
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + timeout_s
         client = redis.Redis(port=self.port, password=self.password, socket_connect_timeout=0.2)

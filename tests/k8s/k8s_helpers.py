@@ -17,6 +17,8 @@ K8S = ROOT / "k8s"
 OVERLAYS = sorted(p.name for p in (K8S / "overlays").iterdir()
                   if (p / "kustomization.yaml").is_file())
 TARGETS = ["base", *OVERLAYS]
+REPLICATED_REDIS = {"ha"}
+"""Targets with k8s/components/redis-ha: three Redis data nodes and three sentinels."""
 KUBERNETES_VERSION = "1.30.0"
 CRD_GROUPS = {"keda.sh", "cert-manager.io"}  # custom resources: no schema in kubernetes-validate
 ROLES = ("gateway", "drafter", "verifier")
@@ -24,7 +26,8 @@ COMPONENT = "app.kubernetes.io/component"
 WORKLOAD_KINDS = {"Deployment", "StatefulSet", "DaemonSet"}
 POD_KINDS = WORKLOAD_KINDS | {"Job"}
 # The listening port of each role's main container, as the services are started.
-MAIN_PORTS = {"gateway": 8000, "drafter": 50061, "verifier": 50051, "redis": 6379}
+MAIN_PORTS = {"gateway": 8000, "drafter": 50061, "verifier": 50051, "redis": 6379,
+              "redis-sentinel": 26379}
 MIN_STARTUP_S = 300
 GPU = "nvidia.com/gpu"
 

@@ -12,6 +12,7 @@ import pytest
 import typer
 
 from k8s_helpers import (
+    REPLICATED_REDIS,
     CRD_GROUPS,
     GPU,
     KUBERNETES_VERSION,
@@ -70,7 +71,9 @@ def test_everything_in_the_cascade_namespace(rendered, target):
 @pytest.mark.parametrize("target", TARGETS)
 def test_roles_and_labels(rendered, target):
     workloads = of_kind(rendered[target], *WORKLOAD_KINDS)
-    assert sorted(role_of(w) for w in workloads) == ["drafter", "gateway", "redis", "verifier"]
+    sentinels = ["redis-sentinel"] if target in REPLICATED_REDIS else []
+    assert sorted(role_of(w) for w in workloads) == sorted(
+        ["drafter", "gateway", "redis", "verifier", *sentinels])
     for workload in workloads:
         labels = pod_template(workload)["metadata"]["labels"]
         assert labels["app.kubernetes.io/name"] == "cascade"

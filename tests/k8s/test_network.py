@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from k8s_helpers import (
+    REPLICATED_REDIS,
     MAIN_PORTS,
     NEEDS_KUBECTL,
     POD_KINDS,
@@ -71,8 +72,15 @@ def test_traffic_graph(rendered, target):
     assert ingress_sources(objects, workload("drafter"), 50061) == {"pod:gateway"}
     assert ingress_sources(objects, workload("verifier"), 50051) == {"pod:gateway",
                                                                     "pod:drafter"}
-    assert ingress_sources(objects, workload("redis"), 6379) == {
-        "pod:gateway", "pod:drafter", "pod:verifier"}
+    services = {"pod:gateway", "pod:drafter", "pod:verifier"}
+    if target in REPLICATED_REDIS:  # data nodes replicate from each other, sentinels watch them
+        redis_set = {"pod:redis", "pod:redis-sentinel"}
+        assert ingress_sources(objects, workload("redis"), 6379) == services | redis_set
+        assert ingress_sources(objects, workload("redis-sentinel"), 26379) == \
+            services | redis_set
+        assert ingress_sources(objects, workload("redis-sentinel"), 6379) == set()
+    else:
+        assert ingress_sources(objects, workload("redis"), 6379) == services
     for role in ("drafter", "verifier"):
         assert ingress_sources(objects, workload(role), 9090) == {monitoring}
     assert ingress_sources(objects, workload("redis"), 9090) == set()
@@ -93,8 +101,14 @@ def test_services(rendered, target):
     gateway = named(objects, "Service", "gateway")
     assert gateway["spec"].get("type", "ClusterIP") == "ClusterIP"
     assert {p["port"] for p in gateway["spec"]["ports"]} == {8000, 50050}
-    redis = named(objects, "Service", "redis")
-    assert [p["port"] for p in redis["spec"]["ports"]] == [6379]
+    if target in REPLICATED_REDIS:  # clients go through the sentinels: no one-address Service
+        assert not [o for o in of_kind(objects, "Service") if o["metadata"]["name"] == "redis"]
+        sentinels = named(objects, "Service", "redis-sentinel-headless")
+        assert [p["port"] for p in sentinels["spec"]["ports"]] == [26379]
+        assert sentinels["spec"]["clusterIP"] == "None"
+    else:
+        redis = named(objects, "Service", "redis")
+        assert [p["port"] for p in redis["spec"]["ports"]] == [6379]
     ingress = named(objects, "Ingress", "gateway")
     assert ingress["spec"]["ingressClassName"] == "nginx"
     assert ingress["metadata"]["annotations"]["nginx.ingress.kubernetes.io/proxy-buffering"] \

@@ -11,7 +11,9 @@ import pytest
 from drafter_service.speculation import SpeculationConfig
 
 from k8s_helpers import (
+    COMPONENT,
     K8S,
+    REPLICATED_REDIS,
     NEEDS_KUBECTL,
     ROLES,
     ROOT,
@@ -21,6 +23,7 @@ from k8s_helpers import (
     named,
     of_kind,
     pod_template,
+    role_of,
     selector_matches,
 )
 
@@ -160,3 +163,35 @@ def test_the_gateway_image_installs_no_torch():
     assert "find_spec('torch') is None" in text  # the build fails if torch came in anyway
     for model_image in ("Dockerfile.cpu", "Dockerfile.cuda"):
         assert '".[models]"' in (ROOT / "docker" / model_image).read_text()
+
+
+@pytest.mark.parametrize("target", sorted(REPLICATED_REDIS))
+def test_replicated_redis_survives_losing_a_node_or_a_sentinel(rendered, target):
+    """Three data nodes and three sentinels, one per machine where possible, drained one at a
+    time; both start through the scripts tests/k8s/test_redis_ha_scripts.py runs, and every
+    sentinel address the scripts are given is a pod of the sentinel StatefulSet."""
+    objects = rendered[target]
+    nodes = named(objects, "StatefulSet", "redis")
+    sentinels = named(objects, "StatefulSet", "redis-sentinel")
+    assert nodes["spec"]["replicas"] == sentinels["spec"]["replicas"] == 3
+    for workload, script in ((nodes, "redis-node.sh"), (sentinels, "sentinel.sh")):
+        spec = pod_template(workload)["spec"]
+        term = spec["affinity"]["podAntiAffinity"][
+            "preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
+        assert term["topologyKey"] == "kubernetes.io/hostname"
+        assert term["labelSelector"]["matchLabels"][COMPONENT] == role_of(workload)
+        container = main_container(workload)
+        assert container["command"] == ["/bin/sh", f"/scripts/{script}"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["SENTINELS"].split() == [
+            f"redis-sentinel-{i}.redis-sentinel-headless:26379" for i in range(3)]
+        assert env["REDIS_INITIAL_PRIMARY"] == "redis-0.redis-headless"
+        pdb = named(objects, "PodDisruptionBudget", role_of(workload))
+        assert pdb["spec"]["maxUnavailable"] == 1
+    config = next(o for o in of_kind(objects, "ConfigMap")
+                  if o["metadata"]["name"].startswith("redis-ha-scripts"))
+    folder = K8S / "components" / "redis-ha"
+    for name in ("redis-node.sh", "sentinel.sh"):
+        assert config["data"][name] == (folder / name).read_text()
+    quorum = {e["name"]: e.get("value") for e in main_container(sentinels)["env"]}
+    assert quorum["SENTINEL_QUORUM"] == "2"  # a majority of three

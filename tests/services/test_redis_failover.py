@@ -41,6 +41,34 @@ async def test_a_client_follows_the_primary_through_a_failover(tmp_path):
         ha.stop()
 
 
+async def test_a_script_reaching_a_demoted_primary_follows_the_new_one(tmp_path):
+    """A primary demoted without dying (a forced failover; or one that came back after a
+    failover): the client's open connection now reaches a replica, and a Lua script's
+    READONLY error must send it to the sentinels again instead of failing every call."""
+    ha = RedisHA(tmp_path, replicas=1, sentinels=3, password="secret").start()
+    client = connect(ha.url)
+    script = client.register_script("return redis.call('set', KEYS[1], ARGV[1])")
+    try:
+        assert await script(keys=["cascade:test"], args=["before"]) == b"OK"
+        old = ha.primary_port()
+        ha.sentinels[0].client().execute_command("SENTINEL", "FAILOVER", "cascade")
+        await asyncio.to_thread(ha.wait_for_failover, old)
+        demoted = ha.server_on(old).sync_client()
+        await asyncio.to_thread(_wait_role, demoted, "slave")
+        assert await script(keys=["cascade:test"], args=["after"]) == b"OK"
+        assert await client.get("cascade:test") == b"after"
+    finally:
+        await client.aclose()
+
+
+def _wait_role(client, role: str, timeout_s: float = 20.0) -> None:
+    import time
+    deadline = time.monotonic() + timeout_s
+    while client.info("replication")["role"] != role:
+        assert time.monotonic() < deadline, f"the server did not become a {role}"
+        time.sleep(0.1)
+
+
 async def test_appends_wait_for_a_replica_when_asked(tmp_path):
     import redis as redis_sync
 

@@ -1,0 +1,403 @@
+"""Chaos under load: many concurrent streaming clients against a local cluster of real processes
+(2 gateways, 2 verifiers, 3 drafters, Redis with 2 replicas and 3 sentinels) while a random
+fault hits every ~15 s: kill -9 of any pod or of the Redis primary (the pod started again a few
+seconds later, as Kubernetes would), SIGSTOP of a pod for 20 s (a hung pod), a dropped or
+stalled link between a drafter and the verifiers or between a gateway and Redis (through TCP
+proxies the suite puts in front of every verifier and Redis node, faulting only the named
+process's connections).
+
+Clients resume a broken or silent stream on the other gateway after the last round they
+received (``cascade.tools.client.stream_generation``, as docs/reliability.md documents). Checks:
+every session completes, its greedy text equals the no-fault run's, its round ids are 1..n
+(none lost, none repeated); recovery per fault = the time until every stream live at the fault
+received a round again.
+
+    python -m cascade.bench.chaos --minutes 5 --streams 32 --out docs/reliability.md
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+from cascade.bench.prompts import DOMAINS
+from cascade.tools.client import stream_generation
+from cascade.tools.fault_proxy import FaultProxy
+from cascade.tools.local_cluster import ClusterConfig, LocalCluster
+from cascade.tools.redis_server import free_port
+
+KINDS = ("kill-gateway", "kill-verifier", "kill-drafter", "kill-redis-primary",
+         "hang-gateway", "hang-verifier", "hang-drafter",
+         "drop-drafter-verifier", "stall-drafter-verifier",
+         "drop-gateway-redis", "stall-gateway-redis")
+PROMPTS = tuple(p for domain in DOMAINS for p in domain.prompts)
+
+
+@dataclass(frozen=True)
+class ChaosConfig:
+    streams: int = 32
+    duration_s: float = 300.0
+    """How long clients start new sessions (those running then finish)."""
+    fault_every_s: float = 15.0
+    """Mean time between faults (each gap drawn from +-30 % of it)."""
+    hang_s: float = 20.0
+    stall_s: float = 10.0
+    drop_s: float = 2.0
+    """How long a dropped link refuses new connections."""
+    restart_after_s: float = 3.0
+    """A killed process is started again this long after it died."""
+    max_tokens: int = 48
+    idle_timeout_s: float = 8.0
+    """A client resumes elsewhere after this long without a round."""
+    kinds: tuple[str, ...] = KINDS
+    in_order: bool = False
+    """Faults in the order of ``kinds`` (cycling) instead of at random."""
+    seed: int = 0
+
+
+@dataclass
+class Session:
+    prompt: int
+    started: float
+    rounds: list[tuple[int, float]] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    ended: float = 0.0
+    error: str = ""
+    resumes: list[str] = field(default_factory=list)
+    """The error each resume followed."""
+
+
+@dataclass
+class Fault:
+    kind: str
+    victim: str
+    at: float
+    recovery_s: float | None = None
+    wall: float = field(default_factory=time.time)
+    """When it hit (epoch seconds: to find it in the processes' logs)."""
+
+
+class ChaosCluster:
+    """The local cluster, with a fault proxy in front of each verifier and Redis node."""
+
+    def __init__(self, target: Path, drafter: Path, workdir: Path, lease_s: float = 3.0) -> None:
+        self.proxies: dict[str, FaultProxy] = {}
+        config = ClusterConfig(target, drafter, num_drafters=3, num_verifiers=2,
+                               redis_replicas=2, http_port=free_port(), grpc_port=free_port(),
+                               workdir=workdir,
+                               gateway_args=("--session-lease-s", str(lease_s)))
+        self.cluster = LocalCluster(config, front=self._front)
+
+    def _front(self, name: str, port: int) -> int:
+        self.proxies[name] = FaultProxy(port).start()
+        return self.proxies[name].port
+
+    def start(self) -> ChaosCluster:
+        try:
+            self.cluster.start()
+            self.cluster.add_gateway("gateway-1")
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    @property
+    def gateways(self) -> list[str]:
+        return [self.cluster.grpc_address_of(name) for name in ("gateway", "gateway-1")]
+
+    def names(self, role: str) -> list[str]:
+        return [n for n in self.cluster.processes if n.startswith(role)]
+
+    def stop(self) -> None:
+        self.cluster.stop()
+        for proxy in self.proxies.values():
+            proxy.stop()
+
+
+class Injector:
+    """Every ~``fault_every_s`` one fault on a process no other fault is touching."""
+
+    def __init__(self, chaos: ChaosCluster, config: ChaosConfig) -> None:
+        self.chaos, self.config = chaos, config
+        self.rng = random.Random(config.seed)
+        self.faults: list[Fault] = []
+        self.busy: set[str] = set()
+        self.lock = threading.Lock()
+        self.heals: list[threading.Thread] = []
+        self.errors: list[str] = []
+        """What went wrong in the suite itself (a restart that failed)."""
+
+    def run(self, until: float) -> None:
+        i = 0
+        while True:
+            gap = self.config.fault_every_s * self.rng.uniform(0.7, 1.3)
+            if time.monotonic() + gap > until:
+                return
+            time.sleep(gap)
+            kinds = self.config.kinds
+            kind = kinds[i % len(kinds)] if self.config.in_order else self.rng.choice(kinds)
+            if self.inject(kind) is not None:  # in order: a kind whose victims are busy waits
+                i += 1
+
+    def inject(self, kind: str) -> Fault | None:
+        action, what = kind.split("-", 1)
+        role = {"drafter-verifier": "drafter", "gateway-redis": "gateway",
+                "redis-primary": "redis"}.get(what, what)
+        with self.lock:
+            free = [n for n in self.chaos.names(role) if n not in self.busy]
+            if role != "redis" and not free or role == "redis" and "redis" in self.busy:
+                return None
+            victim = "redis" if role == "redis" else self.rng.choice(free)
+            self.busy.add(victim)
+        fault = Fault(kind, victim, time.monotonic())
+        self.faults.append(fault)
+        heal = getattr(self, f"_{action}")(victim, what)
+        thread = threading.Thread(target=self._heal, args=(victim, heal), daemon=True)
+        thread.start()
+        self.heals.append(thread)
+        return fault
+
+    def _heal(self, victim: str, heal) -> None:
+        try:
+            heal()
+        except Exception as exc:  # noqa: BLE001 - reported; the run goes on without it
+            self.errors.append(f"healing {victim} failed: {exc}")
+        finally:
+            with self.lock:
+                self.busy.discard(victim)
+
+    def _kill(self, victim: str, what: str):
+        cluster = self.chaos.cluster
+        if victim == "redis":
+            old = cluster.redis.primary_port()
+            server = cluster.redis.server_on(old)
+            server.process.kill()
+
+            def heal() -> None:
+                cluster.redis.wait_for_failover(old)
+                time.sleep(self.config.restart_after_s)
+                cluster.redis.restart(server)  # as a replica of the new primary
+            return heal
+        cluster.processes[victim].kill()
+
+        def heal() -> None:
+            cluster.processes[victim].wait()
+            time.sleep(self.config.restart_after_s)
+            cluster.restart(victim)
+        return heal
+
+    def _hang(self, victim: str, what: str):
+        process = self.chaos.cluster.processes[victim]
+        process.send_signal(signal.SIGSTOP)
+
+        def heal() -> None:
+            time.sleep(self.config.hang_s)
+            process.send_signal(signal.SIGCONT)
+        return heal
+
+    def _link(self, victim: str, what: str, fault: str, seconds: float):
+        pid = self.chaos.cluster.processes[victim].pid
+        side = "verifier" if what == "drafter-verifier" else "redis-"
+        for name, proxy in self.chaos.proxies.items():
+            if name.startswith(side):
+                getattr(proxy, fault)(seconds, pid=pid)
+        return lambda: time.sleep(seconds)
+
+    def _drop(self, victim: str, what: str):
+        return self._link(victim, what, "drop", self.config.drop_s)
+
+    def _stall(self, victim: str, what: str):
+        return self._link(victim, what, "stall", self.config.stall_s)
+
+    def settle(self) -> None:
+        for thread in self.heals:
+            thread.join()
+
+
+class Clients:
+    """``streams`` threads, each starting sessions one after another until a deadline."""
+
+    def __init__(self, gateways: list[str], config: ChaosConfig) -> None:
+        self.gateways, self.config = gateways, config
+        self.sessions: list[Session] = []
+        self.lock = threading.Lock()
+
+    def generate(self, prompt: int, gateways: list[str], on_response=None,
+                 session: Session | None = None) -> list[int]:
+        on_resume = (lambda exc: session.resumes.append(f"{exc.code().name}: {exc.details()}")
+                     ) if session else None
+        return stream_generation(gateways, PROMPTS[prompt], self.config.max_tokens, 4,
+                                 chat=False, on_response=on_response, timeout_s=600,
+                                 max_resumes=40, idle_timeout_s=self.config.idle_timeout_s,
+                                 on_resume=on_resume).token_ids
+
+    def references(self) -> dict[int, list[int]]:
+        """Each prompt's greedy tokens without a fault."""
+        return {i: self.generate(i, self.gateways) for i in range(len(PROMPTS))}
+
+    def run(self, until: float) -> None:
+        threads = [threading.Thread(target=self._stream, args=(i, until), daemon=True)
+                   for i in range(self.config.streams)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    def _stream(self, index: int, until: float) -> None:
+        rng = random.Random(self.config.seed * 1000 + index)
+        gateways = self.gateways[index % 2:] + self.gateways[:index % 2]
+        while time.monotonic() < until:
+            session = Session(rng.randrange(len(PROMPTS)), time.monotonic())
+            with self.lock:
+                self.sessions.append(session)
+            try:
+                session.tokens = self.generate(session.prompt, gateways, lambda r: (
+                    session.rounds.append((r.round, time.monotonic()))), session)
+            except grpc.RpcError as exc:
+                session.error = f"{exc.code().name}: {exc.details()}"
+            session.ended = time.monotonic()
+
+
+def recovery(fault: Fault, sessions: list[Session]) -> float | None:
+    """Seconds until every stream live at the fault received a round after it."""
+    waits = []
+    for s in sessions:
+        if s.started < fault.at and (not s.ended or s.ended > fault.at):
+            after = [t for _, t in s.rounds if t >= fault.at]
+            if after:
+                waits.append(after[0] - fault.at)
+    return max(waits) if waits else None
+
+
+@dataclass
+class Outcome:
+    sessions: list[Session]
+    faults: list[Fault]
+    references: dict[int, list[int]]
+    errors: list[str] = field(default_factory=list)
+    """The suite's own failures (a process it could not start again)."""
+
+    def lost_and_repeated(self, session: Session) -> tuple[int, int]:
+        ids = [r for r, _ in session.rounds]
+        repeated = len(ids) - len(set(ids))
+        lost = (max(ids) - len(set(ids))) if ids else 0
+        return lost, repeated
+
+    def summary(self) -> dict[str, int]:
+        counts = [self.lost_and_repeated(s) for s in self.sessions]
+        return {"sessions": len(self.sessions),
+                "completed": sum(not s.error for s in self.sessions),
+                "identical": sum(s.tokens == self.references[s.prompt] for s in self.sessions),
+                "in order": sum([r for r, _ in s.rounds] == list(range(1, len(s.rounds) + 1))
+                                for s in self.sessions),
+                "rounds lost": sum(lost for lost, _ in counts),
+                "rounds repeated": sum(rep for _, rep in counts),
+                "faults": len(self.faults)}
+
+    def ok(self) -> bool:
+        s = self.summary()
+        return (s["completed"] == s["identical"] == s["in order"] == s["sessions"]
+                and s["rounds lost"] == s["rounds repeated"] == 0 and not self.errors)
+
+
+def run_chaos(chaos: ChaosCluster, config: ChaosConfig, progress=print) -> Outcome:
+    clients = Clients(chaos.gateways, config)
+    references = clients.references()
+    injector = Injector(chaos, config)
+    until = time.monotonic() + config.duration_s
+    faults = threading.Thread(target=injector.run, args=(until,), daemon=True)
+    faults.start()
+    watcher = threading.Thread(target=_progress, args=(clients, injector, until, progress),
+                               daemon=True)
+    watcher.start()
+    clients.run(until)
+    faults.join()
+    injector.settle()
+    for fault in injector.faults:
+        fault.recovery_s = recovery(fault, clients.sessions)
+    return Outcome(clients.sessions, injector.faults, references, injector.errors)
+
+
+def _progress(clients: Clients, injector: Injector, until: float, progress) -> None:
+    while time.monotonic() < until:
+        time.sleep(15)
+        done = [s for s in clients.sessions if s.ended]
+        progress(f"{len(done)} sessions done ({sum(bool(s.error) for s in done)} failed), "
+                 f"{len(injector.faults)} faults: "
+                 f"{', '.join(f'{f.kind}@{f.victim}' for f in injector.faults[-3:])}")
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def table(outcome: Outcome) -> str:
+    """The summary line and, per fault kind: count and recovery p50 / p99 / max (markdown)."""
+    s = outcome.summary()
+    lines = [", ".join(f"{k}: {v}" for k, v in s.items()) + "\n",
+             "| fault | count | recovery p50 s | recovery p99 s | recovery max s |",
+             "|---|---|---|---|---|"]
+    for kind in sorted({f.kind for f in outcome.faults}):
+        times = [f.recovery_s for f in outcome.faults if f.kind == kind
+                 and f.recovery_s is not None]
+        cells = ([f"{statistics.median(times):.2f}", f"{_quantile(times, 0.99):.2f}",
+                  f"{max(times):.2f}"] if times else ["–"] * 3)
+        count = sum(f.kind == kind for f in outcome.faults)
+        lines.append(f"| {kind} | {count} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    import argparse
+
+    from cascade.bench.output import write_section
+    from cascade.bench.run import machine
+    from cascade.tools.pairs import default_pair
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pair", default="tiny", help="tiny or smollm2")
+    parser.add_argument("--minutes", type=float, default=5.0)
+    parser.add_argument("--streams", type=int, default=32)
+    parser.add_argument("--fault-every-s", type=float, default=15.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--kinds", default=",".join(KINDS),
+                        help=f"Comma-separated fault kinds to draw from (default: all of {KINDS}).")
+    parser.add_argument("--out", type=Path, help="Write the table into this markdown file.")
+    parser.add_argument("--workdir", type=Path, default=Path("runs/chaos"))
+    args = parser.parse_args()
+    kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
+    unknown = set(kinds) - set(KINDS)
+    if unknown or not kinds:
+        parser.error(f"--kinds: unknown {sorted(unknown)}; choose from {KINDS}")
+    config = ChaosConfig(streams=args.streams, duration_s=args.minutes * 60,
+                         fault_every_s=args.fault_every_s, seed=args.seed, kinds=kinds)
+    target, drafter = default_pair(None, None, args.pair)
+    chaos = ChaosCluster(target, drafter, args.workdir).start()
+    try:
+        outcome = run_chaos(chaos, config)
+    finally:
+        chaos.stop()
+    for session in outcome.sessions:
+        if session.error or session.tokens != outcome.references[session.prompt]:
+            print(f"FAILED prompt {session.prompt}: {session.error or 'text differs'}")
+    for error in outcome.errors:
+        print(f"SUITE: {error}")
+    result = (f"Machine: {machine()}; pair: {args.pair}; {args.streams} streams for "
+              f"{args.minutes:g} min, a fault every ~{args.fault_every_s:g} s.\n\n"
+              + table(outcome))
+    print(result)
+    if args.out:
+        write_section(args.out, "<!-- chaos -->", result)
+    raise SystemExit(0 if outcome.ok() else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,139 @@
+"""A TCP proxy on loopback in front of one server, with faults a test or the chaos suite turns
+on: ``drop`` resets the connections and refuses new ones for a while (a link that died),
+``stall`` stops forwarding bytes for a while (a link that hangs: nothing is lost, nothing
+arrives). A fault applies to every connection, or only to those of one process (its pid: a
+connection is that process's when its far end is one of the process's sockets), so one link of
+a mesh breaks while the others run. The proxy runs its own event loop in a daemon thread."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from dataclasses import dataclass
+
+import psutil
+
+CHUNK = 65536
+POLL_S = 0.02
+
+
+@dataclass
+class Fault:
+    kind: str
+    """"drop" or "stall"."""
+    until: float
+    """time.monotonic() when the fault ends."""
+    pid: int | None = None
+    """Only this process's connections (None: every connection)."""
+
+
+def local_ports(pid: int) -> set[int]:
+    """The local TCP ports of process ``pid``'s sockets (empty if it is gone)."""
+    try:
+        return {c.laddr.port for c in psutil.Process(pid).net_connections("tcp") if c.laddr}
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return set()
+
+
+class _Link:
+    """One proxied connection: its far end's port and both streams."""
+
+    def __init__(self, peer_port: int, writers: list[asyncio.StreamWriter]) -> None:
+        self.peer_port, self.writers = peer_port, writers
+
+    def abort(self) -> None:
+        for writer in self.writers:
+            writer.transport.abort()
+
+
+class FaultProxy:
+    def __init__(self, upstream_port: int, host: str = "127.0.0.1") -> None:
+        self.upstream_port, self.host = upstream_port, host
+        self.port = 0
+        self.faults: list[Fault] = []
+        self._links: set[_Link] = set()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._server: asyncio.AbstractServer | None = None
+        self._owners: dict[int, set[int]] = {}
+
+    def start(self) -> FaultProxy:
+        self._thread.start()
+        self._server = asyncio.run_coroutine_threadsafe(
+            asyncio.start_server(self._accept, self.host, 0), self._loop).result(10)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    def stop(self) -> None:
+        async def close() -> None:
+            self._server.close()
+            for link in list(self._links):
+                link.abort()
+
+        if self._server is not None:
+            asyncio.run_coroutine_threadsafe(close(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    def drop(self, seconds: float, pid: int | None = None) -> None:
+        """Reset the connections (of ``pid``) now and refuse new ones for ``seconds``."""
+        self._add(Fault("drop", time.monotonic() + seconds, pid))
+
+    def stall(self, seconds: float, pid: int | None = None) -> None:
+        """Forward no byte of the connections (of ``pid``) for ``seconds``."""
+        self._add(Fault("stall", time.monotonic() + seconds, pid))
+
+    def _add(self, fault: Fault) -> None:
+        async def add() -> None:
+            self.faults.append(fault)
+            if fault.kind == "drop":
+                for link in list(self._links):
+                    if self._hit(fault, link.peer_port):
+                        link.abort()
+
+        asyncio.run_coroutine_threadsafe(add(), self._loop).result(10)
+
+    def _hit(self, fault: Fault, peer_port: int) -> bool:
+        if fault.pid is None:
+            return True
+        if peer_port not in self._owners.get(fault.pid, set()):
+            self._owners[fault.pid] = local_ports(fault.pid)  # sockets come and go
+        return peer_port in self._owners[fault.pid]
+
+    def _active(self, kind: str, peer_port: int) -> bool:
+        now = time.monotonic()
+        self.faults = [f for f in self.faults if f.until > now]
+        return any(f.kind == kind and self._hit(f, peer_port) for f in self.faults)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer_port = writer.get_extra_info("peername")[1]
+        if self._active("drop", peer_port):
+            writer.transport.abort()
+            return
+        try:
+            up_reader, up_writer = await asyncio.open_connection(self.host, self.upstream_port)
+        except OSError:
+            writer.transport.abort()  # the server is down: so is the link
+            return
+        link = _Link(peer_port, [writer, up_writer])
+        self._links.add(link)
+        try:
+            await asyncio.gather(self._pipe(reader, up_writer, link),
+                                 self._pipe(up_reader, writer, link))
+        finally:
+            self._links.discard(link)
+            link.abort()
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                    link: _Link) -> None:
+        try:
+            while data := await reader.read(CHUNK):
+                while self._active("stall", link.peer_port):
+                    await asyncio.sleep(POLL_S)
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            link.abort()
