@@ -175,9 +175,9 @@ class Orchestrator:
                 raise GenerationFailed(f"session {session_id} failed")
             return
         drafter, verifier = await self._pick(request, set())
-        epoch = await self.store.reassign(session_id, epoch, drafter or "", verifier)
         record = SessionRecord(session_id, epoch, int(fields["prompt_len"]))
         job = SessionJob(record, epoch, drafter, verifier, trace_context, round_ends=ends)
+        job.epoch = await self._reassign(request, job, tokens)
         async with aclosing(self._drive(request, job, tokens, ending, replay)) as chunks:
             async for chunk in chunks:
                 yield chunk

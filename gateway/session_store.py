@@ -210,13 +210,16 @@ class SessionEnded(RuntimeError):
 
 class SessionStore:
     def __init__(self, client: redis.Redis, ttl_s: int = 3600, owner: str = "",
-                 lease_s: float = 10.0, wait_replicas: int = 0, wait_ms: int = 1000) -> None:
+                 lease_s: float = 10.0, wait_replicas: int = 0, wait_ms: int = 1000,
+                 wait_tries: int = 5) -> None:
         """``owner``: this gateway's id in leases (a fresh one per process by default);
         ``wait_replicas``: each append returns once this many replicas have it (Redis
-        ``WAIT``, at most ``wait_ms``), so a chunk a client was sent survives the primary's
-        death even when its gateway dies too."""
+        ``WAIT`` of at most ``wait_ms``, asked up to ``wait_tries`` times: a replica that is
+        resyncing after a failover lags for a moment), so a chunk a client was sent survives
+        the primary's death even when the client moves to another gateway or its gateway dies
+        too."""
         self.client, self.ttl_s, self.lease_s = client, ttl_s, lease_s
-        self.wait_replicas, self.wait_ms = wait_replicas, wait_ms
+        self.wait_replicas, self.wait_ms, self.wait_tries = wait_replicas, wait_ms, wait_tries
         self.owner = owner or secrets.token_hex(6)
         self._takeover = client.register_script(TAKEOVER_SCRIPT)
         self._renew = client.register_script(RENEW_SCRIPT)
@@ -261,9 +264,10 @@ class SessionStore:
         the tokens and writes them back after a failover)."""
         async with self.client.pipeline(transaction=False) as pipe:
             await self._append(keys=keys, args=args, client=pipe)
-            pipe.execute_command("WAIT", self.wait_replicas, self.wait_ms)
-            result, acknowledged = await pipe.execute()
-        if int(result) >= 0 and int(acknowledged) < self.wait_replicas:
+            for _ in range(self.wait_tries):  # once acknowledged, a WAIT returns at once
+                pipe.execute_command("WAIT", self.wait_replicas, self.wait_ms)
+            result, *acknowledged = await pipe.execute()
+        if int(result) >= 0 and int(acknowledged[-1]) < self.wait_replicas:
             metrics.UNREPLICATED_APPENDS.inc()
         return result
 

@@ -92,7 +92,8 @@ class ChaosCluster:
         config = ClusterConfig(target, drafter, num_drafters=3, num_verifiers=2,
                                redis_replicas=2, http_port=free_port(), grpc_port=free_port(),
                                workdir=workdir,
-                               gateway_args=("--session-lease-s", str(lease_s)))
+                               gateway_args=("--session-lease-s", str(lease_s),
+                                             "--redis-wait-replicas", "1"))
         self.cluster = LocalCluster(config, front=self._front)
 
     def _front(self, name: str, port: int) -> int:
@@ -371,6 +372,8 @@ def main() -> None:
     parser.add_argument("--kinds", default=",".join(KINDS),
                         help=f"Comma-separated fault kinds to draw from (default: all of {KINDS}).")
     parser.add_argument("--out", type=Path, help="Write the table into this markdown file.")
+    parser.add_argument("--section", default="chaos",
+                        help="The file's section to write (<!-- NAME --> ... <!-- /NAME -->).")
     parser.add_argument("--workdir", type=Path, default=Path("runs/chaos"))
     args = parser.parse_args()
     kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
@@ -391,11 +394,11 @@ def main() -> None:
     for error in outcome.errors:
         print(f"SUITE: {error}")
     result = (f"Machine: {machine()}; pair: {args.pair}; {args.streams} streams for "
-              f"{args.minutes:g} min, a fault every ~{args.fault_every_s:g} s.\n\n"
-              + table(outcome))
+              f"{args.minutes:g} min, a fault every ~{args.fault_every_s:g} s "
+              f"({', '.join(kinds)}).\n\n" + table(outcome))
     print(result)
     if args.out:
-        write_section(args.out, "<!-- chaos -->", result)
+        write_section(args.out, f"<!-- {args.section} -->", result)
     raise SystemExit(0 if outcome.ok() else 1)
 
 

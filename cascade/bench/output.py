@@ -64,8 +64,13 @@ def save(rows: list[Row], context: dict, out: Path) -> list[Path]:
 
 
 def write_section(path: Path, marker: str, text: str) -> None:
-    """Replace what follows ``marker`` in the markdown file ``path`` with ``text`` (the file and
-    its folder are made when missing, so a long run's results are never lost to a path)."""
-    before = path.read_text().split(marker)[0] if path.exists() else ""
+    """Replace the section ``marker`` (``<!-- name -->``) of the markdown file ``path`` with
+    ``text``: what lies between it and its closing ``<!-- /name -->`` (or the end of the file
+    when there is none), or a new section at the end. The file and its folder are made when
+    missing, so a long run's results are never lost to a path."""
+    closing = marker.replace("<!-- ", "<!-- /", 1)
+    old = path.read_text() if path.exists() else ""
+    before, found, rest = old.partition(marker)
+    after = rest.partition(closing)[2] if found and closing in rest else ""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(before + marker + "\n" + text)
+    path.write_text(before + marker + "\n" + text + closing + "\n" + after.lstrip("\n"))

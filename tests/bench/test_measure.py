@@ -70,7 +70,14 @@ def test_a_section_is_written_into_a_new_file_and_replaced_in_an_old_one(tmp_pat
 
     new = tmp_path / "docs" / "NEW.md"
     write_section(new, "<!-- faults -->", "table 1\n")
-    assert new.read_text() == "<!-- faults -->\ntable 1\n"
-    new.write_text("# Reliability\n\nprose\n" + new.read_text())
+    assert new.read_text() == "<!-- faults -->\ntable 1\n<!-- /faults -->\n"
+    new.write_text("# Reliability\n\nprose\n" + new.read_text() + "\nmore prose\n")
     write_section(new, "<!-- faults -->", "table 2\n")
-    assert new.read_text() == "# Reliability\n\nprose\n<!-- faults -->\ntable 2\n"
+    write_section(new, "<!-- chaos -->", "table 3\n")  # a second section leaves the first
+    assert new.read_text() == ("# Reliability\n\nprose\n<!-- faults -->\ntable 2\n"
+                               "<!-- /faults -->\nmore prose\n<!-- chaos -->\ntable 3\n"
+                               "<!-- /chaos -->\n")
+    old = tmp_path / "OLD.md"  # a section without its closing marker runs to the end
+    old.write_text("intro\n<!-- faults -->\nold table\n")
+    write_section(old, "<!-- faults -->", "new table\n")
+    assert old.read_text() == "intro\n<!-- faults -->\nnew table\n<!-- /faults -->\n"

@@ -193,6 +193,29 @@ async def test_an_epoch_bump_lost_by_redis_is_told_apart_from_a_newer_owner(redi
         await store.append(sid, 1, 3, [4])
 
 
+async def test_a_reassign_tells_a_lost_record_and_a_lost_bump_from_a_newer_owner(redis_client):
+    """What a failover to a replica that had not received the record (or the last epoch bump)
+    leaves: reassign says SessionLost / EpochBehind, which the gateway repairs by writing back
+    what it holds and reassigning again; a newer owner's epoch stays StaleEpoch."""
+    from gateway.session_store import EpochBehind, SessionLost, session_keys
+
+    store = SessionStore(redis_client, ttl_s=60)
+    sid = (await store.create(REQUEST, "d:1", "v:1")).session_id
+    await store.append(sid, 1, 0, [1])
+    await redis_client.delete(*session_keys(sid))  # the record never reached the replica
+    with pytest.raises(SessionLost):
+        await store.reassign(sid, 1, "d:2", "v:1")
+    await store.restore(sid, REQUEST, 1, "d:2", "v:1", [1], [1])
+    assert await store.reassign(sid, 1, "d:2", "v:1") == 2
+    await redis_client.hset(session_keys(sid)[0], "epoch", 1)  # the bump is lost
+    with pytest.raises(EpochBehind):
+        await store.reassign(sid, 2, "d:3", "v:1")
+    await redis_client.hset(session_keys(sid)[0], "epoch", 5)  # a newer owner
+    with pytest.raises(StaleEpoch):
+        await store.reassign(sid, 2, "d:3", "v:1")
+    assert await store.tokens(sid) == [1]
+
+
 async def test_a_live_lease_is_never_taken_over_even_by_its_own_gateway(redis_client):
     """A second caller resuming on the gateway that streams the session must wait for that
     stream to end (or lapse): it does not take the live stream over."""
