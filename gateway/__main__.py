@@ -76,8 +76,10 @@ def main(
         "schedule) use model."),
     redis_wait_replicas: int = typer.Option(
         0, min=0, help="Send a round to the client only once this many Redis replicas have "
-        "it (WAIT; with replicas and sentinels): a chunk a client saw then survives the "
-        "primary's and this gateway's death together. 0: the primary's acknowledgement."),
+        "it (WAIT, up to 5 s; with replicas and sentinels): a chunk a client saw then survives "
+        "a failover whatever gateway the client resumes on. A round not acknowledged in time "
+        "breaks the stream (the client resumes from what is replicated). 0: the primary's "
+        "acknowledgement."),
     memory_stream_len: int = typer.Option(
         DEFAULT_STREAM_LEN, help="Finished generations the speculation memory's Redis stream "
         "keeps (the oldest are trimmed)."),

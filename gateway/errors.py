@@ -16,7 +16,14 @@ from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cascade.protocol.requests import describe_validation_error
-from gateway.generation import AtCapacity, GenerationFailed, KeyAtLimit, Overloaded, SessionBusy
+from gateway.generation import (
+    AtCapacity,
+    GenerationFailed,
+    KeyAtLimit,
+    Overloaded,
+    RoundsLost,
+    SessionBusy,
+)
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +84,8 @@ def as_api_error(exc: BaseException) -> APIError:
         return APIError(503, "The session store is unavailable; please retry later.",
                         type="server_error", code="store_unavailable",
                         headers={"Retry-After": str(DEFAULT_RETRY_AFTER_S)})
+    if isinstance(exc, RoundsLost):
+        return APIError(409, str(exc), code="rounds_lost")
     if isinstance(exc, SessionBusy):
         return APIError(409, str(exc), code="session_busy",
                         headers={"Retry-After": str(DEFAULT_RETRY_AFTER_S)})
@@ -133,5 +142,5 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation_handler)
     app.add_exception_handler(StarletteHTTPException, _http_exception_handler)
     for exc_type in (APIError, AtCapacity, KeyAtLimit, SessionBusy, Overloaded, GenerationFailed,
-                     RedisError):
+                     RoundsLost, RedisError):
         app.add_exception_handler(exc_type, _api_error_handler)

@@ -9,10 +9,12 @@ from typing import Protocol
 from cascade.protocol.logprobs import TokenLogprobs
 from cascade.protocol.requests import GenerationRequest
 from cascade.protocol.settings import FinishReason
+from cascade.serving.errors import DataLoss
 from cascade.serving.errors import Overloaded as ResourceExhausted
 from cascade.serving.errors import Unavailable
 
 __all__ = ["AtCapacity", "GeneratedChunk", "GenerationFailed", "GenerationRequest", "Generator",
+           "RoundsLost",
            "KeyAtLimit", "Overloaded", "ResumableGenerator", "SessionBusy", "StopGeneration",
            "stop_early"]
 
@@ -54,6 +56,12 @@ async def stop_early(chunks: AsyncIterator) -> None:
         await athrow(StopGeneration())
     except (StopGeneration, StopAsyncIteration):
         pass
+
+
+class RoundsLost(DataLoss):
+    """The store has fewer rounds of the session than the client received (a Redis failover
+    without ``--redis-wait-replicas`` lost them): continuing would not line up with the text
+    the client has (gRPC DATA_LOSS, HTTP 409 ``rounds_lost``)."""
 
 
 class GenerationFailed(RuntimeError):
@@ -105,8 +113,9 @@ class Generator(Protocol):
 
 
 class ResumableGenerator(Generator, Protocol):
-    async def resume(self, session_id: str, caller: str
+    async def resume(self, session_id: str, caller: str, after_round: int = 0
                      ) -> tuple[GenerationRequest, AsyncIterator[GeneratedChunk]]:
         """A stored session's request and whole stream (stored rounds, then the rest);
-        SessionLost when it is unknown or ``caller`` (a key identity) did not start it."""
+        SessionLost when it is unknown or ``caller`` (a key identity) did not start it;
+        RoundsLost when fewer than ``after_round`` (what the client has) are stored."""
         ...

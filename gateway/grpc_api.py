@@ -127,7 +127,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         slot = self.limits.reserve(key)  # a resumed stream counts like a new one
         try:
             try:
-                generation, chunks = await self.generator.resume(request.session_id, key)
+                generation, chunks = await self.generator.resume(request.session_id, key,
+                                                                 request.after_round)
             except SessionLost as exc:  # HTTP answers 404 session_not_found
                 raise NotFound(f"session_id: {exc}") from exc
             stops = json.loads(generation.view or "{}").get("stop", [])

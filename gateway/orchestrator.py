@@ -43,6 +43,7 @@ from gateway.generation import (
     GeneratedChunk,
     GenerationFailed,
     Overloaded,
+    RoundsLost,
     StopGeneration,
 )
 from gateway.assignment import LatencyClock, OrchestratorSettings, RoundTimeout, SessionJob
@@ -104,17 +105,22 @@ class Orchestrator:
         return self._observed(request, lambda context, ending: self._generate(
             request, context, ending))
 
-    async def resume(self, session_id: str, caller: str
+    async def resume(self, session_id: str, caller: str, after_round: int = 0
                      ) -> tuple[GenerationRequest, AsyncIterator[GeneratedChunk]]:
         """A stored session's generation and its whole stream: every stored round replayed as
         it was sent (the caller's detokenizer needs them all; it skips what its client has),
         then, unless it has ended, its continuation (this gateway takes it over once the owner's
         lease has expired). SessionLost if unknown, or if ``caller`` (a key identity) is not
-        the key that started it: the same answer, so ids are never confirmed to other keys."""
+        the key that started it: the same answer, so ids are never confirmed to other keys.
+        RoundsLost if fewer than ``after_round`` rounds (what the client has) are stored."""
         fields = await self.store.record(session_id)
         known = bool(fields) and "request" in fields
         if not known or not secrets.compare_digest(fields.get("caller", ""), caller):
             raise SessionLost(f"no session {session_id!r} (it never existed or has expired)")
+        if after_round and len(await self.store.round_ends(session_id)) < after_round:
+            raise RoundsLost(f"session {session_id} has fewer stored rounds than the {after_round}"
+                             " the client received (Redis lost them in a failover; gateways "
+                             "with --redis-wait-replicas 1 prevent it): start the request again")
         request = request_from_record(fields)
         return request, self._observed(request, lambda context, ending: self._resumed(
             session_id, request, context, ending))

@@ -46,7 +46,7 @@ def install_resume(app: FastAPI, tokenizer, generator, keys: ApiKeys, limits: Ke
         caller = keys.identity(http.headers.get("authorization"))
         slot = limits.reserve(caller)
         try:
-            view, chunks = await _stored_stream(generator, session_id, caller)
+            view, chunks = await _stored_stream(generator, session_id, caller, seen)
         except BaseException:
             slot.release()
             raise
@@ -55,10 +55,11 @@ def install_resume(app: FastAPI, tokenizer, generator, keys: ApiKeys, limits: Ke
         return EventStreamResponse(events(view, deltas, resumed=seen > 0), on_close=slot.release)
 
 
-async def _stored_stream(generator, session_id: str, caller: str):
-    """(its stream view, its chunk stream) of an HTTP session ``caller`` started."""
+async def _stored_stream(generator, session_id: str, caller: str, seen: int):
+    """(its stream view, its chunk stream) of an HTTP session ``caller`` started, whose client
+    has ``seen`` rounds."""
     try:
-        request, chunks = await generator.resume(session_id, caller)
+        request, chunks = await generator.resume(session_id, caller, seen)
     except SessionLost as exc:
         raise APIError(404, str(exc), param="session_id", code="session_not_found") from exc
     if json.loads(request.view or "{}").get("kind") not in ("completion", "chat"):

@@ -32,6 +32,7 @@ import secrets
 from dataclasses import asdict, dataclass
 
 import redis.asyncio as redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from cascade.protocol.requests import GenerationRequest
 from cascade.protocol.settings import AcceptancePolicy, DraftConfig, SamplingParams
@@ -39,7 +40,7 @@ from cascade.serving import metrics
 from cascade.serving.errors import StaleEpoch
 from cascade.serving.registry import connect
 
-__all__ = ["EpochBehind", "LeaseHeld", "LengthMismatch", "SessionEnded", "SessionLost", "SessionRecord",
+__all__ = ["EpochBehind", "LeaseHeld", "LengthMismatch", "NotReplicated", "SessionEnded", "SessionLost", "SessionRecord",
            "SessionStore", "connect", "request_from_record", "session_keys"]
 
 APPEND_SCRIPT = """
@@ -156,6 +157,12 @@ class LengthMismatch(RuntimeError):
     """The stored token count differs from what the writer expected (nothing was written)."""
 
 
+class NotReplicated(RedisConnectionError):
+    """An append the replicas did not acknowledge in time (with ``wait_replicas``): the stream
+    fails as if Redis were unreachable (UNAVAILABLE / 503), and the client resumes from what is
+    replicated."""
+
+
 class SessionLost(RuntimeError):
     """The session's record is gone from Redis (nothing was written)."""
 
@@ -259,9 +266,10 @@ class SessionStore:
         return int(result)
 
     async def _append_replicated(self, keys: list[str], args: list) -> int:
-        """The append and a WAIT on one connection (WAIT counts that connection's writes); a
-        replica that does not answer in time is counted, not fatal (the gateway still holds
-        the tokens and writes them back after a failover)."""
+        """The append and WAITs on one connection (WAIT counts that connection's writes).
+        NotReplicated when the replicas did not acknowledge it in time (a primary cut off from
+        its replicas, or one already replaced by a failover it has not heard of): the round
+        must not reach the client, who would then hold a round a failover can lose."""
         async with self.client.pipeline(transaction=False) as pipe:
             await self._append(keys=keys, args=args, client=pipe)
             for _ in range(self.wait_tries):  # once acknowledged, a WAIT returns at once
@@ -269,6 +277,8 @@ class SessionStore:
             result, *acknowledged = await pipe.execute()
         if int(result) >= 0 and int(acknowledged[-1]) < self.wait_replicas:
             metrics.UNREPLICATED_APPENDS.inc()
+            raise NotReplicated(f"{acknowledged[-1]} of {self.wait_replicas} replicas acknowledged"
+                                f" the round in {self.wait_tries * self.wait_ms} ms")
         return result
 
     async def restore(self, session_id: str, request: GenerationRequest, epoch: int,

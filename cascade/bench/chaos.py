@@ -390,7 +390,10 @@ def main() -> None:
         chaos.stop()
     for session in outcome.sessions:
         if session.error or session.tokens != outcome.references[session.prompt]:
-            print(f"FAILED prompt {session.prompt}: {session.error or 'text differs'}")
+            during = [f"{f.kind}@{f.victim}" for f in outcome.faults
+                      if session.started - 1 <= f.at <= (session.ended or f.at)]
+            print(f"FAILED prompt {session.prompt} (faults during it: {during}; "
+                  f"{len(session.resumes)} resumes): {session.error or 'text differs'}")
     for error in outcome.errors:
         print(f"SUITE: {error}")
     result = (f"Machine: {machine()}; pair: {args.pair}; {args.streams} streams for "

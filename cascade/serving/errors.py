@@ -29,6 +29,10 @@ class Unavailable(Exception):
     """No pod can serve the request now: draining, or none alive (UNAVAILABLE)."""
 
 
+class DataLoss(Exception):
+    """State a client already received is gone from the store (DATA_LOSS)."""
+
+
 class Unauthenticated(Exception):
     """Missing or wrong credentials (UNAUTHENTICATED)."""
 
@@ -46,6 +50,7 @@ STATUS_FOR = (
     (Overloaded, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (Unavailable, grpc.StatusCode.UNAVAILABLE),
     (RedisError, grpc.StatusCode.UNAVAILABLE),  # Redis down or unreachable: retry later
+    (DataLoss, grpc.StatusCode.DATA_LOSS),
 )
 
 

@@ -121,7 +121,8 @@ SHADOW_DRAFT_TOKENS = Counter("cascade:shadow_draft_tokens", "Tokens of shadow b
                               "(drafted from past contexts of sessions decoded alone).")
 # Gateway.
 UNREPLICATED_APPENDS = Counter("cascade:unreplicated_appends", "Session appends no replica "
-                               "acknowledged in time (--redis-wait-replicas).")
+                               "acknowledged in time (--redis-wait-replicas): "
+                               "each one broke its stream before the round was sent.")
 REQUESTS_RUNNING = Gauge("cascade:num_requests_running", "Generations in progress.")
 REQUESTS_FINISHED = Counter("cascade:request_success", "Generations finished.", ["finish_reason"])
 PROMPT_TOKENS = Counter("cascade:prompt_tokens", "Prompt tokens of admitted requests.")

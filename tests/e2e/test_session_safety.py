@@ -133,6 +133,23 @@ async def test_a_stored_complete_session_resumes_to_its_end_and_no_further(clust
     assert record["status"] == "finished" and record["finish_reason"] == "length"
 
 
+async def test_a_resume_past_the_stored_rounds_is_refused_as_data_loss(cluster):
+    """The client has more rounds than Redis kept (a failover without WAIT lost them): the
+    continuation would not line up with its text, so the resume says so instead of running."""
+    from gateway.generation import RoundsLost
+
+    orchestrator = orchestrator_for(cluster, lease_s=0.2)
+    store = orchestrator.store
+    sid = (await store.create(request(12), "", "nowhere:1")).session_id
+    await store.append(sid, 1, 0, [9, 9])
+    await store.append(sid, 1, 2, [9])
+    await asyncio.sleep(0.3)
+    with pytest.raises(RoundsLost, match="fewer stored rounds than the 3"):
+        await orchestrator.resume(sid, "", after_round=3)
+    _, chunks = await orchestrator.resume(sid, "", after_round=2)  # what is stored: fine
+    await chunks.aclose()
+
+
 async def test_a_lost_epoch_bump_is_written_back_and_the_stream_goes_on(cluster):
     orchestrator = orchestrator_for(cluster)
     whole = [t async for c in orchestrator.generate(request()) for t in c.token_ids]

@@ -45,7 +45,7 @@ class StoredSession:
         self.ids = tokenizer("one two three four five six").input_ids
         self.kind, self.asked = kind, []
 
-    async def resume(self, session_id: str, caller: str):
+    async def resume(self, session_id: str, caller: str, after_round: int = 0):
         self.asked.append(session_id)
         if session_id != SESSION:
             raise SessionLost(f"Session {session_id!r} is unknown or expired.")

@@ -22,7 +22,7 @@ class Stored:
         self.rounds = [ids[:2], ids[2:4], ids[4:]]
         self.view = view
 
-    async def resume(self, session_id, caller):
+    async def resume(self, session_id, caller, after_round=0):
         if session_id != "s1" or caller != "anonymous":
             raise SessionLost(f"no session {session_id!r}")
         request = GenerationRequest([1, 2], SamplingParams(max_new_tokens=8), view=self.view)

@@ -75,7 +75,7 @@ async def test_appends_wait_for_a_replica_when_asked(tmp_path):
     from cascade.protocol.requests import GenerationRequest
     from cascade.protocol.settings import SamplingParams
     from cascade.serving import metrics
-    from gateway.session_store import SessionStore, session_keys
+    from gateway.session_store import NotReplicated, SessionStore, session_keys
 
     ha = RedisHA(tmp_path, replicas=1, sentinels=1, password="secret").start()
     client = connect(ha.url)
@@ -89,8 +89,11 @@ async def test_appends_wait_for_a_replica_when_asked(tmp_path):
             assert replica.llen(tokens_key) == round_number + 1  # on the replica already
         missing = metrics.UNREPLICATED_APPENDS._value.get()
         too_many = SessionStore(client, wait_replicas=2, wait_ms=50)  # there is one replica
-        assert await too_many.append(record.session_id, 1, 20, [8]) == 21  # not fatal
+        with pytest.raises(NotReplicated, match="1 of 2 replicas"):  # must not reach a client
+            await too_many.append(record.session_id, 1, 20, [8])
         assert metrics.UNREPLICATED_APPENDS._value.get() == missing + 1
+        # It is on the primary: a retry of the same round (a resumed stream) succeeds as one.
+        assert await store.append(record.session_id, 1, 20, [8]) == 21
     finally:
         replica.close()
         await client.aclose()
