@@ -28,12 +28,17 @@ class Fault:
     """Only this process's connections (None: every connection)."""
 
 
-def local_ports(pid: int) -> set[int]:
-    """The local TCP ports of process ``pid``'s sockets (empty if it is gone)."""
+def local_ports(pid: int, remote_port: int | None = None) -> set[int]:
+    """The local TCP ports of process ``pid``'s sockets (connected to ``remote_port``, if
+    given; empty if the process is gone). A local port alone does not name a connection: the
+    kernel reuses an ephemeral port for connections to different peers, so another process's
+    connection to this proxy can have a port number this process uses elsewhere."""
     try:
-        return {c.laddr.port for c in psutil.Process(pid).net_connections("tcp") if c.laddr}
+        connections = psutil.Process(pid).net_connections("tcp")
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return set()
+    return {c.laddr.port for c in connections
+            if c.laddr and (remote_port is None or (c.raddr and c.raddr.port == remote_port))}
 
 
 class _Link:
@@ -98,7 +103,7 @@ class FaultProxy:
         if fault.pid is None:
             return True
         if peer_port not in self._owners.get(fault.pid, set()):
-            self._owners[fault.pid] = local_ports(fault.pid)  # sockets come and go
+            self._owners[fault.pid] = local_ports(fault.pid, self.port)  # they come and go
         return peer_port in self._owners[fault.pid]
 
     def _active(self, kind: str, peer_port: int) -> bool:

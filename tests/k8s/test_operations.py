@@ -195,3 +195,5 @@ def test_replicated_redis_survives_losing_a_node_or_a_sentinel(rendered, target)
         assert config["data"][name] == (folder / name).read_text()
     quorum = {e["name"]: e.get("value") for e in main_container(sentinels)["env"]}
     assert quorum["SENTINEL_QUORUM"] == "2"  # a majority of three
+    gateway = main_container(named(objects, "Deployment", "gateway"))
+    assert arg_value(gateway, "--redis-wait-replicas") == "1"  # nothing a client saw is lost

@@ -87,7 +87,10 @@ def test_a_stall_holds_bytes_until_it_ends(proxy):
 
 def test_local_ports_names_a_process_sockets(proxy):
     with _connect(proxy.port) as sock:
-        assert sock.getsockname()[1] in local_ports(os.getpid())
+        mine = sock.getsockname()[1]
+        assert mine in local_ports(os.getpid())
+        assert mine in local_ports(os.getpid(), proxy.port)
+        assert mine not in local_ports(os.getpid(), proxy.upstream_port)  # not that peer's
     assert local_ports(2 ** 22 + 12345) == set()
 
 
