@@ -42,10 +42,11 @@ def local_ports(pid: int, remote_port: int | None = None) -> set[int]:
 
 
 class _Link:
-    """One proxied connection: its far end's port and both streams."""
+    """One proxied connection: its far end's port, both streams, and until when it stalls."""
 
     def __init__(self, peer_port: int, writers: list[asyncio.StreamWriter]) -> None:
         self.peer_port, self.writers = peer_port, writers
+        self.stalled_until = 0.0
 
     def abort(self) -> None:
         for writer in self.writers:
@@ -61,7 +62,6 @@ class FaultProxy:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._server: asyncio.AbstractServer | None = None
-        self._owners: dict[int, set[int]] = {}
 
     def start(self) -> FaultProxy:
         self._thread.start()
@@ -92,36 +92,42 @@ class FaultProxy:
     def _add(self, fault: Fault) -> None:
         async def add() -> None:
             self.faults.append(fault)
-            if fault.kind == "drop":
-                for link in list(self._links):
-                    if self._hit(fault, link.peer_port):
-                        link.abort()
+            owned = self._owned(fault)
+            for link in list(self._links):
+                if owned is None or link.peer_port in owned:
+                    self._apply(fault, link)
 
         asyncio.run_coroutine_threadsafe(add(), self._loop).result(10)
 
-    def _hit(self, fault: Fault, peer_port: int) -> bool:
-        if fault.pid is None:
-            return True
-        if peer_port not in self._owners.get(fault.pid, set()):
-            self._owners[fault.pid] = local_ports(fault.pid, self.port)  # they come and go
-        return peer_port in self._owners[fault.pid]
+    def _owned(self, fault: Fault) -> set[int] | None:
+        """The far-end ports of the connections ``fault`` applies to (None: all); looked up
+        once per fault or accepted connection, never per byte (the proxy must stay fast for
+        the links it does not fault)."""
+        return None if fault.pid is None else local_ports(fault.pid, self.port)
 
-    def _active(self, kind: str, peer_port: int) -> bool:
-        now = time.monotonic()
-        self.faults = [f for f in self.faults if f.until > now]
-        return any(f.kind == kind and self._hit(f, peer_port) for f in self.faults)
+    @staticmethod
+    def _apply(fault: Fault, link: _Link) -> None:
+        if fault.kind == "drop":
+            link.abort()
+        else:
+            link.stalled_until = max(link.stalled_until, fault.until)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer_port = writer.get_extra_info("peername")[1]
-        if self._active("drop", peer_port):
-            writer.transport.abort()
+        link = _Link(writer.get_extra_info("peername")[1], [writer])
+        now = time.monotonic()
+        self.faults = [f for f in self.faults if f.until > now]
+        for fault in self.faults:
+            owned = self._owned(fault)
+            if owned is None or link.peer_port in owned:
+                self._apply(fault, link)
+        if writer.transport.is_closing():  # dropped
             return
         try:
             up_reader, up_writer = await asyncio.open_connection(self.host, self.upstream_port)
         except OSError:
             writer.transport.abort()  # the server is down: so is the link
             return
-        link = _Link(peer_port, [writer, up_writer])
+        link.writers.append(up_writer)
         self._links.add(link)
         try:
             await asyncio.gather(self._pipe(reader, up_writer, link),
@@ -134,7 +140,7 @@ class FaultProxy:
                     link: _Link) -> None:
         try:
             while data := await reader.read(CHUNK):
-                while self._active("stall", link.peer_port):
+                while link.stalled_until > time.monotonic():
                     await asyncio.sleep(POLL_S)
                 writer.write(data)
                 await writer.drain()

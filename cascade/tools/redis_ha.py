@@ -34,6 +34,7 @@ class RedisSentinel:
 
     def _config(self) -> Path:
         lines = [f"port {self.port}", "bind 127.0.0.1", f"dir {self.data_dir}",
+                 f"logfile {(self.data_dir / 'sentinel.log').resolve()}",
                  f"sentinel monitor {SERVICE} 127.0.0.1 {self.primary_port} {self.quorum}",
                  f"sentinel down-after-milliseconds {SERVICE} {self.down_after_ms}",
                  f"sentinel failover-timeout {SERVICE} {self.failover_timeout_ms}",
