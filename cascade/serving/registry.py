@@ -48,9 +48,10 @@ return expires
 """
 
 
-SENTINEL_RETRIES = 12
-"""A sentinel client's retries (about 10 s): a failover takes the sentinels' down-after time
-plus an election and a promotion, several seconds on a loaded machine."""
+SENTINEL_RETRIES = 20
+"""A sentinel client's retries (about 18 s): a failover takes the sentinels' down-after time
+plus an election and a promotion, several seconds on a loaded machine, and an election that
+splits its votes is tried again after the failover timeout."""
 
 
 def connect(url: str, timeout_s: float = 2.0, retries: int = 5) -> redis.Redis:

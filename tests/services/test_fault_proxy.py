@@ -111,9 +111,22 @@ def test_redis_behind_proxies_fails_over(tmp_path):
         ha.server_on(old).process.kill()
         new = ha.wait_for_failover(old)
         assert new in {p.port for p in proxies.values()} - {old}
-        assert client.get("k") == b"v"
+        assert _eventually(lambda: client.get("k")) == b"v"  # once the sentinels agree
         client.close()
     finally:
         ha.stop()
         for p in proxies.values():
             p.stop()
+
+
+def _eventually(call, timeout_s: float = 20.0):
+    import redis
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return call()
+        except redis.ConnectionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
