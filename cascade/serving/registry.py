@@ -76,12 +76,23 @@ def connect(url: str, timeout_s: float = 2.0, retries: int = 5) -> redis.Redis:
 
 
 class PrimaryConnection(SentinelManagedConnection):
-    """A connection to the primary the sentinels name that also takes a script's READONLY
-    error for what it is: the server it reached was demoted (a primary that came back after a
-    failover, a replica now). redis-py's own only recognises a bare READONLY reply, so every
-    Lua script of the session store would fail against the old primary forever. The
-    connection is dropped and the error is a ConnectionError: the retry asks the sentinels
-    again."""
+    """A connection to the primary the sentinels name, fixing two ways redis-py's own keeps
+    talking to a primary that is gone:
+
+    - every socket connect asks the sentinels where the primary is: redis-py's reconnects a
+      connection that failed mid-command (the client's own retry) to its old address, so a
+      command in flight when the primary died dialled the dead server until its retries ran
+      out;
+    - a script's READONLY error is taken for what it is: the server it reached was demoted (a
+      primary that came back after a failover, a replica now). redis-py's only recognises a
+      bare READONLY reply, so every Lua script of the session store would fail against the old
+      primary forever. The connection is dropped and the error is a ConnectionError: the
+      retry asks the sentinels again."""
+
+    async def _connect(self):
+        if self.connection_pool.is_master:
+            self.host, self.port = await self.connection_pool.get_master_address()
+        await super()._connect()
 
     async def read_response(self, *args, **kwargs):
         try:

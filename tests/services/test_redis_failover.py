@@ -98,3 +98,24 @@ async def test_appends_wait_for_a_replica_when_asked(tmp_path):
         replica.close()
         await client.aclose()
         ha.stop()
+
+
+async def test_a_command_in_flight_when_the_primary_dies_goes_to_the_new_one(tmp_path):
+    """The connection that carried a command when the primary died is retried by the client
+    itself; it must ask the sentinels again, not dial the dead primary until its retries run
+    out (redis-py reconnects such a connection to its old address)."""
+    ha = RedisHA(tmp_path, replicas=1, sentinels=3, password="secret").start()
+    client = connect(ha.url)
+    try:
+        await client.set("cascade:test", "before")
+        assert await client.execute_command("WAIT", 1, 2000) == 1
+        old = ha.primary_port()
+        blocked = asyncio.create_task(client.blpop(["cascade:empty"], timeout=1))
+        await asyncio.sleep(0.3)  # the pop is waiting on the primary
+        ha.server_on(old).process.kill()
+        assert await asyncio.wait_for(blocked, 30) is None  # retried on the new primary
+        assert ha.primary_port() != old
+        assert await client.get("cascade:test") == b"before"
+    finally:
+        await client.aclose()
+        ha.stop()
