@@ -32,13 +32,12 @@ import secrets
 from dataclasses import asdict, dataclass
 
 import redis.asyncio as redis
-from redis.exceptions import ConnectionError as RedisConnectionError
 
 from cascade.protocol.requests import GenerationRequest
 from cascade.protocol.settings import AcceptancePolicy, DraftConfig, SamplingParams
-from cascade.serving import metrics
 from cascade.serving.errors import StaleEpoch
 from cascade.serving.registry import connect
+from gateway.replication import NotReplicated, ReplicaWaiter
 
 __all__ = ["EpochBehind", "LeaseHeld", "LengthMismatch", "NotReplicated", "SessionEnded", "SessionLost", "SessionRecord",
            "SessionStore", "connect", "request_from_record", "session_keys"]
@@ -157,12 +156,6 @@ class LengthMismatch(RuntimeError):
     """The stored token count differs from what the writer expected (nothing was written)."""
 
 
-class NotReplicated(RedisConnectionError):
-    """An append the replicas did not acknowledge in time (with ``wait_replicas``): the stream
-    fails as if Redis were unreachable (UNAVAILABLE / 503), and the client resumes from what is
-    replicated."""
-
-
 class SessionLost(RuntimeError):
     """The session's record is gone from Redis (nothing was written)."""
 
@@ -220,13 +213,13 @@ class SessionStore:
                  lease_s: float = 10.0, wait_replicas: int = 0, wait_ms: int = 1000,
                  wait_tries: int = 5) -> None:
         """``owner``: this gateway's id in leases (a fresh one per process by default);
-        ``wait_replicas``: each append returns once this many replicas have it (Redis
-        ``WAIT`` of at most ``wait_ms``, asked up to ``wait_tries`` times: a replica that is
-        resyncing after a failover lags for a moment), so a chunk a client was sent survives
-        the primary's death even when the client moves to another gateway or its gateway dies
-        too."""
+        ``wait_replicas``: each append returns once every replica in sync, and at least this
+        many, has it (gateway.replication: Redis ``WAIT`` of at most ``wait_ms``, asked up to
+        ``wait_tries`` times), so a chunk a client was sent survives the primary's death even
+        when the client moves to another gateway or its gateway dies too."""
         self.client, self.ttl_s, self.lease_s = client, ttl_s, lease_s
-        self.wait_replicas, self.wait_ms, self.wait_tries = wait_replicas, wait_ms, wait_tries
+        self.waiter = (ReplicaWaiter(client, wait_replicas, wait_ms, wait_tries)
+                       if wait_replicas else None)
         self.owner = owner or secrets.token_hex(6)
         self._takeover = client.register_script(TAKEOVER_SCRIPT)
         self._renew = client.register_script(RENEW_SCRIPT)
@@ -251,8 +244,8 @@ class SessionStore:
         ``finish_reason`` (the final round's) records the session finished in the same step."""
         keys = session_keys(session_id)
         args = [epoch, expected_len, self.ttl_s, self._lease_ms, finish_reason, *tokens]
-        if self.wait_replicas:
-            result = await self._append_replicated(keys, args)
+        if self.waiter is not None:
+            result = await self.waiter.run(self._append, keys, args)
         else:
             result = await self._append(keys=keys, args=args)
         if result == -1:
@@ -264,22 +257,6 @@ class SessionStore:
         if result == -3:
             raise SessionLost(f"session {session_id}: its record is gone")
         return int(result)
-
-    async def _append_replicated(self, keys: list[str], args: list) -> int:
-        """The append and WAITs on one connection (WAIT counts that connection's writes).
-        NotReplicated when the replicas did not acknowledge it in time (a primary cut off from
-        its replicas, or one already replaced by a failover it has not heard of): the round
-        must not reach the client, who would then hold a round a failover can lose."""
-        async with self.client.pipeline(transaction=False) as pipe:
-            await self._append(keys=keys, args=args, client=pipe)
-            for _ in range(self.wait_tries):  # once acknowledged, a WAIT returns at once
-                pipe.execute_command("WAIT", self.wait_replicas, self.wait_ms)
-            result, *acknowledged = await pipe.execute()
-        if int(result) >= 0 and int(acknowledged[-1]) < self.wait_replicas:
-            metrics.UNREPLICATED_APPENDS.inc()
-            raise NotReplicated(f"{acknowledged[-1]} of {self.wait_replicas} replicas acknowledged"
-                                f" the round in {self.wait_tries * self.wait_ms} ms")
-        return result
 
     async def restore(self, session_id: str, request: GenerationRequest, epoch: int,
                       drafter: str, verifier: str, tokens: list[int],

@@ -1,0 +1,83 @@
+"""Appends wait for every replica in sync (gateway.replication), on real Redis servers: with
+two replicas and ``wait_replicas=1`` a round is on both before it is sent (so whichever one
+Sentinel promotes has it), and a hung replica stops being waited for once it falls behind."""
+
+import asyncio
+import os
+import signal
+import time
+
+import pytest
+import redis as redis_sync
+
+from cascade.protocol.requests import GenerationRequest
+from cascade.protocol.settings import SamplingParams
+from cascade.serving.registry import connect
+from cascade.tools.redis_ha import RedisHA
+from gateway.replication import IN_SYNC_LAG_S, ReplicaWaiter, in_sync_replicas
+from gateway.session_store import SessionStore, session_keys
+
+
+@pytest.mark.parametrize("replicas, expected", [
+    ({}, 0),
+    ({"slave0": {"state": "online", "lag": 0}, "slave1": {"state": "online", "lag": 1}}, 2),
+    ({"slave0": {"state": "online", "lag": IN_SYNC_LAG_S + 1}}, 0),  # hung or cut off
+    ({"slave0": {"state": "wait_bgsave", "lag": 0}, "slave1": {"state": "online"}}, 1),
+])
+def test_in_sync_replicas_are_online_and_current(replicas, expected):
+    info = {"role": "master", "connected_slaves": len(replicas), "slave_read_only": 1, **replicas}
+    assert in_sync_replicas(info) == expected
+
+
+def test_a_waiter_needs_at_least_one_replica():
+    with pytest.raises(ValueError, match="minimum"):
+        ReplicaWaiter(None, 0)
+
+
+@pytest.fixture
+def two_replicas(tmp_path):
+    ha = RedisHA(tmp_path, replicas=2, sentinels=1).start()
+    yield ha
+    ha.stop()
+
+
+async def test_a_round_waits_for_every_replica_in_sync(two_replicas):
+    ha = two_replicas
+    client = connect(ha.url)
+    slow = ha.servers[2]
+    try:
+        store = SessionStore(client, wait_replicas=1)
+        record = await store.create(GenerationRequest([1, 2], SamplingParams()), "d:1", "v:1")
+        await store.append(record.session_id, 1, 0, [7])
+        os.kill(slow.process.pid, signal.SIGSTOP)  # one replica pauses (a moment: in sync)
+        try:
+            append = asyncio.create_task(store.append(record.session_id, 1, 1, [8]))
+            await asyncio.sleep(0.4)
+            assert not append.done(), "the round was sent while a replica in sync lacked it"
+        finally:
+            os.kill(slow.process.pid, signal.SIGCONT)
+        assert await append == 2
+        with redis_sync.Redis(port=slow.port) as replica:
+            assert replica.llen(session_keys(record.session_id)[1]) == 2
+    finally:
+        await client.aclose()
+
+
+async def test_a_hung_replica_is_not_waited_for_once_it_falls_behind(two_replicas):
+    ha = two_replicas
+    client = connect(ha.url)
+    hung = ha.servers[2]
+    try:
+        store = SessionStore(client, wait_replicas=1, wait_ms=400)
+        record = await store.create(GenerationRequest([1, 2], SamplingParams()), "d:1", "v:1")
+        os.kill(hung.process.pid, signal.SIGSTOP)
+        try:
+            assert await store.append(record.session_id, 1, 0, [7]) == 1  # the other has it
+            assert await store.waiter.target(fresh=True) == 1
+            started = time.monotonic()
+            assert await store.append(record.session_id, 1, 1, [8]) == 2
+            assert time.monotonic() - started < 0.4  # not waiting for the hung one any more
+        finally:
+            os.kill(hung.process.pid, signal.SIGCONT)
+    finally:
+        await client.aclose()
