@@ -8,13 +8,11 @@ for *every* replica that is in sync closes that: whichever of them is promoted h
 A replica counts as in sync when the primary lists it ``online`` with its last acknowledgement
 at most ``IN_SYNC_LAG_S`` old (replicas acknowledge every second). A replica that is resyncing
 (after a restart) or hung is not waited for: it cannot be promoted before it catches up, and
-waiting for it would stall every stream. The count is read from ``INFO replication`` at most
-every ``REFRESH_S`` and read again when a WAIT falls short (a replica that just dropped).
+waiting for it would stall every stream. The count is read from ``INFO replication`` in the
+same round trip as each WAIT, for the next one.
 """
 
 from __future__ import annotations
-
-import time
 
 import redis.asyncio as redis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -22,7 +20,6 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from cascade.serving import metrics
 
 IN_SYNC_LAG_S = 1
-REFRESH_S = 0.5
 
 
 class NotReplicated(RedisConnectionError):
@@ -37,41 +34,68 @@ def in_sync_replicas(info: dict) -> int:
                and value.get("state") == "online" and int(value.get("lag", 0)) <= IN_SYNC_LAG_S)
 
 
+PROBE_SCRIPT = """
+if redis.call('LLEN', KEYS[1]) < tonumber(ARGV[1]) then return 0 end
+redis.call('SET', KEYS[2], ARGV[1], 'PX', 60000)
+return 1
+"""
+"""A write after the round, on whichever server is primary now, made only if that server has
+the round (KEYS[1] the token list, at least ARGV[1] long; KEYS[2] the probe key): a WAIT after
+it, on any connection, covers the round."""
+
+
 class ReplicaWaiter:
-    """Runs a session-store script and then WAITs for the replicas that are in sync (at least
-    ``minimum``) on the same connection (WAIT counts that connection's writes)."""
+    """Runs the session store's append and then WAITs, on the same connection (WAIT counts that
+    connection's writes), for the replicas that are in sync, at least ``minimum``."""
 
     def __init__(self, client: redis.Redis, minimum: int, wait_ms: int = 1000,
                  tries: int = 5) -> None:
-        """``wait_ms`` per WAIT, asked up to ``tries`` times in the same round trip (once
-        acknowledged, a WAIT returns at once): a replica that is catching up lags a moment."""
+        """``wait_ms`` per WAIT, asked up to ``tries`` times (a replica that is catching up lags
+        a moment); the count of replicas in sync is read with every WAIT, so a replica that
+        dropped out is not waited for again."""
         if minimum < 1:
             raise ValueError(f"minimum must be >= 1, got {minimum}")
         self.client, self.minimum, self.wait_ms, self.tries = client, minimum, wait_ms, tries
-        self._in_sync, self._read_at = minimum, float("-inf")
+        self._in_sync = minimum
+        self._probe = client.register_script(PROBE_SCRIPT)
 
-    async def target(self, fresh: bool = False) -> int:
-        """How many replicas an append waits for now."""
-        if fresh or time.monotonic() - self._read_at > REFRESH_S:
-            self._in_sync = in_sync_replicas(await self.client.info("replication"))
-            self._read_at = time.monotonic()
+    @property
+    def target(self) -> int:
+        """How many replicas the next WAIT asks for."""
         return max(self.minimum, self._in_sync)
 
-    async def run(self, script, keys: list[str], args: list) -> int:
-        """``script``'s result once replicated; NotReplicated if the replicas in sync did not
-        all acknowledge it (a primary cut off from its replicas, or one a failover already
-        replaced): the round must not reach the client, who would then hold a round a
-        failover can lose. A negative result (nothing written) is returned at once."""
-        target = await self.target()
+    async def append(self, script, keys: list[str], args: list) -> int:
+        """``script``'s result (the token list's new length, ``keys[1]``) once replicated;
+        NotReplicated if the replicas in sync did not all acknowledge it (a primary cut off
+        from its replicas, or one a failover replaced): the round must not reach the client,
+        who would then hold a round a failover can lose. A negative result (nothing written)
+        is returned at once."""
         async with self.client.pipeline(transaction=False) as pipe:
             await script(keys=keys, args=args, client=pipe)
-            for _ in range(self.tries):
-                pipe.execute_command("WAIT", target, self.wait_ms)
-            result, *acknowledged = await pipe.execute()
-        if int(result) < 0 or int(acknowledged[-1]) >= target:
+            result, acknowledged, asked = await self._wait(pipe)
+        if int(result) < 0:
             return result
-        if int(acknowledged[-1]) >= await self.target(fresh=True):  # a replica dropped out
+        for _ in range(self.tries - 1):
+            if acknowledged >= self.target:
+                return result
+            async with self.client.pipeline(transaction=False) as pipe:
+                await self._probe(keys=[keys[1], f"{keys[0]}:replicated"], args=[int(result)],
+                                  client=pipe)
+                present, acknowledged, asked = await self._wait(pipe)
+            if not int(present):
+                break  # the primary now lacks the round: a failover lost it
+        if acknowledged >= self.target:
             return result
         metrics.UNREPLICATED_APPENDS.inc()
-        raise NotReplicated(f"{acknowledged[-1]} of {target} replicas acknowledged the round "
-                            f"in {self.tries * self.wait_ms} ms")
+        raise NotReplicated(f"{acknowledged} of {asked} replicas acknowledged the round in "
+                            f"{self.tries * self.wait_ms} ms")
+
+    async def _wait(self, pipe) -> tuple[object, int, int]:
+        """Adds WAIT and INFO to ``pipe`` and runs it: (the first command's result, replicas
+        that acknowledged, replicas asked for)."""
+        asked = self.target
+        pipe.execute_command("WAIT", asked, self.wait_ms)
+        pipe.info("replication")
+        first, acknowledged, info = await pipe.execute()
+        self._in_sync = in_sync_replicas(info)
+        return first, int(acknowledged), asked

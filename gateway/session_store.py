@@ -245,7 +245,7 @@ class SessionStore:
         keys = session_keys(session_id)
         args = [epoch, expected_len, self.ttl_s, self._lease_ms, finish_reason, *tokens]
         if self.waiter is not None:
-            result = await self.waiter.run(self._append, keys, args)
+            result = await self.waiter.append(self._append, keys, args)
         else:
             result = await self._append(keys=keys, args=args)
         if result == -1:
