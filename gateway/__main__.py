@@ -76,7 +76,7 @@ def main(
         "schedule) use model."),
     redis_wait_replicas: int = typer.Option(
         0, min=0, help="Send a round to the client only once every Redis replica in sync, and "
-        "at least this many, has it (WAIT, up to 5 s; with replicas and sentinels): a chunk a client saw then survives "
+        "at least this many, has it (WAIT, up to 8 s; with replicas and sentinels): a chunk a client saw then survives "
         "a failover whatever gateway the client resumes on. A round not acknowledged in time "
         "breaks the stream (the client resumes from what is replicated). 0: the primary's "
         "acknowledgement."),

@@ -49,7 +49,8 @@ def options_fields(msg: gateway_pb2.GenerateRequest) -> dict[str, Any]:
         fields["logit_bias"] = dict(msg.logit_bias)
     if msg.bad_words:
         fields["bad_words"] = list(msg.bad_words)
-    for name in ("acceptance", "cascade_rule", "draft_schedule"):  # empty: the default
+    for name in ("acceptance", "cascade_rule", "draft_schedule",
+                 "draft_tree_expansion"):  # empty: the default
         if getattr(msg, name):
             fields[name] = getattr(msg, name)
     return fields

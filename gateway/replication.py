@@ -7,8 +7,11 @@ for *every* replica that is in sync closes that: whichever of them is promoted h
 
 A replica counts as in sync when the primary lists it ``online`` with its last acknowledgement
 at most ``IN_SYNC_LAG_S`` old (replicas acknowledge every second). A replica that is resyncing
-(after a restart) or hung is not waited for: it cannot be promoted before it catches up, and
-waiting for it would stall every stream. The count is read from ``INFO replication`` in the
+(after a restart) is not waited for: Sentinel does not promote it. One that is hung (or starved
+of CPU) stays in sync for those seconds: Sentinel still counts it as a candidate while its
+last answer is a few seconds old (measured: with a 1 s threshold a loaded machine lost rounds
+acknowledged by one replica when the other was promoted), so streams pause that long, once,
+before it is left out. The count is read from ``INFO replication`` in the
 same round trip as each WAIT, for the next one.
 """
 
@@ -19,7 +22,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from cascade.serving import metrics
 
-IN_SYNC_LAG_S = 1
+IN_SYNC_LAG_S = 5
 
 
 class NotReplicated(RedisConnectionError):
@@ -27,11 +30,11 @@ class NotReplicated(RedisConnectionError):
     unreachable (UNAVAILABLE / 503), and the client resumes from what is replicated."""
 
 
-def in_sync_replicas(info: dict) -> int:
+def in_sync_replicas(info: dict, max_lag_s: int = IN_SYNC_LAG_S) -> int:
     """How many replicas a primary's parsed ``INFO replication`` lists online and current."""
     return sum(1 for key, value in info.items()
                if key.startswith("slave") and isinstance(value, dict)
-               and value.get("state") == "online" and int(value.get("lag", 0)) <= IN_SYNC_LAG_S)
+               and value.get("state") == "online" and int(value.get("lag", 0)) <= max_lag_s)
 
 
 PROBE_SCRIPT = """
@@ -49,13 +52,14 @@ class ReplicaWaiter:
     connection's writes), for the replicas that are in sync, at least ``minimum``."""
 
     def __init__(self, client: redis.Redis, minimum: int, wait_ms: int = 1000,
-                 tries: int = 5) -> None:
-        """``wait_ms`` per WAIT, asked up to ``tries`` times (a replica that is catching up lags
-        a moment); the count of replicas in sync is read with every WAIT, so a replica that
-        dropped out is not waited for again."""
+                 tries: int = 8, max_lag_s: int = IN_SYNC_LAG_S) -> None:
+        """``wait_ms`` per WAIT, asked up to ``tries`` times (long enough for a hung replica
+        to fall ``max_lag_s`` behind and out of the count); the count of replicas in sync is
+        read with every WAIT, so a replica that dropped out is not waited for again."""
         if minimum < 1:
             raise ValueError(f"minimum must be >= 1, got {minimum}")
         self.client, self.minimum, self.wait_ms, self.tries = client, minimum, wait_ms, tries
+        self.max_lag_s = max_lag_s
         self._in_sync = minimum
         self._probe = client.register_script(PROBE_SCRIPT)
 
@@ -97,5 +101,5 @@ class ReplicaWaiter:
         pipe.execute_command("WAIT", asked, self.wait_ms)
         pipe.info("replication")
         first, acknowledged, info = await pipe.execute()
-        self._in_sync = in_sync_replicas(info)
+        self._in_sync = in_sync_replicas(info, self.max_lag_s)
         return first, int(acknowledged), asked

@@ -211,7 +211,7 @@ class SessionEnded(RuntimeError):
 class SessionStore:
     def __init__(self, client: redis.Redis, ttl_s: int = 3600, owner: str = "",
                  lease_s: float = 10.0, wait_replicas: int = 0, wait_ms: int = 1000,
-                 wait_tries: int = 5) -> None:
+                 wait_tries: int = 8) -> None:
         """``owner``: this gateway's id in leases (a fresh one per process by default);
         ``wait_replicas``: each append returns once every replica in sync, and at least this
         many, has it (gateway.replication: Redis ``WAIT`` of at most ``wait_ms``, asked up to

@@ -69,6 +69,7 @@ async def test_a_hung_replica_is_not_waited_for_once_it_falls_behind(two_replica
     hung = ha.servers[2]
     try:
         store = SessionStore(client, wait_replicas=1, wait_ms=400)
+        store.waiter.max_lag_s = 1
         record = await store.create(GenerationRequest([1, 2], SamplingParams()), "d:1", "v:1")
         os.kill(hung.process.pid, signal.SIGSTOP)
         try:
