@@ -158,7 +158,10 @@ def generate(prompt: str,
                                             "default). Sampled trees use the keyed rule, and so "
                                             "does the baseline, so their texts compare."),
              keyed: bool = typer.Option(False, help="The keyed lossless rule: a seeded sampled "
-                                        "text depends on the prompt and seed alone.")
+                                        "text depends on the prompt and seed alone."),
+             tree_expansion: str = typer.Option("", help="How trees grow: dynamic (EAGLE-2) or "
+                                                "confidence (CAPE: the drafter's chain plus "
+                                                "runners-up where it is unsure); empty: dynamic.")
              ) -> None:
     """Stream a generation: green text was drafted and accepted, plain text the verifier chose."""
     acceptance = "keyed" if keyed or (tree_nodes and temperature > 0) else ""
@@ -167,7 +170,8 @@ def generate(prompt: str,
     console.print(prompt, style="bold", end="\n" if chat else "", markup=False, highlight=False)
     spec = stream_generation(gateway, num_draft_tokens=num_draft_tokens,
                              on_response=_print_round, cascade_rule=rule, cascade_alpha=alpha,
-                             schedule=schedule, tree_nodes=tree_nodes, **run)
+                             schedule=schedule, tree_nodes=tree_nodes,
+                             tree_expansion=tree_expansion, **run)
     console.print()
     base = stream_generation(gateway, num_draft_tokens=0, **run) if baseline else None
     _report(spec, base, num_draft_tokens, schedule, tree_nodes)
@@ -191,6 +195,6 @@ def demo(prompt: str = typer.Argument("Explain how a rainbow forms."),
         generate(prompt, gateway=cluster.grpc_address, max_tokens=max_tokens,
                  num_draft_tokens=num_draft_tokens, temperature=0.0, seed=0, chat=True,
                  baseline=True, rule=None, alpha=0.0, schedule="", tree_nodes=None,
-                 keyed=False)
+                 keyed=False, tree_expansion="")
     finally:
         cluster.stop()

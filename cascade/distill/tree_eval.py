@@ -5,8 +5,9 @@ buys in tokens per second, on the default pair (or any pair), side by side in on
         --config 0 --config 4 --config 4:16:4 --config 8:64:8 [--dtype bfloat16] \\
         [--temperature 0.7 --rule keyed|recursive]
 
-A config is ``k`` (a chain of k; 0: the target alone) or ``k:nodes:branching`` (a tree of
-depth k). Greedy by default: every config must emit the same tokens (checked, not assumed);
+A config is ``k`` (a chain of k; 0: the target alone), ``k:nodes:branching`` (a tree of
+depth k) or ``k:nodes:branching:confidence`` (a tree grown by CAPE's confidence-aware
+expansion). Greedy by default: every config must emit the same tokens (checked, not assumed);
 ``--temperature T`` samples, with the position-keyed rule (every config must then also emit
 the same tokens for one seed) or the recursive rule (``--rule recursive``: sampled trees
 verified against q; chains get speculative sampling).
@@ -43,11 +44,18 @@ class Tally:
 
 
 def parse_config(text: str) -> DraftConfig:
-    k, *tree = (int(part) for part in text.split(":"))
-    if tree and len(tree) != 2:
-        raise argparse.ArgumentTypeError(f"a config is k or k:nodes:branching, got {text!r}")
-    nodes, branching = tree or (0, 4)
-    return DraftConfig(num_draft_tokens=k, tree_nodes=nodes, tree_branching=branching)
+    """``k``, ``k:nodes:branching`` or ``k:nodes:branching:expansion`` (dynamic, confidence)."""
+    parts = text.split(":")
+    if len(parts) not in (1, 3, 4) or not all(p.isdigit() for p in parts[:3]):
+        raise argparse.ArgumentTypeError(f"a config is k, k:nodes:branching or "
+                                         f"k:nodes:branching:expansion, got {text!r}")
+    k, nodes, branching = (int(p) for p in parts[:3]) if len(parts) > 1 else (int(text), 0, 4)
+    expansion = parts[3] if len(parts) == 4 else "dynamic"
+    try:
+        return DraftConfig(num_draft_tokens=k, tree_nodes=nodes, tree_branching=branching,
+                           tree_expansion=expansion)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def label(config: DraftConfig) -> str:
@@ -55,6 +63,8 @@ def label(config: DraftConfig) -> str:
         return "target alone"
     if not config.tree_nodes:
         return f"chain k={config.num_draft_tokens}"
+    if config.tree_expansion == "confidence":
+        return f"CAPE tree: depth {config.num_draft_tokens}, {config.tree_nodes} nodes"
     return (f"tree: depth {config.num_draft_tokens}, {config.tree_nodes} nodes, "
             f"branching {config.tree_branching}")
 

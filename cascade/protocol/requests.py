@@ -31,6 +31,7 @@ Defaults, documented once (OpenAI's where OpenAI has the field):
 | draft_max_entropy | 0.0 (off) | [0, 20] nats: a block stops where the drafter's entropy is above it |
 | draft_tree_nodes | the server's default (0: chains) | [0, 64]: each round drafts a token tree of at most this many nodes, at most k deep (not with "cascade" or "adaptive"; prompt lookup makes every earlier match a branch); sampled trees are verified with the keyed rule; under "auto" the verifier takes the best-first prefix of each tree's nodes that pays (down to none) |
 | draft_tree_branching | 4 | [1, 16]: children a tree node offers and nodes kept per depth (the first position offers 4x as many) |
+| draft_tree_expansion | "dynamic" | "dynamic" (EAGLE-2: each depth's best nodes are expanded) or "confidence" (CAPE: the drafter's chain plus 1, 3, 5 or 7 runners-up at each position as its top probability is above 0.8, 0.6, 0.3 or not; drafted at a chain's cost; not with "recursive") |
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from cascade.protocol.settings import (
     MAX_LOGIT_BIAS_TOKENS,
     MAX_STOP_TOKEN_IDS,
     MAX_TREE_BRANCHING,
+    TREE_EXPANSIONS,
     MAX_TREE_NODES,
     MIN_TEMPERATURE,
     AcceptancePolicy,
@@ -141,6 +143,9 @@ class GenerationOptions(Lenient):
     """Cascade extension: draft token trees of at most this many nodes (0: chains)."""
     draft_tree_branching: int = Field(DraftConfig.tree_branching, ge=1, le=MAX_TREE_BRANCHING)
     """Cascade extension: children a tree node offers (nodes kept per depth)."""
+    draft_tree_expansion: Literal[TREE_EXPANSIONS] = "dynamic"
+    """Cascade extension: how the drafter grows trees (EAGLE-2's dynamic or CAPE's
+    confidence-aware expansion)."""
 
     @field_validator("temperature")
     @classmethod
@@ -300,7 +305,9 @@ def build_request(options: GenerationOptions, prompt_tokens: list[int], max_toke
         try:
             draft.check(policy)
         except ValueError as exc:
-            raise RequestInvalid(f"Invalid value for 'acceptance': {exc}.", "acceptance") from exc
+            name = ("draft_tree_expansion" if str(exc).startswith("tree_expansion")
+                    else "acceptance")
+            raise RequestInvalid(f"Invalid value for '{name}': {exc}.", name) from exc
     return GenerationRequest(list(prompt_tokens), sampling, draft, policy)
 
 
@@ -341,7 +348,8 @@ def _draft_config(options: GenerationOptions, server: ServerDefaults) -> DraftCo
                        max_entropy=options.draft_max_entropy, adaptive=adaptive,
                        planned=_is_planned(options),
                        method=method, tree_nodes=tree_nodes,
-                       tree_branching=options.draft_tree_branching)
+                       tree_branching=options.draft_tree_branching,
+                       tree_expansion=options.draft_tree_expansion)
 
 
 def _tree_nodes(options: GenerationOptions, server: ServerDefaults) -> int:

@@ -43,6 +43,10 @@ MAX_LOGPROBS = 20
 MAX_TREE_NODES = 64
 """Most nodes a token tree may carry (chains stay within MAX_DRAFT_TOKENS)."""
 MAX_TREE_BRANCHING = 16
+TREE_EXPANSIONS = ("dynamic", "confidence")
+"""How a model drafter grows a tree: EAGLE-2's dynamic expansion (every depth's best
+frontier nodes fed and expanded) or CAPE's confidence-aware one (the drafter's chain plus, at
+each position, as many runners-up as its confidence asks for; drafted at a chain's cost)."""
 
 
 class FinishReason(str, Enum):
@@ -179,6 +183,9 @@ class DraftConfig:
     0 drafts a chain."""
     tree_branching: int = 4
     """Children a tree node offers, and nodes kept per depth, in [1, MAX_TREE_BRANCHING]."""
+    tree_expansion: str = "dynamic"
+    """How the model drafter grows trees: one of TREE_EXPANSIONS ("confidence" ignores
+    ``tree_branching``: each position's width comes from the drafter's confidence)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.num_draft_tokens <= MAX_DRAFT_TOKENS:
@@ -216,6 +223,9 @@ class DraftConfig:
         if not 1 <= self.tree_branching <= MAX_TREE_BRANCHING:
             raise ValueError(f"tree_branching must be in [1, {MAX_TREE_BRANCHING}], got "
                              f"{self.tree_branching}")
+        if self.tree_expansion not in TREE_EXPANSIONS:
+            raise ValueError(f"tree_expansion must be one of {list(TREE_EXPANSIONS)}, got "
+                             f"{self.tree_expansion!r}")
         if self.tree_nodes and self.adaptive:
             raise ValueError("tree_nodes: token trees are drafted with a fixed k (not "
                              "adaptive)")
@@ -228,6 +238,11 @@ class DraftConfig:
             raise ValueError(f"tree_nodes: a token tree is verified with the greedy, keyed or "
                              f"recursive rule, not {policy.rule.value}; send tree_nodes 0 for a "
                              f"chain")
+        if (self.tree_nodes and self.tree_expansion != "dynamic"
+                and policy.rule is AcceptanceRule.RECURSIVE):
+            raise ValueError(f"tree_expansion: the recursive rule samples every node's children "
+                             f"from q, so its trees grow one way only; send 'dynamic', not "
+                             f"{self.tree_expansion!r}")
         if policy.rule is AcceptanceRule.RECURSIVE and self.method != DEFAULT_DRAFT_METHOD:
             raise ValueError(f"the recursive rule verifies against the drafter's q, which only "
                              f"draft method '{DEFAULT_DRAFT_METHOD}' sends, got '{self.method}'")

@@ -69,6 +69,7 @@ def draft_settings_to_pb(config: DraftConfig) -> common_pb2.DraftSettings:
         planned=config.planned,
         tree_nodes=config.tree_nodes,
         tree_branching=config.tree_branching,
+        tree_expansion=config.tree_expansion,
     )
 
 
@@ -87,6 +88,7 @@ def draft_settings_from_pb(msg: common_pb2.DraftSettings) -> DraftConfig:
         planned=msg.planned,
         tree_nodes=msg.tree_nodes,
         tree_branching=msg.tree_branching or defaults.tree_branching,
+        tree_expansion=msg.tree_expansion or defaults.tree_expansion,
     )
 
 

@@ -40,6 +40,29 @@ async def test_greedy_trees_alone_and_batched_with_chains_equal_target_greedy(cl
         assert result["choices"][0]["text"] == expected
 
 
+async def test_confident_trees_equal_target_greedy_and_are_checked(cluster):
+    """CAPE's confidence-aware trees on both APIs; a bad expansion, or one the recursive rule
+    cannot use, is refused naming the field."""
+    tokenizer = cluster.target.tokenizer
+    cape = {**TREE, "draft_tree_expansion": "confidence", "draft_schedule": "fixed"}
+    async with httpx.AsyncClient(base_url=cluster.http_url, timeout=60) as http:
+        results = await asyncio.gather(*[_complete(http, p, temperature=0, **cape)
+                                         for p in PROMPTS])
+        for fields in ({"draft_tree_expansion": "wide"},
+                       {"draft_tree_expansion": "confidence", "acceptance": "recursive",
+                        "temperature": 0.8}):
+            body = {"model": "tiny", "prompt": "x", "max_tokens": 4, "draft_tree_nodes": 8,
+                    **fields}
+            response = await http.post("/v1/completions", json=body)
+            assert response.status_code == 400, response.text
+            assert response.json()["error"]["param"] == "draft_tree_expansion"
+    for prompt, result in zip(PROMPTS, results):
+        expected = tokenizer.decode(expected_tokens(cluster, prompt), skip_special_tokens=True)
+        assert result["choices"][0]["text"] == expected
+    responses = await _grpc_tokens(cluster, "def main():", temperature=0, **cape)
+    assert max(r.num_drafted for r in responses) > TREE["num_draft_tokens"]  # trees, not chains
+
+
 async def _grpc_tokens(cluster, prompt: str, **fields) -> list[gateway_pb2.GenerateResponse]:
     async with grpc.aio.insecure_channel(cluster.grpc_address) as channel:
         request = gateway_pb2.GenerateRequest(prompt=prompt, max_tokens=24, **fields)

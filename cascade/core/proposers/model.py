@@ -19,6 +19,7 @@ from cascade.core.proposers.base import DraftStopped, Proposer, ProposerContext
 from cascade.core.proposers.schedule import AdaptiveSchedule
 from cascade.core.proposers.tree import (
     TreeShape,
+    draft_confident_tree,
     draft_sampled_tree,
     draft_tree,
     log_softmax_rank,
@@ -151,7 +152,8 @@ class ModelProposer(Proposer):
                                                                  self._sample_children)
             return Draft(tokens, q_ids, q_probs, parents=parents)
         rank = self._keyed_rank if self.keyed else log_softmax_rank
-        tokens, parents = draft_tree(self.cache, committed, shape, rank)
+        grow = draft_confident_tree if self.config.tree_expansion == "confidence" else draft_tree
+        tokens, parents = grow(self.cache, committed, shape, rank)
         return Draft(tokens, parents=parents)
 
     def _sample_children(self, logits: torch.Tensor, position: int, count: int):

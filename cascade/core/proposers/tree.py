@@ -85,6 +85,43 @@ def draft_tree(cache: SequenceCache, committed: list[int], shape: TreeShape,
     return _select(candidates, shape.nodes)
 
 
+CONFIDENCE_WIDTHS = ((0.3, 8), (0.6, 6), (0.8, 4), (1.0, 2))
+"""CAPE's schedule: (the drafter's top probability up to, candidates offered at the position),
+the chain's own token included."""
+
+
+def confidence_width(confidence: float) -> int:
+    """Candidates a position offers when the drafter's best token has this probability."""
+    return next(width for bound, width in CONFIDENCE_WIDTHS if confidence <= bound)
+
+
+@torch.inference_mode()
+def draft_confident_tree(cache: SequenceCache, committed: list[int], shape: TreeShape,
+                         rank: Rank = log_softmax_rank) -> tuple[list[int], list[int]]:
+    """CAPE's confidence-aware expansion: the drafter's own chain (one pass per depth, one
+    token each, as a chain is drafted) and at each position the runners-up its confidence asks
+    for (``confidence_width``), as siblings of that position's chain token. The siblings are
+    leaves and never fed, so the tree costs the drafter what the chain costs; the ``nodes``
+    best by cumulative log-probability are kept, best first. ``shape.branching`` is not used:
+    the width comes from the drafter's confidence."""
+    base = len(committed)
+    logits = cache.forward_to(committed).logits[-1:]  # [1, vocab]
+    candidates: list[_Candidate] = []
+    parent, score = -1, 0.0
+    with _Grower(cache, base) as grower:
+        for depth in range(1, shape.depth + 1):
+            scores = rank(logits, base + depth - 1).double().clamp_max(0.0)[0]  # [vocab]
+            width = min(confidence_width(float(scores.max().exp())), shape.nodes, len(scores))
+            top = scores.topk(width)
+            chain = len(candidates)
+            candidates += [_Candidate(score + float(s), parent, int(t))
+                           for s, t in zip(top.values, top.indices)]
+            parent, score = chain, candidates[chain].score
+            if depth < shape.depth:
+                logits = grower.feed([candidates[chain]], [chain], depth)
+    return _select(candidates, shape.nodes)
+
+
 Sampler = Callable[[torch.Tensor, int, int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
 """(logits [F, vocab], the children's position, count) -> (children [F, count], -1 past the
 last; the support ids of each row's q [F, K]; the q each child was drawn from [F, count, K],
