@@ -6,6 +6,7 @@ and by ``cascade up --redis-replicas N``; the same redis-server binary runs ever
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +18,8 @@ from cascade.tools.redis_server import RedisServer, free_port, redis_server_bina
 
 SERVICE = "cascade"
 """The name the sentinels monitor the primary under."""
+REPLICA_PRIORITY = 100
+"""Redis's default replica priority, given back to a restarted node once it has synced."""
 
 
 class RedisSentinel:
@@ -131,10 +134,28 @@ class RedisHA:
     def restart(self, server: RedisServer) -> None:
         """Start a stopped data node again as a replica of the primary the sentinels name now
         (as the Kubernetes start script does: a node that comes back never claims the role it
-        had before a failover)."""
+        had before a failover), not promotable until it has synced: it holds only what it had
+        when it stopped, and Sentinel, choosing by the offsets it last saw, could promote it
+        over a replica that acknowledged every later round."""
         primary = self.primary_port()
         server.replica_of = None if primary == self.reach[server.port] else primary
+        server.replica_priority = 0 if server.replica_of else None
         server.start()
+        if server.replica_of:
+            threading.Thread(target=self._promotable_once_synced, args=(server,),
+                             daemon=True).start()
+
+    def _promotable_once_synced(self, server: RedisServer, timeout_s: float = 300.0) -> None:
+        client = redis.Redis(port=server.port, password=self.password, socket_timeout=2.0)
+        try:
+            self._wait(lambda: client.info("replication").get("master_link_status") == "up",
+                       timeout_s, "the restarted replica to sync")
+            client.config_set("replica-priority", REPLICA_PRIORITY)
+            server.replica_priority = None
+        except (RuntimeError, redis.RedisError):
+            pass  # it stopped again (the next restart starts it unpromotable anyway)
+        finally:
+            client.close()
 
     def _replicas_seen(self) -> int:
         replicas = self.sentinels[0].client().sentinel_slaves(SERVICE)

@@ -37,13 +37,15 @@ class RedisServer:
 
     def __init__(self, data_dir: Path, port: int | None = None, persistent: bool = False,
                  password: str | None = None, replica_of: int | None = None,
-                 announce_port: int | None = None) -> None:
+                 announce_port: int | None = None, replica_priority: int | None = None) -> None:
         """``replica_of``: the loopback port of the primary this server replicates;
         ``announce_port``: the port others reach this server on, when it is not its own (a
-        proxy in front of it): a replica tells its primary, and so the sentinels, that one."""
+        proxy in front of it): a replica tells its primary, and so the sentinels, that one;
+        ``replica_priority``: Sentinel's preference among replicas (0: never promoted)."""
         self.port = port or free_port()
         self.data_dir, self.persistent, self.password = data_dir, persistent, password
         self.replica_of, self.announce_port = replica_of, announce_port
+        self.replica_priority = replica_priority
         self.process: subprocess.Popen | None = None
 
     @property
@@ -69,7 +71,9 @@ class RedisServer:
                 "--appendfsync", "everysec", "--dir", str(self.data_dir),
                 *(["--replicaof", "127.0.0.1", str(self.replica_of)] if self.replica_of else []),
                 *(["--replica-announce-ip", "127.0.0.1", "--replica-announce-port",
-                   str(self.announce_port)] if self.announce_port else [])]
+                   str(self.announce_port)] if self.announce_port else []),
+                *(["--replica-priority", str(self.replica_priority)]
+                  if self.replica_priority is not None else [])]
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + timeout_s
         client = redis.Redis(port=self.port, password=self.password, socket_connect_timeout=0.2)

@@ -2,12 +2,13 @@
 with the redis-server and redis-cli this machine has: a fresh install makes the initial
 primary primary and the others its replicas; after a failover, a data node that starts again
 follows the promoted primary instead of claiming its old role, and a sentinel that starts again
-monitors the promoted primary too."""
+monitors the promoted primary too; a replica is not promotable until it has synced."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -123,9 +124,18 @@ def test_failover_and_restarts_follow_the_promoted_primary(tmp_path):
         cluster.processes["node-0"].wait()
         _wait(lambda: cluster.primary() == cluster.nodes[1], "the failover")
 
-        # Node 0 comes back: the sentinels name node 1, so it follows node 1.
-        assert cluster.start_node(0) == f"starting as a replica of 127.0.0.1:{cluster.nodes[1]}"
+        # Node 0 comes back: the sentinels name node 1, so it follows node 1; it is not
+        # promotable until it has synced (node 1 hangs meanwhile, so it cannot sync yet).
+        cluster.processes["node-1"].send_signal(signal.SIGSTOP)
+        try:
+            assert cluster.start_node(0) == (f"starting as a replica of 127.0.0.1:"
+                                             f"{cluster.nodes[1]}")
+            assert cluster.node(0).config_get("replica-priority")["replica-priority"] == "0"
+        finally:
+            cluster.processes["node-1"].send_signal(signal.SIGCONT)
         _wait(lambda: _role(cluster.node(0)) == ("slave", cluster.nodes[1]), "node 0 to follow")
+        _wait(lambda: cluster.node(0).config_get("replica-priority")["replica-priority"] == "100",
+              "node 0 to be promotable once synced")
         assert cluster.node(1).get("session") == b"tokens"
         _wait(lambda: cluster.node(0).get("session") == b"tokens", "node 0 to sync")
 

@@ -82,3 +82,30 @@ async def test_a_hung_replica_is_not_waited_for_once_it_falls_behind(two_replica
             os.kill(hung.process.pid, signal.SIGCONT)
     finally:
         await client.aclose()
+
+
+def test_a_restarted_node_is_not_promotable_until_it_has_synced(tmp_path):
+    """A node that comes back holds only what it had when it stopped: Sentinel must not
+    promote it over the replica that acknowledged everything since (priority 0 until synced)."""
+    ha = RedisHA(tmp_path, replicas=1, sentinels=3).start()
+    try:
+        old = ha.primary_port()
+        node = ha.server_on(old)
+        node.process.kill()
+        node.process.wait()
+        new = ha.server_on(ha.wait_for_failover(old))
+        os.kill(new.process.pid, signal.SIGSTOP)  # the node cannot sync while this hangs
+        try:
+            ha.restart(node)
+            with redis_sync.Redis(port=node.port) as client:
+                assert client.config_get("replica-priority") == {"replica-priority": "0"}
+        finally:
+            os.kill(new.process.pid, signal.SIGCONT)
+        with redis_sync.Redis(port=node.port) as client:
+            deadline = time.monotonic() + 20
+            while client.config_get("replica-priority")["replica-priority"] != "100":
+                assert time.monotonic() < deadline, "never promotable after syncing"
+                time.sleep(0.1)
+            assert client.info("replication")["master_link_status"] == "up"
+    finally:
+        ha.stop()

@@ -28,9 +28,25 @@ primary_known_to_sentinels() {
   return 1
 }
 
+# A node that comes back (the sentinels know a primary) starts unpromotable (replica-priority 0)
+# and becomes promotable once it has synced: it holds only what it had when it stopped, and
+# Sentinel, choosing by the offsets it last saw, could otherwise promote it over a replica that
+# acknowledged every later write (the gateways' WAIT counts only replicas in sync). On a fresh
+# install every node is empty, so replicas start promotable.
+promotable_once_synced() {
+  until timeout 3 redis-cli --raw -p "$REDIS_PORT" info replication 2>/dev/null \
+      | grep -q '^master_link_status:up'; do
+    sleep 1
+  done
+  timeout 3 redis-cli -p "$REDIS_PORT" config set replica-priority \
+    "${REDIS_REPLICA_PRIORITY:-100}" >/dev/null
+}
+
+rejoining=no
 if known=$(primary_known_to_sentinels); then
   primary_host=${known% *}
   primary_port=${known#* }
+  rejoining=yes
 else
   primary_host=$REDIS_INITIAL_PRIMARY
   primary_port=${REDIS_INITIAL_PRIMARY_PORT:-$REDIS_PORT}
@@ -43,5 +59,9 @@ if [ "$primary_host" = "$REDIS_ANNOUNCE_HOST" ] && [ "$primary_port" = "$REDIS_P
 else
   echo "starting as a replica of $primary_host:$primary_port"
   set -- "$@" --replicaof "$primary_host" "$primary_port"
+  if [ "$rejoining" = yes ]; then
+    set -- "$@" --replica-priority 0
+    promotable_once_synced &
+  fi
 fi
 exec "$@"
