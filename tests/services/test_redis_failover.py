@@ -37,8 +37,10 @@ async def test_a_client_follows_the_primary_through_a_failover(tmp_path):
         await client.set("cascade:test", "after")
         assert await client.get("cascade:test") == b"after"
     finally:
-        await client.aclose()
-        ha.stop()
+        try:
+            await client.aclose()
+        finally:
+            ha.stop()
 
 
 async def test_a_script_reaching_a_demoted_primary_follows_the_new_one(tmp_path):
@@ -58,7 +60,10 @@ async def test_a_script_reaching_a_demoted_primary_follows_the_new_one(tmp_path)
         assert await script(keys=["cascade:test"], args=["after"]) == b"OK"
         assert await client.get("cascade:test") == b"after"
     finally:
-        await client.aclose()
+        try:
+            await client.aclose()
+        finally:
+            ha.stop()
 
 
 def _wait_role(client, role: str, timeout_s: float = 20.0) -> None:
@@ -95,9 +100,11 @@ async def test_appends_wait_for_a_replica_when_asked(tmp_path):
         # It is on the primary: a retry of the same round (a resumed stream) succeeds as one.
         assert await store.append(record.session_id, 1, 20, [8]) == 21
     finally:
-        replica.close()
-        await client.aclose()
-        ha.stop()
+        try:
+            replica.close()
+            await client.aclose()
+        finally:
+            ha.stop()
 
 
 async def test_a_command_in_flight_when_the_primary_dies_goes_to_the_new_one(tmp_path):
@@ -117,5 +124,7 @@ async def test_a_command_in_flight_when_the_primary_dies_goes_to_the_new_one(tmp
         assert ha.primary_port() != old
         assert await client.get("cascade:test") == b"before"
     finally:
-        await client.aclose()
-        ha.stop()
+        try:
+            await client.aclose()
+        finally:
+            ha.stop()

@@ -34,8 +34,10 @@ primary_known_to_sentinels() {
 # acknowledged every later write (the gateways' WAIT counts only replicas in sync). On a fresh
 # install every node is empty, so replicas start promotable.
 promotable_once_synced() {
+  server=$$  # this script's process, which becomes redis-server (exec below)
   until timeout 3 redis-cli --raw -p "$REDIS_PORT" info replication 2>/dev/null \
       | grep -q '^master_link_status:up'; do
+    kill -0 "$server" 2>/dev/null || return 0  # the server stopped first
     sleep 1
   done
   timeout 3 redis-cli -p "$REDIS_PORT" config set replica-priority \
