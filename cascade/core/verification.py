@@ -25,6 +25,7 @@ from cascade.core.blocks import (
     token_logprobs,
 )
 from cascade.core.engine import Pass, VerifyEngine, engine_for
+from cascade.core.grammar import GrammarMatcher
 from cascade.core.runner import ForwardOutput, ModelRunner
 from cascade.core.sampling import (
     STREAM_ACCEPT,
@@ -104,6 +105,8 @@ class SequenceVerifier:
         """The target layers whose hidden states the drafter asked for (none by default)."""
         self.last_features: TargetFeatures | None = None
         """The features of the positions the last round committed and fed (when asked)."""
+        self.grammar = _grammar_matcher(runner, params, self.generated)
+        """The structured output's state after the generated tokens (None: free text)."""
 
     @property
     def generated(self) -> list[int]:
@@ -167,6 +170,8 @@ class SequenceVerifier:
         self.last_features = self._features(len(self.committed) - 1, [0] + [n + 1 for n in path])
         emitted = self._apply_limits(accepted + [next_token])
         self.committed += emitted
+        if self.grammar is not None:
+            self.grammar.commit(emitted)
         self.stats.observe(draft.num_tokens, num_accepted, len(emitted), deferred)
         return RoundOutcome(num_accepted, emitted, len(self.committed), self.finish_reason,
                             deferred, tuple(path) if draft.parents is not None else None,
@@ -218,11 +223,12 @@ class SequenceVerifier:
         """The target's logits as the request's processors shape them (``logits``: [rows,
         vocab], one row per position of ``draft``'s block, the root's first): logit_bias added,
         then the penalties on what occurred before each position (drafted tokens included),
-        then stop tokens at -inf where min_tokens forbids them. A copy when anything changes:
-        the logits themselves stay raw for logprobs. Without processors nothing is computed."""
+        then stop tokens at -inf where min_tokens forbids them, then the tokens the grammar
+        forbids (``cascade.core.grammar``). A copy when anything changes: the logits themselves
+        stay raw for logprobs. Without processors nothing is computed."""
         params, first = self.params, len(self.generated)
         may_stop_early = bool(params.stop_token_ids) and not params.stops_allowed_at(first)
-        if not (params.logit_bias or params.has_penalties or may_stop_early):
+        if not (params.logit_bias or params.has_penalties or may_stop_early or self.grammar):
             return logits
         histories = _histories(draft)  # [rows] the drafted tokens before each row's position
         shaped = logits.clone()
@@ -236,6 +242,8 @@ class SequenceVerifier:
         if early:
             shaped[torch.tensor(early).unsqueeze(-1),
                    torch.tensor(params.stop_token_ids).unsqueeze(0)] = float("-inf")
+        if self.grammar is not None:
+            self.grammar.apply(shaped, histories)
         return shaped
 
     def _penalize(self, rows: torch.Tensor, histories: list[list[int]]) -> None:
@@ -332,6 +340,15 @@ class SequenceVerifier:
             emitted = emitted[:remaining]
             self.finish_reason = self.finish_reason or FinishReason.LENGTH
         return emitted
+
+
+def _grammar_matcher(runner: ModelRunner, params: SamplingParams,
+                     generated: list[int]) -> GrammarMatcher | None:
+    if params.grammar is None:
+        return None
+    if runner.tokenizer is None:
+        raise ValueError("sampling.grammar: the target has no tokenizer to match a grammar with")
+    return GrammarMatcher(params.grammar, runner.tokenizer, runner.vocab_size, generated)
 
 
 def _histories(draft: Draft) -> list[list[int]]:
