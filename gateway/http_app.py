@@ -22,6 +22,7 @@ from transformers import PreTrainedTokenizerBase
 from cascade.protocol.chat import chat_ids, has_chat_template
 from cascade.protocol.limits import RequestInvalid
 from cascade.protocol.methods import DEFAULT_DRAFT_METHOD
+from cascade.protocol.structured import with_grammar
 from cascade.protocol.requests import (
     GenerationRequest,
     ServerDefaults,
@@ -292,7 +293,8 @@ class _CompletionsApi:
             check_vocabulary(body, len(self.tokenizer))
             request = build_request(body, prompt_tokens, max_tokens, self.server, prompt_field,
                                     max_field)
-            return with_bad_words(request, body, self._word_ids)
+            request = with_bad_words(request, body, self._word_ids)
+            return with_grammar(request, *(body.requested_grammar() or (None, "")))
         except RequestInvalid as exc:
             raise bad_request(str(exc), exc.param, code=exc.code) from exc
 

@@ -17,6 +17,7 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from cascade.protocol.requests import GenerationOptions, Lenient, valid_text
 from cascade.protocol.settings import MAX_LOGPROBS
+from gateway.structured import StructuredFields
 
 
 MAX_CHOICES = 16
@@ -28,9 +29,10 @@ class StreamOptions(Lenient):
     """Send a last chunk with empty choices and the usage before [DONE]."""
 
 
-class GenerationFields(GenerationOptions):
+class GenerationFields(GenerationOptions, StructuredFields):
     """Fields shared by completions and chat completions: the generation options (the one
-    mapping's, cascade.protocol.requests) plus what only the OpenAI HTTP API has."""
+    mapping's, cascade.protocol.requests), the structured outputs (gateway.structured), plus
+    what only the OpenAI HTTP API has."""
 
     model: str
     stream: bool = False
