@@ -105,3 +105,24 @@ def test_good_grammars_compile():
     assert all(grammar_problem(g) is None for g in GRAMMARS.values())
     with pytest.raises(ValueError, match="kind"):
         Grammar("yaml", "")
+
+
+@pytest.mark.parametrize("grammar, field", [
+    (dict(kind="regex", spec="(open"), "sampling.grammar"),
+    (dict(kind="xml", spec=""), "sampling.grammar"),
+    (dict(kind="regex", spec="a" * 70000), "sampling.grammar.spec"),
+])
+def test_pods_refuse_bad_grammars_naming_the_field(grammar, field):
+    from cascade.protocol.limits import RequestInvalid
+    from cascade.protocol.validation import ModelLimits, session_settings
+    from cascade.v1 import common_pb2, verifier_pb2
+
+    message = verifier_pb2.SessionOpen(
+        session_id="s", epoch=1, context_tokens=[1, 2], prompt_len=2,
+        sampling=common_pb2.Sampling(top_p=1.0, max_new_tokens=4,
+                                     grammar=common_pb2.Grammar(**grammar)))
+    with pytest.raises(RequestInvalid) as refused:
+        session_settings(message, ModelLimits(vocab_size=96, max_length=256))
+    assert refused.value.param == field
+    message.sampling.grammar.CopyFrom(common_pb2.Grammar(kind="regex", spec="(yes|no)"))
+    assert session_settings(message, ModelLimits(96, 256)).sampling.grammar.spec == "(yes|no)"
