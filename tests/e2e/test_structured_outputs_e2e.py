@@ -116,3 +116,49 @@ def masked_grammar_text(cluster, prompt: str, grammar: Grammar) -> str:
     ids = masked_greedy(cluster.target, tokenizer(prompt).input_ids, grammar, 16)
     assert ids[-1] == tokenizer.eos_token_id
     return tokenizer.decode(ids[:-1])
+
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather",
+    "parameters": {"type": "object", "properties": {
+        "unit": {"enum": ["c", "f"]}, "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+        "required": ["unit", "days"], "additionalProperties": False}}}
+
+
+@pytest.mark.parametrize("draft", DRAFTS, ids=DRAFT_IDS)
+async def test_named_tool_call_is_the_targets_masked_greedy(cluster, draft):
+    """A named tool choice through the real cluster: the call's text is the target's greedy
+    decoding under the call's schema, and it comes back as a tool call whose arguments
+    validate against the function's parameters."""
+    from gateway.tools import ToolFields, with_tools
+
+    tokenizer = cluster.target.tokenizer
+    choice = {"type": "function", "function": {"name": "get_weather"}}
+    fields = ToolFields(tools=[WEATHER], tool_choice=choice)
+    messages = with_tools(MESSAGES, fields.template_tools(), tokenizer.chat_template)
+    reference = masked_greedy(cluster.target, chat_ids(tokenizer, messages),
+                              fields.tool_grammar(), MAX_TOKENS)
+    result = await client(cluster).chat.completions.create(
+        model="tiny", messages=MESSAGES, max_tokens=MAX_TOKENS, temperature=0,
+        tools=[WEATHER], tool_choice=choice, extra_body={"draft_schedule": "fixed", **draft})
+    message = result.choices[0].message
+    assert result.choices[0].finish_reason == "tool_calls" and message.content is None
+    [call] = message.tool_calls
+    assert call.function.name == "get_weather"
+    arguments = json.loads(call.function.arguments)
+    jsonschema.validate(arguments, WEATHER["function"]["parameters"])
+    assert json.loads(tokenizer.decode(reference[:-1]))["arguments"] == arguments
+    assert result.usage.completion_tokens == len(reference)
+
+
+async def test_required_tool_call_streams_as_tool_call_deltas(cluster):
+    stream = await client(cluster).chat.completions.create(
+        model="tiny", messages=MESSAGES, max_tokens=MAX_TOKENS, temperature=0, stream=True,
+        tools=[WEATHER], tool_choice="required", parallel_tool_calls=False,
+        extra_body={"num_draft_tokens": 4})
+    chunks = [chunk async for chunk in stream]
+    calls = [t for c in chunks if c.choices for t in c.choices[0].delta.tool_calls or []]
+    assert calls[0].function.name == "get_weather" and calls[0].id.startswith("call_")
+    arguments = json.loads("".join(t.function.arguments or "" for t in calls))
+    jsonschema.validate(arguments, WEATHER["function"]["parameters"])
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
