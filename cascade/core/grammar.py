@@ -106,3 +106,39 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
             break
         n += 1
     return n
+
+
+class GrammarCursor:
+    """The drafter's grammar state: follows whatever context it drafts after (the committed
+    tokens, a guessed outcome, its own drafts so far) by rolling back to the common prefix
+    with the tokens it has been fed, so the drafter proposes only tokens the grammar allows
+    (the verifier's mask would reject the others; masking q changes only the proposal, so
+    acceptance stays exact)."""
+
+    def __init__(self, grammar: Grammar, tokenizer, vocab_size: int) -> None:
+        self.state = GrammarMatcher(grammar, tokenizer, vocab_size, [])
+        self.fed: list[int] = []
+
+    def move_to(self, generated: list[int]) -> bool:
+        """Be at the end of ``generated`` (the tokens after the prompt); False when the
+        grammar does not allow them (a guess that will be rejected)."""
+        matcher = self.state.matcher
+        common = _common_prefix(self.fed, generated)
+        if len(self.fed) > common:
+            matcher.rollback(len(self.fed) - common)
+            del self.fed[common:]
+        rest = list(generated[common:])
+        valid = matcher.validate_tokens(rest) if rest else 0
+        if valid:
+            matcher.consume_tokens(rest[:valid])
+            self.fed += rest[:valid]
+        return valid == len(rest)
+
+    def masked(self, logits: torch.Tensor, generated: list[int]) -> torch.Tensor:
+        """``logits`` ([vocab]) with what the grammar forbids after ``generated`` at -inf (a
+        copy; unchanged when the grammar does not allow ``generated``)."""
+        if not self.move_to(generated):
+            return logits
+        masked = logits.unsqueeze(0).clone()
+        self.state.apply(masked, [[]])
+        return masked[0]

@@ -126,3 +126,30 @@ def test_pods_refuse_bad_grammars_naming_the_field(grammar, field):
     assert refused.value.param == field
     message.sampling.grammar.CopyFrom(common_pb2.Grammar(kind="regex", spec="(yes|no)"))
     assert session_settings(message, ModelLimits(96, 256)).sampling.grammar.spec == "(yes|no)"
+
+
+def test_masking_the_drafters_q_raises_acceptance_and_changes_nothing(pair, monkeypatch):
+    """The drafter masks q with the grammar (chains): greedy output is the same (a sampled one
+    follows the same distribution, but which sample depends on q), and more drafted tokens are
+    accepted than when it drafts unmasked."""
+    import cascade.core.proposers.model as model_proposer
+
+    target, drafter = pair
+    eos = target.tokenizer.eos_token_id
+    prompt = target.tokenizer(PROMPT).input_ids
+    runs = {}
+    for masked in (True, False):
+        if not masked:
+            monkeypatch.setattr(model_proposer, "_grammar_cursor", lambda context: None)
+        accepted, outputs = 0, []
+        for name in ("flat", "nested", "lark"):
+            for temperature in (0.0, 1.0):
+                params = SamplingParams(temperature=temperature, seed=3, max_new_tokens=MAX_NEW,
+                                        stop_token_ids=(eos,), grammar=GRAMMARS[name])
+                result = generate(target, prompt, params, drafter, DraftConfig(4))
+                accepted += result.stats.num_accepted_tokens
+                if temperature == 0.0:
+                    outputs.append(result.tokens)
+        runs[masked] = accepted, outputs
+    assert runs[True][1] == runs[False][1]
+    assert runs[True][0] > runs[False][0]
