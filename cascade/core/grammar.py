@@ -38,6 +38,14 @@ def ll_tokenizer(tokenizer, vocab_size: int) -> llguidance.LLTokenizer:
     return by_size[vocab_size]
 
 
+def prepare(runner) -> None:
+    """Build llguidance's tokenizer for ``runner`` at start-up (when it has a tokenizer), so
+    the first structured-output session does not wait for it."""
+    tokenizer = getattr(runner, "tokenizer", None)
+    if tokenizer is not None:
+        ll_tokenizer(tokenizer, runner.vocab_size)
+
+
 class GrammarMatcher:
     """A sequence's grammar state: the matcher after the generated tokens."""
 
