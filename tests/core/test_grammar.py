@@ -5,13 +5,20 @@ trees, in-process) equals the target's masked greedy decoding token for token an
 import json
 
 import jsonschema
+import torch
 import pytest
 
 from cascade.core.grammar import GrammarMatcher
 from cascade.core.loop import generate
 from cascade.core.runner import ModelRunner, ModelSpec
 from cascade.protocol.grammar import Grammar, grammar_problem
-from cascade.protocol.settings import DraftConfig, FinishReason, SamplingParams
+from cascade.protocol.settings import (
+    AcceptancePolicy,
+    AcceptanceRule,
+    DraftConfig,
+    FinishReason,
+    SamplingParams,
+)
 from cascade.tools.tiny_models import build_tiny_pair
 from grammar_reference import SCHEMAS, fresh_mask, masked_grammar_rows, masked_greedy
 
@@ -76,14 +83,19 @@ def test_greedy_output_equals_masked_reference(pair, name, config):
         jsonschema.validate(json.loads(text), SCHEMAS[name])
 
 
-def test_sampled_output_matches_the_grammar(pair):
+@pytest.mark.parametrize("config, rule", [
+    (DraftConfig(4), None), (DraftConfig(4, tree_nodes=8), AcceptanceRule.KEYED),
+    (DraftConfig(4, tree_nodes=8), AcceptanceRule.RECURSIVE)],
+    ids=["chains", "keyed-trees", "recursive-trees"])
+def test_sampled_output_matches_the_grammar(pair, config, rule):
     target, drafter = pair
     eos = target.tokenizer.eos_token_id
     prompt = target.tokenizer(PROMPT).input_ids
+    policy = None if rule is None else AcceptancePolicy(rule)
     for seed in range(3):
         params = SamplingParams(temperature=1.0, seed=seed, max_new_tokens=MAX_NEW,
                                 stop_token_ids=(eos,), grammar=GRAMMARS["nested"])
-        result = generate(target, prompt, params, drafter, DraftConfig(4))
+        result = generate(target, prompt, params, drafter, config, policy)
         assert result.finish_reason is FinishReason.STOP
         jsonschema.validate(json.loads(target.tokenizer.decode(result.tokens[:-1])),
                             SCHEMAS["nested"])
@@ -153,3 +165,26 @@ def test_masking_the_drafters_q_raises_acceptance_and_changes_nothing(pair, monk
         runs[masked] = accepted, outputs
     assert runs[True][1] == runs[False][1]
     assert runs[True][0] > runs[False][0]
+
+
+def test_sampled_first_token_follows_the_masked_target(pair):
+    """Speculative sampling under a grammar (k = 3, the drafter's q masked too): the first
+    token's frequencies over 400 seeds match the target's masked distribution (chi-square)."""
+    from scipy.stats import chisquare
+
+    target, drafter = pair
+    prompt = target.tokenizer(PROMPT).input_ids
+    grammar = Grammar("regex", r"(if|in|is|it|def|for|return|self)[0-9]")
+    allowed = fresh_mask(target, grammar, [])
+    with torch.no_grad():
+        logits = target.model(torch.tensor([prompt])).logits[0, -1]
+    p = torch.softmax(torch.where(allowed, logits, float("-inf")), -1)  # [vocab]
+    support = p.nonzero().flatten().tolist()
+    counts = dict.fromkeys(support, 0)
+    for seed in range(400):
+        params = SamplingParams(temperature=1.0, seed=seed, max_new_tokens=4, grammar=grammar)
+        first = generate(target, prompt, params, drafter, DraftConfig(3)).tokens[0]
+        assert first in counts, "a token the grammar forbids was emitted"
+        counts[first] += 1
+    expected = [400 * p[t].item() for t in support]
+    assert chisquare([counts[t] for t in support], expected).pvalue > 1e-3
