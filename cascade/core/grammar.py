@@ -88,7 +88,8 @@ class GrammarMatcher:
     def apply(self, logits: torch.Tensor, histories: list[list[int]]) -> None:
         """``logits`` ([rows, vocab], in place) with the tokens each row's grammar state
         forbids at -inf."""
-        llg_torch.apply_token_bitmask_inplace(logits, self.masks(histories).to(logits.device))
+        allowed = unpack(self.masks(histories), logits.shape[-1]).to(logits.device)
+        logits.masked_fill_(~allowed, float("-inf"))
 
     def commit(self, tokens: list[int]) -> None:
         """Advance through emitted tokens (each allowed by its position's mask). Once the
@@ -105,6 +106,15 @@ class GrammarMatcher:
     def is_done(self) -> bool:
         """The grammar accepts nothing more (only end-of-sequence may follow)."""
         return self.matcher.is_stopped()
+
+
+def unpack(bits: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """[rows, vocab] bool from [rows, ceil(vocab / 32)] int32 bitmasks (bit j of word w is
+    token 32 w + j). Plain tensor ops: llguidance's own helper is a torch.compile kernel,
+    which needs a C compiler on the serving machine."""
+    shifts = torch.arange(32, dtype=torch.int32)  # [32]
+    bit_set = (bits.unsqueeze(-1) >> shifts) & 1  # [rows, words, 32]
+    return bit_set.flatten(1)[:, :vocab_size].bool()
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
