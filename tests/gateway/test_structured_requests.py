@@ -102,3 +102,14 @@ async def test_grpc_structured_output(grpc_stub, grammar, problem):
         [r async for r in stub.Generate(request, timeout=30)]
     assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "structured_output" in error.value.details() and problem in error.value.details()
+
+
+async def test_every_choice_gets_the_grammar(tokenizer):
+    generator = FakeGenerator(script(tokenizer, "ok"))
+    async with make_client(tokenizer, generator) as http:
+        response = await http.post("/v1/completions", json={
+            "model": MODEL, "prompt": ["Hi", "Ho"], "n": 2, "max_tokens": 3,
+            "guided_regex": "[ab]+"})
+    assert response.status_code == 200, response.text
+    assert len(generator.requests) == 4
+    assert {r.sampling.grammar for r in generator.requests} == {Grammar("regex", "[ab]+")}
