@@ -8,8 +8,8 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from cascade.protocol.grammar import Grammar
 from cascade.protocol.chat import chat_prompt_ids, has_chat_template
+from cascade.protocol.grammar import Grammar
 from cascade.protocol.limits import RequestInvalid
 from cascade.protocol.requests import (
     GenerationRequest,
