@@ -6,6 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import redis.asyncio as redis
 
+from cascade.core import grammar
 from cascade.core.runner import ModelRunner
 from cascade.core.suffix_index import SuffixIndex
 from cascade.pod.process import model_executor
@@ -33,6 +34,7 @@ def build_drafter(runner: ModelRunner, host: str = "127.0.0.1", port: int = 0,
     ``delay`` is injected on its messages to them (tests, benchmarks); ``speculation``: drafting
     while the verifier verifies; ``memory``: the speculation memory, fed from the cluster's
     stream in ``registry``'s Redis when one is given."""
+    grammar.prepare(runner)
     executor = model_executor()
     servicer = DrafterServicer(runner, executor, ChannelPool(mesh), verifiers, delay,
                                speculation, memory)

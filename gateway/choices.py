@@ -15,6 +15,7 @@ from gateway import schemas
 from gateway.events import StreamView, Usage, events
 from gateway.generation import GenerationRequest
 from gateway.streaming import Delta, sse_event
+from gateway.tools import tool_calls_of
 
 _DONE = object()
 
@@ -30,7 +31,7 @@ def views(kind: str, meta: schemas.ResponseMeta, body, requests: list[Generation
     """One view per choice (no per-choice usage chunk: the totals come once, at the end)."""
     return [StreamView(kind, meta, tuple(body.stop), False, body.cascade_rounds,
                        Usage(len(r.prompt_tokens), not r.acceptance.rule.is_lossless), i,
-                       r.sampling.logprobs is not None)
+                       r.sampling.logprobs is not None, getattr(body, "tool_names", ()))
             for i, r in enumerate(requests)]
 
 
@@ -42,9 +43,15 @@ def usage_of(prompts: list[list[int]], lasts: list[Delta]) -> dict[str, int]:
 
 def response(kind: str, meta: schemas.ResponseMeta, choice_views: list[StreamView],
              results: list[tuple[str, Delta]], usage_: dict[str, int]) -> dict:
-    choice = schemas.chat_choice if kind == "chat" else schemas.completion_choice
+    def choice(i: int, view: StreamView, text: str, last: Delta) -> dict:
+        logprobs = view.format_logprobs(last.logprobs)
+        if kind == "completion":
+            return schemas.completion_choice(text, last.finish_reason, i, logprobs)
+        return schemas.chat_choice(text, last.finish_reason, i, logprobs,
+                                   tool_calls_of(view.tools, text, last.finish_reason))
+
     return schemas.choices_response(meta, kind, [
-        choice(text, last.finish_reason, i, view.format_logprobs(last.logprobs))
+        choice(i, view, text, last)
         for i, (view, (text, last)) in enumerate(zip(choice_views, results))], usage_)
 
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from gateway import schemas
 from gateway.logprobs import chat_logprobs, completion_logprobs
-from gateway.streaming import Delta, sse_event
+from gateway.streaming import Delta, collect, sse_event
+from gateway.tools import streamed_calls, tool_calls_of
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,9 @@ class StreamView:
     """The choice's index in its response (n > 1, or a batch of prompts)."""
     logprobs: bool = False
     """The request asked for log-probabilities (each chunk carries its tokens')."""
+    tools: tuple[str, ...] = ()
+    """The tools whose calls the text is read for (gateway.tools); the text is held back
+    until it is whole."""
 
     def format_logprobs(self, items, offset: int = 0) -> dict[str, Any] | None:
         """The ``logprobs`` of a choice or chunk holding ``items`` (None: not asked)."""
@@ -59,7 +63,8 @@ class StreamView:
         raw = json.loads(text)
         return cls(raw["kind"], schemas.ResponseMeta(**raw["meta"]), tuple(raw["stop"]),
                    raw["include_usage"], raw["rounds"], Usage(**raw["usage"]),
-                   raw.get("choice", 0), raw.get("logprobs", False))
+                   raw.get("choice", 0), raw.get("logprobs", False),
+                   tuple(raw.get("tools", ())))
 
 
 def events(view: StreamView, deltas: AsyncIterator[Delta], resumed: bool = False
@@ -92,24 +97,37 @@ async def chat_events(view: StreamView, deltas: AsyncIterator[Delta], resumed: b
                       ) -> AsyncIterator[str]:
     meta, include_usage = view.meta, view.include_usage
     first = not resumed
+    if view.tools:
+        deltas = held_back(deltas)
     async for delta in deltas:
         group = []
         if first:  # sent with the first generated chunk, so errors before it still get a status
             group.append(schemas.chat_chunk(meta, {"role": "assistant", "content": ""}, None,
                                             include_usage, view.choice))
             first = False
-        if delta.text or delta.round or (view.logprobs and delta.logprobs):
+        calls = tool_calls_of(view.tools, delta.text, delta.finish_reason)
+        for tool_calls in streamed_calls(calls or []):
+            group.append(schemas.chat_chunk(meta, {"tool_calls": tool_calls}, None,
+                                            include_usage, view.choice))
+        if not calls and (delta.text or delta.round or (view.logprobs and delta.logprobs)):
             chunk = schemas.chat_chunk(meta, {"content": delta.text}, None, include_usage,
                                        view.choice, view.format_logprobs(delta.logprobs))
             group.append(schemas.with_round(chunk, _round_json(delta)))
         if delta.finish_reason:
-            group.append(schemas.chat_chunk(meta, {}, delta.finish_reason, include_usage,
+            group.append(schemas.chat_chunk(meta, {}, "tool_calls" if calls
+                                            else delta.finish_reason, include_usage,
                                             view.choice))
             if include_usage:
                 group.append(schemas.usage_chunk(meta, "chat.completion.chunk",
                                                  view.usage.of(delta)))
         for event in _framed(group, delta.event_id):
             yield event
+
+
+async def held_back(deltas: AsyncIterator[Delta]) -> AsyncIterator[Delta]:
+    """One delta with the whole text (a tool call is known only then)."""
+    text, last = await collect(deltas)
+    yield replace(last, text=text)
 
 
 def _framed(group: list[dict[str, Any]], event_id: str | None) -> list[str]:

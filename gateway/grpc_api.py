@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from cascade.protocol.chat import chat_prompt_ids, has_chat_template
+from cascade.protocol.grammar import Grammar
 from cascade.protocol.limits import RequestInvalid
 from cascade.protocol.requests import (
     GenerationRequest,
@@ -19,7 +20,8 @@ from cascade.protocol.requests import (
     with_bad_words,
 )
 from cascade.protocol.settings import MAX_LOGPROBS, FinishReason
-from cascade.protocol.wire import FINISH_TO_PB, logprobs_to_pb
+from cascade.protocol.structured import with_grammar
+from cascade.protocol.wire import FINISH_TO_PB, grammar_from_pb, logprobs_to_pb
 from cascade.serving.errors import NotFound, Unauthenticated
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc
 from gateway.auth import ApiKeys
@@ -56,6 +58,17 @@ def options_fields(msg: gateway_pb2.GenerateRequest) -> dict[str, Any]:
     return fields
 
 
+def _grammar(msg: gateway_pb2.GenerateRequest) -> Grammar | None:
+    """The request's structured output (None: free text)."""
+    if not msg.HasField("structured_output"):
+        return None
+    try:
+        return grammar_from_pb(msg.structured_output)
+    except ValueError as exc:
+        raise RequestInvalid(f"Invalid value for 'structured_output': {exc}.",
+                             "structured_output") from exc
+
+
 class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     def __init__(self, tokenizer, generator: ResumableGenerator, model_name: str, server: ServerDefaults,
                  api_keys: ApiKeys = ApiKeys(()), limits: KeyLimits | None = None,
@@ -83,6 +96,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         request = with_bad_words(build_request(options, prompt, max_tokens, self.server),
                                  options, lambda text: self.tokenizer(
                                      text, add_special_tokens=False).input_ids)
+        request = with_grammar(request, _grammar(msg), "structured_output")
         if msg.HasField("logprobs"):
             if msg.logprobs > MAX_LOGPROBS:
                 raise RequestInvalid(f"Invalid value for 'logprobs': must be in [0, "

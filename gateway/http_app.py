@@ -22,6 +22,7 @@ from transformers import PreTrainedTokenizerBase
 from cascade.protocol.chat import chat_ids, has_chat_template
 from cascade.protocol.limits import RequestInvalid
 from cascade.protocol.methods import DEFAULT_DRAFT_METHOD
+from cascade.protocol.structured import with_grammar
 from cascade.protocol.requests import (
     GenerationRequest,
     ServerDefaults,
@@ -38,6 +39,7 @@ from gateway.playground import install_playground, page_settings
 from gateway.resume import install_resume
 from gateway.events import StreamView, Usage, events
 from gateway.streaming import Delta, EventStreamResponse, collect, text_deltas
+from gateway.tools import tool_calls_of, with_tools
 
 ReadyCheck = Callable[[], bool | Awaitable[bool]]
 
@@ -213,9 +215,13 @@ class _CompletionsApi:
         if body.stream:
             return EventStreamResponse(events(view, deltas), on_close=slot.release)
         text, last = await _collect_while_connected(deltas, http, slot)
-        build = schemas.chat_response if kind == "chat" else schemas.completion_response
-        return JSONResponse(build(view.meta, text, last.finish_reason, view.usage.of(last),
-                                  view.format_logprobs(last.logprobs)))
+        logprobs = view.format_logprobs(last.logprobs)
+        if kind == "completion":
+            return JSONResponse(schemas.completion_response(
+                view.meta, text, last.finish_reason, view.usage.of(last), logprobs))
+        calls = tool_calls_of(view.tools, text, last.finish_reason)
+        return JSONResponse(schemas.chat_response(view.meta, text, last.finish_reason,
+                                                  view.usage.of(last), logprobs, calls))
 
     async def _several(self, kind: str, body: schemas.GenerationFields, http: Request,
                        caller: str, slot: Slot, requests: list[GenerationRequest]) -> Response:
@@ -273,8 +279,10 @@ class _CompletionsApi:
                 "cannot be formatted; use /v1/completions with a prompt instead.",
                 param="messages",
             )
+        tools = body.template_tools()
+        messages = with_tools(body.template_messages(), tools, self.tokenizer.chat_template)
         try:
-            return chat_ids(self.tokenizer, body.template_messages())
+            return chat_ids(self.tokenizer, messages, tools)
         except (jinja2.TemplateError, ValueError) as exc:
             message = f"Invalid 'messages' for this model's chat template: {exc}"
             raise bad_request(message, "messages") from exc
@@ -292,7 +300,8 @@ class _CompletionsApi:
             check_vocabulary(body, len(self.tokenizer))
             request = build_request(body, prompt_tokens, max_tokens, self.server, prompt_field,
                                     max_field)
-            return with_bad_words(request, body, self._word_ids)
+            request = with_bad_words(request, body, self._word_ids)
+            return with_grammar(request, *(body.requested_grammar() or (None, "")))
         except RequestInvalid as exc:
             raise bad_request(str(exc), exc.param, code=exc.code) from exc
 
@@ -301,7 +310,8 @@ def _view(kind: str, body: schemas.GenerationFields, request: GenerationRequest)
     meta = schemas.ResponseMeta.new("chatcmpl" if kind == "chat" else "cmpl", body.model)
     usage = Usage(len(request.prompt_tokens), not request.acceptance.rule.is_lossless)
     return StreamView(kind, meta, tuple(body.stop), body.include_usage, body.cascade_rounds,
-                      usage, logprobs=request.sampling.logprobs is not None)
+                      usage, logprobs=request.sampling.logprobs is not None,
+                      tools=getattr(body, "tool_names", ()))
 
 
 def _with_logprobs(request: GenerationRequest, body) -> GenerationRequest:

@@ -13,10 +13,14 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from cascade.protocol.grammar import Grammar
+from cascade.protocol.limits import RequestInvalid
 from cascade.protocol.requests import GenerationOptions, Lenient, valid_text
 from cascade.protocol.settings import MAX_LOGPROBS
+from gateway.structured import StructuredFields
+from gateway.tools import ToolFields
 
 
 MAX_CHOICES = 16
@@ -28,9 +32,10 @@ class StreamOptions(Lenient):
     """Send a last chunk with empty choices and the usage before [DONE]."""
 
 
-class GenerationFields(GenerationOptions):
+class GenerationFields(GenerationOptions, StructuredFields):
     """Fields shared by completions and chat completions: the generation options (the one
-    mapping's, cascade.protocol.requests) plus what only the OpenAI HTTP API has."""
+    mapping's, cascade.protocol.requests), the structured outputs (gateway.structured), plus
+    what only the OpenAI HTTP API has."""
 
     model: str
     stream: bool = False
@@ -107,7 +112,20 @@ def _is_token_ids(value: Any) -> bool:
 class ChatMessage(Lenient):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str
-    """A string; a list of text parts ({"type": "text", "text": ...}) is joined into one."""
+    """A string; a list of text parts ({"type": "text", "text": ...}) is joined into one; an
+    assistant turn that called tools may have none."""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    """An assistant turn's tool calls (gateway.tools)."""
+    tool_call_id: str | None = None
+    """A tool turn: the call it answers."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _calls_need_no_content(cls, data: Any) -> Any:
+        if (isinstance(data, dict) and data.get("tool_calls") and data.get("content") is None
+                and data.get("role") == "assistant"):
+            return {**data, "content": ""}
+        return data
 
     @field_validator("content", mode="before")
     @classmethod
@@ -122,7 +140,18 @@ class ChatMessage(Lenient):
         raise ValueError('must be a string or a list of {"type": "text", "text": ...} parts')
 
 
-class ChatCompletionRequest(GenerationFields):
+class ToolCallFunction(Lenient):
+    name: str
+    arguments: str = ""
+
+
+class ToolCall(Lenient):
+    id: str = ""
+    type: Literal["function"] = "function"
+    function: ToolCallFunction
+
+
+class ChatCompletionRequest(GenerationFields, ToolFields):
     """POST /v1/chat/completions."""
 
     messages: list[ChatMessage] = Field(min_length=1)
@@ -152,8 +181,20 @@ class ChatCompletionRequest(GenerationFields):
             return self.max_completion_tokens
         return self.max_tokens
 
-    def template_messages(self) -> list[dict[str, str]]:
-        return [{"role": m.role, "content": m.content} for m in self.messages]
+    def template_messages(self) -> list[dict[str, Any]]:
+        return [m.model_dump(exclude_none=True, exclude_defaults=True) | {
+            "role": m.role, "content": m.content} for m in self.messages]
+
+    def requested_grammar(self) -> tuple[Grammar, str] | None:
+        """A structured-output field's grammar, or the one tool_choice imposes; not both."""
+        structured, tool = super().requested_grammar(), self.tool_grammar()
+        if tool is None:
+            return structured
+        if structured is not None:
+            raise RequestInvalid(f"Invalid value for 'tool_choice': a required or named tool "
+                                 f"call is a structured output of its own; leave "
+                                 f"'{structured[1]}' out.", "tool_choice")
+        return tool, "tools"
 
 
 # ----- responses -----------------------------------------------------------------------------
@@ -195,9 +236,16 @@ def completion_choice(text: str, finish_reason: str | None, index: int = 0,
 
 
 def chat_choice(content: str, finish_reason: str, index: int = 0,
-                logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"index": index, "message": {"role": "assistant", "content": content},
-            "finish_reason": finish_reason, "logprobs": logprobs}
+                logprobs: dict[str, Any] | None = None,
+                tool_calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The choice's message: its content, or (``tool_calls``) the calls it makes."""
+    if tool_calls:
+        message = {"role": "assistant", "content": None, "tool_calls": tool_calls}
+        finish_reason = "tool_calls"
+    else:
+        message = {"role": "assistant", "content": content}
+    return {"index": index, "message": message, "finish_reason": finish_reason,
+            "logprobs": logprobs}
 
 
 def completion_response(
@@ -210,10 +258,10 @@ def completion_response(
 
 def chat_response(
     meta: ResponseMeta, content: str, finish_reason: str, usage_: dict[str, int],
-    logprobs: dict[str, Any] | None = None
+    logprobs: dict[str, Any] | None = None, tool_calls: list[dict[str, Any]] | None = None
 ) -> dict[str, Any]:
-    return choices_response(meta, "chat", [chat_choice(content, finish_reason, 0, logprobs)],
-                            usage_)
+    choice = chat_choice(content, finish_reason, 0, logprobs, tool_calls)
+    return choices_response(meta, "chat", [choice], usage_)
 
 
 def choices_response(meta: ResponseMeta, kind: str, choices: list[dict[str, Any]],

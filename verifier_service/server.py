@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from cascade.core import grammar
 from cascade.core.runner import ModelRunner
 from cascade.pod.process import model_executor
 from cascade.serving.mesh import OPEN, MeshSecurity
@@ -19,6 +20,7 @@ def build_verifier(runner: ModelRunner, host: str = "127.0.0.1", port: int = 0,
                    grace_s: float = 10.0, settings: VerifierSettings | None = None,
                    mesh: MeshSecurity = OPEN, step_cost=None) -> tuple[GrpcService, SessionTable]:
     """``step_cost``: the draft planner's pass-time model (default: the target's profile)."""
+    grammar.prepare(runner)
     executor = model_executor()
     sessions = SessionTable(runner, executor, settings, step_cost)
     binding = ServiceBinding(verifier_pb2_grpc.add_VerifierServicer_to_server,

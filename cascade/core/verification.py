@@ -25,6 +25,8 @@ from cascade.core.blocks import (
     token_logprobs,
 )
 from cascade.core.engine import Pass, VerifyEngine, engine_for
+from cascade.core.grammar import GrammarMatcher
+from cascade.core.processors import processed
 from cascade.core.runner import ForwardOutput, ModelRunner
 from cascade.core.sampling import (
     STREAM_ACCEPT,
@@ -35,7 +37,6 @@ from cascade.core.sampling import (
     sparse_to_dense,
 )
 from cascade.core.tree_accept import row_depths, target_choices, walk, walk_recursive
-from cascade.core.trees import path_to
 from cascade.protocol.settings import (
     MAX_TREE_NODES,
     AcceptancePolicy,
@@ -104,6 +105,8 @@ class SequenceVerifier:
         """The target layers whose hidden states the drafter asked for (none by default)."""
         self.last_features: TargetFeatures | None = None
         """The features of the positions the last round committed and fed (when asked)."""
+        self.grammar = _grammar_matcher(runner, params, self.generated)
+        """The structured output's state after the generated tokens (None: free text)."""
 
     @property
     def generated(self) -> list[int]:
@@ -167,6 +170,8 @@ class SequenceVerifier:
         self.last_features = self._features(len(self.committed) - 1, [0] + [n + 1 for n in path])
         emitted = self._apply_limits(accepted + [next_token])
         self.committed += emitted
+        if self.grammar is not None:
+            self.grammar.commit(emitted)
         self.stats.observe(draft.num_tokens, num_accepted, len(emitted), deferred)
         return RoundOutcome(num_accepted, emitted, len(self.committed), self.finish_reason,
                             deferred, tuple(path) if draft.parents is not None else None,
@@ -215,50 +220,10 @@ class SequenceVerifier:
                          self._dense_decision(draft, vocab), noise)
 
     def _processed(self, logits: torch.Tensor, draft: Draft) -> torch.Tensor:
-        """The target's logits as the request's processors shape them (``logits``: [rows,
-        vocab], one row per position of ``draft``'s block, the root's first): logit_bias added,
-        then the penalties on what occurred before each position (drafted tokens included),
-        then stop tokens at -inf where min_tokens forbids them. A copy when anything changes:
-        the logits themselves stay raw for logprobs. Without processors nothing is computed."""
-        params, first = self.params, len(self.generated)
-        may_stop_early = bool(params.stop_token_ids) and not params.stops_allowed_at(first)
-        if not (params.logit_bias or params.has_penalties or may_stop_early):
-            return logits
-        histories = _histories(draft)  # [rows] the drafted tokens before each row's position
-        shaped = logits.clone()
-        if params.logit_bias:
-            ids, biases = zip(*params.logit_bias)
-            shaped[:, torch.tensor(ids)] += torch.tensor(biases, dtype=shaped.dtype)
-        if params.has_penalties:
-            self._penalize(shaped, histories)
-        early = [r for r, h in enumerate(histories) if may_stop_early
-                 and not params.stops_allowed_at(first + len(h))]
-        if early:
-            shaped[torch.tensor(early).unsqueeze(-1),
-                   torch.tensor(params.stop_token_ids).unsqueeze(0)] = float("-inf")
-        return shaped
-
-    def _penalize(self, rows: torch.Tensor, histories: list[list[int]]) -> None:
-        """``rows`` ([rows, vocab], in place) with the penalties of the tokens before each
-        row's position: the generated tokens counted once, each row's drafted ones on top."""
-        p, vocab = self.params, rows.shape[-1]
-        base = torch.bincount(torch.tensor(self.generated, dtype=torch.long),
-                              minlength=vocab)[:vocab].to(rows.dtype)  # [vocab]
-        in_prompt = torch.zeros(vocab, dtype=torch.bool)
-        in_prompt[torch.tensor(self.committed[:self.prompt_len], dtype=torch.long)] = True
-        for r, history in enumerate(histories):
-            counts = base + torch.bincount(torch.tensor(history, dtype=torch.long),
-                                           minlength=vocab)[:vocab].to(rows.dtype)
-            row = rows[r]
-            if p.repetition_penalty != 1.0:
-                row = torch.where(in_prompt | (counts > 0),
-                                  torch.where(row > 0, row / p.repetition_penalty,
-                                              row * p.repetition_penalty), row)
-            row = row - p.presence_penalty * (counts > 0) - p.frequency_penalty * counts
-            banned = banned_tokens(p.bad_words, self.generated + history)
-            if banned:
-                row[torch.tensor(banned)] = float("-inf")
-            rows[r] = row
+        """The target's logits ([rows, vocab], one row per position of ``draft``'s block, the
+        root's first) as the request's processors shape them (``cascade.core.processors``)."""
+        return processed(logits, draft, self.params, self.committed, self.prompt_len,
+                         self.grammar)
 
     def _noise(self, base: int, count: int) -> torch.Tensor:
         """[count, vocab] the keyed rule's noise for positions base .. base + count - 1 (rows
@@ -334,20 +299,13 @@ class SequenceVerifier:
         return emitted
 
 
-def _histories(draft: Draft) -> list[list[int]]:
-    """The drafted tokens before each row's position: a chain's earlier drafts; a tree's root
-    row none, a node's row its path."""
-    if draft.parents is None:
-        return [draft.tokens[:r] for r in range(draft.num_tokens + 1)]
-    return [[]] + [[draft.tokens[i] for i in path_to(draft.parents, node)]
-                   for node in range(draft.num_tokens)]
-
-
-def banned_tokens(bad_words: tuple[tuple[int, ...], ...], before: list[int]) -> list[int]:
-    """The last token of each bad word whose other tokens end ``before``."""
-    return [w[-1] for w in bad_words
-            if len(w) == 1 or (len(before) >= len(w) - 1 and before[len(before) - len(w) + 1:]
-                               == list(w[:-1]))]
+def _grammar_matcher(runner: ModelRunner, params: SamplingParams,
+                     generated: list[int]) -> GrammarMatcher | None:
+    if params.grammar is None:
+        return None
+    if runner.tokenizer is None:
+        raise ValueError("sampling.grammar: the target has no tokenizer to match a grammar with")
+    return GrammarMatcher(params.grammar, runner.tokenizer, runner.vocab_size, generated)
 
 
 def _unwrap(result):

@@ -10,6 +10,7 @@ import struct
 from dataclasses import dataclass
 from enum import Enum
 
+from cascade.protocol.grammar import Grammar
 from cascade.protocol.methods import (
     DEFAULT_DRAFT_METHOD,
     DRAFT_METHODS,
@@ -99,6 +100,9 @@ class SamplingParams:
     bad_words: tuple[tuple[int, ...], ...] = ()
     """Token sequences never generated: a sequence's last token is banned wherever the tokens
     before the position end with the rest of it (a one-token sequence: everywhere)."""
+    grammar: Grammar | None = None
+    """Structured output: the text must match this grammar (the verifier masks every token
+    that would leave it; cascade.core.grammar). None: free text."""
 
     @property
     def has_penalties(self) -> bool:
@@ -115,6 +119,8 @@ class SamplingParams:
         if any(not -MAX_LOGIT_BIAS <= b <= MAX_LOGIT_BIAS for _, b in self.logit_bias):
             raise ValueError(f"logit_bias values must be in [-{MAX_LOGIT_BIAS}, "
                              f"{MAX_LOGIT_BIAS}]")
+        if isinstance(self.grammar, dict):  # as a stored record's JSON has it
+            object.__setattr__(self, "grammar", Grammar(**self.grammar))
         if self.min_tokens < 0:
             raise ValueError(f"min_tokens must be >= 0, got {self.min_tokens}")
         if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:

@@ -16,6 +16,7 @@ Bounds, documented once (V: the model's vocabulary, L: its context length in tok
 | context_tokens | 1 to L - 1 ids, each in [0, V) |
 | prompt_len | [1, len(context_tokens)]; prompt_len + sampling.max_new_tokens <= L, and the tokens after the prompt at most max_new_tokens |
 | sampling | SamplingParams' ranges; stop_token_ids: at most MAX_STOP_TOKEN_IDS (16) ids in [0, V) |
+| sampling.grammar | a known kind; a spec of at most MAX_GRAMMAR_CHARS (65536) characters that compiles (cascade.protocol.grammar) |
 | acceptance | a known rule that fits the temperature; alpha in [0, 1] |
 | draft (drafter) | DraftConfig's ranges: num_draft_tokens <= MAX_DRAFT_TOKENS (32), ngram_max_n <= MAX_NGRAM_N (16), a known method, one that can serve the acceptance rule |
 | verifier_address (drafter) | host:port (port 1-65535), at most 255 characters |
@@ -35,6 +36,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from cascade.protocol.grammar import MAX_GRAMMAR_CHARS, grammar_problem
 from cascade.protocol.limits import RequestInvalid
 from cascade.protocol.settings import (
     MAX_DRAFT_TOKENS,
@@ -49,7 +51,12 @@ from cascade.protocol.settings import (
     SamplingParams,
 )
 from cascade.protocol.trees import depths, misplaced_parent
-from cascade.protocol.wire import acceptance_from_pb, draft_settings_from_pb, sampling_from_pb
+from cascade.protocol.wire import (
+    acceptance_from_pb,
+    draft_settings_from_pb,
+    grammar_from_pb,
+    sampling_from_pb,
+)
 from cascade.v1 import common_pb2, verifier_pb2
 
 MAX_SESSION_ID_CHARS = 128
@@ -117,6 +124,7 @@ def session_settings(msg: verifier_pb2.SessionOpen, limits: ModelLimits) -> Sess
             raise invalid("sampling.bad_words", "each needs at least one token id")
         check_token_ids("sampling.bad_words.token_ids", word.token_ids, limits.vocab_size,
                         MAX_BAD_WORD_TOKENS)
+    check_grammar(msg.sampling)
     with field_errors("sampling"):
         sampling = sampling_from_pb(msg.sampling)
     check_lengths(len(msg.context_tokens), msg.prompt_len, sampling.max_new_tokens, limits)
@@ -133,6 +141,18 @@ def draft_config(msg: common_pb2.DraftSettings, policy: AcceptancePolicy) -> Dra
     with field_errors("draft.method"):
         config.check(policy)
     return config
+
+
+def check_grammar(sampling: common_pb2.Sampling) -> None:
+    """A grammar, when there is one, of a known kind that compiles."""
+    if not sampling.HasField("grammar"):
+        return
+    if len(sampling.grammar.spec) > MAX_GRAMMAR_CHARS:
+        raise invalid("sampling.grammar.spec", f"at most {MAX_GRAMMAR_CHARS} characters")
+    with field_errors("sampling.grammar"):
+        problem = grammar_problem(grammar_from_pb(sampling.grammar))
+    if problem is not None:
+        raise invalid("sampling.grammar", problem)
 
 
 def check_session_id(session_id: str) -> None:

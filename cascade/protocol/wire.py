@@ -6,6 +6,7 @@ torch). Conversions from protobuf raise ValueError naming the field when a value
 
 from __future__ import annotations
 
+from cascade.protocol.grammar import Grammar
 from cascade.protocol.methods import DEFAULT_DRAFT_METHOD
 from cascade.protocol.settings import (
     AcceptancePolicy,
@@ -39,6 +40,7 @@ def sampling_to_pb(params: SamplingParams) -> common_pb2.Sampling:
         presence_penalty=params.presence_penalty, frequency_penalty=params.frequency_penalty,
         repetition_penalty=params.repetition_penalty,
         bad_words=[common_pb2.BadWord(token_ids=w) for w in params.bad_words],
+        grammar=grammar_to_pb(params.grammar),
     )
 
 
@@ -52,7 +54,17 @@ def sampling_from_pb(msg: common_pb2.Sampling) -> SamplingParams:
         presence_penalty=msg.presence_penalty, frequency_penalty=msg.frequency_penalty,
         repetition_penalty=msg.repetition_penalty or 1.0,
         bad_words=tuple(tuple(w.token_ids) for w in msg.bad_words),
+        grammar=grammar_from_pb(msg.grammar) if msg.HasField("grammar") else None,
     )
+
+
+def grammar_to_pb(grammar: Grammar | None) -> common_pb2.Grammar | None:
+    return None if grammar is None else common_pb2.Grammar(kind=grammar.kind, spec=grammar.spec)
+
+
+def grammar_from_pb(msg: common_pb2.Grammar) -> Grammar:
+    """The message's grammar (ValueError: an unknown kind or an over-long spec)."""
+    return Grammar(msg.kind, msg.spec)
 
 
 def draft_settings_to_pb(config: DraftConfig) -> common_pb2.DraftSettings:

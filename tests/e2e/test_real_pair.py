@@ -44,3 +44,43 @@ async def test_real_pair_greedy_through_http_equals_target_greedy(redis_server, 
                     expected = expected[: expected.index(tokenizer.eos_token_id) + 1]
                 text = response.json()["choices"][0]["message"]["content"]
                 assert text == tokenizer.decode(expected, skip_special_tokens=True)
+
+
+PERSON = {"type": "object", "properties": {
+    "name": {"type": "string", "maxLength": 30},
+    "age": {"type": "integer", "minimum": 0, "maximum": 150},
+    "city": {"type": "string", "maxLength": 30}},
+    "required": ["name", "age", "city"], "additionalProperties": False}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("draft", [{"num_draft_tokens": 0}, {"num_draft_tokens": 4},
+                                   {"num_draft_tokens": 4, "draft_tree_nodes": 8}],
+                         ids=["target-alone", "chains", "trees"])
+async def test_real_pair_json_schema_equals_masked_target_greedy(redis_server, real_pair, draft):
+    """SmolLM2 writes a JSON object under a schema through the services: the target's greedy
+    decoding under the same mask, token for token, and it validates."""
+    import json
+
+    import jsonschema
+
+    from cascade.protocol.chat import chat_ids
+    from cascade.protocol.grammar import Grammar
+    from grammar_reference import masked_greedy
+
+    target_dir, target, drafter = real_pair
+    messages = [{"role": "user", "content": "Describe a person as JSON: name, age, city."}]
+    reference = masked_greedy(target, chat_ids(target.tokenizer, messages),
+                              Grammar.json_schema(PERSON), 80)
+    async with running_cluster(redis_server.url, target_dir, target, drafter, "smollm2") as c:
+        async with httpx.AsyncClient(base_url=c.http_url, timeout=120) as http:
+            response = await http.post("/v1/chat/completions", json={
+                "model": "smollm2", "messages": messages, "max_tokens": 80, "temperature": 0,
+                "draft_schedule": "fixed", **draft,
+                "response_format": {"type": "json_schema",
+                                    "json_schema": {"name": "person", "schema": PERSON}}})
+    choice = response.json()["choices"][0]
+    assert choice["finish_reason"] == "stop"
+    assert choice["message"]["content"] == target.tokenizer.decode(reference,
+                                                                   skip_special_tokens=True)
+    jsonschema.validate(json.loads(choice["message"]["content"]), PERSON)

@@ -84,7 +84,15 @@ COMMON_FIELDS = {
     "stream_options": optional(st.fixed_dictionaries({"include_usage": st.booleans()})),
     "n": optional(st.just(1)),
     "user": optional(st.text(max_size=10)),
+    "response_format": optional(st.sampled_from([
+        {"type": "text"}, {"type": "json_object"},
+        {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+            "type": "object", "properties": {"a": {"type": "integer"}}}}}])),
 }
+TOOLS = st.lists(st.fixed_dictionaries({"type": st.just("function"), "function": st.fixed_dictionaries({
+    "name": st.sampled_from(["get_weather", "f_1"]),
+    "parameters": st.just({"type": "object", "properties": {"x": {"type": "string"}}})})}),
+    min_size=1, max_size=2)
 MESSAGES = st.lists(st.fixed_dictionaries({
     "role": st.sampled_from(["system", "user", "assistant"]),
     "content": st.one_of(TEXTS, st.lists(TEXTS.map(lambda t: {"type": "text", "text": t}),
@@ -93,7 +101,9 @@ MESSAGES = st.lists(st.fixed_dictionaries({
 ENDPOINT_FIELDS = {
     "/v1/completions": {"prompt": st.one_of(TEXTS, TEXTS.map(lambda t: [t]))},
     "/v1/chat/completions": {"messages": MESSAGES,
-                             "max_completion_tokens": optional(st.integers(1, 8))},
+                             "max_completion_tokens": optional(st.integers(1, 8)),
+                             "tools": optional(TOOLS),
+                             "tool_choice": optional(st.sampled_from(["none", "auto"]))},
 }
 
 
@@ -119,6 +129,11 @@ def request_bodies(draw, path: str) -> Body:
         value = draw(WILD_VALUES if name in broken else valid)
         if value is not None or name in broken:
             body[name] = value
+    if "tools" not in body and "tool_choice" not in broken:
+        body.pop("tool_choice", None)  # valid only with tools
+    if (body.get("acceptance") == "cascade" and "acceptance" not in broken
+            and "response_format" not in broken):
+        body.pop("response_format", None)  # a structured output is generated losslessly only
     if "stream" not in broken and "cascade_rounds" not in broken and body.get("stream"):
         body["cascade_rounds"] = draw(st.booleans())
     return Body(json.dumps(body).encode(), frozenset(broken))

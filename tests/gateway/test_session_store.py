@@ -227,3 +227,15 @@ async def test_a_live_lease_is_never_taken_over_even_by_its_own_gateway(redis_cl
         await store.takeover(sid)
     await store.finish(sid, 1, "cancelled")  # its stream ended: now it may
     assert await store.takeover(sid) == 2
+
+
+async def test_a_stored_grammar_comes_back(redis_client):
+    """A moved or resumed session keeps its structured output (the record is JSON)."""
+    from cascade.protocol.grammar import Grammar
+    from gateway.session_store import request_from_record
+
+    grammar = Grammar.json_schema({"type": "object", "properties": {"a": {"type": "integer"}}})
+    request = GenerationRequest([5, 6], SamplingParams(max_new_tokens=8, grammar=grammar))
+    store = SessionStore(redis_client, ttl_s=60)
+    record = await store.create(request, "d:1", "v:1")
+    assert request_from_record(await store.record(record.session_id)) == request

@@ -15,6 +15,7 @@ import torch
 
 from cascade.core.blocks import Draft, TargetFeatures
 from cascade.core.branches import Branches
+from cascade.core.grammar import GrammarCursor
 from cascade.core.proposers.base import DraftStopped, Proposer, ProposerContext
 from cascade.core.proposers.schedule import AdaptiveSchedule
 from cascade.core.proposers.tree import (
@@ -36,6 +37,15 @@ from cascade.core.sampling import (
     sparsify,
 )
 from cascade.protocol.settings import AcceptanceRule
+
+
+def _grammar_cursor(context: ProposerContext) -> GrammarCursor | None:
+    """Chains drafted by a model with the target's tokenizer mask q with the request's grammar
+    (trees and batched pre-drafts draft unmasked: still exact, less often accepted)."""
+    tokenizer = getattr(context.runner, "tokenizer", None)
+    if context.sampling.grammar is None or tokenizer is None:
+        return None
+    return GrammarCursor(context.sampling.grammar, tokenizer, context.runner.vocab_size)
 
 
 CATCH_UP_CHUNK = 256
@@ -69,6 +79,9 @@ class ModelProposer(Proposer):
         if self.config.adaptive and self.wants_target_features:
             raise ValueError("adaptive draft length needs a model drafter; a feature drafter "
                              "predicts one position at a time")
+        self.prompt_len = context.prompt_len
+        self.grammar = _grammar_cursor(context)
+        """The structured output's state for masking q (None: free text, or no tokenizer)."""
         if self.config.adaptive:
             self.schedule = AdaptiveSchedule(self.config.num_draft_tokens,
                                              *self.config.adaptive_bounds)
@@ -97,6 +110,8 @@ class ModelProposer(Proposer):
             num_tokens = min(num_tokens, self._scheduled_length(committed))
         tokens, rows = [], []
         for i in range(num_tokens):
+            if self.grammar is not None:
+                logits = self.grammar.masked(logits, committed[self.prompt_len:] + tokens)
             if i > 0 and self._is_unsure(logits):
                 break
             token, *row = self._choose(logits, len(committed) + i)
