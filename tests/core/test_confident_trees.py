@@ -1,7 +1,7 @@
 """CAPE's confidence-aware trees (cascade.core.proposers.tree.draft_confident_tree): the
 drafter's own chain with as many runners-up at each position as its confidence asks for, fed
-one token per depth like a chain; generating with them emits the target's greedy tokens (and,
-keyed, the tokens of decoding alone)."""
+one token per depth like a chain; generating with them emits the target's greedy tokens
+(keyed sampling with them: tests/core/test_tree_drafting.py)."""
 
 import pytest
 import torch
@@ -59,16 +59,6 @@ def test_greedy_generation_with_confident_trees_is_the_targets_greedy_decoding(l
         result = generate(target, prompt, SamplingParams(max_new_tokens=20), drafter, _config())
         assert result.tokens == hf_greedy(target, prompt, 20)
         assert result.stats.mean_draft_length > 4  # trees, not chains of k = 4
-
-
-def test_keyed_sampling_with_confident_trees_emits_the_tokens_of_decoding_alone(llama_pair):
-    target, drafter = llama_pair
-    keyed = AcceptancePolicy(AcceptanceRule.KEYED)
-    for prompt in random_prompts(2, seed=22):
-        params = SamplingParams(temperature=0.8, top_p=0.95, seed=7, max_new_tokens=16)
-        alone = generate(target, prompt, params, None, DraftConfig(num_draft_tokens=0),
-                         policy=keyed).tokens
-        assert generate(target, prompt, params, drafter, _config(), policy=keyed).tokens == alone
 
 
 def test_confident_trees_are_refused_where_they_do_not_apply():

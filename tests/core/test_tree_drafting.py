@@ -58,8 +58,10 @@ def test_a_tree_is_ancestor_closed_within_its_shape_and_leaves_the_cache_committ
     assert wide_parents.count(-1) == 8  # the root offers 4 x branching candidates
 
 
-def _tree_config(nodes: int = 10, k: int = 4, branching: int = 3) -> DraftConfig:
-    return DraftConfig(num_draft_tokens=k, tree_nodes=nodes, tree_branching=branching)
+def _tree_config(nodes: int = 10, k: int = 4, branching: int = 3,
+                 expansion: str = "dynamic") -> DraftConfig:
+    return DraftConfig(num_draft_tokens=k, tree_nodes=nodes, tree_branching=branching,
+                       tree_expansion=expansion)
 
 
 def test_greedy_generation_with_trees_is_the_targets_greedy_decoding(llama_pair):
@@ -86,7 +88,8 @@ def test_a_confident_drafter_that_agrees_gets_whole_paths_accepted(llama_pair):
     assert result.stats.num_target_passes == 5  # 4 accepted + 1 bonus per round, 4 rounds
 
 
-def test_keyed_sampling_with_trees_emits_the_tokens_of_decoding_alone(llama_pair):
+@pytest.mark.parametrize("expansion", ["dynamic", "confidence"])
+def test_keyed_sampling_with_trees_emits_the_tokens_of_decoding_alone(llama_pair, expansion):
     target, drafter = llama_pair
     keyed = AcceptancePolicy(AcceptanceRule.KEYED)
     for prompt in random_prompts(2, seed=13):
@@ -94,8 +97,10 @@ def test_keyed_sampling_with_trees_emits_the_tokens_of_decoding_alone(llama_pair
         alone = generate(target, prompt, params, None, DraftConfig(num_draft_tokens=0),
                          policy=keyed).tokens
         chain = generate(target, prompt, params, drafter, DraftConfig(), policy=keyed).tokens
-        tree = generate(target, prompt, params, drafter, _tree_config(), policy=keyed).tokens
-        same_model = generate(target, prompt, params, target, _tree_config(), policy=keyed)
+        tree = generate(target, prompt, params, drafter, _tree_config(expansion=expansion),
+                        policy=keyed).tokens
+        same_model = generate(target, prompt, params, target,
+                              _tree_config(expansion=expansion), policy=keyed)
         assert alone == chain == tree == same_model.tokens
         assert same_model.stats.num_accepted_tokens > 0
 
