@@ -44,6 +44,8 @@ class Mode:
     """The requests' draft_schedule."""
     tree_nodes: int | None = None
     """The requests' draft_tree_nodes (None: unset, chains)."""
+    tree_expansion: str = ""
+    """The requests' draft_tree_expansion (empty: dynamic)."""
 
 
 SSD_ARGS = ("--speculate", "ahead", "--speculate-max-sessions", "64")
@@ -87,7 +89,11 @@ class LoadConfig:
                  Mode("tree", f"trees ({self.tree_nodes} nodes, depth {self.k})", self.k,
                       batched, shipped, "fixed", self.tree_nodes),
                  Mode("tree-auto", f"auto trees (<= {self.tree_nodes} nodes)", self.k,
-                      batched, shipped, "auto", self.tree_nodes)]
+                      batched, shipped, "auto", self.tree_nodes),
+                 Mode("tree-cape", f"CAPE trees ({self.tree_nodes} nodes, depth {self.k})",
+                      self.k, batched, shipped, "fixed", self.tree_nodes, "confidence"),
+                 Mode("tree-cape-auto", f"auto CAPE trees (<= {self.tree_nodes} nodes)",
+                      self.k, batched, shipped, "auto", self.tree_nodes, "confidence")]
         keys = [m.key for m in modes]
         unknown = set(self.only) - set(keys)
         if unknown:
@@ -135,7 +141,8 @@ async def _client(stub, point: Point, index: int, mode: Mode, max_tokens: int,
         request = gateway_pb2.GenerateRequest(prompt=text, chat=chat, num_draft_tokens=mode.k,
                                               temperature=0.0, max_tokens=max_tokens,
                                               draft_schedule=mode.schedule,
-                                              draft_tree_nodes=mode.tree_nodes)
+                                              draft_tree_nodes=mode.tree_nodes,
+                                              draft_tree_expansion=mode.tree_expansion)
         started = last = time.perf_counter()
         try:
             async for response in stub.Generate(request, timeout=300):
