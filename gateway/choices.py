@@ -26,6 +26,25 @@ def per_choice(requests: list[GenerationRequest], n: int) -> list[GenerationRequ
             for r in requests for i in range(n)]
 
 
+def scored(request: GenerationRequest) -> GenerationRequest:
+    """``request`` returning each token's log-probability (best_of ranks by them)."""
+    logprobs = request.sampling.logprobs
+    return replace(request, sampling=replace(request.sampling, logprobs=logprobs or 0))
+
+
+def best(choice_views: list[StreamView], results: list[tuple[str, Delta]], count: int, n: int,
+         show_logprobs: bool) -> tuple[list[StreamView], list[tuple[str, Delta]]]:
+    """Of each prompt's ``count`` candidates (consecutive), the ``n`` whose tokens have the
+    highest total log-probability, best first (OpenAI's best_of); their log-probabilities are
+    shown only when the request asked for them."""
+    kept = []
+    for start in range(0, len(results), count):
+        group = range(start, start + count)
+        kept += sorted(group, key=lambda i: -sum(e.logprob for e in results[i][1].logprobs))[:n]
+    return ([replace(choice_views[i], logprobs=show_logprobs) for i in kept],
+            [results[i] for i in kept])
+
+
 def views(kind: str, meta: schemas.ResponseMeta, body, requests: list[GenerationRequest]
           ) -> list[StreamView]:
     """One view per choice (no per-choice usage chunk: the totals come once, at the end)."""

@@ -204,10 +204,13 @@ class _CompletionsApi:
     async def _respond(self, kind: str, body: schemas.GenerationFields, http: Request,
                        caller: str, slot: Slot, requests: list[GenerationRequest]) -> Response:
         """One choice per request and n (gateway.choices when there are several)."""
-        if len(requests) * body.n > schemas.MAX_CHOICES:
-            raise bad_request(f"Invalid value for 'n': prompts times n must be at most "
-                              f"{schemas.MAX_CHOICES}, got {len(requests)} x {body.n}.", "n")
-        if len(requests) * body.n > 1:
+        count = getattr(body, "candidates", body.n)
+        if len(requests) * count > schemas.MAX_CHOICES:
+            name = "best_of" if count > body.n else "n"
+            raise bad_request(f"Invalid value for '{name}': prompts times {name} must be at "
+                              f"most {schemas.MAX_CHOICES}, got {len(requests)} x {count}.",
+                              name)
+        if len(requests) * count > 1:
             return await self._several(kind, body, http, caller, slot, requests)
         view = _view(kind, body, requests[0])
         deltas = self._deltas(replace(requests[0], view=view.to_json(), caller=caller), body,
@@ -225,7 +228,10 @@ class _CompletionsApi:
 
     async def _several(self, kind: str, body: schemas.GenerationFields, http: Request,
                        caller: str, slot: Slot, requests: list[GenerationRequest]) -> Response:
-        each = choices.per_choice(requests, body.n)
+        count = getattr(body, "candidates", body.n)
+        if count > body.n:  # best_of: every candidate's log-probabilities rank it
+            requests = [choices.scored(r) for r in requests]
+        each = choices.per_choice(requests, count)
         slots = [slot]
         try:
             for _ in each[1:]:
@@ -246,6 +252,9 @@ class _CompletionsApi:
         results = await asyncio.gather(*[_collect_while_connected(d, http, s)
                                          for d, s in zip(deltas, slots)])
         usage_ = choices.usage_of(prompts, [last for _, last in results])
+        if count > body.n:
+            views, results = choices.best(views, list(results), count, body.n,
+                                          body.requested_logprobs is not None)
         return JSONResponse(choices.response(kind, meta, views, list(results), usage_))
 
     async def _prompt_tokens(self, prompt: str | list[int]) -> list[int]:

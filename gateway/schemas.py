@@ -68,6 +68,24 @@ class CompletionRequest(GenerationFields):
     logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
     """Return the target's log-probability of each token and of this many alternatives."""
     echo: bool = False
+    best_of: int | None = Field(None, ge=1, le=MAX_CHOICES)
+    """Generate this many completions per prompt and return the n whose tokens have the
+    highest total log-probability under the target (gateway.choices.best); not streamed."""
+
+    @field_validator("best_of")
+    @classmethod
+    def _best_of_covers_n(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is not None and value < info.data.get("n", 1):
+            raise ValueError(f"must be at least n ({info.data.get('n')}), got {value}")
+        if value is not None and value > 1 and info.data.get("stream"):
+            raise ValueError("cannot be used with stream (the best completions are known only "
+                             "at the end)")
+        return value
+
+    @property
+    def candidates(self) -> int:
+        """Completions generated per prompt (best_of, else n)."""
+        return self.best_of or self.n
 
     @field_validator("echo")
     @classmethod

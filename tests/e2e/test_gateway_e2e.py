@@ -288,3 +288,27 @@ async def test_bad_words_are_never_generated_and_the_rest_is_the_targets(cluster
         assert response.status_code == 200, response.text
         assert await stored_tokens(cluster) == [generated], draft
         await clear_sessions(cluster)
+
+
+async def test_best_of_returns_the_candidates_with_the_highest_target_logprob(cluster):
+    """best_of 3, n 2: the two of the three seeded candidates (the same texts n = 3 gives:
+    keyed sampling depends on the prompt and seed alone) whose tokens the target scores
+    highest, best first; every candidate is counted in usage."""
+    body = {"model": "tiny", "prompt": PROMPTS[0], "max_tokens": 12, "temperature": 1.0,
+            "seed": 7, "acceptance": "keyed", "num_draft_tokens": 3}
+    async with httpx.AsyncClient(base_url=cluster.http_url, timeout=60) as http:
+        every = (await http.post("/v1/completions", json={**body, "n": 3, "logprobs": 0})).json()
+        best = await http.post("/v1/completions", json={**body, "n": 2, "best_of": 3})
+        refused = [await http.post("/v1/completions", json={**body, **extra})
+                   for extra in ({"n": 2, "best_of": 1}, {"best_of": 2, "stream": True})]
+    assert best.status_code == 200, best.text
+    totals = {c["text"]: sum(c["logprobs"]["token_logprobs"]) for c in every["choices"]}
+    ranked = sorted(totals, key=totals.get, reverse=True)
+    assert len(set(totals)) == 3, "the seeds should give three different texts"
+    result = best.json()
+    assert [c["text"] for c in result["choices"]] == ranked[:2]
+    assert [c["index"] for c in result["choices"]] == [0, 1]
+    assert all(c["logprobs"] is None for c in result["choices"])  # not asked for
+    assert result["usage"]["completion_tokens"] == every["usage"]["completion_tokens"]
+    for response in refused:
+        assert response.status_code == 400 and response.json()["error"]["param"] == "best_of"
