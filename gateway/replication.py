@@ -7,12 +7,11 @@ for *every* replica that is in sync closes that: whichever of them is promoted h
 
 A replica counts as in sync when the primary lists it ``online`` with its last acknowledgement
 at most ``IN_SYNC_LAG_S`` old (replicas acknowledge every second). A replica that is resyncing
-(after a restart) is not waited for: Sentinel does not promote it. One that is hung (or starved
-of CPU) stays in sync for those seconds: Sentinel still counts it as a candidate while its
-last answer is a few seconds old (measured: with a 1 s threshold a loaded machine lost rounds
-acknowledged by one replica when the other was promoted), so streams pause that long, once,
-before it is left out. The count is read from ``INFO replication`` in the
-same round trip as each WAIT, for the next one.
+(after a restart) is not waited for: it rejoins unpromotable (``replica-priority 0`` until its
+link is up; ``RedisHA.restart`` and the Kubernetes start script). One that is hung or starved of
+CPU stays counted for those seconds, because Sentinel may still choose it while its last
+answer is recent: streams pause that long, once, before it is left out. The count is read from
+``INFO replication`` in the same round trip as each WAIT, for the next one.
 """
 
 from __future__ import annotations
@@ -86,13 +85,16 @@ class ReplicaWaiter:
                 await self._probe(keys=[keys[1], f"{keys[0]}:replicated"], args=[int(result)],
                                   client=pipe)
                 present, acknowledged, asked = await self._wait(pipe)
-            if not int(present):
-                break  # the primary now lacks the round: a failover lost it
+            if not int(present):  # the primary now lacks the round: a failover lost it (and
+                raise self._unreplicated(acknowledged, asked)  # this WAIT covered no write)
         if acknowledged >= self.target:
             return result
+        raise self._unreplicated(acknowledged, asked)
+
+    def _unreplicated(self, acknowledged: int, asked: int) -> NotReplicated:
         metrics.UNREPLICATED_APPENDS.inc()
-        raise NotReplicated(f"{acknowledged} of {asked} replicas acknowledged the round in "
-                            f"{self.tries * self.wait_ms} ms")
+        return NotReplicated(f"{acknowledged} of {asked} replicas acknowledged the round in "
+                             f"{self.tries * self.wait_ms} ms")
 
     async def _wait(self, pipe) -> tuple[object, int, int]:
         """Adds WAIT and INFO to ``pipe`` and runs it: (the first command's result, replicas

@@ -14,7 +14,7 @@ from cascade.protocol.requests import GenerationRequest
 from cascade.protocol.settings import SamplingParams
 from cascade.serving.registry import connect
 from cascade.tools.redis_ha import RedisHA
-from gateway.replication import IN_SYNC_LAG_S, ReplicaWaiter, in_sync_replicas
+from gateway.replication import IN_SYNC_LAG_S, NotReplicated, ReplicaWaiter, in_sync_replicas
 from gateway.session_store import SessionStore, session_keys
 
 
@@ -109,3 +109,49 @@ def test_a_restarted_node_is_not_promotable_until_it_has_synced(tmp_path):
             assert client.info("replication")["master_link_status"] == "up"
     finally:
         ha.stop()
+
+
+class _ScriptedPipeline:
+    """A pipeline whose executions return the given results in turn (a unit test of the
+    waiter's decisions; the real-Redis tests above cover the commands themselves)."""
+
+    def __init__(self, results: list[list]) -> None:
+        self.results = results
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        return None
+
+    def execute_command(self, *args) -> None:
+        pass
+
+    def info(self, section: str) -> None:
+        pass
+
+    async def execute(self) -> list:
+        return self.results.pop(0)
+
+
+class _ScriptedClient:
+    def __init__(self, results: list[list]) -> None:
+        self.pipe = _ScriptedPipeline(results)
+
+    def register_script(self, text: str):
+        async def run(keys, args, client) -> None:
+            pass
+        return run
+
+    def pipeline(self, transaction: bool) -> _ScriptedPipeline:
+        return self.pipe
+
+
+async def test_a_round_the_new_primary_lacks_is_not_replicated_whatever_its_wait_says():
+    both = {"slave0": {"state": "online", "lag": 0}, "slave1": {"state": "online", "lag": 0}}
+    client = _ScriptedClient([[5, 1, both],  # the append; one of the two replicas has it
+                              [0, 2, both]])  # the probe: this primary lacks the round
+    waiter = ReplicaWaiter(client, 1)
+    with pytest.raises(NotReplicated):
+        await waiter.append(client.register_script(""), ["record", "tokens", "rounds"], [])
+    assert client.pipe.results == []
