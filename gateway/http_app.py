@@ -211,7 +211,7 @@ class _CompletionsApi:
                               f"most {schemas.MAX_CHOICES}, got {len(requests)} x {count}.",
                               name)
         if len(requests) * count > 1:
-            return await self._several(kind, body, http, caller, slot, requests)
+            return await self._several(kind, body, http, caller, slot, requests, count)
         view = _view(kind, body, requests[0])
         deltas = self._deltas(replace(requests[0], view=view.to_json(), caller=caller), body,
                               slot)
@@ -227,8 +227,9 @@ class _CompletionsApi:
                                                   view.usage.of(last), logprobs, calls))
 
     async def _several(self, kind: str, body: schemas.GenerationFields, http: Request,
-                       caller: str, slot: Slot, requests: list[GenerationRequest]) -> Response:
-        count = getattr(body, "candidates", body.n)
+                       caller: str, slot: Slot, requests: list[GenerationRequest],
+                       count: int) -> Response:
+        """``count`` choices per request (n, or best_of's candidates)."""
         if count > body.n:  # best_of: every candidate's log-probabilities rank it
             requests = [choices.scored(r) for r in requests]
         each = choices.per_choice(requests, count)

@@ -47,6 +47,19 @@ def random_prompts(count: int, seed: int, min_len: int = 3, max_len: int = 12) -
     return [torch.randint(0, VOCAB_SIZE, (n,), generator=generator).tolist() for n in lengths]
 
 
+def penalized(logits: torch.Tensor, prompt: list[int], generated: list[int], presence: float,
+              frequency: float, repetition: float) -> torch.Tensor:
+    """The slow reference of the penalties on one position's ``logits`` ([vocab]): repetition
+    over the prompt and ``generated``, then presence and frequency over ``generated``."""
+    counts = torch.bincount(torch.tensor(generated, dtype=torch.long),
+                            minlength=logits.shape[-1]).to(logits.dtype)
+    seen = counts > 0
+    seen[torch.tensor(prompt)] = True
+    logits = torch.where(seen, torch.where(logits > 0, logits / repetition,
+                                           logits * repetition), logits)
+    return logits - presence * (counts > 0) - frequency * counts
+
+
 def hf_greedy(runner: ModelRunner, prompt: list[int], num_new: int = 24,
               **processors) -> list[int]:
     """The target's own greedy decoding (Hugging Face generate), the exactness reference;

@@ -12,7 +12,7 @@ from scipy.stats import chisquare
 
 from cascade.core.loop import generate
 from cascade.protocol.settings import AcceptancePolicy, AcceptanceRule, DraftConfig, SamplingParams
-from models import random_prompts
+from models import penalized, random_prompts
 
 BIAS = ((7, 6.0), (11, -2.0))
 PRESENCE, FREQUENCY, REPETITION = 2.0, 0.75, 1.4
@@ -26,13 +26,8 @@ def _shaped(target, prompt: list[int], generated: list[int]) -> torch.Tensor:
         logits = target.model(torch.tensor([prompt + generated])).logits[0, -1].double()
     for token, bias in BIAS:
         logits[token] += bias
-    counts = torch.bincount(torch.tensor(generated, dtype=torch.long),
-                            minlength=logits.shape[-1]).double()
-    seen = counts > 0
-    seen[torch.tensor(prompt)] = True
-    logits = torch.where(seen, torch.where(logits > 0, logits / REPETITION,
-                                           logits * REPETITION), logits)
-    return torch.softmax(logits - PRESENCE * (counts > 0) - FREQUENCY * counts, -1)
+    return torch.softmax(penalized(logits, prompt, generated, PRESENCE, FREQUENCY, REPETITION),
+                         -1)
 
 
 def _fits(observed: Counter, p: torch.Tensor, total: int) -> float:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc
-from models import hf_greedy
+from models import hf_greedy, penalized
 
 PROMPTS = [
     "def main():", "import os\n", "class Config:", "The quick brown fox", "for i in range(",
@@ -229,13 +229,7 @@ def penalized_greedy(cluster, prompt_ids: list[int], num_new: int, presence: flo
     with torch.no_grad():
         for _ in range(num_new):
             logits = cluster.target.model(torch.tensor([prompt_ids + generated])).logits[0, -1]
-            counts = torch.bincount(torch.tensor(generated, dtype=torch.long),
-                                    minlength=logits.shape[-1]).float()
-            seen = counts > 0
-            seen[torch.tensor(prompt_ids)] = True
-            logits = torch.where(seen, torch.where(logits > 0, logits / repetition,
-                                                   logits * repetition), logits)
-            logits = logits - presence * (counts > 0) - frequency * counts
+            logits = penalized(logits, prompt_ids, generated, presence, frequency, repetition)
             generated.append(int(logits.argmax()))
     return generated
 
