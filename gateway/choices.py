@@ -8,6 +8,7 @@ the totals when asked for."""
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 
@@ -21,8 +22,11 @@ _DONE = object()
 
 
 def per_choice(requests: list[GenerationRequest], n: int) -> list[GenerationRequest]:
-    """Each request n times, in order, choice i seeded with the request's seed + i."""
-    return [replace(r, sampling=replace(r.sampling, seed=(r.sampling.seed + i) % 2**64))
+    """Each request n times, in order, choice i seeded with the request's seed + i; all in
+    one group (a prompt's choices meet on one verifier, which computes the prompt once)."""
+    group = secrets.token_hex(8) if n > 1 else ""
+    return [replace(r, sampling=replace(r.sampling, seed=(r.sampling.seed + i) % 2**64),
+                    group=group)
             for r in requests for i in range(n)]
 
 

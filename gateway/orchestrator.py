@@ -46,6 +46,7 @@ from gateway.generation import (
     RoundsLost,
     StopGeneration,
 )
+from gateway.affinity import PromptAffinity
 from gateway.assignment import LatencyClock, OrchestratorSettings, RoundTimeout, SessionJob
 from gateway.lease import ConsumerIdle, keep_lease, redacted, take_over
 from gateway.session_store import (
@@ -75,6 +76,8 @@ class Orchestrator:
         self._tasks: set[asyncio.Task] = set()
         self._cooling: dict[str, float] = {}
         """Pods that hung -> when (monotonic) they may be picked again."""
+        self.affinity = PromptAffinity()
+        """The pods of prompts being generated (their sessions share the prefill)."""
         self.memory = MemorySharing(client, settings.memory, settings.model_name,
                                     settings.memory_stream_len)
 
@@ -156,12 +159,19 @@ class Orchestrator:
 
     async def _generate(self, request, trace_context, ending: dict
                         ) -> AsyncIterator[GeneratedChunk]:
-        drafter, verifier = await self._pick(request, set())
-        record = await self.store.create(request, drafter or "", verifier)
-        job = SessionJob(record, record.epoch, drafter, verifier, trace_context)
-        async with aclosing(self._drive(request, job, [], ending)) as chunks:
-            async for chunk in chunks:
-                yield chunk
+        key = PromptAffinity.key(request.group, request.prompt_tokens,
+                                 request.num_draft_tokens > 0)
+        try:
+            drafter, verifier = await self.affinity.pick(
+                key, lambda: self._pick(request, set()),
+                lambda pods: not set(pods) & self._cooling_now())
+            record = await self.store.create(request, drafter or "", verifier)
+            job = SessionJob(record, record.epoch, drafter, verifier, trace_context)
+            async with aclosing(self._drive(request, job, [], ending)) as chunks:
+                async for chunk in chunks:
+                    yield chunk
+        finally:
+            self.affinity.release(key)
 
     async def _resumed(self, session_id: str, request, trace_context, ending: dict
                        ) -> AsyncIterator[GeneratedChunk]:

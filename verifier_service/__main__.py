@@ -1,5 +1,6 @@
 """python -m verifier_service --model DIR [--port 50051] [--redis-url redis://...]
-[--kv-tokens N] [--max-batch-tokens N] [--max-wait-ms MS] [--no-batching] [--no-invariant]"""
+[--kv-tokens N] [--max-batch-tokens N] [--max-wait-ms MS] [--no-batching] [--no-invariant]
+[--no-share-prefixes]"""
 
 import dataclasses
 from pathlib import Path
@@ -29,6 +30,10 @@ OPTIONS = (
         "else the pass holds, so greedy output equals the target's own one-token decoding for "
         "any draft length, batch or load (--no-invariant: the plain pass, up to 10 % faster "
         "in bfloat16, 50 % in float32 at one session without speculation).")),
+    option("share_prefixes", bool, typer.Option(
+        True, help="A new session copies the keys and values of the prompt prefix a live "
+        "session holds (n choices of one prompt, a common system prompt) instead of computing "
+        "them again (--no-share-prefixes: every session computes its whole prompt).")),
     option("admission_wait_s", float, typer.Option(
         _DEFAULTS.admission_wait_s, help="How long a session waits for KV memory before "
         "RESOURCE_EXHAUSTED.")),
@@ -38,9 +43,10 @@ OPTIONS = (
 
 
 def build(runner, host, port, grace_s, *, mesh, registry, kv_tokens, max_batch_tokens,
-          max_wait_ms, batching, invariant, admission_wait_s, session_key_file):
+          max_wait_ms, batching, invariant, share_prefixes, admission_wait_s,
+          session_key_file):
     settings = VerifierSettings(kv_tokens or None, admission_wait_s, max_batch_tokens,
-                                max_wait_ms, batching, invariant)
+                                max_wait_ms, batching, invariant, share_prefixes)
     try:
         mesh = dataclasses.replace(mesh, session_key=load_session_key(session_key_file))
     except (ValueError, OSError) as exc:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from cascade.core.blocks import Draft
 from cascade.core.engine import VerifyEngine
+from cascade.core.prefix_share import longest_common
 from cascade.core.verification import SequenceVerifier
 from cascade.serving import metrics
 from verifier_service.planner import DraftPlanner
@@ -47,6 +48,9 @@ class VerifierSettings:
     invariant: bool = True
     """The batch-invariant pass (``cascade.core.invariant``): a position's logits do not depend
     on the rest of the pass, so greedy output never depends on k, batching or load."""
+    share_prefixes: bool = True
+    """A new session copies the prompt prefix a live session holds instead of computing it
+    (``cascade.core.prefix_share``)."""
 
     def __post_init__(self) -> None:
         if self.max_batch_tokens < 1:
@@ -67,6 +71,11 @@ class _Item:
     future: asyncio.Future
 
 
+SHARED_PREFIX_WAIT = 32
+"""Shortest prompt prefix a new sequence waits one step for, to copy it from another new
+sequence of the step instead of computing it alongside."""
+
+
 class StepScheduler:
     def __init__(self, engine: VerifyEngine, executor: Executor,
                  settings: VerifierSettings | None = None,
@@ -77,6 +86,7 @@ class StepScheduler:
         self._arrived = asyncio.Event()
         self._worker: asyncio.Task | None = None
         self._expected: set[int] = set()
+        self._shared_seen = 0
         """ids of the sequences of the last step that have not finished."""
 
     async def submit(self, sequence: SequenceVerifier, draft: Draft | None):
@@ -134,6 +144,9 @@ class StepScheduler:
     def _observe(self, items: list, results: list, started: float) -> None:
         seconds = time.perf_counter() - started
         metrics.VERIFIER_STEP_SECONDS.observe(seconds)
+        shared = self.engine.prefixes.shared_tokens
+        metrics.VERIFIER_PREFIX_SHARED.inc(shared - self._shared_seen)
+        self._shared_seen = shared
         if self.planner is not None and not any(isinstance(r, Exception) for r in results):
             self.planner.observe(items, results, seconds)
 
@@ -153,12 +166,25 @@ class StepScheduler:
             except TimeoutError:
                 return
 
+    def _waits_for_prefix(self, item: _Item, batch: list[_Item]) -> bool:
+        """Whether ``item`` is a new sequence that, one step later, could copy at least
+        SHARED_PREFIX_WAIT more of its prompt from a new sequence of ``batch`` than a live
+        sequence offers it now."""
+        context = item.sequence.committed
+        if item.sequence.cache.tokens or item.draft is None:
+            return False
+        new = [i.sequence.committed for i in batch if not i.sequence.cache.tokens]
+        coming = min(longest_common(context, new), len(context) - 1)
+        return coming >= self.engine.prefixes.held(context) + SHARED_PREFIX_WAIT
+
     def _queued_tokens(self) -> int:
         return sum(i.tokens for i in self.queue)
 
     def _take(self) -> list[_Item]:
-        """The next batch, in arrival order, within the token budget."""
-        batch, tokens = [], 0
+        """The next batch, in arrival order, within the token budget. A new sequence whose
+        prompt begins like another new one's in the batch waits for the next step, where it
+        copies that prefix instead of computing it again (``cascade.core.prefix_share``)."""
+        batch, held, tokens = [], [], 0
         limit = self.settings.max_batch_tokens if self.settings.enabled else 0
         while self.queue:
             item = self.queue[0]
@@ -169,7 +195,12 @@ class StepScheduler:
             if batch and (tokens + item.tokens > limit
                           or any(i.sequence is item.sequence for i in batch)):
                 break
-            batch.append(self.queue.popleft())
+            item = self.queue.popleft()
+            if self._waits_for_prefix(item, batch):
+                held.append(item)
+                continue
+            batch.append(item)
             metrics.VERIFIER_QUEUE_DEPTH.dec()
             tokens += item.tokens
+        self.queue.extendleft(reversed(held))
         return batch

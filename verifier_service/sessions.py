@@ -72,7 +72,8 @@ class SessionTable:
         self.runner = runner
         self.limits = model_limits(runner)
         self.settings = settings or VerifierSettings()
-        self.engine = VerifyEngine(runner, self.settings.kv_tokens, self.settings.invariant)
+        self.engine = VerifyEngine(runner, self.settings.kv_tokens, self.settings.invariant,
+                                   self.settings.share_prefixes)
         metrics.VERIFIER_INVARIANT.set(int(self.engine.invariance_verified))
         logging.getLogger("verifier").info(
             "passes: %s", f"batch-invariant, {self.engine.invariance}"

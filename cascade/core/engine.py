@@ -25,6 +25,7 @@ from cascade.core.invariant import KEY_BLOCK
 from cascade.core.row_rules import padded
 from cascade.core.kv_store import KVShape, KVStore, Region, default_budget
 from cascade.core.packed import Feed, enable, packed_forward
+from cascade.core.prefix_share import PrefixShare
 from cascade.core.runner import ForwardOutput, ModelRunner, common_prefix_len
 from cascade.core.trees import leaf_chain_len
 
@@ -84,6 +85,7 @@ class RegionCache:
 
     def release(self) -> None:
         if self.region is not None:
+            self.engine.prefixes.discard(self)
             self.engine.store.release(self.region)
             self.region = None
             self.tokens = []
@@ -93,12 +95,14 @@ class VerifyEngine:
     """The target, its KV store, and the batched pass over many sequences."""
 
     def __init__(self, runner: ModelRunner, kv_tokens: int | None = None,
-                 invariant: bool = True) -> None:
+                 invariant: bool = True, share_prefixes: bool = True) -> None:
         self.runner = runner
         enable(runner.model)
         shape = KVShape.of(runner.model)
         capacity = kv_tokens or default_budget(shape, runner.max_length)
         self.store = KVStore(shape, capacity, runner.device)
+        self.prefixes = PrefixShare(self.store, share_prefixes)
+        """Live sequences' prefixes, copied into new sequences that begin the same way."""
         self.lock = threading.Lock()
         """Held for a whole step: one model pass at a time."""
         self.invariance = runner.probed_invariance() if invariant else None
@@ -131,7 +135,9 @@ class VerifyEngine:
                 f"({self.store.reserved} of {self.store.capacity} reserved)")
         if self.invariant:
             self.store.values[:, :, region.start : region.start + region.size].zero_()
-        return RegionCache(self, region)
+        cache = RegionCache(self, region)
+        self.prefixes.add(cache)
+        return cache
 
     def step(self, items: list) -> list:
         """Verify ``(sequence, draft)`` pairs in one pass; see the module docstring."""
@@ -166,26 +172,33 @@ class VerifyEngine:
             results[owners[j]] = sequence.conclude(draft, output, decided.get(j))
 
     def run(self, passes: list[Pass]) -> list[ForwardOutput]:
-        """One packed forward pass over every row."""
-        feeds = [p.cache.feed(p.tokens, p.num_logits, p.parents) for p in passes]
-        keep, ends, end = [], [], 0
-        for p, f in zip(passes, feeds):
-            end += len(f.tokens)
-            keep.append(torch.arange(end - p.num_logits, end))
-            ends.append(end)
-        want_hidden = any(p.hidden_layers for p in passes)
-        vocab_map = self.runner.vocab_map
-        try:
-            with self.lock:
+        """One packed forward pass over every row (new rows first take the prefix a live
+        sequence holds: ``cascade.core.prefix_share``)."""
+        with self.lock:
+            self.prefixes.fill(passes)
+            feeds = [p.cache.feed(p.tokens, p.num_logits, p.parents) for p in passes]
+            keep, ends, end = [], [], 0
+            for p, f in zip(passes, feeds):
+                end += len(f.tokens)
+                keep.append(torch.arange(end - p.num_logits, end))
+                ends.append(end)
+            vocab_map = self.runner.vocab_map
+            try:
                 logits, states = packed_forward(self.runner.model, self.store, feeds,
-                                                torch.cat(keep), want_hidden,
+                                                torch.cat(keep),
+                                                any(p.hidden_layers for p in passes),
                                                 None if vocab_map is None else vocab_map.to_local,
                                                 self.invariance)
-        except BaseException:  # nothing was cached: the regions hold only what they held
-            for p, f in zip(passes, feeds):
-                p.cache.tokens = p.cache.tokens[: f.start]
-            raise
-        logits, outputs, first_logit = logits.cpu(), [], 0
+            except BaseException:  # nothing was cached: the regions hold only what they held
+                for p, f in zip(passes, feeds):
+                    p.cache.tokens = p.cache.tokens[: f.start]
+                raise
+        return self._outputs(passes, feeds, ends, logits.cpu(), states)
+
+    def _outputs(self, passes: list[Pass], feeds: list[Feed], ends: list[int],
+                 logits: torch.Tensor, states) -> list[ForwardOutput]:
+        """Each row's logits (in the full vocabulary) and hidden states."""
+        outputs, first_logit, vocab_map = [], 0, self.runner.vocab_map
         for p, f, stop in zip(passes, feeds, ends):
             rows = logits[first_logit : first_logit + p.num_logits]
             first_logit += p.num_logits

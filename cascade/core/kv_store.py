@@ -137,6 +137,16 @@ class KVStore:
         self.keys[:, :, dst] = self.keys[:, :, src]
         self.values[:, :, dst] = self.values[:, :, src]
 
+    def copy(self, source: Region, target: Region, count: int) -> None:
+        """Copy the first ``count`` slots of ``source`` to the first of ``target`` (every
+        layer): a shared prompt prefix computed once (``cascade.core.prefix_share``)."""
+        if count > min(source.size, target.size):
+            raise ValueError(f"cannot copy {count} slots between regions of {source.size} "
+                             f"and {target.size}")
+        for store in (self.keys, self.values):
+            store[:, :, target.start : target.start + count] = \
+                store[:, :, source.start : source.start + count]
+
     def largest_hole(self) -> int:
         with self._lock:
             return max((size for _, size in self._holes), default=0)

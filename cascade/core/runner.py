@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -22,6 +23,7 @@ from cascade.core.dtypes import auto_dtype
 from cascade.core.invariant import DenseCall, dense_call
 from cascade.core.row_rules import Invariance, probe
 from cascade.core.packed import enable
+from cascade.core.prefix_share import adopt_prefix, common_prefix_len
 
 _PROBE_LOCK = threading.Lock()
 
@@ -100,6 +102,10 @@ class ModelRunner:
         self.tokenizer = tokenizer
         self.vocab_map = vocab_map
         self.device = next(model.parameters()).device
+        self.live_caches: weakref.WeakSet[SequenceCache] = weakref.WeakSet()
+        self.shared_tokens = 0
+        """Its sequences' caches: a new one copies the prefix another holds
+        (``cascade.core.prefix_share.adopt_prefix``)."""
         self.invariance: Invariance | None = None
         """The model's probed row rules (``cascade.core.row_rules.probe``), once asked for."""
         self.invariant = False
@@ -179,6 +185,7 @@ class SequenceCache:
         # still apply each layer's window.
         self.cache = DynamicCache()
         self.tokens: list[int] = []
+        runner.live_caches.add(self)
 
     @torch.inference_mode()
     def extend(self, token_ids: list[int], num_logits: int = 0,
@@ -233,6 +240,8 @@ class SequenceCache:
 
     def hold(self, token_ids: list[int]) -> None:
         """Make the cache hold exactly ``token_ids`` (feeding only what it lacks)."""
+        if not self.tokens:
+            adopt_prefix(self, token_ids, len(token_ids))
         reuse = common_prefix_len(self.tokens, token_ids)
         self.rollback(reuse)
         if reuse < len(token_ids):
@@ -248,14 +257,8 @@ class SequenceCache:
         (re)fed so their logits exist.
         """
         assert 1 <= num_logits <= len(token_ids), "need logits for 1..len(token_ids) positions"
+        if not self.tokens and not hidden_layers:
+            adopt_prefix(self, token_ids, len(token_ids) - num_logits)
         reuse = min(common_prefix_len(self.tokens, token_ids), len(token_ids) - num_logits)
         self.rollback(reuse)
         return self.extend(token_ids[reuse:], num_logits, hidden_layers, num_hidden)
-
-
-def common_prefix_len(a: list[int], b: list[int]) -> int:
-    limit = min(len(a), len(b))
-    for i in range(limit):
-        if a[i] != b[i]:
-            return i
-    return limit

@@ -231,6 +231,10 @@ class GenerationRequest:
     caller: str = ""
     """Digest of the API key that started the generation (gateway.auth): stored with the
     session, and only that key may resume it. Empty or "anonymous" where keys are off."""
+    group: str = ""
+    """The request this generation is one choice of (n, best_of, a list of prompts): its
+    choices of one prompt go to the same pods, which compute the prompt once
+    (``gateway.affinity``). Empty: a request of one choice. Not stored."""
 
     def __post_init__(self) -> None:
         if self.acceptance is None:

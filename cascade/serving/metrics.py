@@ -64,6 +64,10 @@ VERIFIER_BATCH_SIZE = Histogram("cascade:verifier_batch_size", "Items per engine
 VERIFIER_STEP_SECONDS = Histogram("cascade:verifier_step_seconds",
                                   "One engine step: the packed pass and every row's acceptance.",
                                   buckets=LATENCY_BUCKETS)
+VERIFIER_PREFIX_SHARED = Counter("cascade:verifier_prefix_shared_tokens",
+                                 "Prompt positions whose keys and values a new session copied "
+                                 "from a live one beginning the same way, instead of computing "
+                                 "them (n choices of a prompt, a common system prompt).")
 VERIFY_SECONDS = Histogram("cascade:verify_seconds", "Target pass plus acceptance per block.",
                            buckets=LATENCY_BUCKETS)
 # Drafter.

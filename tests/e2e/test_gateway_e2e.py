@@ -306,3 +306,20 @@ async def test_best_of_returns_the_candidates_with_the_highest_target_logprob(cl
     assert result["usage"]["completion_tokens"] == every["usage"]["completion_tokens"]
     for response in refused:
         assert response.status_code == 400 and response.json()["error"]["param"] == "best_of"
+
+
+async def test_the_choices_of_a_prompt_compute_it_once(cluster):
+    """n = 3 greedy: the verifier feeds the prompt for one choice and copies its keys and
+    values for the other two, and every choice is still the target's greedy text."""
+    tokenizer = cluster.target.tokenizer
+    prompt = " ".join(PROMPTS)
+    prompt_len = len(tokenizer(prompt).input_ids)
+    expected = tokenizer.decode(expected_tokens(cluster, prompt), skip_special_tokens=True)
+    prefixes = cluster.verifier_sessions.engine.prefixes
+    before = prefixes.shared_tokens
+    client = openai.AsyncOpenAI(base_url=f"{cluster.http_url}/v1", api_key="unused")
+    result = await client.completions.create(model="tiny", prompt=prompt, n=3, temperature=0,
+                                             max_tokens=MAX_TOKENS,
+                                             extra_body={"num_draft_tokens": 3})
+    assert [c.text for c in result.choices] == [expected] * 3
+    assert prefixes.shared_tokens - before == 2 * (prompt_len - 1)

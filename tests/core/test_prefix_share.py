@@ -1,0 +1,148 @@
+"""Shared prompt prefixes: a new sequence copies the keys and values of the prefix a live one
+holds instead of feeding it again, and its outcomes are bit for bit what feeding gives."""
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+
+from cascade.core.blocks import Draft
+from cascade.core.engine import VerifyEngine
+from cascade.core.prefix_share import MIN_SHARED
+from cascade.core.verification import SequenceVerifier
+from cascade.protocol.settings import SamplingParams
+from models import random_prompts, tiny_llama
+from verifier_service.scheduler import StepScheduler, VerifierSettings
+
+GREEDY = SamplingParams(max_new_tokens=12)
+
+
+def _rounds(engine, target, prompt, drafts, params=GREEDY):
+    """Each round's outcome and logits for ``drafts`` (one block per round) on ``engine``."""
+    sequence = SequenceVerifier(target, prompt, params, engine=engine)
+    seen = []
+    for draft in drafts:
+        if sequence.is_finished:
+            break
+        outcome = sequence.verify(draft)
+        seen.append((outcome, sequence.last_forward.logits.clone()))
+    return sequence, seen
+
+
+def _same(a, b):
+    assert len(a) == len(b)
+    for (outcome_a, logits_a), (outcome_b, logits_b) in zip(a, b):
+        assert outcome_a == outcome_b
+        assert torch.equal(logits_a, logits_b)
+
+
+@pytest.mark.parametrize("invariant", [True, False])
+def test_a_second_sequence_of_the_same_prompt_copies_its_prefix(invariant):
+    target = tiny_llama(0)
+    prompt = random_prompts(1, seed=2, min_len=40, max_len=40)[0]
+    drafts = [Draft([5, 9, 13]), Draft([]), Draft([7, 7])]
+    reference = VerifyEngine(target, kv_tokens=1024, invariant=invariant)
+    _, alone = _rounds(reference, target, prompt, drafts)
+    engine = VerifyEngine(target, kv_tokens=1024, invariant=invariant)
+    first, _ = _rounds(engine, target, prompt, drafts[:1])
+    assert engine.prefixes.shared_tokens == 0
+    second, shared = _rounds(engine, target, prompt, drafts)
+    assert engine.prefixes.shared_tokens == len(prompt) - 1  # the last one is fed for its logits
+    if invariant:  # a position's numbers depend on the tokens up to it alone
+        _same(shared, alone)
+    else:
+        assert [o for o, _ in shared] == [o for o, _ in alone]
+    first.close(), second.close()
+    assert engine.store.reserved == 0
+
+
+def test_only_the_common_part_is_copied_and_only_from_live_sequences():
+    target = tiny_llama(0)
+    system, a, b = random_prompts(3, seed=5, min_len=20, max_len=20)
+    engine = VerifyEngine(target, kv_tokens=1024)
+    first, _ = _rounds(engine, target, system + a, [Draft([1])])
+    second, shared = _rounds(engine, target, system + b, [Draft([1, 2]), Draft([])])
+    assert engine.prefixes.shared_tokens == len(system)
+    _, alone = _rounds(VerifyEngine(target, kv_tokens=1024), target, system + b,
+                       [Draft([1, 2]), Draft([])])
+    _same(shared, alone)
+    first.close(), second.close()
+    third, _ = _rounds(engine, target, system + a, [Draft([1])])
+    assert engine.prefixes.shared_tokens == len(system)  # nothing live to copy from
+    third.close()
+
+
+def test_a_short_common_start_is_fed_not_copied():
+    target = tiny_llama(0)
+    engine = VerifyEngine(target, kv_tokens=1024)
+    start = list(range(1, MIN_SHARED))
+    first, _ = _rounds(engine, target, start + [40, 41, 42], [Draft([])])
+    second, _ = _rounds(engine, target, start + [50, 51, 52], [Draft([])])
+    assert engine.prefixes.shared_tokens == 0
+    first.close(), second.close()
+
+
+def test_a_row_that_asks_for_every_positions_features_feeds_them():
+    target = tiny_llama(0)
+    prompt = random_prompts(1, seed=7, min_len=30, max_len=30)[0]
+    engine = VerifyEngine(target, kv_tokens=1024)
+    first, _ = _rounds(engine, target, prompt, [Draft([])])
+    second = SequenceVerifier(target, prompt, GREEDY, engine=engine)
+    second.feature_layers = (1,)
+    features = second.prefill_features()
+    assert engine.prefixes.shared_tokens == 0
+    assert features is not None
+    first.close(), second.close()
+
+
+async def _step_sizes(engine, target, prompts):
+    """The batch sizes of the steps that verify each prompt's first block, queued at once."""
+    sizes, step = [], engine.step
+
+    def counting(items):
+        sizes.append(len(items))
+        return step(items)
+
+    engine.step = counting
+    scheduler = StepScheduler(engine, ThreadPoolExecutor(1), VerifierSettings(max_wait_ms=0))
+    sequences = [SequenceVerifier(target, p, GREEDY, engine=engine) for p in prompts]
+    outcomes = await asyncio.gather(*(scheduler.submit(s, Draft([3, 4])) for s in sequences))
+    for s in sequences:
+        s.close()
+    return sizes, outcomes
+
+
+def test_new_sequences_of_one_prompt_wait_one_step_and_copy_it():
+    target = tiny_llama(0)
+    prompt = random_prompts(1, seed=9, min_len=48, max_len=48)[0]
+    other = random_prompts(1, seed=10, min_len=48, max_len=48)[0]
+    engine = VerifyEngine(target, kv_tokens=4096)
+    sizes, outcomes = asyncio.run(_step_sizes(engine, target, [prompt, prompt, other, prompt]))
+    assert sizes == [2, 2]  # the first of the prompt with the other; then its two siblings
+    assert engine.prefixes.shared_tokens == 2 * (len(prompt) - 1)
+    assert outcomes[0] == outcomes[1] == outcomes[3]
+
+
+@pytest.mark.parametrize("invariant", [True, False])
+def test_a_drafter_cache_copies_the_prefix_another_holds(invariant):
+    runner = tiny_llama(1)
+    runner.set_invariant(invariant)
+    prompt = random_prompts(1, seed=11, min_len=30, max_len=30)[0]
+    first = runner.new_cache()
+    first.forward_to(prompt + [3, 4])
+    partial = runner.new_cache()
+    partial.forward_to(prompt[:12] + [9])
+    assert runner.shared_tokens == 12  # what it has in common with the first
+    before = runner.shared_tokens
+    second = runner.new_cache()
+    copied = second.forward_to(prompt + [5], num_logits=2).logits
+    assert runner.shared_tokens - before == len(prompt) - 1
+    del first
+    alone = tiny_llama(1)
+    alone.set_invariant(invariant)
+    reference = alone.new_cache().forward_to(prompt + [5], num_logits=2).logits
+    if invariant:
+        assert torch.equal(copied, reference)
+    else:
+        torch.testing.assert_close(copied, reference, rtol=1e-5, atol=1e-5)
