@@ -218,10 +218,11 @@ class DraftConfig:
             raise ValueError("a draft schedule is planned by the verifier or adaptive on the "
                              "drafter, not both")
 
-    def tree_shape(self, budget: int) -> tuple[int, int]:
-        """(nodes, depth) of a tree drafted with ``budget`` (from ``budget``, which a planning
-        verifier may lower)."""
-        return min(self.tree_nodes, budget), min(self.num_draft_tokens, budget)
+    def tree_shape(self, budget: int, depth_left: int) -> tuple[int, int]:
+        """(nodes, depth) of a tree drafted with ``budget`` nodes (which a planning verifier
+        may lower) when at most ``depth_left`` drafted tokens can still be emitted: only the
+        depth is bounded by what is left, since a round emits one path, not every node."""
+        return min(self.tree_nodes, budget), min(self.num_draft_tokens, budget, depth_left)
 
     def _check_tree(self) -> None:
         if not 0 <= self.tree_nodes <= MAX_TREE_NODES:
@@ -266,8 +267,12 @@ class DraftConfig:
         """The one draft-length rule: at most k (at most the adaptive bound when adaptive; the
         proposer's schedule picks within it; a tree's nodes at most ``tree_nodes``, its depth
         at most k and the budget, ``tree_shape``), and only drafts that can still be emitted
-        (the request mapping already keeps prompt + max_new_tokens inside the context)."""
-        return min(self.longest_block, sampling.max_drafts_after(num_generated))
+        (the request mapping already keeps prompt + max_new_tokens inside the context); a
+        tree keeps its nodes to the end, its depth is what is bounded (``tree_shape``)."""
+        left = sampling.max_drafts_after(num_generated)
+        if self.tree_nodes:
+            return self.tree_nodes if left else 0
+        return min(self.longest_block, left)
 
     @property
     def longest_block(self) -> int:

@@ -69,7 +69,12 @@ class Proposer(ABC):
             raise ValueError(f"draft method {context.config.method} needs a drafter model")
         self.sampling = context.sampling
         self.config = context.config
+        self.prompt_len = context.prompt_len
         self.needs_greedy_q = context.policy is not None and not context.policy.rule.is_lossless
+
+    def depth_left(self, committed: list[int]) -> int:
+        """Most drafted tokens after ``committed`` that can still be emitted (a tree's depth)."""
+        return self.sampling.max_drafts_after(len(committed) - self.prompt_len)
 
     @abstractmethod
     def propose(self, committed: list[int], num_tokens: int,

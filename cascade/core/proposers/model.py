@@ -161,7 +161,8 @@ class ModelProposer(Proposer):
     def _propose_tree(self, committed: list[int], budget: int) -> Draft:
         """A tree of at most ``budget`` nodes (``DraftConfig.tree_shape``; the verifier keeps
         room for ``tree_nodes``, from SessionOpen.tree_nodes)."""
-        shape = TreeShape(*self.config.tree_shape(budget), self.config.tree_branching)
+        shape = TreeShape(*self.config.tree_shape(budget, self.depth_left(committed)),
+                          self.config.tree_branching)
         if self.recursive:
             tokens, parents, q_ids, q_probs = draft_sampled_tree(self.cache, committed, shape,
                                                                  self._sample_children)

@@ -63,7 +63,7 @@ class NgramProposer(Proposer):
     def propose(self, committed: list[int], num_tokens: int, stop=None) -> Draft:
         c = self.config
         if c.tree_nodes:
-            nodes, depth = c.tree_shape(num_tokens)
+            nodes, depth = c.tree_shape(num_tokens, self.depth_left(committed))
             found = ngram_continuations(committed, depth, c.ngram_max_n, c.ngram_min_n)
             tokens, parents = trie(found, nodes)
             return Draft(tokens, parents=parents, source="ngram")
