@@ -125,3 +125,15 @@ async def test_echo_must_be_a_boolean(tokenizer):
             "model": MODEL, "prompt": PROMPT, "echo": "yes"})
     assert response.status_code == 400 and response.json()["error"]["param"] == "echo"
 
+
+
+async def test_best_of_ranks_echoed_candidates_by_their_log_probabilities(tokenizer):
+    """The prompt's first entry has no log-probability; ranking still works (the prompt's
+    entries are the same for every candidate of a prompt)."""
+    generator = ScoringGenerator(script(tokenizer, OUTPUT))
+    async with make_client(tokenizer, generator) as http:
+        result = (await http.post("/v1/completions", json={
+            "model": MODEL, "prompt": PROMPT, "echo": True, "logprobs": 1, "max_tokens": 4,
+            "best_of": 2, "n": 1})).json()
+    choice = result["choices"][0]
+    assert choice["text"] == PROMPT + OUTPUT and choice["logprobs"]["token_logprobs"][0] is None
