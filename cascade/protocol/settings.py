@@ -104,9 +104,8 @@ class SamplingParams:
     """Structured output: the text must match this grammar (the verifier masks every token
     that would leave it; cascade.core.grammar). None: free text."""
     prompt_logprobs: int | None = None
-    """Also return the target's log-probability of every prompt token after the first and of
-    this many alternatives, in [0, MAX_LOGPROBS], from the pass that first feeds the prompt
-    (None: none; ``echo`` on /v1/completions)."""
+    """Also the target's log-probability of every prompt token after the first and of this many
+    alternatives, in [0, MAX_LOGPROBS] (None: none; ``echo``; cascade.core.logprobs)."""
 
     @property
     def has_penalties(self) -> bool:
