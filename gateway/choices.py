@@ -44,7 +44,8 @@ def best(choice_views: list[StreamView], results: list[tuple[str, Delta]], count
     kept = []
     for start in range(0, len(results), count):
         group = range(start, start + count)
-        kept += sorted(group, key=lambda i: -sum(e.logprob for e in results[i][1].logprobs))[:n]
+        kept += sorted(group, key=lambda i: -sum(e.logprob or 0.0  # an echoed prompt's first
+                                                 for e in results[i][1].logprobs))[:n]
     return ([replace(choice_views[i], logprobs=show_logprobs) for i in kept],
             [results[i] for i in kept])
 

@@ -102,6 +102,9 @@ class GeneratedChunk:
     """What drafted the round's block (``Round.draft_source``); empty: nothing was."""
     logprobs: tuple[TokenLogprobs, ...] = ()
     """The target's log-probabilities of token_ids, when the request asked for them."""
+    prompt_logprobs: tuple[TokenLogprobs, ...] = ()
+    """SamplingParams.prompt_logprobs asked, on the first round only (never on a replayed
+    one): one per prompt token after the first."""
     is_replayed: bool = False
     """A stored round a resumed stream sends again (generated before, by some stream)."""
 

@@ -97,12 +97,14 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
                                  options, lambda text: self.tokenizer(
                                      text, add_special_tokens=False).input_ids)
         request = with_grammar(request, _grammar(msg), "structured_output")
-        if msg.HasField("logprobs"):
-            if msg.logprobs > MAX_LOGPROBS:
-                raise RequestInvalid(f"Invalid value for 'logprobs': must be in [0, "
-                                     f"{MAX_LOGPROBS}], got {msg.logprobs}.", "logprobs")
+        for name in ("logprobs", "prompt_logprobs"):
+            if not msg.HasField(name):
+                continue
+            if getattr(msg, name) > MAX_LOGPROBS:
+                raise RequestInvalid(f"Invalid value for '{name}': must be in [0, "
+                                     f"{MAX_LOGPROBS}], got {getattr(msg, name)}.", name)
             request = replace(request, sampling=replace(request.sampling,
-                                                        logprobs=msg.logprobs))
+                                                        **{name: getattr(msg, name)}))
         return request, options.stop
 
     def _tokenize(self, text: str, chat: bool) -> list[int]:
@@ -130,7 +132,10 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
             generation = replace(generation, caller=key,
                                  view=json.dumps({"kind": "grpc", "stop": stops}))
             chunks = self.limits.counted(slot, self.generator.generate(generation))
-            async for response in self._responses(chunks, stops, len(generation.prompt_tokens)):
+            shown = (generation.prompt_tokens if generation.sampling.prompt_logprobs is not None
+                     else None)
+            async for response in self._responses(chunks, stops, len(generation.prompt_tokens),
+                                                  prompt=shown):
                 yield response
         finally:
             slot.release()
@@ -154,9 +159,12 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         finally:
             slot.release()
 
-    async def _responses(self, chunks, stops: list[str], num_prompt: int, seen_rounds: int = 0):
+    async def _responses(self, chunks, stops: list[str], num_prompt: int, seen_rounds: int = 0,
+                         prompt: list[int] | None = None):
         """One response per chunk; chunks of rounds up to ``seen_rounds`` (which a resuming
-        client has) only advance the text."""
+        client has) only advance the text. ``prompt``: the prompt's ids, sent with its
+        log-probabilities in the first response (the request asked for them; a resumed
+        stream does not send them again: they are not stored)."""
         text = TextStream(self.tokenizer, stops=stops)
         completion_tokens = 0
         try:
@@ -167,8 +175,13 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
                 chosen = text.add(chunk.token_ids[chunk.num_accepted :], final=final)
                 finish = FinishReason.STOP if text.stopped else chunk.finish_reason
                 if not 0 < chunk.round <= seen_rounds:  # else the client has it (the final too)
-                    yield self._response(chunk, accepted, chosen, finish, num_prompt,
-                                         completion_tokens)
+                    response = self._response(chunk, accepted, chosen, finish, num_prompt,
+                                              completion_tokens)
+                    if prompt is not None:
+                        response.prompt_token_ids.extend(prompt)
+                        response.prompt_logprobs.extend(logprobs_to_pb(chunk.prompt_logprobs))
+                        prompt = None
+                    yield response
                 if text.stopped:  # a stop string ended the text: the rest is not wanted
                     await stop_early(chunks)
                     return

@@ -32,6 +32,7 @@ from cascade.protocol.requests import (
 )
 from gateway import choices, schemas
 from gateway.auth import ApiKeys, install_api_keys
+from gateway.echo import EchoedPrompt, echoed, echoed_prompt, generated_max_tokens, with_logprobs
 from gateway.errors import APIError, bad_request, install_error_handlers, model_not_found
 from gateway.generation import Generator
 from gateway.limits import BodyLimit, KeyLimits, Slot
@@ -187,10 +188,11 @@ class _CompletionsApi:
     async def _completions(self, body: schemas.CompletionRequest, http: Request, caller: str,
                            slot: Slot) -> Response:
         prompts = [await self._prompt_tokens(p) for p in body.prompt]
-        requests = [_with_logprobs(self._generation_request(body, ids, body.max_tokens,
-                                                            "prompt"), body)
-                    for ids in prompts]
-        return await self._respond("completion", body, http, caller, slot, requests)
+        requests = [with_logprobs(self._generation_request(
+            body, ids, generated_max_tokens(body), "prompt"), body) for ids in prompts]
+        echoes = [echoed_prompt(body, p, ids, self.tokenizer)
+                  for p, ids in zip(body.prompt, prompts)]
+        return await self._respond("completion", body, http, caller, slot, requests, echoes)
 
     async def _chat_completions(self, body: schemas.ChatCompletionRequest, http: Request,
                                 caller: str, slot: Slot) -> Response:
@@ -199,11 +201,13 @@ class _CompletionsApi:
         max_field = "max_tokens" if body.max_completion_tokens is None else "max_completion_tokens"
         request = self._generation_request(body, prompt_tokens, max_tokens, "messages", max_field)
         return await self._respond("chat", body, http, caller, slot,
-                                   [_with_logprobs(request, body)])
+                                   [with_logprobs(request, body)], [None])
 
     async def _respond(self, kind: str, body: schemas.GenerationFields, http: Request,
-                       caller: str, slot: Slot, requests: list[GenerationRequest]) -> Response:
-        """One choice per request and n (gateway.choices when there are several)."""
+                       caller: str, slot: Slot, requests: list[GenerationRequest],
+                       echoes: list[EchoedPrompt | None]) -> Response:
+        """One choice per request and n (gateway.choices when there are several); ``echoes``:
+        what each request's choices echo (gateway.echo)."""
         count = getattr(body, "candidates", body.n)
         if len(requests) * count > schemas.MAX_CHOICES:
             name = "best_of" if count > body.n else "n"
@@ -211,10 +215,10 @@ class _CompletionsApi:
                               f"most {schemas.MAX_CHOICES}, got {len(requests)} x {count}.",
                               name)
         if len(requests) * count > 1:
-            return await self._several(kind, body, http, caller, slot, requests, count)
+            return await self._several(kind, body, http, caller, slot, requests, count, echoes)
         view = _view(kind, body, requests[0])
         deltas = self._deltas(replace(requests[0], view=view.to_json(), caller=caller), body,
-                              slot)
+                              slot, echoes[0])
         if body.stream:
             return EventStreamResponse(events(view, deltas), on_close=slot.release)
         text, last = await _collect_while_connected(deltas, http, slot)
@@ -228,7 +232,7 @@ class _CompletionsApi:
 
     async def _several(self, kind: str, body: schemas.GenerationFields, http: Request,
                        caller: str, slot: Slot, requests: list[GenerationRequest],
-                       count: int) -> Response:
+                       count: int, echoes: list[EchoedPrompt | None]) -> Response:
         """``count`` choices per request (n, or best_of's candidates)."""
         if count > body.n:  # best_of: every candidate's log-probabilities rank it
             requests = [choices.scored(r) for r in requests]
@@ -243,8 +247,9 @@ class _CompletionsApi:
             raise
         meta = schemas.ResponseMeta.new("chatcmpl" if kind == "chat" else "cmpl", body.model)
         views = choices.views(kind, meta, body, each)
-        deltas = [self._deltas(replace(r, view=v.to_json(), caller=caller), body, s)
-                  for r, v, s in zip(each, views, slots)]
+        each_echo = [e for e in echoes for _ in range(count)]
+        deltas = [self._deltas(replace(r, view=v.to_json(), caller=caller), body, s, e)
+                  for r, v, s, e in zip(each, views, slots, each_echo)]
         prompts = [r.prompt_tokens for r in requests]
         if body.stream:
             events_ = choices.stream(kind, meta, views, deltas, body.include_usage,
@@ -271,9 +276,10 @@ class _CompletionsApi:
         return list((await asyncio.to_thread(self.tokenizer, prompt)).input_ids)
 
     def _deltas(self, request: GenerationRequest, body: schemas.GenerationFields,
-                slot: Slot) -> AsyncIterator[Delta]:
+                slot: Slot, prompt: EchoedPrompt | None = None) -> AsyncIterator[Delta]:
         chunks = self.limits.counted(slot, self.generator.generate(request))
-        return text_deltas(chunks, self.tokenizer, body.stop, rounds=body.cascade_rounds)
+        deltas = text_deltas(chunks, self.tokenizer, body.stop, rounds=body.cascade_rounds)
+        return deltas if prompt is None else echoed(deltas, prompt, self.tokenizer)
 
     def _word_ids(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False).input_ids
@@ -322,12 +328,6 @@ def _view(kind: str, body: schemas.GenerationFields, request: GenerationRequest)
     return StreamView(kind, meta, tuple(body.stop), body.include_usage, body.cascade_rounds,
                       usage, logprobs=request.sampling.logprobs is not None,
                       tools=getattr(body, "tool_names", ()))
-
-
-def _with_logprobs(request: GenerationRequest, body) -> GenerationRequest:
-    """The request with the log-probabilities its body asked for (None: none)."""
-    return replace(request, sampling=replace(request.sampling,
-                                             logprobs=body.requested_logprobs))
 
 
 CLIENT_CLOSED_REQUEST = 499

@@ -1,11 +1,12 @@
 """The ``logprobs`` of OpenAI's responses, from the target's log-probabilities the verifier
 computed for every emitted token (cascade.protocol.logprobs): a token's text is its id decoded
 alone (as vLLM returns it), so texts may differ from the visible text where a character spans
-tokens or a stop string cut it."""
+tokens or a stop string cut it. An echoed prompt's entries (``prompt_entries``) come first in a
+completion's ``logprobs``, as vLLM shapes them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from cascade.protocol.logprobs import TokenLogprobs
@@ -15,8 +16,10 @@ from gateway.detokenize import Decoder
 @dataclass(frozen=True)
 class LogprobEntry:
     token: str
-    logprob: float
-    top: tuple[tuple[str, float], ...]
+    logprob: float | None
+    """None: a prompt's first token (nothing predicts it)."""
+    top: tuple[tuple[str, float], ...] | None
+    """None where ``logprob`` is."""
 
 
 def entries(token_ids: list[int], logprobs: tuple[TokenLogprobs, ...], tokenizer: Decoder
@@ -27,6 +30,21 @@ def entries(token_ids: list[int], logprobs: tuple[TokenLogprobs, ...], tokenizer
         for t, lp in zip(token_ids, logprobs))
 
 
+def prompt_entries(token_ids: list[int], logprobs: tuple[TokenLogprobs, ...],
+                   tokenizer: Decoder) -> tuple[LogprobEntry, ...]:
+    """An echoed prompt's entries: ``logprobs`` holds one per token after the first. Each
+    token's alternatives include the token itself (vLLM's prompt logprobs: the top N, then
+    the token when it is not among them)."""
+    first = LogprobEntry(tokenizer.decode(token_ids[:1], skip_special_tokens=False), None, None)
+    rest = entries(token_ids[1:], logprobs, tokenizer)
+    return (first,) + tuple(entry if token in lp.top_ids else _with_itself(entry)
+                            for token, lp, entry in zip(token_ids[1:], logprobs, rest))
+
+
+def _with_itself(entry: LogprobEntry) -> LogprobEntry:
+    return replace(entry, top=entry.top + ((entry.token, entry.logprob),))
+
+
 def completion_logprobs(items: tuple[LogprobEntry, ...], offset: int = 0) -> dict[str, Any]:
     """Completions' shape: parallel lists; ``offset``: where the first token's text starts in
     the completion text."""
@@ -35,7 +53,8 @@ def completion_logprobs(items: tuple[LogprobEntry, ...], offset: int = 0) -> dic
         offsets.append(at)
         at += len(item.token)
     return {"tokens": [i.token for i in items], "token_logprobs": [i.logprob for i in items],
-            "top_logprobs": [dict(i.top) for i in items], "text_offset": offsets}
+            "top_logprobs": [None if i.top is None else dict(i.top) for i in items],
+            "text_offset": offsets}
 
 
 def chat_logprobs(items: tuple[LogprobEntry, ...]) -> dict[str, Any]:

@@ -303,7 +303,8 @@ class Orchestrator:
                                  tuple(result.drafted_tokens), len(job.round_ends),
                                  result.speculation, tuple(result.drafted_parents),
                                  tuple(result.path), draft_source=result.draft_source,
-                                 logprobs=logprobs_from_pb(result.logprobs))
+                                 logprobs=logprobs_from_pb(result.logprobs),
+                                 prompt_logprobs=logprobs_from_pb(result.prompt_logprobs))
 
     async def _commit(self, request, job: SessionJob, generated: list[int],
                       tokens: list[int], finish: FinishReason | None) -> None:

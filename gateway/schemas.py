@@ -68,6 +68,8 @@ class CompletionRequest(GenerationFields):
     logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
     """Return the target's log-probability of each token and of this many alternatives."""
     echo: bool = False
+    """Answer the prompt, then the completion; with logprobs, the prompt's first (gateway.echo;
+    with max_tokens 0: the prompt alone)."""
     best_of: int | None = Field(None, ge=1, le=MAX_CHOICES)
     """Generate this many completions per prompt and return the n whose tokens have the
     highest total log-probability under the target (gateway.choices.best); not streamed."""
@@ -86,14 +88,6 @@ class CompletionRequest(GenerationFields):
     def candidates(self) -> int:
         """Completions generated per prompt (best_of, else n)."""
         return self.best_of or self.n
-
-    @field_validator("echo")
-    @classmethod
-    def _no_echo(cls, value: bool) -> bool:
-        if value:
-            raise ValueError("echo is not supported (the prompt's log-probabilities are not "
-                             "computed); send false or leave it out")
-        return value
 
     @property
     def requested_logprobs(self) -> int | None:

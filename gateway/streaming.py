@@ -12,6 +12,7 @@ import anyio
 from starlette.responses import StreamingResponse
 from starlette.types import Send
 
+from cascade.protocol.logprobs import TokenLogprobs
 from cascade.protocol.settings import FinishReason
 from gateway.detokenize import Decoder, TextStream
 from gateway.errors import as_api_error, error_body, error_response
@@ -47,6 +48,8 @@ class Delta:
     """``<session id>.<round>``: where a client resumes after this delta (gateway.events)."""
     logprobs: tuple[LogprobEntry, ...] = ()
     """The chunk's tokens' log-probabilities (the request asked; collect: all of them)."""
+    prompt_logprobs: tuple[TokenLogprobs, ...] = ()
+    """The chunk's ``GeneratedChunk.prompt_logprobs`` (the first round's, for gateway.echo)."""
 
 
 async def text_deltas(chunks: AsyncIterator[GeneratedChunk], tokenizer: Decoder,
@@ -70,20 +73,22 @@ async def text_deltas(chunks: AsyncIterator[GeneratedChunk], tokenizer: Decoder,
             visible = view.text if view else text.add(chunk.token_ids, final=final)
             event_id = f"{chunk.session_id}.{chunk.round}" if chunk.round else None
             scored = entries(chunk.token_ids, chunk.logprobs, tokenizer)
+            extra = {"prompt_logprobs": chunk.prompt_logprobs}  # for gateway.echo
             is_seen = 0 < chunk.round <= seen_rounds
             if text.stopped:
                 await stop_early(chunks)
                 if not is_seen:
-                    yield Delta(visible, "stop", consumed, deferred, view, event_id, scored)
+                    yield Delta(visible, "stop", consumed, deferred, view, event_id, scored,
+                                **extra)
                 return
             if is_seen:
                 seen_final = final
                 continue
             if final:  # let the generator run to its end before the last delta goes out
                 finish = FINISH_REASONS[FinishReason(chunk.finish_reason)]
-                last = Delta(visible, finish, consumed, deferred, view, event_id, scored)
+                last = Delta(visible, finish, consumed, deferred, view, event_id, scored, **extra)
                 continue
-            yield Delta(visible, None, consumed, deferred, view, event_id, scored)
+            yield Delta(visible, None, consumed, deferred, view, event_id, scored, **extra)
     finally:
         await _close(chunks)
     if last is None and not seen_final:

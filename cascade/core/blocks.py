@@ -83,6 +83,9 @@ class RoundOutcome:
     """A tree's accepted node indices, from a root child down (None for a chain)."""
     logprobs: tuple[TokenLogprobs, ...] | None = None
     """SamplingParams.logprobs asked: one per emitted token."""
+    prompt_logprobs: tuple[TokenLogprobs, ...] | None = None
+    """SamplingParams.prompt_logprobs asked, on the sequence's first round: one per prompt
+    token after the first (``cascade.core.logprobs``)."""
 
 
 def token_logprobs(logits: torch.Tensor, tokens: list[int], top: int

@@ -51,6 +51,9 @@ class Pass(NamedTuple):
     positions fed."""
     parents: tuple[int, ...] | None = None
     """The last len(parents) tokens are a token tree's nodes (``cascade.core.trees``)."""
+    num_leading: int = 0
+    """Positions before the last ``num_logits`` whose logits are returned too, apart
+    (``ForwardOutput.leading``): a prompt's rows, for its log-probabilities."""
 
 
 class RegionCache:
@@ -176,11 +179,12 @@ class VerifyEngine:
         sequence holds: ``cascade.core.prefix_share``)."""
         with self.lock:
             self.prefixes.fill(passes)
-            feeds = [p.cache.feed(p.tokens, p.num_logits, p.parents) for p in passes]
+            feeds = [p.cache.feed(p.tokens, p.num_leading + p.num_logits, p.parents)
+                     for p in passes]
             keep, ends, end = [], [], 0
             for p, f in zip(passes, feeds):
                 end += len(f.tokens)
-                keep.append(torch.arange(end - p.num_logits, end))
+                keep.append(torch.arange(end - p.num_leading - p.num_logits, end))
                 ends.append(end)
             vocab_map = self.runner.vocab_map
             try:
@@ -200,14 +204,15 @@ class VerifyEngine:
         """Each row's logits (in the full vocabulary) and hidden states."""
         outputs, first_logit, vocab_map = [], 0, self.runner.vocab_map
         for p, f, stop in zip(passes, feeds, ends):
-            rows = logits[first_logit : first_logit + p.num_logits]
-            first_logit += p.num_logits
+            rows = logits[first_logit : first_logit + p.num_leading + p.num_logits]
+            first_logit += p.num_leading + p.num_logits
             if vocab_map is not None:
                 rows = vocab_map.expand(rows)
             num_hidden = p.num_logits if p.num_hidden is None else p.num_hidden
             first = stop - (num_hidden or len(f.tokens))
             hidden = tuple(states[layer][first:stop].cpu() for layer in p.hidden_layers)
-            outputs.append(ForwardOutput(rows, hidden))
+            leading = rows[: p.num_leading] if p.num_leading else None
+            outputs.append(ForwardOutput(rows[p.num_leading :], hidden, leading))
         return outputs
 
 

@@ -58,7 +58,7 @@ class PrefixShare:
         for p in passes:
             if not self.enabled or p.cache.tokens or p.hidden_layers:
                 continue
-            limit = len(p.tokens) - p.num_logits
+            limit = len(p.tokens) - p.num_leading - p.num_logits  # rows whose logits it needs
             source, length = longest_held(self._live, p.tokens, limit, p.cache)
             if source is not None and length >= MIN_SHARED:
                 self.store.copy(source.region, p.cache.region, length)

@@ -17,15 +17,10 @@ import weakref
 import torch
 
 from cascade.core.batch_accept import AcceptRow, RowResult
-from cascade.core.blocks import (
-    Draft,
-    RoundOutcome,
-    TargetFeatures,
-    TokenLogprobs,
-    token_logprobs,
-)
+from cascade.core.blocks import Draft, RoundOutcome, TargetFeatures, TokenLogprobs
 from cascade.core.engine import Pass, VerifyEngine, engine_for
 from cascade.core.grammar import GrammarMatcher
+from cascade.core.logprobs import PromptLogprobs, emitted_logprobs
 from cascade.core.processors import processed
 from cascade.core.runner import ForwardOutput, ModelRunner
 from cascade.core.sampling import (
@@ -107,6 +102,8 @@ class SequenceVerifier:
         """The features of the positions the last round committed and fed (when asked)."""
         self.grammar = _grammar_matcher(runner, params, self.generated)
         """The structured output's state after the generated tokens (None: free text)."""
+        self.prompt_logprobs = PromptLogprobs(params.prompt_logprobs, context[:prompt_len],
+                                              is_fresh=len(context) == prompt_len)
 
     @property
     def generated(self) -> list[int]:
@@ -146,20 +143,24 @@ class SequenceVerifier:
         if draft is None:
             if not self.feature_layers or len(self.committed) < 2:
                 return None
-            return Pass(self.cache, self.committed[:-1], 1, self.feature_layers, num_hidden=0)
+            return Pass(self.cache, self.committed[:-1], 1, self.feature_layers, num_hidden=0,
+                        num_leading=self.prompt_logprobs.num_leading(len(self.committed) - 2))
         if self.is_finished:
             raise InvalidDraft(f"block: the generation already finished "
                                f"({self.finish_reason.value})")
         self._check(draft)
         parents = None if draft.parents is None else tuple(draft.parents)
         return Pass(self.cache, self.committed + draft.tokens, draft.num_tokens + 1,
-                    self.feature_layers, parents=parents)
+                    self.feature_layers, parents=parents,
+                    num_leading=self.prompt_logprobs.num_leading(len(self.committed) - 1))
 
     def conclude(self, draft: Draft | None, output: ForwardOutput | None,
                  result: RowResult | None = None):
         """Commit this sequence's part of a step: ``output`` is its rows of the pass, ``result``
         what its acceptance policy decided on them (``acceptance_row``)."""
         self.last_forward = output
+        if output is not None:  # the pass that first fed the prompt scores it, when asked
+            self.prompt_logprobs.take(output, len(self.committed) - (1 if draft else 2))
         if draft is None:
             return None if output is None else self._features(0, len(self.committed) - 1)
         num_accepted, next_token, deferred, path = result
@@ -175,17 +176,15 @@ class SequenceVerifier:
         self.stats.observe(draft.num_tokens, num_accepted, len(emitted), deferred)
         return RoundOutcome(num_accepted, emitted, len(self.committed), self.finish_reason,
                             deferred, tuple(path) if draft.parents is not None else None,
-                            self._logprobs(output, path, emitted))
+                            self._logprobs(output, path, emitted),
+                            self.prompt_logprobs.hand_out())
 
     def _logprobs(self, output: ForwardOutput, path: list[int], emitted: list[int]
                   ) -> tuple[TokenLogprobs, ...] | None:
-        """The emitted tokens' log-probabilities, when asked: each from the logits row that
-        predicted it (row 0 after the committed tokens, then the accepted nodes' rows)."""
+        """The emitted tokens' log-probabilities, when asked (``cascade.core.logprobs``)."""
         if self.params.logprobs is None:
             return None
-        rows = ([0] + [node + 1 for node in path])[:len(emitted)]
-        top = min(self.params.logprobs, output.logits.shape[-1])
-        return token_logprobs(output.logits[torch.tensor(rows)], emitted, top)
+        return emitted_logprobs(output.logits, path, emitted, self.params.logprobs)
 
     def accept_tree(self, draft: Draft, output: ForwardOutput) -> RowResult:
         """The walk down a tree (``cascade.core.tree_accept``) over its n+1 logits rows."""

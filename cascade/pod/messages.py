@@ -78,7 +78,8 @@ def verdict_to_pb(outcome: RoundOutcome, verify_us: int, features: TargetFeature
         committed_len=outcome.committed_len, finish_reason=FINISH_TO_PB[outcome.finish_reason],
         verify_us=verify_us, features=features_to_pb(features),
         num_deferred=outcome.num_deferred, path=outcome.path or (),
-        logprobs=logprobs_to_pb(outcome.logprobs or ()), **fields)
+        logprobs=logprobs_to_pb(outcome.logprobs or ()),
+        prompt_logprobs=logprobs_to_pb(outcome.prompt_logprobs or ()), **fields)
 
 
 def features_to_pb(features: TargetFeatures | None) -> verifier_pb2.TargetFeatures | None:
@@ -121,6 +122,7 @@ def round_from_verdict(verdict: verifier_pb2.Verdict, drafted: Sequence[int], dr
     ``source``: what drafted it)."""
     return common_pb2.Round(drafted_parents=parents, path=verdict.path,
         draft_source=source if drafted else "", logprobs=verdict.logprobs,
+        prompt_logprobs=verdict.prompt_logprobs,
         round=verdict.round, tokens=verdict.tokens, num_accepted=verdict.num_accepted,
         num_drafted=len(drafted), committed_len=verdict.committed_len,
         finish_reason=verdict.finish_reason, draft_us=draft_us, verify_us=verdict.verify_us,

@@ -19,7 +19,7 @@ Defaults, documented once (OpenAI's where OpenAI has the field):
 | bad_words | [] | up to 32 strings (vLLM): never generated, as tokenized alone and after a space |
 | min_tokens | 0 | any integer >= 0: no stop token (end of sequence, stop_token_ids) is chosen before this many tokens |
 | stop_token_ids | [] | up to 15 token ids of the vocabulary; generation also ends after any of them (kept in the output) |
-| max_tokens | completions: 16; chat and gRPC: as many as fit, up to the server limit | [1, limit] |
+| max_tokens | completions: 16; chat and gRPC: as many as fit, up to the server limit | [1, limit]; completions with echo: [0, limit] (gateway.echo) |
 | stop | none | up to 4 strings |
 | num_draft_tokens | the server's default k (4) | [0, 32]; 0 decodes on the target alone |
 | draft_method | the server's default (`--draft-method`, "model"; requests that need the drafter model's q — a speculative cascade, the recursive rule, the adaptive schedule — get "model") | cascade.protocol.methods.DRAFT_METHODS |

@@ -103,6 +103,9 @@ class SamplingParams:
     grammar: Grammar | None = None
     """Structured output: the text must match this grammar (the verifier masks every token
     that would leave it; cascade.core.grammar). None: free text."""
+    prompt_logprobs: int | None = None
+    """Also the target's log-probability of every prompt token after the first and of this many
+    alternatives, in [0, MAX_LOGPROBS] (None: none; ``echo``; cascade.core.logprobs)."""
 
     @property
     def has_penalties(self) -> bool:
@@ -123,8 +126,10 @@ class SamplingParams:
             object.__setattr__(self, "grammar", Grammar(**self.grammar))
         if self.min_tokens < 0:
             raise ValueError(f"min_tokens must be >= 0, got {self.min_tokens}")
-        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
-            raise ValueError(f"logprobs must be in [0, {MAX_LOGPROBS}], got {self.logprobs}")
+        for name in ("logprobs", "prompt_logprobs"):
+            if getattr(self, name) is not None and not 0 <= getattr(self, name) <= MAX_LOGPROBS:
+                raise ValueError(f"{name} must be in [0, {MAX_LOGPROBS}], got "
+                                 f"{getattr(self, name)}")
         if not (self.temperature == 0.0 or MIN_TEMPERATURE <= self.temperature <= 100.0):
             raise ValueError(f"temperature must be 0 (greedy) or in [1e-05, 100], "
                              f"got {self.temperature}")

@@ -15,7 +15,7 @@ Bounds, documented once (V: the model's vocabulary, L: its context length in tok
 | session_id | 1 to MAX_SESSION_ID_CHARS (128) characters |
 | context_tokens | 1 to L - 1 ids, each in [0, V) |
 | prompt_len | [1, len(context_tokens)]; prompt_len + sampling.max_new_tokens <= L, and the tokens after the prompt at most max_new_tokens |
-| sampling | SamplingParams' ranges; stop_token_ids: at most MAX_STOP_TOKEN_IDS (16) ids in [0, V) |
+| sampling | SamplingParams' ranges (logprobs, prompt_logprobs: [0, 20]); stop_token_ids: at most MAX_STOP_TOKEN_IDS (16) ids in [0, V) |
 | sampling.grammar | a known kind; a spec of at most MAX_GRAMMAR_CHARS (65536) characters that compiles (cascade.protocol.grammar) |
 | acceptance | a known rule that fits the temperature; alpha in [0, 1] |
 | draft (drafter) | DraftConfig's ranges: num_draft_tokens <= MAX_DRAFT_TOKENS (32), ngram_max_n <= MAX_NGRAM_N (16), a known method, one that can serve the acceptance rule |

@@ -40,7 +40,7 @@ def sampling_to_pb(params: SamplingParams) -> common_pb2.Sampling:
         presence_penalty=params.presence_penalty, frequency_penalty=params.frequency_penalty,
         repetition_penalty=params.repetition_penalty,
         bad_words=[common_pb2.BadWord(token_ids=w) for w in params.bad_words],
-        grammar=grammar_to_pb(params.grammar),
+        grammar=grammar_to_pb(params.grammar), prompt_logprobs=params.prompt_logprobs,
     )
 
 
@@ -55,6 +55,7 @@ def sampling_from_pb(msg: common_pb2.Sampling) -> SamplingParams:
         repetition_penalty=msg.repetition_penalty or 1.0,
         bad_words=tuple(tuple(w.token_ids) for w in msg.bad_words),
         grammar=grammar_from_pb(msg.grammar) if msg.HasField("grammar") else None,
+        prompt_logprobs=msg.prompt_logprobs if msg.HasField("prompt_logprobs") else None,
     )
 
 

@@ -223,3 +223,42 @@ def test_a_shadow_tree_deeper_than_the_committed_tokens_is_refused():
     tree.parents[3] = 3
     with pytest.raises(RequestInvalid, match=r"shadow.parents\[3\]"):
         check_shadow(tree, 96, 11)
+
+
+async def test_prompt_logprobs_come_with_the_first_round_and_out_of_range_is_refused(
+        services, gpt2_pair):
+    """The drafter relays the verifier's prompt log-probabilities on the first round only
+    (the target's own, to 1e-4); 21 alternatives are refused at both pods' ports, naming the
+    field."""
+    import torch
+
+    verifier, draft_service, _ = services
+    target, _ = gpt2_pair
+    prompt = random_prompts(1, seed=37)[0]
+    params = SamplingParams(max_new_tokens=8, prompt_logprobs=2)
+    rounds = await run_session(draft_service.address, verifier.address, prompt, params, 3)
+    assert [len(r.prompt_logprobs) for r in rounds] == [len(prompt) - 1] + [0] * (len(rounds) - 1)
+    with torch.no_grad():
+        logits = target.model(torch.tensor([prompt])).logits[0, :-1]
+    expected = torch.log_softmax(logits, -1).gather(-1, torch.tensor(prompt[1:])[:, None])
+    got = torch.tensor([[e.logprob] for e in rounds[0].prompt_logprobs])
+    assert torch.allclose(got, expected, atol=1e-4)
+    async with grpc.aio.insecure_channel(verifier.address) as channel:
+        call = verifier_pb2_grpc.VerifierStub(channel).Verify(timeout=30)
+        request = open_request(prompt, epoch=1)
+        request.open.sampling.prompt_logprobs = 21
+        await call.write(request)
+        with pytest.raises(grpc.aio.AioRpcError) as failure:
+            await call.read()
+    assert failure.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "prompt_logprobs" in failure.value.details()
+    async with grpc.aio.insecure_channel(draft_service.address) as channel:
+        request = drafter_pb2.RunSessionRequest(
+            session_id="x", context_tokens=prompt, prompt_len=len(prompt),
+            sampling=sampling_to_pb(params), verifier_address=verifier.address)
+        request.sampling.prompt_logprobs = 21
+        with pytest.raises(grpc.aio.AioRpcError) as failure:
+            [r async for r in drafter_pb2_grpc.DrafterStub(channel).RunSession(request,
+                                                                               timeout=10)]
+    assert failure.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "prompt_logprobs" in failure.value.details()
