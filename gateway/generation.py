@@ -102,6 +102,10 @@ class GeneratedChunk:
     """What drafted the round's block (``Round.draft_source``); empty: nothing was."""
     logprobs: tuple[TokenLogprobs, ...] = ()
     """The target's log-probabilities of token_ids, when the request asked for them."""
+    num_forced: int = 0
+    """Structured outputs: tokens at positions the grammar forced (``Round.num_forced``)."""
+    num_filled: int = 0
+    """The last ``num_filled`` of token_ids the verifier filled in without a pass."""
     is_replayed: bool = False
     """A stored round a resumed stream sends again (generated before, by some stream)."""
 

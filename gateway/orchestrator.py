@@ -293,7 +293,8 @@ class Orchestrator:
                                  tuple(result.drafted_tokens), len(job.round_ends),
                                  result.speculation, tuple(result.drafted_parents),
                                  tuple(result.path), draft_source=result.draft_source,
-                                 logprobs=logprobs_from_pb(result.logprobs))
+                                 logprobs=logprobs_from_pb(result.logprobs),
+                                 num_forced=result.num_forced, num_filled=result.num_filled)
 
     async def _commit(self, request, job: SessionJob, generated: list[int],
                       tokens: list[int], finish: FinishReason | None) -> None:
