@@ -75,25 +75,29 @@ def shape(logits: torch.Tensor, row_histories: list[list[int]], params: Sampling
 def penalize(rows: torch.Tensor, row_histories: list[list[int]], p: SamplingParams,
              prompt: list[int], generated: list[int]) -> None:
     """``rows`` ([rows, vocab], in place) with the penalties of the tokens before each row's
-    position: the generated tokens counted once, each row's drafted ones on top."""
-    vocab = rows.shape[-1]
-    base = torch.bincount(torch.tensor(generated, dtype=torch.long),
-                          minlength=vocab)[:vocab].to(rows.dtype)  # [vocab]
-    in_prompt = torch.zeros(vocab, dtype=torch.bool)
-    in_prompt[torch.tensor(prompt, dtype=torch.long)] = True
+    position: the generated tokens counted once, each row's drafted ones on top.
+
+    Only the columns of tokens in the prompt or before the position change, so the penalties
+    are computed on those alone (gathered, penalised, written back): the same float operations
+    as on the whole row, on a few hundred columns instead of the vocabulary (the drafter runs
+    this at every drafted position)."""
+    before_all = torch.tensor(generated, dtype=torch.long)  # [generated]
+    in_prompt = (torch.tensor(prompt, dtype=torch.long).unique() if p.repetition_penalty != 1.0
+                 else before_all[:0])  # [distinct prompt tokens]
     for r, history in enumerate(row_histories):
-        counts = base + torch.bincount(torch.tensor(history, dtype=torch.long),
-                                       minlength=vocab)[:vocab].to(rows.dtype)
-        row = rows[r]
+        before = torch.cat([before_all, torch.tensor(history, dtype=torch.long)])
+        seen, seen_counts = before.unique(return_counts=True)  # [n] sorted, [n]
+        ids = torch.cat([seen, in_prompt]).unique()  # [m] sorted: every column that changes
+        counts = torch.zeros(len(ids), dtype=rows.dtype)
+        counts[torch.searchsorted(ids, seen)] = seen_counts.to(rows.dtype)
+        values = rows[r, ids]  # [m]
         if p.repetition_penalty != 1.0:
-            row = torch.where(in_prompt | (counts > 0),
-                              torch.where(row > 0, row / p.repetition_penalty,
-                                          row * p.repetition_penalty), row)
-        row = row - p.presence_penalty * (counts > 0) - p.frequency_penalty * counts
+            values = torch.where(values > 0, values / p.repetition_penalty,
+                                 values * p.repetition_penalty)
+        rows[r, ids] = values - p.presence_penalty * (counts > 0) - p.frequency_penalty * counts
         banned = banned_tokens(p.bad_words, generated + history)
         if banned:
-            row[torch.tensor(banned)] = float("-inf")
-        rows[r] = row
+            rows[r, torch.tensor(banned)] = float("-inf")
 
 
 def fill(grammar: GrammarMatcher, params: SamplingParams, generated: list[int], limit: int

@@ -17,7 +17,7 @@ import torch
 from cascade.core.blocks import Draft
 from cascade.core.grammar import GrammarMatcher
 from cascade.core.loop import generate
-from cascade.core.processors import banned_tokens, processed
+from cascade.core.processors import banned_tokens, penalize, processed
 from cascade.core.proposers import ProposerContext
 from cascade.core.proposers.model import ModelProposer
 from cascade.core.runner import ModelRunner, ModelSpec
@@ -173,3 +173,26 @@ def test_greedy_with_penalties_equals_the_slow_reference(llama_pair, drafter_kin
         result = generate(target, prompt, params, drafter, DraftConfig(k),
                           AcceptancePolicy(AcceptanceRule.GREEDY))
         assert result.tokens == _penalized_greedy(target, prompt, 24, bias, bad_words)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_penalties_on_the_changed_columns_equal_the_dense_reference(dtype):
+    """``penalize`` computes on the columns of the prompt's and the earlier tokens alone; each
+    row equals the slow reference's whole-row computation bit for bit."""
+    generator = torch.Generator().manual_seed(3)
+    vocab = 500
+    for trial in range(20):
+        prompt = torch.randint(0, vocab, (int(torch.randint(1, 40, (1,), generator=generator)),),
+                               generator=generator).tolist()
+        generated = torch.randint(0, vocab, (trial * 3,), generator=generator).tolist()
+        histories = [torch.randint(0, vocab, (n,), generator=generator).tolist()
+                     for n in range(4)]
+        params = SamplingParams(presence_penalty=0.7, frequency_penalty=0.3,
+                                repetition_penalty=(1.0, 1.3, 0.8)[trial % 3])
+        logits = (torch.randn(len(histories), vocab, generator=generator) * 4).to(dtype)
+        rows = logits.clone()
+        penalize(rows, histories, params, prompt, generated)
+        for row, before, history in zip(rows, logits, histories):
+            expected = penalized(before, prompt, generated + history, params.presence_penalty,
+                                 params.frequency_penalty, params.repetition_penalty)
+            assert torch.equal(row, expected)
