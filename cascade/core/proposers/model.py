@@ -174,6 +174,10 @@ class ModelProposer(Proposer):
         that row already, else one pass over what the cache lacks (forced tokens included)."""
         if logits is None:
             return self.cache.forward_to(committed + tokens).logits[-1]
+        if self.wants_target_features:  # a feature drafter's cache takes one token a step
+            for token in unfed:
+                logits = self.cache.extend([token]).logits[-1]
+            return logits
         return self.cache.extend(unfed).logits[-1] if unfed else logits
 
     def _room(self, committed: list[int]) -> int:
