@@ -298,7 +298,8 @@ class DraftLoop:
         the first ``send_ahead`` of them ahead."""
         drafted, base = list(block.tokens), list(self.committed)
         guesses = [g.outcome for g in await self._guesses(base, drafted)]
-        contexts = {o: o.context(base, drafted) for o in guesses}
+        contexts = await asyncio.get_running_loop().run_in_executor(
+            self.executor, self._guessed_contexts, guesses, base, drafted)
         outcomes = [o for o in guesses if not ends_generation(
             o, drafted, len(contexts[o]), self.request.prompt_len, self.params)]
         for chunk in (outcomes[:FIRST_BATCH], outcomes[FIRST_BATCH:]):
@@ -310,6 +311,13 @@ class DraftLoop:
                 cache.add(outcome, pre_drafted)
             metrics.SSD_PREDRAFTS.inc(len(ready))
             await self._send_ahead(list(ready), cache, writer, stop)
+
+    def _guessed_contexts(self, guesses: list[Outcome], base: list[int], drafted: list[int]
+                          ) -> dict[Outcome, list[int]]:
+        """The committed tokens after each guessed outcome, with the tokens the verifier would
+        fill in after it (on the model thread: the proposer's grammar state is not shared)."""
+        contexts = {o: o.context(base, drafted) for o in guesses}
+        return {o: c + self.proposer.filled_after(c) for o, c in contexts.items()}
 
     async def _send_ahead(self, outcomes: list[Outcome], cache: SpeculationCache,
                           writer: DelayedWriter, stop: threading.Event) -> None:

@@ -57,6 +57,8 @@ class Shadows:
         loop = asyncio.get_running_loop()
         draft = await loop.run_in_executor(self.executor, self.propose, context,
                                            self.budget or self.k)
+        if draft.parents is None:  # a chain may run past k on forced tokens: only k are committed
+            draft = draft.prefix(self.k)
         if draft.num_tokens and not self.stopped:
             await self.send(verifier_pb2.VerifyRequest(shadow=verifier_pb2.ShadowBlock(
                 epoch=self.epoch, base_len=len(context), tokens=draft.tokens,

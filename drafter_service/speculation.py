@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from cascade.core.speculation import Outcome
-from cascade.pod.messages import tag_block, verdict_outcome
+from cascade.pod.messages import follows, tag_block, verdict_outcome
 from cascade.v1 import common_pb2, verifier_pb2
 
 
@@ -99,7 +99,7 @@ class SpeculationCache:
         draft now)."""
         outcome = verdict_outcome(verdict)
         block = self.blocks.get(outcome)
-        if block is None:
+        if block is None or not follows(block, verdict):  # the verifier filled tokens in
             return None, common_pb2.SPECULATION_MISS
         if outcome in self.sent:
             return block, common_pb2.SPECULATION_AHEAD_HIT

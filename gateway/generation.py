@@ -105,6 +105,10 @@ class GeneratedChunk:
     prompt_logprobs: tuple[TokenLogprobs, ...] = ()
     """SamplingParams.prompt_logprobs asked, on the first round only (never on a replayed
     one): one per prompt token after the first."""
+    num_forced: int = 0
+    """Structured outputs: tokens at positions the grammar forced (``Round.num_forced``)."""
+    num_filled: int = 0
+    """The last ``num_filled`` of token_ids the verifier filled in without a pass."""
     is_replayed: bool = False
     """A stored round a resumed stream sends again (generated before, by some stream)."""
 

@@ -199,7 +199,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
             draft_us=chunk.draft_us, verify_us=chunk.verify_us, round_us=chunk.round_us,
             num_deferred=chunk.num_deferred, round=chunk.round, speculation=chunk.speculation,
             draft_source=chunk.draft_source, logprobs=logprobs_to_pb(chunk.logprobs),
-            **_tree_fields(chunk))
+            num_forced=chunk.num_forced, num_filled=chunk.num_filled, **_tree_fields(chunk))
 
 
 def _tree_fields(chunk) -> dict[str, Any]:

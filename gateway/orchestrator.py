@@ -304,7 +304,8 @@ class Orchestrator:
                                  result.speculation, tuple(result.drafted_parents),
                                  tuple(result.path), draft_source=result.draft_source,
                                  logprobs=logprobs_from_pb(result.logprobs),
-                                 prompt_logprobs=logprobs_from_pb(result.prompt_logprobs))
+                                 prompt_logprobs=logprobs_from_pb(result.prompt_logprobs),
+                                 num_forced=result.num_forced, num_filled=result.num_filled)
 
     async def _commit(self, request, job: SessionJob, generated: list[int],
                       tokens: list[int], finish: FinishReason | None) -> None:

@@ -7,11 +7,12 @@ fields; OpenAI clients keep unknown fields, so they parse these chunks unchanged
 | key | meaning |
 |---|---|
 | round | round number within the generation, from 0 |
-| tokens | the round's committed tokens in order: ``{"text", "kind"}``; kind is ``accepted`` (drafted and accepted), ``recovered`` (the verifier's correction after a rejection), ``bonus`` (the verifier's extra token after a fully accepted draft) or ``target`` (decoded by the target alone, k = 0) |
+| tokens | the round's committed tokens in order: ``{"text", "kind"}``; kind is ``accepted`` (drafted and accepted), ``recovered`` (the verifier's correction after a rejection), ``bonus`` (the verifier's extra token after a fully accepted draft), ``target`` (decoded by the target alone, k = 0) or ``filled`` (the grammar allowed only it: filled in after the verifier's token without a pass, jump-forward) |
 | drafted | text of each drafted token, rejected ones included |
 | parents, path | token trees only: each drafted node's parent index (-1: a child of the last committed token) and the accepted branch (node indices from a root child down) |
 | num_drafted, num_accepted | the round's drafted and accepted counts |
 | num_deferred | speculative cascades: drafted positions the target's distribution decided |
+| num_forced, num_filled | structured outputs: committed tokens at positions the grammar forced (drafted, the verifier's, or filled), and how many of them were filled |
 | draft_ms, verify_ms, round_ms | drafting, target pass plus acceptance, and the round's wall time |
 | source | what drafted the block: ``model``, ``ngram``, ``suffix`` (the session's own tokens) or ``memory`` (the speculation memory); empty when nothing was drafted |
 | block | where the round's block came from: ``lock_step`` (drafted after the previous verdict), ``miss`` (the same, the drafter's guesses having missed), ``cache_hit`` (pre-drafted, sent at the verdict), ``ahead_hit`` (pre-drafted and sent ahead) |
@@ -39,12 +40,16 @@ BLOCK_ORIGINS = {
 }
 
 
-def token_kinds(num_tokens: int, num_accepted: int, num_drafted: int) -> list[str]:
-    """Each committed token's origin: the accepted prefix, then the verifier's token."""
+def token_kinds(num_tokens: int, num_accepted: int, num_drafted: int, num_filled: int = 0
+                ) -> list[str]:
+    """Each committed token's origin: the accepted prefix, then the verifier's token, then the
+    tokens it filled in."""
+    own = num_tokens - num_filled
     if num_drafted == 0:
-        return ["target"] * num_tokens
+        return ["target"] * own + ["filled"] * num_filled
     verifier_kind = "bonus" if num_accepted >= num_drafted else "recovered"
-    return ["accepted" if i < num_accepted else verifier_kind for i in range(num_tokens)]
+    return (["accepted" if i < num_accepted else verifier_kind for i in range(own)]
+            + ["filled"] * num_filled)
 
 
 @dataclass(frozen=True)
@@ -65,7 +70,7 @@ class RoundView:
 
     def to_json(self) -> dict[str, Any]:
         c = self.chunk
-        kinds = token_kinds(len(self.texts), c.num_accepted, c.num_drafted)
+        kinds = token_kinds(len(self.texts), c.num_accepted, c.num_drafted, c.num_filled)
         tree = {"parents": list(c.drafted_parents), "path": list(c.path)} if c.drafted_parents else {}
         return {
             **tree,
@@ -75,6 +80,8 @@ class RoundView:
             "num_drafted": c.num_drafted,
             "num_accepted": c.num_accepted,
             "num_deferred": c.num_deferred,
+            "num_forced": c.num_forced,
+            "num_filled": c.num_filled,
             "draft_ms": c.draft_us / 1000,
             "verify_ms": c.verify_us / 1000,
             "round_ms": c.round_us / 1000,

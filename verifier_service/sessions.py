@@ -30,6 +30,7 @@ from cascade.pod.messages import (
     assumed_outcome,
     context_feature_chunks,
     draft_from_pb,
+    follows,
     model_limits,
     verdict_outcome,
     verdict_to_pb,
@@ -215,7 +216,7 @@ class SessionTable:
         verified = note.num_verified if note is not None else draft.num_tokens
         metrics.VERIFY_SECONDS.observe(seconds)
         metrics.observe_round(verified, outcome.num_accepted, len(outcome.tokens),
-                              outcome.num_deferred)
+                              outcome.num_deferred, outcome.num_forced, outcome.num_filled)
         session.last_round = block.round
         session.last_verdict = verdict_to_pb(outcome, int(seconds * 1e6),
                                              session.sequence.last_features,
@@ -244,7 +245,7 @@ def _guessed_right(session: OpenSession, block: verifier_pb2.DraftBlock) -> bool
     last = session.last_verdict
     return (last is not None and not session.sequence.is_finished
             and block.epoch == session.epoch and block.round == session.last_round + 1
-            and assumed_outcome(block) == verdict_outcome(last))
+            and assumed_outcome(block) == verdict_outcome(last) and follows(block, last))
 
 
 def _longest_block(msg: verifier_pb2.SessionOpen) -> int:

@@ -1,12 +1,14 @@
 """Structured outputs under speculation, in one process on the default pair: for a set of JSON
 schemas, greedy generation with and without the grammar, on the target alone and with the
-model drafter (k = 4, its q masked by the grammar), side by side in one run.
+model drafter (k = 4, its q shaped by the grammar), side by side in one run.
 
-    python -m cascade.bench.structured [--max-tokens 96] [--k 4] [--dtype float32]
+    python -m cascade.bench.structured [--max-tokens 96] [--k 4] [--dtype float32] [--pair tiny]
 
-Prints tokens/s, committed tokens per target pass and the drafter's acceptance per mode, and
-checks that every output made under a grammar that finished parses and validates against its
-schema (and that speculation under a grammar emits the target's own masked tokens).
+Prints tokens/s, committed tokens per target pass, the drafter's acceptance and the tokens at
+positions the grammar forced (and how many of those the verifier filled in without a pass:
+jump-forward) per mode, and checks that every output made under a grammar that finished parses
+and validates against its schema (and that speculation under a grammar emits the target's own
+masked tokens). ``--pair tiny`` runs the tiny random-weight pair instead.
 """
 
 from __future__ import annotations
@@ -107,7 +109,7 @@ def report(tallies: dict[str, Tally], args) -> None:
     table = Table(title=f"structured outputs, {len(SCHEMAS)} JSON schemas, greedy, "
                         f"{args.dtype} target")
     for column in ("mode", "tokens/s", "vs target alone + grammar", "tokens / pass",
-                   "acceptance", "valid / finished"):
+                   "acceptance", "forced / filled", "valid / finished"):
         table.add_column(column, justify="left" if column == "mode" else "right")
     base = tallies["target alone + grammar"]
     for name, t in tallies.items():
@@ -117,6 +119,7 @@ def report(tallies: dict[str, Tally], args) -> None:
         table.add_row(name, f"{rate:.2f}", f"{rate / base_rate:.2f}x",
                       f"{t.stats.num_emitted_tokens / passes:.2f}",
                       f"{t.stats.acceptance_rate:.2f}",
+                      f"{t.stats.num_forced_tokens}/{t.stats.num_filled_tokens}",
                       f"{t.valid}/{t.finished}" if "grammar" in name else "-")
     console = Console()
     console.print(table)
@@ -124,7 +127,7 @@ def report(tallies: dict[str, Tally], args) -> None:
 
 
 def main() -> None:
-    from cascade.tools.pairs import default_pair
+    from cascade.tools.pairs import PAIRS, default_pair
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", default=None)
@@ -132,8 +135,9 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--max-tokens", type=int, default=96)
     parser.add_argument("--k", type=int, default=4)
+    parser.add_argument("--pair", default="smollm2", choices=PAIRS)
     args = parser.parse_args()
-    args.target, args.drafter = default_pair(args.target, args.drafter, "smollm2")
+    args.target, args.drafter = default_pair(args.target, args.drafter, args.pair)
     target = ModelRunner.load(ModelSpec(str(args.target), dtype=args.dtype))
     drafter = ModelRunner.load(ModelSpec(str(args.drafter)))
     report(measure(target, drafter, args.max_tokens, args.k), args)

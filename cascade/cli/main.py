@@ -123,7 +123,9 @@ def _report(spec: GenerationSummary, base: GenerationSummary | None, k: int,
             ("acceptance rate", lambda s: f"{s.stats.acceptance_rate:.2f}"),
             ("mean drafted length", lambda s: f"{s.stats.mean_draft_length:.2f}"),
             ("rounds", lambda s: f"{s.num_rounds}"),
-            ("deferred positions", lambda s: f"{s.stats.num_deferred_tokens}")]
+            ("deferred positions", lambda s: f"{s.stats.num_deferred_tokens}"),
+            ("forced / filled tokens",
+             lambda s: f"{s.stats.num_forced_tokens} / {s.stats.num_filled_tokens}")]
     for name, cell in rows:
         table.add_row(name, cell(spec), *([cell(base)] if base else []))
     console.print(table)

@@ -73,7 +73,7 @@ class RoundOutcome:
     """Drafted tokens kept (a prefix of the draft)."""
     tokens: list[int]
     """Tokens committed this round: the accepted ones plus the recovered or bonus token,
-    cut short at a stop token or the length limit."""
+    cut short at a stop token or the length limit, then any filled tokens."""
     committed_len: int
     """Total committed length (prompt included) after this round."""
     finish_reason: FinishReason | None = None
@@ -86,6 +86,12 @@ class RoundOutcome:
     prompt_logprobs: tuple[TokenLogprobs, ...] | None = None
     """SamplingParams.prompt_logprobs asked, on the sequence's first round: one per prompt
     token after the first (``cascade.core.logprobs``)."""
+    num_forced: int = 0
+    """Emitted tokens whose position the grammar forced (the processed p a point mass there):
+    accepted drafts, the verifier's own token, and the filled ones."""
+    num_filled: int = 0
+    """The last ``num_filled`` of ``tokens``: forced positions after the verifier's own token
+    it filled in without a pass (jump-forward); the next pass feeds them."""
 
 
 def token_logprobs(logits: torch.Tensor, tokens: list[int], top: int

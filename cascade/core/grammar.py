@@ -12,11 +12,19 @@ A drafted token the grammar forbids gets probability 0 in the masked p, so the a
 rejects it like any token the target would not choose; rows after it are never reached and
 stay unmasked. When the grammar is complete the only allowed token is end-of-sequence, so the
 generation ends.
+
+A position whose mask allows exactly one token is *forced* (fixed JSON keys, the punctuation
+between fields): ``forced_run`` walks a run of them from the matcher's state and rolls back, so
+the verifier can fill them without a pass and the drafter without its model (jump-forward,
+``cascade.core.processors.fill``). llguidance's own ``compute_ff_tokens`` is not used: it
+tokenizes the forced bytes, which need not be the one token the mask allows; a single allowed
+token is exactly what the target must emit.
 """
 
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 
 import llguidance
 import llguidance.hf
@@ -85,11 +93,36 @@ class GrammarMatcher:
             self.matcher.rollback(len(stack))
         return bits
 
+    def allowed(self, histories: list[list[int]]) -> torch.Tensor:
+        """[rows, vocab] bool: the tokens allowed at each row's position (``masks``)."""
+        return unpack(self.masks(histories), self.vocab_size)
+
     def apply(self, logits: torch.Tensor, histories: list[list[int]]) -> None:
         """``logits`` ([rows, vocab], in place) with the tokens each row's grammar state
         forbids at -inf."""
-        allowed = unpack(self.masks(histories), logits.shape[-1]).to(logits.device)
-        logits.masked_fill_(~allowed, float("-inf"))
+        logits.masked_fill_(~self.allowed(histories).to(logits.device), float("-inf"))
+
+    def forced_run(self, limit: int, may_take: Callable[[list[int], int], bool]) -> list[int]:
+        """From the matcher's state on, the tokens the grammar forces one after another (each
+        the only token its position allows) while ``may_take(run, token)``, at most ``limit``;
+        the matcher ends where it began. Once the grammar is complete its one token
+        (end-of-sequence) ends the run, not fed to the matcher (as in ``commit``)."""
+        run: list[int] = []
+        consumed = 0
+        while len(run) < limit:
+            token = forced_token(self.allowed([[]])[0])
+            if token is None or not may_take(run, token):
+                break
+            run.append(token)
+            if self.matcher.is_stopped():
+                break
+            if not self.matcher.consume_token(token):
+                raise AssertionError(f"grammar: forced token {token} refused "
+                                     f"({self.matcher.get_error()})")
+            consumed += 1
+        if consumed:
+            self.matcher.rollback(consumed)
+        return run
 
     def commit(self, tokens: list[int]) -> None:
         """Advance through emitted tokens (each allowed by its position's mask). Once the
@@ -115,6 +148,12 @@ def unpack(bits: torch.Tensor, vocab_size: int) -> torch.Tensor:
     shifts = torch.arange(32, dtype=torch.int32)  # [32]
     bit_set = (bits.unsqueeze(-1) >> shifts) & 1  # [rows, words, 32]
     return bit_set.flatten(1)[:, :vocab_size].bool()
+
+
+def forced_token(allowed: torch.Tensor) -> int | None:
+    """The one token ``allowed`` ([vocab] bool) holds, or None (several, or none)."""
+    ids = allowed.nonzero()
+    return int(ids[0, 0]) if len(ids) == 1 else None
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
@@ -152,11 +191,9 @@ class GrammarCursor:
             self.fed += rest[:valid]
         return valid == len(rest)
 
-    def masked(self, logits: torch.Tensor, generated: list[int]) -> torch.Tensor:
-        """``logits`` ([vocab]) with what the grammar forbids after ``generated`` at -inf (a
-        copy; unchanged when the grammar does not allow ``generated``)."""
+    def allowed(self, generated: list[int]) -> torch.Tensor | None:
+        """[vocab] bool: the tokens the grammar allows after ``generated``; None when it does
+        not allow ``generated`` itself (a guess that will be rejected)."""
         if not self.move_to(generated):
-            return logits
-        masked = logits.unsqueeze(0).clone()
-        self.state.apply(masked, [[]])
-        return masked[0]
+            return None
+        return self.state.allowed([[]])[0]

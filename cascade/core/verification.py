@@ -18,10 +18,11 @@ import torch
 
 from cascade.core.batch_accept import AcceptRow, RowResult
 from cascade.core.blocks import Draft, RoundOutcome, TargetFeatures, TokenLogprobs
+from cascade.core.draft_checks import InvalidDraft, check_draft
 from cascade.core.engine import Pass, VerifyEngine, engine_for
 from cascade.core.grammar import GrammarMatcher
 from cascade.core.logprobs import PromptLogprobs, emitted_logprobs
-from cascade.core.processors import processed
+from cascade.core.processors import fill, processed
 from cascade.core.runner import ForwardOutput, ModelRunner
 from cascade.core.sampling import (
     STREAM_ACCEPT,
@@ -33,19 +34,12 @@ from cascade.core.sampling import (
 )
 from cascade.core.tree_accept import row_depths, target_choices, walk, walk_recursive
 from cascade.protocol.settings import (
-    MAX_TREE_NODES,
     AcceptancePolicy,
     AcceptanceRule,
     FinishReason,
-    TREE_RULES,
     SamplingParams,
 )
 from cascade.protocol.stats import SpecStats
-from cascade.protocol.trees import tree_problem
-
-
-class InvalidDraft(ValueError):
-    """A draft that cannot be verified as sent (a caller mistake, not a server fault)."""
 
 
 class SequenceVerifier:
@@ -104,6 +98,8 @@ class SequenceVerifier:
         """The structured output's state after the generated tokens (None: free text)."""
         self.prompt_logprobs = PromptLogprobs(params.prompt_logprobs, context[:prompt_len],
                                               is_fresh=len(context) == prompt_len)
+        self._forced_rows: list[bool] = []
+        """Per row of the block being judged: whether the processed p is a point mass."""
 
     @property
     def generated(self) -> list[int]:
@@ -170,14 +166,34 @@ class SequenceVerifier:
             self.cache.compact(len(self.committed), path, accepted)
         self.last_features = self._features(len(self.committed) - 1, [0] + [n + 1 for n in path])
         emitted = self._apply_limits(accepted + [next_token])
-        self.committed += emitted
+        forced = sum(self._forced_rows[r] for r in ([0] + [n + 1 for n in path])[:len(emitted)])
+        logprobs = self._logprobs(output, path, emitted)
+        self._commit(emitted)
+        filled = self._fill()
+        self.stats.observe(draft.num_tokens, num_accepted, len(emitted) + len(filled), deferred,
+                           forced + len(filled), len(filled))
+        return RoundOutcome(num_accepted, emitted + filled, len(self.committed),
+                            self.finish_reason, deferred,
+                            tuple(path) if draft.parents is not None else None, logprobs,
+                            self.prompt_logprobs.hand_out(), forced + len(filled), len(filled))
+
+    def _commit(self, tokens: list[int]) -> None:
+        self.committed += tokens
         if self.grammar is not None:
-            self.grammar.commit(emitted)
-        self.stats.observe(draft.num_tokens, num_accepted, len(emitted), deferred)
-        return RoundOutcome(num_accepted, emitted, len(self.committed), self.finish_reason,
-                            deferred, tuple(path) if draft.parents is not None else None,
-                            self._logprobs(output, path, emitted),
-                            self.prompt_logprobs.hand_out())
+            self.grammar.commit(tokens)
+
+    def _fill(self) -> list[int]:
+        """Jump-forward after the round's own token: the tokens the grammar forces next
+        (``cascade.core.processors.fill``), committed without a pass and fed in the next one.
+        Exact: the target under the same mask emits each of them whatever its logits. Not when
+        the emitted tokens need rows of this pass (logprobs, a feature drafter's features)."""
+        if (self.grammar is None or self.is_finished or self.params.logprobs is not None
+                or self.feature_layers):
+            return []
+        room = self.params.max_new_tokens - len(self.generated)
+        filled = self._apply_limits(fill(self.grammar, self.params, self.generated, room))
+        self._commit(filled)
+        return filled
 
     def _logprobs(self, output: ForwardOutput, path: list[int], emitted: list[int]
                   ) -> tuple[TokenLogprobs, ...] | None:
@@ -220,9 +236,13 @@ class SequenceVerifier:
 
     def _processed(self, logits: torch.Tensor, draft: Draft) -> torch.Tensor:
         """The target's logits ([rows, vocab], one row per position of ``draft``'s block, the
-        root's first) as the request's processors shape them (``cascade.core.processors``)."""
-        return processed(logits, draft, self.params, self.committed, self.prompt_len,
-                         self.grammar)
+        root's first) as the request's processors shape them (``cascade.core.processors``).
+        Notes which rows they leave one token (``_forced_rows``: forced positions)."""
+        shaped = processed(logits, draft, self.params, self.committed, self.prompt_len,
+                           self.grammar)
+        self._forced_rows = ([False] * len(logits) if self.grammar is None
+                             else (torch.isfinite(shaped).sum(-1) == 1).tolist())
+        return shaped
 
     def _noise(self, base: int, count: int) -> torch.Tensor:
         """[count, vocab] the keyed rule's noise for positions base .. base + count - 1 (rows
@@ -253,36 +273,8 @@ class SequenceVerifier:
         return sparse_to_dense(draft.decision_ids, draft.decision_probs, vocab)  # [k, vocab]
 
     def _check(self, draft: Draft) -> None:
-        k, vocab = draft.num_tokens, self.runner.vocab_size
-        if k > self.max_draft_len() and draft.parents is None:
-            raise InvalidDraft(f"tokens: block has {k} tokens; at most {self.max_draft_len()} "
-                               "fit now")
-        if any(not 0 <= t < vocab for t in draft.tokens):
-            raise InvalidDraft(f"tokens: drafted token ids must be in [0, {vocab})")
-        if draft.has_proposal and self.policy.rule is AcceptanceRule.POINT_MASS:
-            raise InvalidDraft("proposals: the session's acceptance rule is point_mass: send no "
-                               "proposal")
-        needs_q = not self.policy.rule.is_lossless or self.policy.rule is AcceptanceRule.RECURSIVE
-        if k and not draft.has_proposal and needs_q:
-            raise InvalidDraft(f"proposals: acceptance rule {self.policy.rule.value} needs the "
-                               "drafter's q with every block")
-        if draft.has_proposal:
-            _check_proposal(draft, vocab)
-        if draft.parents is not None:
-            self._check_tree(draft)
-
-    def _check_tree(self, draft: Draft) -> None:
-        if self.policy.rule not in TREE_RULES:
-            raise InvalidDraft(f"parents: a token tree is verified with the greedy, keyed or "
-                               f"recursive rule; the session's rule is "
-                               f"{self.policy.rule.value}: send a chain")
-        if len(draft.parents) != draft.num_tokens:
-            raise InvalidDraft(f"parents: {len(draft.parents)} parents for "
-                               f"{draft.num_tokens} tokens; one per token")
-        room = self.positions - len(self.committed)
-        problem = tree_problem(draft.parents, min(MAX_TREE_NODES, room), self.max_draft_len())
-        if problem is not None:
-            raise InvalidDraft(f"parents: {problem}")
+        check_draft(draft, self.policy.rule, self.runner.vocab_size, self.max_draft_len(),
+                    self.positions - len(self.committed))
 
     def _apply_limits(self, emitted: list[int]) -> list[int]:
         """Cut the round's tokens at the first stop token or at max_new_tokens."""
@@ -311,18 +303,3 @@ def _unwrap(result):
     if isinstance(result, Exception):
         raise result
     return result
-
-
-def _check_proposal(draft: Draft, vocab: int) -> None:
-    ids, probs = draft.q_ids, draft.q_probs
-    if probs is None or ids.shape != probs.shape or ids.shape[0] != draft.num_tokens:
-        raise InvalidDraft("proposals: ids and probs must both be [k, K] for the k drafted tokens")
-    if bool((ids < 0).any() or (ids >= vocab).any()):
-        raise InvalidDraft(f"proposals: token ids must be in [0, {vocab})")
-    if bool((probs < 0).any()) or not bool(torch.isfinite(probs).all()):
-        raise InvalidDraft("proposals: probabilities must be finite and non-negative")
-    drafted = torch.tensor(draft.tokens).unsqueeze(-1)
-    mass_on_drafted = ((ids == drafted) * probs).sum(-1)  # [k]
-    if bool((mass_on_drafted <= 0).any()):
-        raise InvalidDraft("proposals: each drafted token must have positive probability in its "
-                           "proposal")

@@ -79,7 +79,8 @@ def verdict_to_pb(outcome: RoundOutcome, verify_us: int, features: TargetFeature
         verify_us=verify_us, features=features_to_pb(features),
         num_deferred=outcome.num_deferred, path=outcome.path or (),
         logprobs=logprobs_to_pb(outcome.logprobs or ()),
-        prompt_logprobs=logprobs_to_pb(outcome.prompt_logprobs or ()), **fields)
+        prompt_logprobs=logprobs_to_pb(outcome.prompt_logprobs or ()),
+        num_forced=outcome.num_forced, num_filled=outcome.num_filled, **fields)
 
 
 def features_to_pb(features: TargetFeatures | None) -> verifier_pb2.TargetFeatures | None:
@@ -126,12 +127,22 @@ def round_from_verdict(verdict: verifier_pb2.Verdict, drafted: Sequence[int], dr
         round=verdict.round, tokens=verdict.tokens, num_accepted=verdict.num_accepted,
         num_drafted=len(drafted), committed_len=verdict.committed_len,
         finish_reason=verdict.finish_reason, draft_us=draft_us, verify_us=verdict.verify_us,
-        round_us=round_us, num_deferred=verdict.num_deferred, drafted_tokens=drafted)
+        round_us=round_us, num_deferred=verdict.num_deferred, drafted_tokens=drafted,
+        num_forced=verdict.num_forced, num_filled=verdict.num_filled)
 
 
 def verdict_outcome(verdict: verifier_pb2.Verdict) -> Outcome | None:
-    """What a verdict decided, as a block sent ahead guesses it (None: it committed nothing)."""
-    return Outcome(verdict.num_accepted, verdict.tokens[-1]) if verdict.tokens else None
+    """What a verdict decided, as a block sent ahead guesses it (None: it committed nothing):
+    the accepted count and the verifier's own token (before any it filled in). A block sent
+    ahead is the next round's only when its ``base_len`` is also the verdict's committed
+    length (``follows``): a guess may not foresee the filled tokens."""
+    own = len(verdict.tokens) - 1 - verdict.num_filled
+    return Outcome(verdict.num_accepted, verdict.tokens[own]) if own >= 0 else None
+
+
+def follows(block: verifier_pb2.DraftBlock, verdict: verifier_pb2.Verdict) -> bool:
+    """Whether ``block`` was drafted after the committed tokens ``verdict`` leaves."""
+    return block.base_len == verdict.committed_len
 
 
 def assumed_outcome(block: verifier_pb2.DraftBlock) -> Outcome | None:

@@ -26,14 +26,23 @@ class SpecStats:
     """Rounds in which the verifier rejected a drafted token (the rest accepted all)."""
     num_deferred_tokens: int = 0
     """Cascade rules: verified drafted positions whose target was the verifier's."""
+    num_forced_tokens: int = 0
+    """Emitted tokens at positions the grammar forced (it allowed only that token): drafted
+    ones (a model drafter fills them without its model) and filled ones."""
+    num_filled_tokens: int = 0
+    """Forced tokens the verifier filled in after its own token, without a pass of their own
+    (jump-forward)."""
     accepted_per_position: list[int] = field(default_factory=list)
     """Accepted drafted tokens by their position in the block (0-based)."""
 
     def observe(self, num_draft: int, num_accepted: int, num_emitted: int,
-                num_deferred: int = 0) -> None:
+                num_deferred: int = 0, num_forced: int = 0, num_filled: int = 0) -> None:
         assert 0 <= num_accepted <= num_draft, "accepted tokens are a prefix of the draft"
+        assert 0 <= num_filled <= num_forced <= num_emitted, "filled tokens are forced ones"
         self.num_target_passes += 1
         self.num_deferred_tokens += num_deferred
+        self.num_forced_tokens += num_forced
+        self.num_filled_tokens += num_filled
         self.num_emitted_tokens += num_emitted
         if num_draft == 0:
             return

@@ -35,7 +35,12 @@ class SpecStatsCollector:
                 ("num_draft_tokens", "Drafted tokens verified.", s.num_draft_tokens),
                 ("num_accepted_tokens", "Drafted tokens accepted.", s.num_accepted_tokens),
                 ("num_deferred_tokens", "Cascade rules: verified drafted positions the "
-                 "target's distribution decided.", s.num_deferred_tokens)):
+                 "target's distribution decided.", s.num_deferred_tokens),
+                ("num_forced_tokens", "Structured outputs: emitted tokens at positions the "
+                 "grammar forced (drafted or filled).", s.num_forced_tokens),
+                ("num_filled_tokens", "Structured outputs: forced tokens the verifier filled "
+                 "in after its own token, without a pass (jump-forward).",
+                 s.num_filled_tokens)):
             yield CounterMetricFamily(f"cascade:spec_decode_{name}", doc, value=value)
         per_pos = CounterMetricFamily("cascade:spec_decode_num_accepted_tokens_per_pos",
                                       "Accepted drafted tokens by position in the block "
@@ -140,8 +145,9 @@ INTER_TOKEN_LATENCY = Histogram("cascade:inter_token_latency_seconds",
 
 
 def observe_round(num_draft: int, num_accepted: int, num_emitted: int,
-                  num_deferred: int = 0) -> None:
-    SPEC_STATS.observe(num_draft, num_accepted, num_emitted, num_deferred)
+                  num_deferred: int = 0, num_forced: int = 0, num_filled: int = 0) -> None:
+    SPEC_STATS.observe(num_draft, num_accepted, num_emitted, num_deferred, num_forced,
+                       num_filled)
 
 
 def serve_metrics(port: int, host: str = "0.0.0.0") -> None:

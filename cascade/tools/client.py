@@ -36,7 +36,7 @@ class GenerationSummary:
         self.text += response.text
         self.token_ids += response.token_ids
         self.stats.observe(response.num_drafted, response.num_accepted, len(response.token_ids),
-                           response.num_deferred)
+                           response.num_deferred, response.num_forced, response.num_filled)
         if response.round_us:
             self.overhead_us.append(response.round_us - response.draft_us - response.verify_us)
 

@@ -208,11 +208,13 @@ function showRoundInfo(element, round) {
   const drafted = round.drafted.length
     ? round.drafted.map((t) => `<code>${escapeHtml(visible(t))}</code>`).join(" ")
     : "none (the target decoded alone)";
-  const last = round.tokens[round.tokens.length - 1];
+  const own = round.tokens.filter((t) => t.kind !== "filled");
+  const last = own[own.length - 1];
   const verifierToken = last && last.kind !== "accepted"
     ? `<br>verifier's token (${last.kind}): <code>${escapeHtml(visible(last.text))}</code>` : "";
   info.innerHTML = `<strong>Round ${round.round}</strong><br>drafted: ${drafted}${treeInfo(round)}` +
     `<br>accepted ${round.num_accepted} of ${round.num_drafted}${verifierToken}` +
+    (round.num_filled ? `<br>filled in (forced by the grammar): ${round.num_filled}` : "") +
     `<br>draft ${round.draft_ms.toFixed(1)} ms · verify ${round.verify_ms.toFixed(1)} ms` +
     ` · round ${round.round_ms.toFixed(1)} ms<br>block: ${BLOCK_ORIGINS[round.block] || round.block}` +
     (round.source ? ` · drafted by: ${escapeHtml(SOURCES[round.source] || round.source)}` : "");

@@ -14,7 +14,7 @@ def test_drafter_samples_from_exactly_the_proposal_it_sends(gpt2_pair):
     params = SamplingParams(temperature=1.2, top_p=0.95, seed=4)
     session = new_proposer(ProposerContext(drafter, params, DraftConfig(max_proposal_tokens=8)))
     logits = torch.randn(drafter.vocab_size, generator=torch.Generator().manual_seed(0))
-    draws = [session._choose(logits, position) for position in range(20_000)]
+    draws = [session.choice.choose(logits, position) for position in range(20_000)]
     ids, probs = draws[0][1], draws[0][2]
     assert all(torch.equal(d[1], ids) for d in draws[:50])
     dense = torch.zeros(drafter.vocab_size, dtype=torch.float64)

@@ -1,8 +1,9 @@
 """Sampling stays exact with the request processors on: with logit_bias and the three penalties,
-speculative sampling (the drafter's q unshaped, the target's p shaped) and the keyed rule emit
-tokens distributed as the target's shaped distribution, at the first position and at the
-second, whose penalties count the first token, which was drafted (chi-square against a slow
-reference that shapes one full forward pass per token)."""
+speculative sampling (the drafter's q shaped by the same processors, as the model drafter does,
+or unshaped, as trees and prompt lookup draft) and the keyed rule emit tokens distributed as
+the target's shaped distribution, at the first position and at the second, whose penalties
+count the first token, which was drafted (chi-square against a slow reference that shapes one
+full forward pass per token)."""
 
 from collections import Counter
 
@@ -42,8 +43,16 @@ def _fits(observed: Counter, p: torch.Tensor, total: int) -> float:
     return chisquare(f_obs, f_exp).pvalue
 
 
-@pytest.mark.parametrize("rule", [AcceptanceRule.SPECULATIVE, AcceptanceRule.KEYED])
-def test_sampling_with_bias_and_penalties_has_the_shaped_distribution(llama_pair, rule):
+@pytest.mark.parametrize("rule, shaped", [(AcceptanceRule.SPECULATIVE, True),
+                                           (AcceptanceRule.SPECULATIVE, False),
+                                           (AcceptanceRule.KEYED, True)],
+                         ids=["speculative-shaped-q", "speculative-unshaped-q", "keyed"])
+def test_sampling_with_bias_and_penalties_has_the_shaped_distribution(llama_pair, monkeypatch,
+                                                                       rule, shaped):
+    import cascade.core.proposers.model as model_proposer
+
+    if not shaped:
+        monkeypatch.setattr(model_proposer, "_shaper", lambda context: None)
     target, drafter = llama_pair
     prompt = random_prompts(1, seed=31)[0]
     firsts, seconds = Counter(), []

@@ -162,3 +162,28 @@ async def test_required_tool_call_streams_as_tool_call_deltas(cluster):
     arguments = json.loads("".join(t.function.arguments or "" for t in calls))
     jsonschema.validate(arguments, WEATHER["function"]["parameters"])
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
+@pytest.mark.parametrize("draft", DRAFTS[:2] + [{"num_draft_tokens": 4, "draft_schedule": "auto"}],
+                         ids=DRAFT_IDS[:2] + ["auto"])
+async def test_forced_positions_are_filled_and_counted(cluster, draft):
+    """A JSON schema with fixed keys: the verifier fills the positions the grammar forces after
+    its own token, without a pass (jump-forward). The rounds of the stream mark those tokens
+    ``filled`` and count forced ones, and the text is still the target's masked greedy."""
+    tokenizer = cluster.target.tokenizer
+    reference = masked_greedy(cluster.target, chat_ids(tokenizer, MESSAGES),
+                              Grammar.json_schema(SCHEMAS["flat"]), MAX_TOKENS)
+    stream = await client(cluster).chat.completions.create(
+        model="tiny", messages=MESSAGES, max_tokens=MAX_TOKENS, temperature=0, stream=True,
+        response_format={"type": "json_schema",
+                         "json_schema": {"name": "flat", "schema": SCHEMAS["flat"]}},
+        extra_body={"cascade_rounds": True, "draft_schedule": "fixed", **draft})
+    chunks = [chunk async for chunk in stream]
+    rounds = [c.model_extra["cascade"] for c in chunks if (c.model_extra or {}).get("cascade")]
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == tokenizer.decode(reference[:-1])
+    kinds = [t["kind"] for r in rounds for t in r["tokens"]]
+    assert len(kinds) == len(reference)
+    assert sum(r["num_filled"] for r in rounds) == kinds.count("filled") > 0
+    assert sum(r["num_forced"] for r in rounds) >= kinds.count("filled")
+    assert len(rounds) < len(reference) - kinds.count("filled") + 1

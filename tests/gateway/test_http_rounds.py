@@ -27,6 +27,8 @@ def test_token_kinds():
     assert token_kinds(2, 2, 4) == ["accepted", "accepted"]  # cut short by a stop token
     assert token_kinds(1, 0, 0) == ["target"]
     assert token_kinds(1, 0, 3) == ["recovered"]
+    assert token_kinds(4, 1, 2, num_filled=2) == ["accepted", "recovered", "filled", "filled"]
+    assert token_kinds(3, 0, 0, num_filled=2) == ["target", "filled", "filled"]
 
 
 @pytest.mark.parametrize("per_chunk, last_kind", [(3, "recovered"), (4, "bonus")])

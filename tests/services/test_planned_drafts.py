@@ -260,3 +260,25 @@ def test_the_verifier_reports_whether_its_passes_are_invariant(gpt2_pair):
                                  settings=VerifierSettings(kv_tokens=4096))
     assert sessions.engine.invariance_verified  # the probe passed on this machine
     assert metrics.VERIFIER_INVARIANT._value.get() == 1
+
+
+async def test_a_shadow_chain_is_cut_to_the_committed_positions():
+    """A chain drafted past k (positions a grammar forces come on top of k) is sent with its
+    first k tokens: a shadow may only reach positions already committed."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from cascade.core.blocks import Draft
+    from drafter_service.shadows import Shadows
+
+    sent = []
+
+    async def send(message):
+        sent.append(message.shadow)
+
+    with ThreadPoolExecutor(1) as executor:
+        shadows = Shadows(lambda context, budget: Draft(list(range(budget + 3))), executor,
+                          send, epoch=1, k=4, load=lambda: 1, due=0)
+        shadows.after(list(range(20)))
+        await asyncio.wait_for(shadows.task, 10)
+    assert [(s.base_len, list(s.tokens)) for s in sent] == [(16, [0, 1, 2, 3])]

@@ -112,5 +112,11 @@ class Proposer(ABC):
         one after them, or None when it has none (then no outcome is guessed)."""
         return None
 
+    def filled_after(self, context: list[int]) -> list[int]:
+        """The tokens a verifier fills in (jump-forward, ``cascade.core.processors.fill``)
+        after a round that leaves ``context`` committed, as far as the method can tell: a
+        guess of that round's outcome drafts after them (default: none foreseen)."""
+        return []
+
     def observe(self, features: TargetFeatures) -> None:
         """Receive the target's features for newly committed positions (default: ignore)."""

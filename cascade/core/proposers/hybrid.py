@@ -39,3 +39,6 @@ class LookupThenModel(Proposer):
 
     def block_distributions(self, committed: list[int], drafted: list[int]):
         return self.model.block_distributions(committed, drafted)
+
+    def filled_after(self, context: list[int]) -> list[int]:
+        return self.model.filled_after(context)

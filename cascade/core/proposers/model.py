@@ -16,8 +16,11 @@ import torch
 from cascade.core.blocks import Draft, TargetFeatures
 from cascade.core.branches import Branches
 from cascade.core.grammar import GrammarCursor
+from cascade.core.processors import is_shaping
 from cascade.core.proposers.base import DraftStopped, Proposer, ProposerContext
+from cascade.core.proposers.choice import TokenChoice
 from cascade.core.proposers.schedule import AdaptiveSchedule
+from cascade.core.proposers.shaping import DraftShaper, point_mass
 from cascade.core.proposers.tree import (
     TreeShape,
     draft_confident_tree,
@@ -28,24 +31,38 @@ from cascade.core.proposers.tree import (
 from cascade.core.runner import common_prefix_len
 from cascade.core.sampling import (
     STREAM_CHILD_DRAFT,
-    STREAM_DRAFT,
     KeyedNoise,
-    keyed_choice,
     position_uniform,
     process_logits,
     sample_from,
     sparsify,
 )
-from cascade.protocol.settings import AcceptanceRule
+from cascade.protocol.settings import MAX_DRAFT_TOKENS, AcceptanceRule
 
 
 def _grammar_cursor(context: ProposerContext) -> GrammarCursor | None:
-    """Chains drafted by a model with the target's tokenizer mask q with the request's grammar
-    (trees and batched pre-drafts draft unmasked: still exact, less often accepted)."""
+    """The request's grammar for a model with the target's tokenizer (None: free text, or a
+    drafter that cannot match it)."""
     tokenizer = getattr(context.runner, "tokenizer", None)
     if context.sampling.grammar is None or tokenizer is None:
         return None
     return GrammarCursor(context.sampling.grammar, tokenizer, context.runner.vocab_size)
+
+
+def _shaper(context: ProposerContext) -> DraftShaper | None:
+    """Chains and batched pre-drafts shape q with the request's processors and grammar, as the
+    verifier shapes p (trees draft unshaped: still exact, less often accepted); None when the
+    request has nothing to shape with."""
+    cursor = _grammar_cursor(context)
+    if cursor is None and not is_shaping(context.sampling, 0):
+        return None
+    return DraftShaper(context.sampling, context.prompt_len, cursor)
+
+
+def _has_choice(shaped: torch.Tensor, raw: torch.Tensor) -> bool:
+    """Whether the shaped row leaves the drafter any token (a restricted vocabulary may hold
+    none of those the processors allow: the block ends there)."""
+    return shaped is raw or bool(torch.isfinite(shaped).any())
 
 
 CATCH_UP_CHUNK = 256
@@ -69,8 +86,10 @@ class ModelProposer(Proposer):
         self.keyed = rule is AcceptanceRule.KEYED
         """Position-keyed sampling: draft the keyed choice under the drafter's own q (the
         target's choice whenever the two agree), send no q."""
-        self.noise = (KeyedNoise(self.sampling.seed, context.runner.vocab_size) if self.keyed
+        self.vocab_size = context.runner.vocab_size
+        self.noise = (KeyedNoise(self.sampling.seed, self.vocab_size) if self.keyed
                       else None)
+        self.choice = TokenChoice(self.sampling, self.config, self.noise, self.needs_greedy_q)
         self.recursive = rule is AcceptanceRule.RECURSIVE and bool(self.config.tree_nodes)
         """Recursive rule with trees: draw each node's children from q (``_sample_children``)."""
         if self.config.tree_nodes and self.wants_target_features:
@@ -80,8 +99,8 @@ class ModelProposer(Proposer):
             raise ValueError("adaptive draft length needs a model drafter; a feature drafter "
                              "predicts one position at a time")
         self.prompt_len = context.prompt_len
-        self.grammar = _grammar_cursor(context)
-        """The structured output's state for masking q (None: free text, or no tokenizer)."""
+        self.shaper = _shaper(context)
+        """The request's processors and grammar on q (None: nothing shapes it)."""
         if self.config.adaptive:
             self.schedule = AdaptiveSchedule(self.config.num_draft_tokens,
                                              *self.config.adaptive_bounds)
@@ -91,6 +110,14 @@ class ModelProposer(Proposer):
         """The adaptive schedule learns from every context it drafts after, so it may only see
         committed ones: no pre-drafting for guesses with it (nor, for now, with trees)."""
         return self.schedule is None and not self.config.tree_nodes
+
+    def filled_after(self, context: list[int]) -> list[int]:
+        """What the verifier fills in after ``context`` (it does not when the round's tokens
+        need rows of its pass: logprobs, features)."""
+        if self.shaper is None or self.sampling.logprobs is not None or self.wants_target_features:
+            return []
+        room = self.sampling.max_new_tokens - (len(context) - self.prompt_len)
+        return self.shaper.fill_after(context, room)
 
     def observe(self, features: TargetFeatures) -> None:
         if self.wants_target_features:
@@ -103,25 +130,60 @@ class ModelProposer(Proposer):
             self.noise.forget_before(len(committed))
         if self.config.tree_nodes:
             return self._propose_tree(committed, num_tokens)
-        if self.schedule is None:
-            logits = self.cache.forward_to(committed).logits[-1]  # [vocab]
-        else:
+        logits = None
+        if self.schedule is not None:
             logits = self._catch_up(committed)
             num_tokens = min(num_tokens, self._scheduled_length(committed))
-        tokens, rows = [], []
-        for i in range(num_tokens):
-            if self.grammar is not None:
-                logits = self.grammar.masked(logits, committed[self.prompt_len:] + tokens)
-            if i > 0 and self._is_unsure(logits):
-                break
-            token, *row = self._choose(logits, len(committed) + i)
-            tokens.append(token)
-            rows.append(row)
-            if i < num_tokens - 1:
-                if stop is not None and stop():
+        return self._chain(committed, num_tokens, logits, stop)
+
+    def _chain(self, committed: list[int], num_tokens: int, logits: torch.Tensor | None,
+               stop=None) -> Draft:
+        """Up to ``num_tokens`` tokens of the model after ``committed`` (``logits``: its row
+        there, when already computed), each from its shaped row, and every position the grammar
+        forces on the way (jump-forward: filled without the model and not counted against
+        ``num_tokens``), within the longest block the verifier takes."""
+        tokens, rows, unfed = [], [], []  # unfed: drafted tokens the model has not seen yet
+        num_model = 0
+        while len(tokens) < self._room(committed):
+            position = self.shaper.at(committed, tokens) if self.shaper is not None else None
+            forced = position.forced if position is not None else None
+            if forced is not None:
+                row = point_mass(forced, self.vocab_size)
+            else:
+                if num_model == num_tokens:
+                    break
+                if num_model and stop is not None and stop():
                     raise DraftStopped()
+                logits = self._logits_after(committed, tokens, unfed, logits)
+                unfed = []
+                row = logits if position is None else position.shape(logits)
+                if (num_model and self.choice.is_unsure(row)) or not _has_choice(row, logits):
+                    break
+                num_model += 1
+            token, *q = self.choice.choose(row, len(committed) + len(tokens))
+            tokens.append(token)
+            rows.append(q)
+            unfed.append(token)
+            if token in self.sampling.stop_token_ids:
+                break
+        return self.choice.draft(tokens, rows)
+
+    def _logits_after(self, committed: list[int], tokens: list[int], unfed: list[int],
+                      logits: torch.Tensor | None) -> torch.Tensor:
+        """The model's row after ``committed`` + ``tokens`` ([vocab]): ``logits`` when it is
+        that row already, else one pass over what the cache lacks (forced tokens included)."""
+        if logits is None:
+            return self.cache.forward_to(committed + tokens).logits[-1]
+        if self.wants_target_features:  # a feature drafter's cache takes one token a step
+            for token in unfed:
                 logits = self.cache.extend([token]).logits[-1]
-        return self._draft(tokens, rows)
+            return logits
+        return self.cache.extend(unfed).logits[-1] if unfed else logits
+
+    def _room(self, committed: list[int]) -> int:
+        """The longest block the verifier takes after ``committed``."""
+        generated = len(committed) - self.prompt_len
+        return min(MAX_DRAFT_TOKENS, self.sampling.max_drafts_after(generated))
 
     def propose_many(self, contexts: list[list[int]], budgets: list[int], stop=None
                      ) -> list[Draft]:
@@ -136,14 +198,18 @@ class ModelProposer(Proposer):
         tokens, rows = [[] for _ in contexts], [[] for _ in contexts]
         for i in range(max(budgets)):
             for b, context in enumerate(contexts):
-                if len(tokens[b]) == i < budgets[b] and not (i and self._is_unsure(logits[b])):
-                    token, *row = self._choose(logits[b], len(context) + i)
+                if len(tokens[b]) != i or i >= budgets[b]:
+                    continue
+                shaped = (logits[b] if self.shaper is None
+                          else self.shaper.at(context, tokens[b]).shape(logits[b]))
+                if not (i and self.choice.is_unsure(shaped)) and _has_choice(shaped, logits[b]):
+                    token, *q = self.choice.choose(shaped, len(context) + i)
                     tokens[b].append(token)
-                    rows[b].append(row)
+                    rows[b].append(q)
             if i + 1 == max(budgets) or (stop is not None and stop()):
                 break  # stopped: every row keeps the tokens drafted so far
             logits = branches.feed([t[i:] if len(t) == i + 1 else [] for t in tokens])
-        return [self._draft(t, r) for t, r in zip(tokens, rows)]
+        return [self.choice.draft(t, r) for t, r in zip(tokens, rows)]
 
     @torch.inference_mode()
     def block_distributions(self, committed: list[int], drafted: list[int]) -> torch.Tensor:
@@ -215,55 +281,3 @@ class ModelProposer(Proposer):
         generated = committed[self.first_generated:]
         matches = [c == g for c, g in zip(self.greedy_choices, generated, strict=True)]
         return self.schedule.advance(matches)
-
-    def _is_unsure(self, logits: torch.Tensor) -> bool:
-        config = self.config
-        if config.min_confidence <= 0.0 and config.max_entropy <= 0.0:
-            return False
-        probs = torch.softmax(logits.float(), dim=-1)
-        if float(probs.max()) < config.min_confidence:
-            return True
-        entropy = -float(torch.special.xlogy(probs, probs).sum())
-        return config.max_entropy > 0.0 and entropy > config.max_entropy
-
-    def _choose(self, logits: torch.Tensor, position: int):
-        """One drafted token at ``position``, the sparse q it was drawn from, and the sparse
-        temperature-1 distribution a cascade rule decides on when that differs from q (at
-        temperature 0: the argmax, with the temperature-1 q when a cascade rule will decide)."""
-        if self.sampling.is_greedy:
-            if not self.needs_greedy_q:
-                return int(logits.argmax()), None, None, None, None
-            ids, values = self._temperature_one(logits)
-            return int(logits.argmax()), ids, values, None, None
-        probs = process_logits(logits.unsqueeze(0), self.sampling)  # [1, vocab]
-        if self.keyed:
-            return int(keyed_choice(probs, self.noise.rows([position]))[0]), None, None, None, None
-        ids, values = sparsify(probs, self.config.max_proposal_tokens)  # [1, K] each
-        uniform = position_uniform(self.sampling.seed, position, STREAM_DRAFT)
-        column = int(sample_from(values, torch.tensor([uniform], dtype=torch.float64))[0])
-        decision = (None, None)
-        if self.needs_greedy_q and not self._q_is_temperature_one:
-            decision = self._temperature_one(logits)
-        return int(ids[0, column]), ids[0], values[0], *decision
-
-    @property
-    def _q_is_temperature_one(self) -> bool:
-        s = self.sampling
-        return s.temperature == 1.0 and s.top_k == 0 and s.top_p >= 1.0
-
-    def _temperature_one(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """[K] ids and probs of the drafter's raw (temperature-1) distribution's top K."""
-        ids, values = sparsify(torch.softmax(logits.float(), -1)[None],
-                               self.config.max_proposal_tokens)
-        return ids[0], values[0]
-
-    def _draft(self, tokens: list[int], rows: list) -> Draft:
-        """``rows``: per token (q ids, q probs, decision ids, decision probs), None when absent."""
-        if not rows or rows[0][0] is None or not self.config.send_proposal:
-            return Draft(tokens=tokens)
-        q_ids, q_probs, decision_ids, decision_probs = (list(column) for column in zip(*rows))
-        draft = Draft(tokens, torch.stack(q_ids), torch.stack(q_probs))
-        if decision_ids[0] is not None:
-            draft.decision_ids, draft.decision_probs = (torch.stack(decision_ids),
-                                                        torch.stack(decision_probs))
-        return draft
