@@ -40,3 +40,20 @@ async def redis_client(redis_server):
     await client.flushdb()
     yield client
     await client.aclose()
+
+
+@pytest.fixture(scope="session")
+def tiny_pair_dirs(tmp_path_factory):
+    """The tiny target and drafter folders (``cascade.tools.tiny_models``)."""
+    from cascade.tools.tiny_models import build_tiny_pair
+
+    return build_tiny_pair(tmp_path_factory.mktemp("models"))
+
+
+@pytest.fixture(scope="session")
+def tiny_runners(tiny_pair_dirs):
+    """The tiny pair loaded: (target, drafter)."""
+    from cascade.core.runner import ModelRunner, ModelSpec
+
+    target_dir, drafter_dir = tiny_pair_dirs
+    return ModelRunner.load(ModelSpec(str(target_dir))), ModelRunner.load(ModelSpec(str(drafter_dir)))

@@ -15,21 +15,17 @@ from cascade.core.loop import generate, speculative_rounds
 from cascade.core.processors import fill
 from cascade.core.proposers import ProposerContext
 from cascade.core.proposers.model import ModelProposer
-from cascade.core.runner import ModelRunner, ModelSpec
 from cascade.protocol.grammar import Grammar
 from cascade.protocol.settings import DraftConfig, SamplingParams
-from cascade.tools.tiny_models import build_tiny_pair
 from grammar_reference import SCHEMAS, masked_greedy
 
 PROMPT = "def main():"
 MAX_NEW = 48
 
 
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory):
-    target_dir, drafter_dir = build_tiny_pair(tmp_path_factory.mktemp("models"))
-    return (ModelRunner.load(ModelSpec(str(target_dir))),
-            ModelRunner.load(ModelSpec(str(drafter_dir))))
+@pytest.fixture
+def pair(tiny_runners):
+    return tiny_runners
 
 
 def _params(target, name: str, **fields) -> SamplingParams:

@@ -11,24 +11,11 @@ import redis.asyncio as redis
 import uvicorn
 
 from cascade.tools.redis_server import free_port
-from cascade.core.runner import ModelRunner, ModelSpec
 from cascade.core.suffix_index import SuffixIndex
 from cascade.serving.registry import Heartbeat
-from cascade.tools.tiny_models import build_tiny_pair
 from drafter_service.server import build_drafter
 from gateway.server import GatewayConfig, build_gateway
 from verifier_service.server import build_verifier
-
-
-@pytest.fixture(scope="session")
-def tiny_pair_dirs(tmp_path_factory) -> tuple[Path, Path]:
-    return build_tiny_pair(tmp_path_factory.mktemp("models"))
-
-
-@pytest.fixture(scope="session")
-def tiny_runners(tiny_pair_dirs):
-    target_dir, drafter_dir = tiny_pair_dirs
-    return ModelRunner.load(ModelSpec(str(target_dir))), ModelRunner.load(ModelSpec(str(drafter_dir)))
 
 
 class Cluster:

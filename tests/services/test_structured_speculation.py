@@ -7,12 +7,10 @@ target's masked greedy decoding whether the guess foresaw the filled tokens (a h
 import pytest
 
 from cascade.core.proposers.model import ModelProposer
-from cascade.core.runner import ModelRunner, ModelSpec
 from cascade.core.speculation import Guess, Outcome
 from cascade.protocol.grammar import Grammar
 from cascade.protocol.settings import SamplingParams
 from cascade.serving.delay import LinkDelay
-from cascade.tools.tiny_models import build_tiny_pair
 from cascade.v1 import common_pb2
 from drafter_service.draft_loop import DraftLoop
 from drafter_service.server import build_drafter
@@ -24,11 +22,9 @@ from verifier_service.server import build_verifier
 MAX_NEW = 40
 
 
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory):
-    target_dir, drafter_dir = build_tiny_pair(tmp_path_factory.mktemp("models"))
-    return (ModelRunner.load(ModelSpec(str(target_dir))),
-            ModelRunner.load(ModelSpec(str(drafter_dir))))
+@pytest.fixture
+def pair(tiny_runners):
+    return tiny_runners
 
 
 @pytest.fixture
