@@ -24,14 +24,11 @@ feature drafter's context) are left alone.
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING
 
 import torch
 
-if TYPE_CHECKING:
-    from cascade.core.engine import Pass, RegionCache
-    from cascade.core.kv_store import KVStore
-    from cascade.core.runner import SequenceCache
+# Annotations name the engine's ``Pass`` and ``RegionCache``, ``kv_store.KVStore`` and
+# ``runner.SequenceCache`` without importing them: those modules import this one.
 
 MIN_SHARED = 8
 """Shortest prefix worth copying (shorter ones are fed: the copy's fixed cost is not worth it)."""
