@@ -86,8 +86,9 @@ class StepScheduler:
         self._arrived = asyncio.Event()
         self._worker: asyncio.Task | None = None
         self._expected: set[int] = set()
-        self._shared_seen = 0
         """ids of the sequences of the last step that have not finished."""
+        self._shared_seen = 0
+        """The engine's copied prefix positions already counted in the metric."""
 
     async def submit(self, sequence: SequenceVerifier, draft: Draft | None):
         """The engine's result for this item (raises the item's own error)."""
@@ -171,7 +172,8 @@ class StepScheduler:
         SHARED_PREFIX_WAIT more of its prompt from a new sequence of ``batch`` than a live
         sequence offers it now."""
         context = item.sequence.committed
-        if item.sequence.cache.tokens or item.draft is None:
+        if (item.sequence.cache.tokens or item.draft is None
+                or item.sequence.prompt_logprobs.is_pending):  # it feeds its whole prompt
             return False
         new = [i.sequence.committed for i in batch if not i.sequence.cache.tokens]
         coming = min(longest_common(context, new), len(context) - 1)

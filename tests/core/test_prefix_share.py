@@ -96,7 +96,7 @@ def test_a_row_that_asks_for_every_positions_features_feeds_them():
     first.close(), second.close()
 
 
-async def _step_sizes(engine, target, prompts):
+async def _step_sizes(engine, target, prompts, params=GREEDY):
     """The batch sizes of the steps that verify each prompt's first block, queued at once."""
     sizes, step = [], engine.step
 
@@ -106,7 +106,7 @@ async def _step_sizes(engine, target, prompts):
 
     engine.step = counting
     scheduler = StepScheduler(engine, ThreadPoolExecutor(1), VerifierSettings(max_wait_ms=0))
-    sequences = [SequenceVerifier(target, p, GREEDY, engine=engine) for p in prompts]
+    sequences = [SequenceVerifier(target, p, params, engine=engine) for p in prompts]
     outcomes = await asyncio.gather(*(scheduler.submit(s, Draft([3, 4])) for s in sequences))
     for s in sequences:
         s.close()
@@ -146,3 +146,15 @@ def test_a_drafter_cache_copies_the_prefix_another_holds(invariant):
         assert torch.equal(copied, reference)
     else:
         torch.testing.assert_close(copied, reference, rtol=1e-5, atol=1e-5)
+
+
+def test_sequences_that_score_their_prompt_are_not_held_back():
+    """A sequence asking for its prompt's log-probabilities feeds the whole prompt (it needs
+    every row), so waiting a step for a sibling's prefix would gain it nothing."""
+    target = tiny_llama(0)
+    prompt = random_prompts(1, seed=9, min_len=48, max_len=48)[0]
+    engine = VerifyEngine(target, kv_tokens=4096)
+    scoring = SamplingParams(max_new_tokens=12, prompt_logprobs=1)
+    sizes, _ = asyncio.run(_step_sizes(engine, target, [prompt, prompt], scoring))
+    assert sizes == [2]
+    assert engine.prefixes.shared_tokens == 0
