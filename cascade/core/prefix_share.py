@@ -52,8 +52,10 @@ class PrefixShare:
     def fill(self, passes: list[Pass]) -> None:
         """Before a step's rows are fed: give each row whose cache is still empty the longest
         prefix a live cache holds."""
+        if not self.enabled:
+            return
         for p in passes:
-            if not self.enabled or p.cache.tokens or p.hidden_layers:
+            if p.cache.tokens or p.hidden_layers:
                 continue
             limit = len(p.tokens) - p.num_leading - p.num_logits  # rows whose logits it needs
             source, length = longest_held(self._live, p.tokens, limit, p.cache)

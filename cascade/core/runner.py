@@ -106,9 +106,10 @@ class ModelRunner:
         self.vocab_map = vocab_map
         self.device = next(model.parameters()).device
         self.live_caches: weakref.WeakSet[SequenceCache] = weakref.WeakSet()
-        self.shared_tokens = 0
         """Its sequences' caches: a new one copies the prefix another holds
         (``cascade.core.prefix_share.adopt_prefix``)."""
+        self.shared_tokens = 0
+        """Positions its caches copied instead of feeding, since it was loaded."""
         self.invariance: Invariance | None = None
         """The model's probed row rules (``cascade.core.row_rules.probe``), once asked for."""
         self.invariant = False

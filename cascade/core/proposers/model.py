@@ -98,7 +98,6 @@ class ModelProposer(Proposer):
         if self.config.adaptive and self.wants_target_features:
             raise ValueError("adaptive draft length needs a model drafter; a feature drafter "
                              "predicts one position at a time")
-        self.prompt_len = context.prompt_len
         self.shaper = _shaper(context)
         """The request's processors and grammar on q (None: nothing shapes it)."""
         if self.config.adaptive:
@@ -182,8 +181,7 @@ class ModelProposer(Proposer):
 
     def _room(self, committed: list[int]) -> int:
         """The longest block the verifier takes after ``committed``."""
-        generated = len(committed) - self.prompt_len
-        return min(MAX_DRAFT_TOKENS, self.sampling.max_drafts_after(generated))
+        return min(MAX_DRAFT_TOKENS, self.depth_left(committed))
 
     def propose_many(self, contexts: list[list[int]], budgets: list[int], stop=None
                      ) -> list[Draft]:

@@ -34,7 +34,7 @@ class SuffixProposer(Proposer):
         super().__init__(context)
         self.memory = context.memory
         self.limits = self.memory.index.limits if self.memory is not None else MemoryLimits()
-        self.prompt_len, self.params = context.prompt_len, params
+        self.params = params
 
     def propose(self, committed: list[int], num_tokens: int, stop=None) -> Draft:
         if num_tokens <= 0:
