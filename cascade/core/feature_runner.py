@@ -18,14 +18,8 @@ import torch.nn.functional as F
 from safetensors import safe_open
 
 from cascade.core.feature_drafter import FeatureDrafter, load_config, save_config
-from cascade.core.runner import (
-    VOCAB_MAP_FILE,
-    ForwardOutput,
-    ModelRunner,
-    ModelSpec,
-    VocabMap,
-    common_prefix_len,
-)
+from cascade.core.runner import ForwardOutput, ModelRunner, ModelSpec, common_prefix_len
+from cascade.core.vocab_map import VOCAB_MAP_FILE, VocabMap
 
 FEATURE_KIND = "feature"
 

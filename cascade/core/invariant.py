@@ -199,13 +199,17 @@ def _visible(key_positions: torch.Tensor, query_positions: list[int],
 @dataclass
 class DenseCall:
     """One forward over a ``DynamicCache`` batch (a drafter's sequence or its branches), for
-    the invariant attention: per batch row, the cache slots holding its positions 0, 1, ... in
+    the invariant attention: per row, the cache slots holding its positions 0, 1, ... in
     order, and its real queries as (column, position)."""
 
     rows: list[tuple[list[int], list[tuple[int, int]]]]
     width: int
-    """Query columns per row (real ones and padding)."""
+    """Query columns per batch row (real ones and padding)."""
     rule: RowRule
+    batches: list[int] | None = None
+    """The batch row each row's queries and slots are in; None: row i is batch row i. Rows
+    that share a batch row see different slots: the nodes of a token tree, each its own
+    ancestors."""
     plans: dict = field(default_factory=dict)
 
 
@@ -247,7 +251,8 @@ def attend_dense(call: DenseCall, query: torch.Tensor, keys: torch.Tensor,
 
 def _dense_plan(call: DenseCall, window, groups: int, stride: int, length: int) -> list:
     members: dict[tuple[int, int], list[Group]] = defaultdict(list)
-    for b, (slots, queries) in enumerate(call.rows):
+    for row, (slots, queries) in enumerate(call.rows):
+        b = call.batches[row] if call.batches is not None else row
         sequence = [b * stride + s for s in slots]
         spans: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
         for column, position in queries:

@@ -1,7 +1,7 @@
 """The KV-cached model runner: one Hugging Face causal LM, one cache per sequence.
 
 A ``SequenceCache`` is addressed by position: it holds the KV entries of ``tokens`` and nothing
-else. ``extend`` feeds new tokens and returns their ``ForwardOutput`` (logits, and the hidden
+else (but for a token tree's nodes, kept past them until the next round: ``keep_grown``). ``extend`` feeds new tokens and returns their ``ForwardOutput`` (logits, and the hidden
 states of the layers asked for); ``rollback`` truncates to a committed length (the rejected tail
 of a draft is simply forgotten); ``forward_to`` makes the cache hold exactly a given token
 sequence in one forward pass, reusing the longest common prefix.
@@ -9,7 +9,6 @@ sequence in one forward pass, reusing the longest common prefix.
 
 from __future__ import annotations
 
-import json
 import threading
 import weakref
 from dataclasses import dataclass
@@ -23,45 +22,12 @@ from cascade.core.dtypes import auto_dtype
 from cascade.core.invariant import DenseCall, dense_call
 from cascade.core.row_rules import Invariance, probe
 from cascade.core.packed import enable
+from cascade.core.vocab_map import VocabMap
 from cascade.core.prefix_share import adopt_prefix, common_prefix_len
 
 _PROBE_LOCK = threading.Lock()
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-VOCAB_MAP_FILE = "cascade_vocab.json"
-
-
-class VocabMap:
-    """A drafter with a restricted vocabulary (FR-Spec): its rows are a subset of the target's.
-
-    Local row i stands for target token ``token_ids[i]``; one extra last row stands for every
-    target token outside the subset when it appears as input. Logits are expanded back to the
-    target's vocabulary (-inf outside the subset), so callers never see local ids.
-    """
-
-    def __init__(self, token_ids: list[int], target_vocab_size: int) -> None:
-        self.target_vocab_size = target_vocab_size
-        self.to_target = torch.tensor(token_ids, dtype=torch.long)  # [local]
-        self.unknown = len(token_ids)
-        self.to_local = torch.full((target_vocab_size,), self.unknown, dtype=torch.long)
-        self.to_local[self.to_target] = torch.arange(len(token_ids))
-
-    @classmethod
-    def load(cls, folder: Path) -> "VocabMap | None":
-        path = folder / VOCAB_MAP_FILE
-        if not path.exists():
-            return None
-        data = json.loads(path.read_text())
-        return cls(data["token_ids"], data["target_vocab_size"])
-
-    def save(self, folder: Path) -> None:
-        data = {"target_vocab_size": self.target_vocab_size, "token_ids": self.to_target.tolist()}
-        (folder / VOCAB_MAP_FILE).write_text(json.dumps(data))
-
-    def expand(self, logits: torch.Tensor) -> torch.Tensor:
-        """[n, local+1] -> [n, target vocab]; the unknown row is dropped."""
-        full = logits.new_full((logits.shape[0], self.target_vocab_size), float("-inf"))
-        return full.index_copy_(1, self.to_target, logits[:, : self.unknown])
 
 
 @dataclass(frozen=True)
@@ -128,9 +94,9 @@ class ModelRunner:
             self.probed_invariance()
         self.invariant = on
 
-    def dense_call(self, rows, width: int):
+    def dense_call(self, rows, width: int, batches: list[int] | None = None):
         """The context of one invariant ``DynamicCache`` forward (``invariant.DenseCall``)."""
-        return dense_call(DenseCall(rows, width, self.invariance.attention))
+        return dense_call(DenseCall(rows, width, self.invariance.attention, batches))
 
     @classmethod
     def load(cls, spec: ModelSpec) -> "ModelRunner":
@@ -189,7 +155,43 @@ class SequenceCache:
         # still apply each layer's window.
         self.cache = DynamicCache()
         self.tokens: list[int] = []
+        self.grown: dict[tuple[int, ...], int] = {}
+        """Token-tree nodes the cache holds past ``tokens`` (``keep_grown``): each node's path
+        of tokens after them -> its slot after them."""
         runner.live_caches.add(self)
+
+    def keep_grown(self, paths: dict[tuple[int, ...], int]) -> None:
+        """Keep a token tree's fed nodes (``paths``: ``grown``) past ``tokens`` until the
+        cache is next used: ``forward_to`` and ``hold`` then move the entries of the nodes on
+        the path they are given into place (the accepted path: not fed again), and every use
+        drops the rest. No paths: drop them now."""
+        self.grown = paths
+        if not paths:
+            self._settle([])
+
+    @torch.inference_mode()
+    def _settle(self, token_ids: list[int]) -> None:
+        """Drop the grown nodes, first moving those on ``token_ids``' path after ``tokens``
+        into the slots right after them (their positions: a node at depth d sits at
+        len(tokens) + d - 1), so the cache holds ``tokens`` plus that path again."""
+        grown, self.grown = self.grown, {}
+        base, slots = len(self.tokens), []
+        if grown and token_ids[:base] == self.tokens:
+            while base + len(slots) < len(token_ids):
+                slot = grown.get(tuple(token_ids[base: base + len(slots) + 1]))
+                if slot is None:
+                    break
+                slots.append(slot)
+        keep = base + len(slots)
+        if slots != list(range(len(slots))):
+            source = torch.tensor([base + s for s in slots], device=self.runner.device)
+            for layer in self.cache.layers:
+                layer.keys[:, :, base:keep] = layer.keys.index_select(2, source)
+                layer.values[:, :, base:keep] = layer.values.index_select(2, source)
+        excess = self.cache.get_seq_length() - keep
+        if excess > 0:
+            self.cache.crop(-excess)
+        self.tokens.extend(token_ids[base:keep])
 
     @torch.inference_mode()
     def extend(self, token_ids: list[int], num_logits: int = 0,
@@ -199,6 +201,7 @@ class SequenceCache:
         the hidden states of ``hidden_layers`` for the last ``num_hidden`` (default: the same
         positions as the logits; 0 = all)."""
         assert token_ids, "extend needs at least one token"
+        self._settle([])
         start, count = len(self.tokens), len(token_ids)
         if self.runner.invariant:
             logits, states = self._forward_invariant(token_ids, num_logits, bool(hidden_layers))
@@ -237,6 +240,7 @@ class SequenceCache:
 
     def rollback(self, length: int) -> None:
         """Forget every position at or after ``length``."""
+        self._settle([])
         excess = len(self.tokens) - length
         if excess > 0:
             self.cache.crop(-excess)  # transformers 5.x: a negative count removes tokens
@@ -244,6 +248,7 @@ class SequenceCache:
 
     def hold(self, token_ids: list[int]) -> None:
         """Make the cache hold exactly ``token_ids`` (feeding only what it lacks)."""
+        self._settle(token_ids)
         if not self.tokens:
             adopt_prefix(self, token_ids, len(token_ids))
         reuse = common_prefix_len(self.tokens, token_ids)
@@ -261,6 +266,7 @@ class SequenceCache:
         (re)fed so their logits exist.
         """
         assert 1 <= num_logits <= len(token_ids), "need logits for 1..len(token_ids) positions"
+        self._settle(token_ids)
         if not self.tokens and not hidden_layers:
             adopt_prefix(self, token_ids, len(token_ids) - num_logits)
         reuse = min(common_prefix_len(self.tokens, token_ids), len(token_ids) - num_logits)

@@ -22,7 +22,7 @@ from safetensors.torch import load_file, save_file
 
 from cascade.core.feature_drafter import FeatureDrafter, FeatureDrafterConfig
 from cascade.core.feature_runner import load_weights, write_feature_drafter
-from cascade.core.runner import VocabMap
+from cascade.core.vocab_map import VocabMap
 from cascade.distill.feature_data import (FeatureSequence, annotate, answer_prompts,
                                           PROSE_PACKAGES, prose_windows, text_windows)
 from cascade.distill.feature_train import greedy_acceptance, make_batch, ttt_loss

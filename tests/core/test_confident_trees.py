@@ -32,7 +32,7 @@ def test_a_confident_tree_is_the_chain_with_runners_up_where_the_drafter_is_unsu
     tokens, parents = draft_confident_tree(cache, PREFIX, TreeShape(nodes=64, depth=4,
                                                                     branching=1))
     assert tree_problem(parents, 64, 4) is None and max(depths(parents)) == 4
-    assert cache.tokens == PREFIX and cache.cache.get_seq_length() == len(PREFIX)
+    assert cache.tokens == PREFIX and len(cache.grown) == 3  # the chain's fed tokens, aside
     chain = hf_greedy(drafter, PREFIX, 4)
     node, path = 0, []
     for depth in range(4):  # the chain: each position's best node; its siblings follow q

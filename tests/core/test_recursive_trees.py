@@ -114,7 +114,8 @@ def test_the_drafter_samples_whole_sibling_sets_and_sends_their_q():
     for parent in set(parents):  # every expanded node has exactly `branching` children
         assert parents.count(parent) == 3
     assert q_ids.shape[0] == q_probs.shape[0] == len(tokens)
-    assert cache.cache.get_seq_length() == len(prefix)
+    assert cache.tokens == prefix  # the fed nodes wait aside, one path each
+    assert len(cache.grown) == cache.cache.get_seq_length() - len(prefix)
 
 
 def test_sampled_generation_with_recursive_trees_runs_and_accepts(llama_pair):

@@ -193,7 +193,9 @@ def _select(candidates: list[_Candidate], count: int) -> tuple[list[int], list[i
 
 class _Grower:
     """Feeds tree nodes into a sequence's drafter cache after its ``base`` committed tokens;
-    on exit (a context manager) the cache holds the committed tokens again."""
+    on exit (a context manager) the cache holds the committed tokens again, the fed nodes kept
+    aside by path (``SequenceCache.keep_grown``) until the next round's context keeps the
+    accepted path's entries in place."""
 
     def __init__(self, cache: SequenceCache, base: int) -> None:
         self.cache, self.base = cache, base
@@ -201,33 +203,65 @@ class _Grower:
         """Candidate index -> slot (after the committed ones) of each node fed so far."""
         self.seen: list[list[int]] = []
         """Per fed slot: the slots it attends to (its ancestors' and its own)."""
+        self.tokens: list[int] = []
+        """Per fed slot: its token."""
 
     def __enter__(self) -> _Grower:
         return self
 
-    def __exit__(self, *exc) -> None:
-        excess = self.cache.cache.get_seq_length() - self.base  # fed here, not in .tokens
-        if excess > 0:
-            self.cache.cache.crop(-excess)
+    def __exit__(self, kind, *exc) -> None:
+        paths = {tuple(self.tokens[s] for s in slots): slot
+                 for slot, slots in enumerate(self.seen)}
+        self.cache.keep_grown(paths if kind is None else {})
 
     def feed(self, nodes: list[_Candidate], ids: list[int], depth: int) -> torch.Tensor:
         """One pass over one depth's ``nodes`` (candidate indices ``ids``); [F, vocab] logits."""
-        fed, count = len(self.seen), len(nodes)
+        fed = len(self.seen)
         for node, candidate in zip(ids, nodes):
             above = self.seen[self.slot_of[candidate.parent]] if candidate.parent >= 0 else []
             self.slot_of[node] = len(self.seen)
             self.seen.append(above + [len(self.seen)])
+            self.tokens.append(candidate.token)
+        position = self.base + depth - 1
+        if self.cache.runner.invariant:
+            return self._feed_invariant(fed, position)
+        return self._feed_masked(fed, position)
+
+    def _feed_masked(self, fed: int, position: int) -> torch.Tensor:
+        """The plain pass: a 4D additive mask (eager and sdpa) shows each node the committed
+        slots, its ancestors' and its own."""
+        count = len(self.seen) - fed
         visible = torch.zeros(count, self.base + fed + count, dtype=torch.bool)
         visible[:, : self.base] = True
         for row, slots in enumerate(self.seen[fed:]):
             visible[row, [self.base + s for s in slots]] = True
         runner = self.cache.runner
         dtype = next(runner.model.parameters()).dtype
-        mask = torch.zeros(1, 1, *visible.shape, dtype=dtype)  # additive: eager and sdpa
+        mask = torch.zeros(1, 1, *visible.shape, dtype=dtype)
         mask.masked_fill_(~visible, torch.finfo(dtype).min)
         start = self.base + fed
-        positions = torch.full((1, count), self.base + depth - 1, dtype=torch.long)
-        output = runner.forward(torch.tensor([[c.token for c in nodes]]), positions,
+        output = runner.forward(torch.tensor([self.tokens[fed:]]),
+                                torch.full((1, count), position, dtype=torch.long),
                                 torch.arange(start, start + count), self.cache.cache,
                                 attention_mask=mask)
         return runner.target_logits(output.logits[0])
+
+    def _feed_invariant(self, fed: int, position: int) -> torch.Tensor:
+        """The batch-invariant pass (``SequenceCache`` in the invariant mode): each node one
+        row of the dense call, its slots the committed ones then its path's in position order,
+        so a node's entries and logits are bit-equal to feeding its path as a chain; filler
+        columns bring the pass to the model's row rule and are dropped after."""
+        count = len(self.seen) - fed
+        runner = self.cache.runner
+        width = runner.invariance.linear.pad(count)
+        start = self.base + fed
+        committed = list(range(self.base))
+        rows = [(committed + [self.base + s for s in slots], [(column, position)])
+                for column, slots in enumerate(self.seen[fed:])]
+        ids = torch.tensor([self.tokens[fed:] + [0] * (width - count)])
+        with runner.dense_call(rows, width, batches=[0] * count):
+            output = runner.forward(ids, torch.full((1, width), position, dtype=torch.long),
+                                    torch.arange(start, start + width), self.cache.cache)
+        if width > count:
+            self.cache.cache.crop(count - width)
+        return runner.target_logits(output.logits[0, :count])
