@@ -19,7 +19,6 @@ from contextlib import aclosing
 
 import grpc
 import redis.asyncio as redis
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -35,7 +34,6 @@ from cascade.protocol.wire import (
 )
 from cascade.serving import metrics
 from cascade.serving.channels import ChannelPool
-from cascade.serving.registry import least_loaded
 from cascade.serving.telemetry import start_span, tracer
 from cascade.v1 import drafter_pb2, drafter_pb2_grpc, verifier_pb2, verifier_pb2_grpc
 from gateway.generation import (
@@ -57,14 +55,13 @@ from gateway.session_store import (
     SessionStore,
     request_from_record,
 )
+from gateway.pods import PodPicker
 from gateway.sharing import MemorySharing
 
 log = logging.getLogger(__name__)
 RETRY_BACKOFF_S = 0.1
 """Wait before the n-th retry of a failed session: this times 2 ** (n - 1) (a link that drops
 refuses new connections for a moment)."""
-POD_POLL_S = 0.5
-"""How often a session waiting for a live verifier looks again."""
 RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN,
              grpc.StatusCode.ABORTED, grpc.StatusCode.CANCELLED}
 
@@ -74,35 +71,11 @@ class Orchestrator:
                  settings: OrchestratorSettings = OrchestratorSettings()) -> None:
         self.client, self.store, self.channels, self.settings = client, store, channels, settings
         self._tasks: set[asyncio.Task] = set()
-        self._cooling: dict[str, float] = {}
-        """Pods that hung -> when (monotonic) they may be picked again."""
+        self.pods = PodPicker(client, channels, settings)
         self.affinity = PromptAffinity()
         """The pods of prompts being generated (their sessions share the prefill)."""
         self.memory = MemorySharing(client, settings.memory, settings.model_name,
                                     settings.memory_stream_len)
-
-    async def _pick(self, request: GenerationRequest, exclude: set[str]) -> tuple[str | None, str]:
-        """The least-loaded pods, passing over those cooling down after a hang: a verifier that
-        is cooling is still used when no other one is left; a drafter is not (the verifier
-        then decodes alone, which is exact too)."""
-        cooling = self._cooling_now()
-        verifier = (await least_loaded(self.client, "verifier", exclude | cooling)
-                    or await least_loaded(self.client, "verifier", exclude))
-        if verifier is None:
-            raise Overloaded("no verifier is available")
-        drafter = None
-        if request.num_draft_tokens > 0:
-            drafter = await least_loaded(self.client, "drafter", exclude | cooling)
-        return drafter, verifier
-
-    def _cooling_now(self) -> set[str]:
-        now = time.monotonic()
-        self._cooling = {pod: until for pod, until in self._cooling.items() if until > now}
-        return set(self._cooling)
-
-    def _cool_down(self, pods: tuple[str, ...]) -> None:
-        until = time.monotonic() + self.settings.cooldown_s
-        self._cooling.update({pod: until for pod in pods})
 
     def generate(self, request: GenerationRequest) -> AsyncIterator[GeneratedChunk]:
         return self._observed(request, lambda context, ending: self._generate(
@@ -163,8 +136,8 @@ class Orchestrator:
                                  request.num_draft_tokens > 0)
         try:
             drafter, verifier = await self.affinity.pick(
-                key, lambda: self._pick(request, set()),
-                lambda pods: not set(pods) & self._cooling_now())
+                key, lambda: self.pods.pick(request, set()),
+                lambda pods: not set(pods) & self.pods.cooling_now())
             record = await self.store.create(request, drafter or "", verifier)
             job = SessionJob(record, record.epoch, drafter, verifier, trace_context)
             async with aclosing(self._drive(request, job, [], ending)) as chunks:
@@ -190,7 +163,7 @@ class Orchestrator:
             if fields.get("status") == "failed":
                 raise GenerationFailed(f"session {session_id} failed")
             return
-        drafter, verifier = await self._pick(request, set())
+        drafter, verifier = await self.pods.pick(request, set())
         record = SessionRecord(session_id, epoch, int(fields["prompt_len"]))
         job = SessionJob(record, epoch, drafter, verifier, trace_context, round_ends=ends)
         job.epoch = await self._reassign(request, job, tokens)
@@ -374,18 +347,20 @@ class Orchestrator:
         if full:
             exclude = {job.verifier}
         elif isinstance(exc, RoundTimeout):  # hung pods still answer health: cool them down
-            self._cool_down(exc.pods)
+            self.pods.cool_down(exc.pods)
             exclude = set()
         else:
-            dead = {a for a in (job.drafter, job.verifier) if a and not await self._is_serving(a)}
+            dead = {a for a in (job.drafter, job.verifier)
+                    if a and not await self.pods.is_serving(a)}
             # Both answer the gateway: the link between them failed (the drafter reaches the
             # verifier for the session), so this session goes on without that drafter.
             job.excluded |= dead or {job.drafter} - {None}
             exclude = job.excluded
             await asyncio.sleep(RETRY_BACKOFF_S * 2 ** (attempt - 1))
         try:
-            job.drafter, job.verifier = await (self._pick(request, exclude) if full else
-                                               self._repick(request, job, exclude))
+            job.drafter, job.verifier = await (
+                self.pods.pick(request, exclude) if full else
+                self.pods.repick(request, job, exclude))
         except Overloaded:
             await self._give_up(job)
             if full:
@@ -407,32 +382,9 @@ class Orchestrator:
                                      generated, list(job.round_ends))
             return await self.store.reassign(session_id, job.epoch, drafter, job.verifier)
 
-    async def _repick(self, request, job: SessionJob, exclude: set[str]
-                      ) -> tuple[str | None, str]:
-        """New pods for a session that lost its own; while no verifier is live (all of them
-        restarting at once), wait for one, up to ``pod_wait_s``, passing over only the pods
-        that still do not answer."""
-        deadline = time.monotonic() + self.settings.pod_wait_s
-        while True:
-            try:
-                return await self._pick(request, exclude)
-            except Overloaded:
-                if time.monotonic() >= deadline:
-                    raise
-            await asyncio.sleep(POD_POLL_S)
-            exclude = {a for a in exclude if not await self._is_serving(a)}
-            job.excluded &= exclude
-
     async def _give_up(self, job: SessionJob) -> None:
         await self._mark(job, "failed")
 
-    async def _is_serving(self, address: str) -> bool:
-        stub = health_pb2_grpc.HealthStub(self.channels.get(address))
-        try:
-            reply = await stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0)
-        except grpc.aio.AioRpcError:
-            return False
-        return reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
 def _stored_rounds(session_id: str, tokens: list[int], ends: list[int],

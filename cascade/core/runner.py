@@ -1,8 +1,9 @@
 """The KV-cached model runner: one Hugging Face causal LM, one cache per sequence.
 
 A ``SequenceCache`` is addressed by position: it holds the KV entries of ``tokens`` and nothing
-else (but for a token tree's nodes, kept past them until the next round: ``keep_grown``). ``extend`` feeds new tokens and returns their ``ForwardOutput`` (logits, and the hidden
-states of the layers asked for); ``rollback`` truncates to a committed length (the rejected tail
+else (but a token tree's nodes, kept past them until the next round: ``keep_grown``).
+``extend`` feeds new tokens and returns their ``ForwardOutput`` (logits, and the hidden states
+of the layers asked for); ``rollback`` truncates to a committed length (the rejected tail
 of a draft is simply forgotten); ``forward_to`` makes the cache hold exactly a given token
 sequence in one forward pass, reusing the longest common prefix.
 """
