@@ -91,11 +91,11 @@ def plan_pass(inputs: PlanInputs, cost: StepCost) -> list[int]:
     rows = inputs.rows
     lengths = [r.num_drafted if not r.is_planned else min(r.floor, r.num_drafted) for r in rows]
     slots = _slots_by_survival(rows, lengths)
-    counts = list(lengths)
-    best, best_rate = 0, _rate(inputs, counts, cost)
+    tally = _Tally(rows, lengths)
+    best, best_rate = 0, tally.rate(cost)
     for taken, (_, r) in enumerate(slots, start=1):
-        counts[r] += 1
-        rate = _rate(inputs, counts, cost)
+        tally.add(r)
+        rate = tally.rate(cost)
         if rate > best_rate:
             best, best_rate = taken, rate
     for _, r in slots[:best]:
@@ -103,32 +103,56 @@ def plan_pass(inputs: PlanInputs, cost: StepCost) -> list[int]:
     return lengths
 
 
-def _rate(inputs: PlanInputs, counts: Sequence[int], cost: StepCost) -> float:
-    """Expected committed tokens per second of verifier time with ``counts`` slots per row.
+class _Tally:
+    """The rate of the pass as slots are added one by one, kept up to date instead of summed
+    over every row for every candidate: adding a slot changes its row and the pass's shape, so
+    only the drafting rows (whose share depends on the pass's time) are counted again.
 
     A drafting row's next block comes back after its round trip (``wait_s``). While some row
     is ready at once (decoded alone) the verifier goes on without it, and the row misses the
     steps that pass meanwhile; with every row drafting the verifier idles until the first block
     is back, and rows slower than that miss steps too. A row's round counts its tokens spread
     over 1 + the steps it misses."""
-    rows = inputs.rows
-    seconds = cost.predict(_shape(rows, counts))
-    waits = [r.wait_s + n * r.draft_token_s for r, n in zip(rows, counts)]
-    drafting = [w for r, n, w in zip(rows, counts, waits) if n and r.is_planned]
-    ready = any(n == 0 for n in counts)
-    idle = 0.0 if ready or not drafting else min(drafting)
-    cycle = seconds + idle
-    tokens = 0.0
-    for row, n, wait in zip(rows, counts, waits):
-        if not row.is_planned:
-            tokens += 1 + sum(row.survival[:n])
-            continue
-        got = 1 + sum(_slot_value(row, i) for i in range(n))
-        if n:
-            missed = math.ceil(max(0.0, wait - idle) / cycle)
-            got /= 1 + (max(1, missed) if ready else missed)
-        tokens += got
-    return tokens / cycle
+
+    def __init__(self, rows: Sequence[RowPlan], counts: list[int]) -> None:
+        self.rows, self.counts = rows, list(counts)
+        shape = _shape(rows, self.counts)
+        self.num_tokens, self.num_cached = shape.num_tokens, shape.num_cached
+        self.num_decode_cached = shape.num_decode_cached
+        self.zero = sum(n == 0 for n in self.counts)
+        self.values = [sum(_slot_value(row, i) for i in range(n)) if row.is_planned else 0.0
+                       for row, n in zip(rows, self.counts)]
+        self.waits = [r.wait_s + n * r.draft_token_s for r, n in zip(rows, self.counts)]
+        self.got = [1 + (sum(row.survival[:n]) if not row.is_planned else self.values[i])
+                    for i, (row, n) in enumerate(zip(rows, self.counts))]
+        self.drafting = [i for i, (row, n) in enumerate(zip(rows, self.counts))
+                         if n and row.is_planned]
+
+    def add(self, r: int) -> None:
+        """One more slot in row ``r`` (a planned row)."""
+        row, n = self.rows[r], self.counts[r]
+        fed = row.base_tokens + n
+        if fed in (0, 1):  # a decoding row (one token fed) no more, or now
+            self.num_decode_cached += row.num_cached if fed == 0 else -row.num_cached
+        if n == 0:
+            self.zero -= 1
+            self.drafting.append(r)
+        self.values[r] += _slot_value(row, n)
+        self.counts[r] = n + 1
+        self.num_tokens += 1
+        self.waits[r] = row.wait_s + (n + 1) * row.draft_token_s
+
+    def rate(self, cost: StepCost) -> float:
+        """Expected committed tokens per second of verifier time."""
+        seconds = cost.predict(StepShape(len(self.rows), self.num_tokens, self.num_cached,
+                                         self.num_decode_cached))
+        ready = self.zero > 0
+        idle = 0.0 if ready or not self.drafting else min(self.waits[i] for i in self.drafting)
+        cycle = seconds + idle
+        for i in self.drafting:
+            missed = math.ceil(max(0.0, self.waits[i] - idle) / cycle)
+            self.got[i] = (1 + self.values[i]) / (1 + (max(1, missed) if ready else missed))
+        return sum(self.got) / cycle
 
 
 def _slots_by_survival(rows: Sequence[RowPlan], lengths: list[int]) -> list[tuple[float, int]]:

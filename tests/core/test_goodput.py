@@ -1,11 +1,14 @@
 """The goodput planner on synthetic cost curves and acceptance: steep passes and poor drafts
 give 0, cheap wide passes long drafts, rising load shorter ones; estimates follow acceptance."""
 
+import random
+
 import pytest
 
 from cascade.core.goodput import PlanInputs, RowPlan, plan_pass
 from cascade.core.step_cost import StepShape
 from cascade.core.survival import AcceptanceRates, SurvivalBook
+from goodput_reference import plan_pass_reference
 
 
 class Linear:
@@ -174,3 +177,34 @@ def test_tree_nodes_survive_by_how_often_they_lie_on_the_accepted_path():
     assert fresh[0] > 0.5 and fresh[1] < fresh[0]
     book.forget("a")
     assert "a" not in book.tree_sessions
+
+
+class Jagged:
+    """A measured-looking CPU curve: not monotone in the tokens fed, decode rows cheaper."""
+
+    def predict(self, shape: StepShape) -> float:
+        wobble = (0.004, -0.003, 0.001, 0.0)[shape.num_tokens % 4]
+        return (0.03 + 0.004 * shape.num_tokens + 0.001 * shape.num_rows + wobble
+                + 2e-6 * (shape.num_cached - shape.num_decode_cached))
+
+
+def _random_rows(draw: random.Random) -> list[RowPlan]:
+    plans = []
+    for _ in range(draw.randint(1, 40)):
+        drafted = draw.randint(0, 8)
+        rate = draw.random()
+        plans.append(RowPlan(
+            drafted, [max(rate ** (i + 1) - draw.random() * 0.05, 0.0) for i in range(drafted)],
+            num_cached=draw.randint(0, 500), floor=draw.choice([0, 0, 0, 1, 2]),
+            previous=draw.randint(0, drafted), wait_s=draw.choice([0.0, 0.002, 0.05, 0.3]),
+            draft_token_s=draw.choice([0.0, 0.001, 0.01]), is_planned=draw.random() < 0.85,
+            base_tokens=draw.choice([1, 1, 1, 2, 40])))
+    return plans
+
+
+def test_the_incremental_plan_equals_the_plan_computed_from_scratch():
+    draw = random.Random(5)
+    for case in range(400):
+        inputs = PlanInputs(_random_rows(draw))
+        for cost in (AVX2_FLOAT32, AMX_BFLOAT16, Jagged()):
+            assert plan_pass(inputs, cost) == plan_pass_reference(inputs, cost), case
