@@ -6,41 +6,27 @@ deals in token ids only. Every error reaches the client in OpenAI's shape (see g
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, replace
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
-import jinja2
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 from transformers import PreTrainedTokenizerBase
 
-from cascade.protocol.chat import chat_ids, has_chat_template
-from cascade.protocol.limits import RequestInvalid
 from cascade.protocol.methods import DEFAULT_DRAFT_METHOD
-from cascade.protocol.structured import with_grammar
-from cascade.protocol.requests import (
-    GenerationRequest,
-    ServerDefaults,
-    build_request,
-    check_vocabulary,
-    with_bad_words,
-)
-from gateway import choices, schemas
+from cascade.protocol.requests import ServerDefaults
+from gateway import schemas
 from gateway.auth import ApiKeys, install_api_keys
-from gateway.echo import EchoedPrompt, echoed, echoed_prompt, generated_max_tokens, with_logprobs
-from gateway.errors import APIError, bad_request, install_error_handlers, model_not_found
+from gateway.completions import CompletionsApi
+from gateway.errors import install_error_handlers, model_not_found
 from gateway.generation import Generator
-from gateway.limits import BodyLimit, KeyLimits, Slot
+from gateway.limits import BodyLimit, KeyLimits
 from gateway.playground import install_playground, page_settings
 from gateway.resume import install_resume
-from gateway.events import StreamView, Usage, events
-from gateway.streaming import Delta, EventStreamResponse, collect, text_deltas
-from gateway.tools import tool_calls_of, with_tools
 
 ReadyCheck = Callable[[], bool | Awaitable[bool]]
 
@@ -100,7 +86,7 @@ def create_app(
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     limits = limits or KeyLimits(settings.max_sessions_per_key,
                                  settings.max_tokens_per_minute_per_key)
-    api = _CompletionsApi(settings, tokenizer, generator, keys, limits)
+    api = CompletionsApi(settings, tokenizer, generator, keys, limits)
 
     @app.post("/v1/completions")
     async def completions(body: schemas.CompletionRequest, request: Request) -> Response:
@@ -154,200 +140,3 @@ def _add_info_routes(
     @app.get("/metrics")
     async def metrics() -> Response:
         return Response(generate_latest(registry or REGISTRY), media_type=CONTENT_TYPE_LATEST)
-
-
-class _CompletionsApi:
-    """Validates requests against the model's limits and turns them into generations."""
-
-    def __init__(self, settings: HttpSettings, tokenizer: PreTrainedTokenizerBase,
-                 generator: Generator, keys: ApiKeys, limits: KeyLimits) -> None:
-        self.settings, self.tokenizer, self.generator = settings, tokenizer, generator
-        self.server = settings.server_defaults(tokenizer.eos_token_id)
-        self.keys, self.limits = keys, limits
-
-    async def completions(self, body: schemas.CompletionRequest, http: Request) -> Response:
-        self._check_model(body.model)
-        return await self._reserved(http, self._completions, body)
-
-    async def chat_completions(self, body: schemas.ChatCompletionRequest,
-                               http: Request) -> Response:
-        self._check_model(body.model)
-        return await self._reserved(http, self._chat_completions, body)
-
-    async def _reserved(self, http: Request, respond, body) -> Response:
-        """``respond(body, http, caller, slot)`` holding a session slot of the caller's key
-        (429 first when it is at its limit), given back if no response comes of it."""
-        caller = self.keys.identity(http.headers.get("authorization"))
-        slot = self.limits.reserve(caller)
-        try:
-            return await respond(body, http, caller, slot)
-        except BaseException:
-            slot.release()
-            raise
-
-    async def _completions(self, body: schemas.CompletionRequest, http: Request, caller: str,
-                           slot: Slot) -> Response:
-        prompts = [await self._prompt_tokens(p) for p in body.prompt]
-        requests = [with_logprobs(self._generation_request(
-            body, ids, generated_max_tokens(body), "prompt"), body) for ids in prompts]
-        echoes = [echoed_prompt(body, p, ids, self.tokenizer)
-                  for p, ids in zip(body.prompt, prompts)]
-        return await self._respond("completion", body, http, caller, slot, requests, echoes)
-
-    async def _chat_completions(self, body: schemas.ChatCompletionRequest, http: Request,
-                                caller: str, slot: Slot) -> Response:
-        prompt_tokens = await asyncio.to_thread(self._apply_chat_template, body)
-        max_tokens = body.requested_max_tokens
-        max_field = "max_tokens" if body.max_completion_tokens is None else "max_completion_tokens"
-        request = self._generation_request(body, prompt_tokens, max_tokens, "messages", max_field)
-        return await self._respond("chat", body, http, caller, slot,
-                                   [with_logprobs(request, body)], [None])
-
-    async def _respond(self, kind: str, body: schemas.GenerationFields, http: Request,
-                       caller: str, slot: Slot, requests: list[GenerationRequest],
-                       echoes: list[EchoedPrompt | None]) -> Response:
-        """One choice per request and n (gateway.choices when there are several); ``echoes``:
-        what each request's choices echo (gateway.echo)."""
-        count = getattr(body, "candidates", body.n)
-        if len(requests) * count > schemas.MAX_CHOICES:
-            name = "best_of" if count > body.n else "n"
-            raise bad_request(f"Invalid value for '{name}': prompts times {name} must be at "
-                              f"most {schemas.MAX_CHOICES}, got {len(requests)} x {count}.",
-                              name)
-        if len(requests) * count > 1:
-            return await self._several(kind, body, http, caller, slot, requests, count, echoes)
-        view = _view(kind, body, requests[0])
-        deltas = self._deltas(replace(requests[0], view=view.to_json(), caller=caller), body,
-                              slot, echoes[0])
-        if body.stream:
-            return EventStreamResponse(events(view, deltas), on_close=slot.release)
-        text, last = await _collect_while_connected(deltas, http, slot)
-        logprobs = view.format_logprobs(last.logprobs)
-        if kind == "completion":
-            return JSONResponse(schemas.completion_response(
-                view.meta, text, last.finish_reason, view.usage.of(last), logprobs))
-        calls = tool_calls_of(view.tools, text, last.finish_reason)
-        return JSONResponse(schemas.chat_response(view.meta, text, last.finish_reason,
-                                                  view.usage.of(last), logprobs, calls))
-
-    async def _several(self, kind: str, body: schemas.GenerationFields, http: Request,
-                       caller: str, slot: Slot, requests: list[GenerationRequest],
-                       count: int, echoes: list[EchoedPrompt | None]) -> Response:
-        """``count`` choices per request (n, or best_of's candidates)."""
-        if count > body.n:  # best_of: every candidate's log-probabilities rank it
-            requests = [choices.scored(r) for r in requests]
-        each = choices.per_choice(requests, count)
-        slots = [slot]
-        try:
-            for _ in each[1:]:
-                slots.append(self.limits.reserve(caller))
-        except BaseException:
-            for taken in slots[1:]:
-                taken.release()
-            raise
-        meta = schemas.ResponseMeta.new("chatcmpl" if kind == "chat" else "cmpl", body.model)
-        views = choices.views(kind, meta, body, each)
-        each_echo = [e for e in echoes for _ in range(count)]
-        deltas = [self._deltas(replace(r, view=v.to_json(), caller=caller), body, s, e)
-                  for r, v, s, e in zip(each, views, slots, each_echo)]
-        prompts = [r.prompt_tokens for r in requests]
-        if body.stream:
-            events_ = choices.stream(kind, meta, views, deltas, body.include_usage,
-                                     lambda lasts: choices.usage_of(prompts, lasts))
-            return EventStreamResponse(events_, on_close=lambda: [s.release() for s in slots])
-        results = await asyncio.gather(*[_collect_while_connected(d, http, s)
-                                         for d, s in zip(deltas, slots)])
-        usage_ = choices.usage_of(prompts, [last for _, last in results])
-        if count > body.n:
-            views, results = choices.best(views, list(results), count, body.n,
-                                          body.requested_logprobs is not None)
-        return JSONResponse(choices.response(kind, meta, views, list(results), usage_))
-
-    async def _prompt_tokens(self, prompt: str | list[int]) -> list[int]:
-        """Token ids as given (each checked against the vocabulary), or the text tokenized
-        (off the event loop, which serves every stream: a long prompt takes a while)."""
-        if isinstance(prompt, list):
-            vocab = len(self.tokenizer)
-            bad = next((t for t in prompt if not 0 <= t < vocab), None)
-            if bad is not None:
-                raise bad_request(f"prompt: token id {bad} is outside the vocabulary "
-                                  f"[0, {vocab}).", param="prompt")
-            return list(prompt)
-        return list((await asyncio.to_thread(self.tokenizer, prompt)).input_ids)
-
-    def _deltas(self, request: GenerationRequest, body: schemas.GenerationFields,
-                slot: Slot, prompt: EchoedPrompt | None = None) -> AsyncIterator[Delta]:
-        chunks = self.limits.counted(slot, self.generator.generate(request))
-        deltas = text_deltas(chunks, self.tokenizer, body.stop, rounds=body.cascade_rounds)
-        return deltas if prompt is None else echoed(deltas, prompt, self.tokenizer)
-
-    def _word_ids(self, text: str) -> list[int]:
-        return self.tokenizer(text, add_special_tokens=False).input_ids
-
-    def _check_model(self, model: str) -> None:
-        if model != self.settings.model_name:
-            raise model_not_found(model)
-
-    def _apply_chat_template(self, body: schemas.ChatCompletionRequest) -> list[int]:
-        if not has_chat_template(self.tokenizer):
-            raise bad_request(
-                f"The model '{self.settings.model_name}' has no chat template, so 'messages' "
-                "cannot be formatted; use /v1/completions with a prompt instead.",
-                param="messages",
-            )
-        tools = body.template_tools()
-        messages = with_tools(body.template_messages(), tools, self.tokenizer.chat_template)
-        try:
-            return chat_ids(self.tokenizer, messages, tools)
-        except (jinja2.TemplateError, ValueError) as exc:
-            message = f"Invalid 'messages' for this model's chat template: {exc}"
-            raise bad_request(message, "messages") from exc
-
-    def _generation_request(
-        self,
-        body: schemas.GenerationFields,
-        prompt_tokens: list[int],
-        max_tokens: int | None,
-        prompt_field: str,
-        max_field: str = "max_tokens",
-    ) -> GenerationRequest:
-        """The one mapping's settings; 400 when the prompt or the completion cannot fit."""
-        try:
-            check_vocabulary(body, len(self.tokenizer))
-            request = build_request(body, prompt_tokens, max_tokens, self.server, prompt_field,
-                                    max_field)
-            request = with_bad_words(request, body, self._word_ids)
-            return with_grammar(request, *(body.requested_grammar() or (None, "")))
-        except RequestInvalid as exc:
-            raise bad_request(str(exc), exc.param, code=exc.code) from exc
-
-
-def _view(kind: str, body: schemas.GenerationFields, request: GenerationRequest) -> StreamView:
-    meta = schemas.ResponseMeta.new("chatcmpl" if kind == "chat" else "cmpl", body.model)
-    usage = Usage(len(request.prompt_tokens), not request.acceptance.rule.is_lossless)
-    return StreamView(kind, meta, tuple(body.stop), body.include_usage, body.cascade_rounds,
-                      usage, logprobs=request.sampling.logprobs is not None,
-                      tools=getattr(body, "tool_names", ()))
-
-
-CLIENT_CLOSED_REQUEST = 499
-DISCONNECT_POLL_S = 0.25
-
-
-async def _collect_while_connected(deltas: AsyncIterator[Delta], http: Request, slot: Slot):
-    """``collect`` for a non-streamed reply, cancelled (and the session with it, recorded as
-    cancelled) when the client disconnects: nobody would read the answer. The key's session
-    slot is given back when it ends, however it ends."""
-    task = asyncio.ensure_future(collect(deltas))
-    task.add_done_callback(lambda _: slot.release())
-    try:
-        while not task.done():
-            await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
-            if not task.done() and await http.is_disconnected():
-                task.cancel()
-                raise APIError(CLIENT_CLOSED_REQUEST, "The client closed the request.",
-                               code="client_closed_request")
-        return task.result()
-    finally:
-        if not task.done():
-            task.cancel()
