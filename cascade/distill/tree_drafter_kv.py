@@ -1,7 +1,7 @@
 """What the drafter feeds per round with token trees: the accepted path's entries kept in its
 cache (``SequenceCache.keep_grown``) against fed again, side by side on the same prompts.
 
-    python -m cascade.bench.tree_drafter_kv [--prompts 4] [--max-tokens 48] [--invariant]
+    python -m cascade.distill.tree_drafter_kv [--prompts 4] [--max-tokens 48] [--invariant]
 
 Runs the default pair in one process (``cascade.core.loop.generate``), dynamic and CAPE trees of
 16 nodes at depth 4, the two modes alternated twice; prints the drafter positions fed per round
