@@ -121,3 +121,11 @@ def test_recursive_feature_drafter_trees_run_and_stay_reproducible(feature_pair)
     again = generate(target, prompt, params, runner, _trees(nodes=9), policy=recursive)
     assert first.tokens == again.tokens and len(first.tokens) == 16
     assert first.stats.num_draft_tokens > first.stats.num_target_passes
+
+
+@pytest.mark.parametrize("config", [DraftConfig(4), _trees()], ids=["chain", "tree"])
+def test_a_one_token_prompt_drafts_nothing_until_the_drafter_has_an_entry(feature_pair, config):
+    target, runner = feature_pair
+    result = generate(target, [7], SamplingParams(max_new_tokens=8), runner, config)
+    assert result.tokens == hf_greedy(target, [7], 8)
+    assert result.stats.num_draft_tokens > 0  # from the second round on

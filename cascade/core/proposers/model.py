@@ -120,8 +120,8 @@ class ModelProposer(Proposer):
             self.cache.observe(features.start, features.hidden_states)
 
     def propose(self, committed: list[int], num_tokens: int, stop=None) -> Draft:
-        if num_tokens <= 0:
-            return Draft(tokens=[])
+        if num_tokens <= 0 or (self.wants_target_features and len(committed) < 2):
+            return Draft(tokens=[])  # a feature drafter's first entry needs two tokens
         if self.noise is not None:
             self.noise.forget_before(len(committed))
         if self.config.tree_nodes:
