@@ -24,23 +24,24 @@ class FeatureTreeGrower(FedSlots):
     def __init__(self, cache, base: int) -> None:
         super().__init__()
         self.cache = cache
-        self.num_committed = len(cache.entry_tokens)
-        assert self.num_committed == base - 1 and len(cache.outputs), \
+        self.num_entries = len(cache.entry_tokens)
+        """The committed context's entries (the tree's are appended after them)."""
+        assert self.num_entries == base - 1 and len(cache.outputs), \
             "forward_to the committed tokens (two or more) first"
 
     def __enter__(self) -> FeatureTreeGrower:
         return self
 
     def __exit__(self, *exc) -> None:
-        self.cache.truncate(self.num_committed)
+        self.cache.truncate(self.num_entries)
 
     def feed(self, nodes, ids: list[int], depth: int) -> torch.Tensor:
         """One pass over one depth's ``nodes`` (candidate indices ``ids``); [F, vocab] logits."""
         count, parents = len(nodes), [node.parent for node in nodes]
         tree = self.place(ids, parents)  # [F, fed + F]
-        visible = torch.cat([torch.ones(count, self.num_committed, dtype=torch.bool), tree], 1)
-        rows = [self.num_committed + self.slot_of[p] if p >= 0 else self.num_committed - 1
-                for p in parents]  # the entry whose output each node's parent is
-        positions = torch.full((count,), self.num_committed + depth - 1, dtype=torch.long)
+        visible = torch.cat([torch.ones(count, self.num_entries, dtype=torch.bool), tree], 1)
+        rows = [self.num_entries + self.slot_of[p] if p >= 0 else self.num_entries - 1
+                for p in parents]  # each parent's entry (the root's: the last committed one)
+        positions = torch.full((count,), self.num_entries + depth - 1, dtype=torch.long)
         return self.cache.add_entries(self.cache.outputs[rows], [n.token for n in nodes],
                                       positions, visible)
