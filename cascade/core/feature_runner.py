@@ -6,6 +6,7 @@ model proposer drafts with either. Its entries are addressed by position: entry 
 drafter's key and value for the input (g_t, x_{t+1}). Entries built from the target's features
 are kept across rounds; entries built from the drafter's own outputs (the drafted tail, or
 positions whose target features have not arrived yet) are dropped at the next ``forward_to``.
+Token trees are fed through ``tree_grower`` (``cascade.core.feature_tree``), one depth per pass.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch.nn.functional as F
 from safetensors import safe_open
 
 from cascade.core.feature_drafter import FeatureDrafter, load_config, save_config
+from cascade.core.feature_tree import FeatureTreeGrower
 from cascade.core.runner import ForwardOutput, ModelRunner, ModelSpec, common_prefix_len
 from cascade.core.vocab_map import VOCAB_MAP_FILE, VocabMap
 
@@ -116,7 +118,7 @@ class FeatureCache:
         """Entries for positions 0 .. len(committed) - 2; logits for the next token."""
         assert num_logits == 1, "a feature drafter predicts one position at a time"
         keep = min(self.num_target_entries, common_prefix_len(self.entry_tokens, committed[1:]))
-        self._truncate(keep)
+        self.truncate(keep)
         ready = min(len(self.features), len(committed) - 1)
         if ready > keep:
             fused = self.runner.drafter.fuse_features(self.features[keep:ready])
@@ -133,34 +135,56 @@ class FeatureCache:
         self._add(self.outputs[-1:], token_ids)
         return self._output()
 
-    def _truncate(self, length: int) -> None:
+    def tree_grower(self, base: int) -> FeatureTreeGrower:
+        """Feeds a token tree after the ``base`` committed tokens (``forward_to`` them first)."""
+        return FeatureTreeGrower(self, base)
+
+    @torch.inference_mode()
+    def add_entries(self, features: torch.Tensor, next_tokens: list[int],
+                    positions: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+        """Entries for features [n, d] and tokens [n] at ``positions`` [n], each seeing the
+        entries ``visible`` [n, entries + n] marks; returns their logits [n, vocab]."""
+        self._add(features, next_tokens, positions, visible)
+        return self._logits(self.outputs[-len(next_tokens):])
+
+    def truncate(self, length: int) -> None:
+        """Keep the first ``length`` entries."""
         if self.keys is not None:
             self.keys, self.values = self.keys[:, :length], self.values[:, :length]
         del self.entry_tokens[length:]
         self.outputs = self.outputs[:length]
 
-    def _add(self, features: torch.Tensor, next_tokens: list[int]) -> None:
-        """New entries for features [n, d] and tokens [n], attending to the cache causally."""
+    def _add(self, features: torch.Tensor, next_tokens: list[int],
+             positions: torch.Tensor | None = None, visible: torch.Tensor | None = None) -> None:
+        """New entries for features [n, d] and tokens [n], at the next positions attending to
+        the cache causally unless ``positions`` [n] and ``visible`` [n, entries + n] say
+        otherwise."""
         drafter, start = self.runner.drafter, len(self.entry_tokens)
         tokens = torch.tensor([next_tokens])
         x = drafter.step_input(features[None], tokens)  # [1, n, d]
-        positions = torch.arange(start, start + len(next_tokens))
+        if positions is None:
+            positions = torch.arange(start, start + len(next_tokens))
         q, k, v = drafter.layer.qkv(x, positions)
         k, v = drafter.layer.expand_kv(k)[0], drafter.layer.expand_kv(v)[0]
         self.keys = k if self.keys is None else torch.cat([self.keys, k], 1)
         self.values = v if self.values is None else torch.cat([self.values, v], 1)
-        total = self.keys.shape[1]
-        mask = torch.arange(total)[None, :] <= positions[:, None]  # [n, total]
-        attended = F.scaled_dot_product_attention(q[0], self.keys, self.values, attn_mask=mask)
+        if visible is None:
+            visible = torch.arange(self.keys.shape[1])[None, :] <= positions[:, None]
+        attended = F.scaled_dot_product_attention(q[0], self.keys, self.values,
+                                                  attn_mask=visible)  # [H, n, hd]
         self.outputs = torch.cat([self.outputs, drafter.layer.finish(x, attended[None])[0]])
         self.entry_tokens += next_tokens
 
     def _output(self) -> ForwardOutput:
         if not len(self.outputs):  # a one-token context: nothing to predict from
             return ForwardOutput(torch.zeros(1, self.runner.vocab_size))
-        local = self.runner.drafter.head(self.outputs[-1:])  # [1, V']
-        return ForwardOutput(self.runner.vocab_map.expand(torch.cat(
-            [local, local.new_full((1, 1), float("-inf"))], -1)))
+        return ForwardOutput(self._logits(self.outputs[-1:]))
+
+    def _logits(self, outputs: torch.Tensor) -> torch.Tensor:
+        """Drafter outputs a [n, d] -> logits over the target's vocabulary [n, vocab]."""
+        local = self.runner.drafter.head(outputs)  # [n, V']
+        return self.runner.vocab_map.expand(torch.cat(
+            [local, local.new_full((len(local), 1), float("-inf"))], -1))
 
 
 def load_weights(drafter: FeatureDrafter, folder: Path) -> None:

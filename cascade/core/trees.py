@@ -41,3 +41,28 @@ def leaf_chain_len(parents: Sequence[int]) -> int:
         if parent != i - 1:
             return i
     return len(parents)
+
+
+class FedSlots:
+    """Tree nodes a drafter fed into its cache after the committed entries, one slot each in
+    feeding order, and which slots each one sees (its ancestors' and its own). Both drafters'
+    tree growers keep one (``cascade.core.proposers.tree``)."""
+
+    def __init__(self) -> None:
+        self.slot_of: dict[int, int] = {}
+        """Candidate index -> slot (after the committed ones) of each node fed so far."""
+        self.seen: list[list[int]] = []
+        """Per fed slot: the slots it attends to (its ancestors' and its own)."""
+
+    def place(self, ids: Sequence[int], parents: Sequence[int]) -> torch.Tensor:
+        """Slots for the nodes ``ids`` whose parents are ``parents`` (candidate indices, -1:
+        the root); returns [len(ids), slots so far] bool: the slots each new node sees."""
+        fed = len(self.seen)
+        for node, parent in zip(ids, parents, strict=True):
+            above = self.seen[self.slot_of[parent]] if parent >= 0 else []
+            self.slot_of[node] = len(self.seen)
+            self.seen.append(above + [len(self.seen)])
+        visible = torch.zeros(len(ids), len(self.seen), dtype=torch.bool)
+        for row, slots in enumerate(self.seen[fed:]):
+            visible[row, slots] = True
+        return visible

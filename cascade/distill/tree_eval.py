@@ -5,6 +5,8 @@ buys in tokens per second, on the default pair (or any pair), side by side in on
         --config 0 --config 4 --config 4:16:4 --config 8:64:8 [--dtype bfloat16] \\
         [--temperature 0.7 --rule keyed|recursive]
 
+The drafter may be a feature drafter (``--drafter cascade/assets/smollm2-135m-feature-drafter``:
+it reads the target's features; its trees too are grown one drafter pass per depth).
 A config is ``k`` (a chain of k; 0: the target alone), ``k:nodes:branching`` (a tree of
 depth k) or ``k:nodes:branching:confidence`` (a tree grown by CAPE's confidence-aware
 expansion). Greedy by default: every config must emit the same tokens (checked, not assumed);
@@ -26,6 +28,7 @@ from cascade.bench.prompts import bench_prompts, domain_names
 from cascade.bench.run import machine
 from cascade.distill.prompts import prompt_set
 from cascade.protocol.chat import chat_prompts_ids
+from cascade.core.feature_runner import load_model
 from cascade.core.loop import generate
 from cascade.core.runner import ModelRunner, ModelSpec
 from cascade.protocol.settings import AcceptancePolicy, AcceptanceRule, DraftConfig, SamplingParams
@@ -82,7 +85,7 @@ def run_one(target, drafter, prompt: list[int], params, config, policy, tally: T
 
 def measure(args) -> list[tuple[DraftConfig, Tally]]:
     target = ModelRunner.load(ModelSpec(str(args.target), dtype=args.dtype))
-    drafter = ModelRunner.load(ModelSpec(str(args.drafter)))
+    drafter = load_model(ModelSpec(str(args.drafter)), str(args.target))
     if args.domain == "held-out":  # the drafter's held-out evaluation prompts
         prompts = chat_prompts_ids(target.tokenizer, prompt_set(held_out=True)[:args.prompts])
     else:
@@ -134,7 +137,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", default=None)
-    parser.add_argument("--drafter", default=None)
+    parser.add_argument("--drafter", default=None, help="a model or feature drafter folder")
     parser.add_argument("--dtype", default="float32", help="the target's dtype")
     parser.add_argument("--domain", default="chat", choices=[*domain_names(), "held-out"])
     parser.add_argument("--prompts", type=int, default=6, help="prompts of the domain")
@@ -150,7 +153,8 @@ def main() -> None:
     args = parser.parse_args()
     args.config = args.config or [parse_config(c) for c in ("0", "4", "4:8:2", "4:16:4")]
     torch.set_num_threads(args.threads)
-    args.target, args.drafter = default_pair(args.target, args.drafter, "smollm2")
+    target, drafter = default_pair(args.target, args.drafter, "smollm2")
+    args.target, args.drafter = args.target or target, args.drafter or drafter
     report(measure(args), args)
 
 

@@ -35,13 +35,14 @@ async def services(pair):
     await verifier.drain()
 
 
-async def run(services, context, prompt_len, max_new, k, epoch=1):
+async def run(services, context, prompt_len, max_new, k, epoch=1, tree_nodes=0):
     verifier, draft_service = services
     async with grpc.aio.insecure_channel(draft_service.address) as channel:
         request = drafter_pb2.RunSessionRequest(
             session_id="f1", epoch=epoch, context_tokens=context, prompt_len=prompt_len,
             sampling=sampling_to_pb(SamplingParams(max_new_tokens=max_new)),
-            draft=draft_settings_to_pb(DraftConfig(k)), verifier_address=verifier.address)
+            draft=draft_settings_to_pb(DraftConfig(k, tree_nodes=tree_nodes)),
+            verifier_address=verifier.address)
         stub = drafter_pb2_grpc.DrafterStub(channel)
         return [r async for r in stub.RunSession(request, timeout=60)]
 
@@ -65,6 +66,14 @@ async def test_greedy_with_a_feature_drafter_over_grpc_equals_target_greedy(serv
         rounds = await run(services, prompt, len(prompt), 20, k)
         assert [t for r in rounds for t in r.tokens] == hf_greedy(target, prompt, 20)
         assert sum(r.num_drafted for r in rounds) > 0
+
+
+async def test_greedy_feature_drafter_trees_over_grpc_equal_target_greedy(services, pair):
+    target, _ = pair
+    for prompt in random_prompts(2, seed=62):
+        rounds = await run(services, prompt, len(prompt), 20, 4, tree_nodes=12)
+        assert [t for r in rounds for t in r.tokens] == hf_greedy(target, prompt, 20)
+        assert max(r.num_drafted for r in rounds) > 4  # trees, not chains
 
 
 async def test_a_restarted_session_gets_the_context_features_again_and_stays_exact(services,

@@ -92,9 +92,6 @@ class ModelProposer(Proposer):
         self.choice = TokenChoice(self.sampling, self.config, self.noise, self.needs_greedy_q)
         self.recursive = rule is AcceptanceRule.RECURSIVE and bool(self.config.tree_nodes)
         """Recursive rule with trees: draw each node's children from q (``_sample_children``)."""
-        if self.config.tree_nodes and self.wants_target_features:
-            raise ValueError("tree_nodes: token trees need a model drafter; a feature drafter "
-                             "predicts one position at a time")
         if self.config.adaptive and self.wants_target_features:
             raise ValueError("adaptive draft length needs a model drafter; a feature drafter "
                              "predicts one position at a time")
@@ -123,8 +120,8 @@ class ModelProposer(Proposer):
             self.cache.observe(features.start, features.hidden_states)
 
     def propose(self, committed: list[int], num_tokens: int, stop=None) -> Draft:
-        if num_tokens <= 0:
-            return Draft(tokens=[])
+        if num_tokens <= 0 or (self.wants_target_features and len(committed) < 2):
+            return Draft(tokens=[])  # a feature drafter's first entry needs two tokens
         if self.noise is not None:
             self.noise.forget_before(len(committed))
         if self.config.tree_nodes:

@@ -8,6 +8,10 @@ mask), at position committed length + depth - 1. At the end the ``nodes`` best c
 tree (ancestor-closed: parents score at least as well and were made first), listed best first
 (so parents first), and the cache is cut back to the committed tokens.
 
+The builders do not care which drafter feeds the nodes: a ``TreeGrower`` does, the model
+drafter's (``_Grower``, a 4D additive mask on its ``DynamicCache``) or the one a cache brings
+itself (``tree_grower``: the feature drafter's, ``cascade.core.feature_tree``).
+
 ``rank`` turns a frontier's logits into the log-scores of its children: the drafter's log-softmax
 (greedy), or for position-keyed sampling the log-softmax of log q + the position's noise, so the
 first child is the drafter's keyed choice (the target's own, when the two models agree).
@@ -17,11 +21,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import torch
 
 from cascade.core.runner import SequenceCache
+from cascade.core.trees import FedSlots
+
+if TYPE_CHECKING:
+    from cascade.core.feature_runner import FeatureCache
+
+    DrafterCache = SequenceCache | FeatureCache
 
 ROOT_WIDTH_FACTOR = 4
 
@@ -55,19 +65,46 @@ class _Candidate(NamedTuple):
     token: int
 
 
+class TreeNode(Protocol):
+    parent: int
+    """Candidate index of the parent, -1 for the root."""
+    token: int
+
+
+class TreeGrower(Protocol):
+    """Feeds tree nodes into one sequence's drafter cache after its committed tokens, one
+    depth's frontier per pass; on exit (a context manager) the cache holds the committed
+    tokens again."""
+
+    def __enter__(self) -> TreeGrower: ...
+
+    def __exit__(self, *exc) -> None: ...
+
+    def feed(self, nodes: list[TreeNode], ids: list[int], depth: int) -> torch.Tensor:
+        """One pass over one depth's ``nodes`` (candidate indices ``ids``, parents fed before
+        them); returns their logits [F, vocab]."""
+
+
+def _grower(cache: DrafterCache, base: int) -> TreeGrower:
+    """The grower of the cache's own kind (``tree_grower``) where it has one, else the model
+    drafter's."""
+    own = getattr(cache, "tree_grower", None)
+    return own(base) if own is not None else _Grower(cache, base)
+
+
 def log_softmax_rank(logits: torch.Tensor, position: int) -> torch.Tensor:
     return torch.log_softmax(logits.float(), dim=-1)
 
 
 @torch.inference_mode()
-def draft_tree(cache: SequenceCache, committed: list[int], shape: TreeShape,
+def draft_tree(cache: DrafterCache, committed: list[int], shape: TreeShape,
                rank: Rank = log_softmax_rank) -> tuple[list[int], list[int]]:
     """(tokens, parents) of a tree after ``committed`` (parents: -1 for a root child)."""
     base = len(committed)
     logits = cache.forward_to(committed).logits[-1:]  # [1, vocab]
     candidates: list[_Candidate] = []
     frontier, frontier_scores = [-1], torch.zeros(1, dtype=torch.float64)
-    with _Grower(cache, base) as grower:
+    with _grower(cache, base) as grower:
         for depth in range(1, shape.depth + 1):
             scores = rank(logits, base + depth - 1).double().clamp_max(0.0)  # [F, vocab]
             width = min(shape.root_width if depth == 1 else shape.branching, scores.shape[-1])
@@ -96,7 +133,7 @@ def confidence_width(confidence: float) -> int:
 
 
 @torch.inference_mode()
-def draft_confident_tree(cache: SequenceCache, committed: list[int], shape: TreeShape,
+def draft_confident_tree(cache: DrafterCache, committed: list[int], shape: TreeShape,
                          rank: Rank = log_softmax_rank) -> tuple[list[int], list[int]]:
     """CAPE's confidence-aware expansion: the drafter's own chain (one pass per depth, one
     token each, as a chain is drafted) and at each position the runners-up its confidence asks
@@ -108,7 +145,7 @@ def draft_confident_tree(cache: SequenceCache, committed: list[int], shape: Tree
     logits = cache.forward_to(committed).logits[-1:]  # [1, vocab]
     candidates: list[_Candidate] = []
     parent, score = -1, 0.0
-    with _Grower(cache, base) as grower:
+    with _grower(cache, base) as grower:
         for depth in range(1, shape.depth + 1):
             scores = rank(logits, base + depth - 1).double().clamp_max(0.0)[0]  # [vocab]
             width = min(confidence_width(float(scores.max().exp())), shape.nodes, len(scores))
@@ -129,7 +166,7 @@ the first being the row's q itself)."""
 
 
 @torch.inference_mode()
-def draft_sampled_tree(cache: SequenceCache, committed: list[int], shape: TreeShape,
+def draft_sampled_tree(cache: DrafterCache, committed: list[int], shape: TreeShape,
                        sample: Sampler) -> tuple[list[int], list[int], torch.Tensor, torch.Tensor]:
     """A tree for the recursive rule: every expanded node gets all its children sampled from
     its q (``branching`` of them, without replacement: each carries the q it was drawn from,
@@ -142,7 +179,7 @@ def draft_sampled_tree(cache: SequenceCache, committed: list[int], shape: TreeSh
     nodes: list[_Candidate] = []
     q_ids, q_probs = [], []
     frontier, frontier_scores = [-1], [0.0]
-    with _Grower(cache, base) as grower:
+    with _grower(cache, base) as grower:
         for depth in range(1, shape.depth + 1):
             count = min(shape.branching, shape.nodes)
             ids, support, probs = sample(logits, base + depth - 1, count)
@@ -191,18 +228,15 @@ def _select(candidates: list[_Candidate], count: int) -> tuple[list[int], list[i
     return tokens, parents
 
 
-class _Grower:
+class _Grower(FedSlots):
     """Feeds tree nodes into a sequence's drafter cache after its ``base`` committed tokens;
     on exit (a context manager) the cache holds the committed tokens again, the fed nodes kept
     aside by path (``SequenceCache.keep_grown``) until the next round's context keeps the
     accepted path's entries in place."""
 
     def __init__(self, cache: SequenceCache, base: int) -> None:
+        super().__init__()
         self.cache, self.base = cache, base
-        self.slot_of: dict[int, int] = {}
-        """Candidate index -> slot (after the committed ones) of each node fed so far."""
-        self.seen: list[list[int]] = []
-        """Per fed slot: the slots it attends to (its ancestors' and its own)."""
         self.tokens: list[int] = []
         """Per fed slot: its token."""
 
@@ -214,27 +248,21 @@ class _Grower:
                  for slot, slots in enumerate(self.seen)}
         self.cache.keep_grown(paths if kind is None else {})
 
-    def feed(self, nodes: list[_Candidate], ids: list[int], depth: int) -> torch.Tensor:
+    def feed(self, nodes: list[TreeNode], ids: list[int], depth: int) -> torch.Tensor:
         """One pass over one depth's ``nodes`` (candidate indices ``ids``); [F, vocab] logits."""
         fed = len(self.seen)
-        for node, candidate in zip(ids, nodes):
-            above = self.seen[self.slot_of[candidate.parent]] if candidate.parent >= 0 else []
-            self.slot_of[node] = len(self.seen)
-            self.seen.append(above + [len(self.seen)])
-            self.tokens.append(candidate.token)
+        tree = self.place(ids, [c.parent for c in nodes])  # [F, fed + F]
+        self.tokens += [c.token for c in nodes]
         position = self.base + depth - 1
         if self.cache.runner.invariant:
             return self._feed_invariant(fed, position)
-        return self._feed_masked(fed, position)
+        return self._feed_masked(tree, position)
 
-    def _feed_masked(self, fed: int, position: int) -> torch.Tensor:
+    def _feed_masked(self, tree: torch.Tensor, position: int) -> torch.Tensor:
         """The plain pass: a 4D additive mask (eager and sdpa) shows each node the committed
-        slots, its ancestors' and its own."""
-        count = len(self.seen) - fed
-        visible = torch.zeros(count, self.base + fed + count, dtype=torch.bool)
-        visible[:, : self.base] = True
-        for row, slots in enumerate(self.seen[fed:]):
-            visible[row, [self.base + s for s in slots]] = True
+        slots, its ancestors' and its own (``tree`` [F, fed + F]: the fed slots it sees)."""
+        count, fed = tree.shape[0], tree.shape[1] - tree.shape[0]
+        visible = torch.cat([torch.ones(count, self.base, dtype=torch.bool), tree], 1)
         runner = self.cache.runner
         dtype = next(runner.model.parameters()).dtype
         mask = torch.zeros(1, 1, *visible.shape, dtype=dtype)
