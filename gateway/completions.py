@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 import jinja2
 from fastapi import Request
@@ -28,13 +27,11 @@ from gateway.auth import ApiKeys
 from gateway.echo import EchoedPrompt, echoed, echoed_prompt, generated_max_tokens, with_logprobs
 from gateway.errors import APIError, bad_request, model_not_found
 from gateway.generation import Generator
+from gateway.http_settings import HttpSettings
 from gateway.limits import KeyLimits, Slot
 from gateway.events import StreamView, Usage, events
 from gateway.streaming import Delta, EventStreamResponse, collect, text_deltas
 from gateway.tools import tool_calls_of, with_tools
-
-if TYPE_CHECKING:
-    from gateway.http_app import HttpSettings
 
 
 class CompletionsApi:
