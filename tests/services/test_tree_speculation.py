@@ -7,9 +7,15 @@ import pytest
 
 from cascade.core.speculation import Guess, Outcome
 from cascade.core.trees import children
-from cascade.protocol.settings import DraftConfig, SamplingParams
+from cascade.core.loop import generate
+from cascade.protocol.settings import (
+    AcceptancePolicy,
+    AcceptanceRule,
+    DraftConfig,
+    SamplingParams,
+)
 from cascade.protocol.trees import chain_parents
-from cascade.protocol.wire import draft_settings_to_pb, sampling_to_pb
+from cascade.protocol.wire import acceptance_to_pb, draft_settings_to_pb, sampling_to_pb
 from cascade.serving.delay import LinkDelay
 from cascade.v1 import common_pb2, drafter_pb2, drafter_pb2_grpc, verifier_pb2_grpc
 from drafter_service.predrafts import PreDrafter
@@ -48,12 +54,14 @@ async def cluster(gpt2_pair):
         await service.drain()
 
 
-async def run_tree(drafter, verifier, prompt, config, max_new_tokens=24, session_id="t1"):
-    """A greedy tree session's rounds."""
+async def run_tree(drafter, verifier, prompt, config, params=SamplingParams(max_new_tokens=24),
+                   policy: AcceptancePolicy | None = None):
+    """A tree session's rounds (greedy unless ``params`` sample)."""
     request = drafter_pb2.RunSessionRequest(
-        session_id=session_id, epoch=1, context_tokens=prompt, prompt_len=len(prompt),
-        sampling=sampling_to_pb(SamplingParams(max_new_tokens=max_new_tokens)),
-        draft=draft_settings_to_pb(config), verifier_address=verifier.address)
+        session_id="t1", epoch=1, context_tokens=prompt, prompt_len=len(prompt),
+        sampling=sampling_to_pb(params), draft=draft_settings_to_pb(config),
+        acceptance=acceptance_to_pb(policy) if policy else None,
+        verifier_address=verifier.address)
     async with grpc.aio.insecure_channel(drafter.address) as channel:
         stub = drafter_pb2_grpc.DrafterStub(channel)
         return [r async for r in stub.RunSession(request, timeout=60)]
@@ -131,6 +139,24 @@ async def test_a_drafter_that_is_the_target_hits_its_tree_guesses(cluster, gpt2_
     assert [t for r in rounds for t in r.tokens] == hf_greedy(target, prompt)
     hits = [r for r in rounds[1:] if r.speculation in HITS]
     assert hits and sum(r.num_predrafted for r in rounds) > 0, [r.speculation for r in rounds]
+
+
+@pytest.mark.parametrize("drafts", ["drafter", "target"])
+async def test_keyed_tree_sessions_with_speculation_equal_the_targets_keyed_sampling(
+        cluster, gpt2_pair, drafts):
+    """Keyed text is a function of the prompt and the seed: the same with pre-drafted trees
+    (the target drafting: every guess names a path) as from the target alone."""
+    verifier, drafter_with = cluster
+    target, _ = gpt2_pair
+    far = await drafter_with("ahead", model=target if drafts == "target" else None,
+                             send_ahead=2, max_blocks=4)
+    keyed = AcceptancePolicy(AcceptanceRule.KEYED)
+    params = SamplingParams(temperature=0.8, top_p=0.95, seed=7, max_new_tokens=20)
+    prompt = random_prompts(1, seed=86)[0]
+    alone = generate(target, prompt, params, None, DraftConfig(num_draft_tokens=0),
+                     policy=keyed).tokens
+    rounds = await run_tree(far, verifier, prompt, tree_config(), params, keyed)
+    assert [t for r in rounds for t in r.tokens] == alone
 
 
 def tagged_tree(round_number, base_len, outcome: Outcome):
