@@ -5,7 +5,7 @@ The proposer keeps its own per-sequence state in step with the committed tokens 
 proposer's cache follows them by position), so applying a verdict is just extending the committed
 list; the rejected tail is rolled back on the next proposal. With speculation on
 (``drafter_service.speculation``) the drafter pre-drafts for guessed outcomes while it waits for
-each verdict, and may send some of those blocks ahead; sending and receiving are then
+each verdict (``drafter_service.predrafts``), and may send some of those blocks ahead; sending and receiving are then
 independent (a ``DelayedWriter`` keeps injected delay from holding up the loop).
 """
 
@@ -23,7 +23,6 @@ from cascade.core.blocks import Draft
 from cascade.core.proposers import ProposerContext, new_proposer
 from cascade.core.runner import ModelRunner
 from cascade.core.suffix_index import SessionMemory
-from cascade.core.speculation import Guess, Outcome, ends_generation, rank_outcomes
 from cascade.pod.messages import (
     draft_to_pb,
     features_from_pb,
@@ -37,16 +36,9 @@ from cascade.serving.delay import DelayedWriter, LinkDelay
 from cascade.serving.errors import StaleEpoch
 from cascade.serving.telemetry import current_context, start_span
 from cascade.v1 import common_pb2, drafter_pb2, verifier_pb2, verifier_pb2_grpc
+from drafter_service.predrafts import PreDrafter
 from drafter_service.shadows import Shadows
 from drafter_service.speculation import SpeculationCache, SpeculationConfig
-
-
-FIRST_BATCH = 4
-"""Pre-drafts in the first batch of a round (the likeliest guesses, ready and sent ahead soon);
-the rest follow in a second batch."""
-MIN_PARTIAL = 2
-"""A pre-draft the verdict stopped is kept when it has at least this many tokens (or its
-whole budget): sent at once it still beats drafting a full block while the verifier waits."""
 
 
 def _micros(since: float) -> int:
@@ -72,6 +64,8 @@ class DraftLoop:
                                                      settings.policy, request.prompt_len,
                                                      memory))
         self.speculation = speculation if self.proposer.can_speculate else SpeculationConfig()
+        self.predrafts = PreDrafter(self.proposer, executor, self.speculation, self.params,
+                                    request.prompt_len, self._budget, self._block)
         self.num_sessions = num_sessions
         self.executor = executor
         self.committed = list(request.context_tokens)
@@ -133,20 +127,6 @@ class DraftLoop:
             span.set_attribute("num_draft", draft.num_tokens)
         metrics.DRAFT_SECONDS.observe(time.perf_counter() - started)
         return self._block(draft, round_number, context, _micros(started))
-
-    async def _draft_many(self, round_number: int, contexts: list[list[int]],
-                          stop: threading.Event) -> list[verifier_pb2.DraftBlock | None]:
-        """Blocks after several guessed contexts, drafted as one batch; None where the verdict
-        stopped a block before it was worth sending (under ``MIN_PARTIAL`` tokens)."""
-        started = time.perf_counter()
-        budgets = [self._budget(c) for c in contexts]
-        drafts = await asyncio.get_running_loop().run_in_executor(
-            self.executor, self.proposer.propose_many, contexts, budgets, stop.is_set)
-        draft_us = _micros(started)
-        least = (lambda n: min(n, MIN_PARTIAL)) if self.speculation.keep_partial else (
-            lambda n: n)  # only complete blocks: lengths independent of timing
-        return [self._block(d, round_number, c, draft_us) if d.num_tokens >= least(n) else None
-                for d, c, n in zip(drafts, contexts, budgets)]
 
     async def run(self, channel: grpc.aio.Channel, timeout: float | None
                   ) -> AsyncIterator[common_pb2.Round]:
@@ -279,54 +259,11 @@ class DraftLoop:
         verdict = asyncio.ensure_future(self._receive(call))
         verdict.add_done_callback(lambda _: stop.set())
         try:
-            await self._speculate(block, cache, writer, stop)
+            await self.predrafts.speculate(block, list(self.committed), cache, writer.send,
+                                           stop)
             return await verdict, cache
         finally:
             verdict.cancel()
-
-    async def _guesses(self, base: list[int], drafted: list[int]) -> list[Guess]:
-        """The likeliest outcomes of the block ``drafted`` after ``base``, best first."""
-        probs = await asyncio.get_running_loop().run_in_executor(
-            self.executor, self.proposer.block_distributions, base, drafted)
-        spec = self.speculation
-        return rank_outcomes(probs, drafted, spec.fanout, spec.max_blocks)
-
-    async def _speculate(self, block: verifier_pb2.DraftBlock, cache: SpeculationCache,
-                         writer: DelayedWriter, stop: threading.Event) -> None:
-        """Pre-draft the next block for the likeliest outcomes of ``block`` until the verdict
-        arrives (``stop``) or ``max_blocks`` are made, in batches (the likeliest first); send
-        the first ``send_ahead`` of them ahead."""
-        drafted, base = list(block.tokens), list(self.committed)
-        guesses = [g.outcome for g in await self._guesses(base, drafted)]
-        contexts = await asyncio.get_running_loop().run_in_executor(
-            self.executor, self._guessed_contexts, guesses, base, drafted)
-        outcomes = [o for o in guesses if not ends_generation(
-            o, drafted, len(contexts[o]), self.request.prompt_len, self.params)]
-        for chunk in (outcomes[:FIRST_BATCH], outcomes[FIRST_BATCH:]):
-            if not chunk or stop.is_set():
-                return
-            blocks = await self._draft_many(block.round + 1, [contexts[o] for o in chunk], stop)
-            ready = {o: b for o, b in zip(chunk, blocks) if b is not None}
-            for outcome, pre_drafted in ready.items():
-                cache.add(outcome, pre_drafted)
-            metrics.SSD_PREDRAFTS.inc(len(ready))
-            await self._send_ahead(list(ready), cache, writer, stop)
-
-    def _guessed_contexts(self, guesses: list[Outcome], base: list[int], drafted: list[int]
-                          ) -> dict[Outcome, list[int]]:
-        """The committed tokens after each guessed outcome, with the tokens the verifier would
-        fill in after it (on the model thread: the proposer's grammar state is not shared)."""
-        contexts = {o: o.context(base, drafted) for o in guesses}
-        return {o: c + self.proposer.filled_after(c) for o, c in contexts.items()}
-
-    async def _send_ahead(self, outcomes: list[Outcome], cache: SpeculationCache,
-                          writer: DelayedWriter, stop: threading.Event) -> None:
-        """Send pre-drafted blocks ahead, the likeliest first, while the verdict is out."""
-        for outcome in outcomes:
-            if len(cache.sent) >= self.speculation.sends_ahead or stop.is_set():
-                return
-            await writer.send(verifier_pb2.VerifyRequest(block=cache.tagged(outcome)))
-            metrics.SSD_SENT_AHEAD.inc()
 
 
 EMPTY_BLOCK = verifier_pb2.DraftBlock()

@@ -1,9 +1,10 @@
 """Drafting while the verifier verifies (speculative speculative decoding, DESIGN.md section 5).
 
 While a block is verified, the drafter pre-drafts the next block for its likeliest outcomes
-(``cascade.core.speculation.rank_outcomes``) into a ``SpeculationCache``; in mode ``ahead`` it
-also sends the first ``send_ahead`` of them to the verifier at once, each tagged with the outcome
-it assumes (``DraftBlock.assumes``). When the verdict arrives:
+(``cascade.core.speculation.rank_outcomes``; ``drafter_service.predrafts`` makes them) into a
+``SpeculationCache``; in mode ``ahead`` it also sends the first ``send_ahead`` of them to the
+verifier at once, each tagged with the outcome it assumes (``DraftBlock.assumes``; after a token
+tree, with the accepted path). When the verdict arrives:
 
 - a block sent ahead for the real outcome: the verifier is already verifying it (AHEAD_HIT);
 - a cached block for the real outcome: it is sent at once (CACHE_HIT);

@@ -7,6 +7,7 @@ the best ones sent ahead). Requests use ``draft_schedule: fixed`` (every round d
 benchmark measures the link, not the planner, which would stop drafting over a slow link).
 Per (mode, delay): tokens/s, the mean round, the verifier's idle share
 of the wall time (1 - its verify time / wall), and where the rounds' blocks came from.
+``--tree-nodes`` drafts token trees instead of chains (depth k).
 
     python -m cascade.bench.rtt --pair smollm2 --delays 0,5,20,50 --modes off,cache,ahead
 """
@@ -66,10 +67,12 @@ def _speculation_args(mode: str, delay: float, extra: tuple[str, ...]) -> tuple[
 def measure(target: Path, drafter: Path, delays: list[float], workdir: Path,
             max_tokens: int = 64, k: int = 4, prompts: tuple[str, ...] = PROMPTS,
             modes: tuple[str, ...] = ("off",), drafter_args: tuple[str, ...] = (),
-            repeats: int = 1) -> list[RttRow]:
+            repeats: int = 1, tree_nodes: int = 0, tree_expansion: str = "") -> list[RttRow]:
     """One row per (mode, delay), in that order. Modes take turns at each delay, in reverse
     order on every other repeat, so a slow drift of the machine's speed does not favour one
-    of them. ``drafter_args``: more drafter flags for the speculating modes (--send-ahead 3)."""
+    of them. ``drafter_args``: more drafter flags for the speculating modes (--send-ahead 3);
+    ``tree_nodes``: token trees of that many nodes (0: chains), grown by ``tree_expansion``."""
+    shape = {"tree_nodes": tree_nodes or None, "tree_expansion": tree_expansion}
     rows = {(mode, delay): RttRow(delay, mode) for mode in modes for delay in delays}
     for repeat in range(repeats):
         for delay in delays:
@@ -81,18 +84,18 @@ def measure(target: Path, drafter: Path, delays: list[float], workdir: Path,
                     # while a lock-step drafter drafts, the drafter's when it pre-drafts
                     place_helpers(cluster, pins, verifier_waits=mode == "off")
                     stream_generation(cluster.grpc_address, prompts[0], 8, k, chat=False,
-                                      schedule="fixed")
+                                      schedule="fixed", **shape)
                     _run_prompts(cluster.grpc_address, rows[mode, delay], prompts, max_tokens,
-                                 k)
+                                 k, shape)
     return list(rows.values())
 
 
 def _run_prompts(address: str, row: RttRow, prompts: tuple[str, ...], max_tokens: int,
-                 k: int) -> RttRow:
+                 k: int, shape: dict) -> RttRow:
     for prompt in prompts:
         responses = []
         summary = stream_generation(address, prompt, max_tokens, k, chat=False,
-                                    on_response=responses.append, schedule="fixed")
+                                    on_response=responses.append, schedule="fixed", **shape)
         row.tokens.append(summary.token_ids)
         row.wall_s += summary.elapsed_s
         row.verify_s += sum(r.verify_us for r in responses) / 1e6
@@ -174,16 +177,21 @@ def main() -> None:
     parser.add_argument("--drafter-args", default="", help="More drafter flags for the "
                         "speculating modes, e.g. '--send-ahead 3 --speculate-fanout 2'.")
     parser.add_argument("--plot", type=Path, help="Write the PNG here.")
+    parser.add_argument("--tree-nodes", type=int, default=0, help="Draft token trees of this "
+                        "many nodes, depth k (0: chains).")
+    parser.add_argument("--tree-expansion", default="", help="dynamic (default) or confidence.")
     args = parser.parse_args()
     target, drafter = default_pair(None, None, args.pair)
     delays = [float(d) for d in args.delays.split(",")]
     rows = measure(target, drafter, delays, args.workdir, args.max_tokens, args.k,
                    modes=tuple(args.modes.split(",")),
-                   drafter_args=tuple(args.drafter_args.split()), repeats=args.repeats)
+                   drafter_args=tuple(args.drafter_args.split()), repeats=args.repeats,
+                   tree_nodes=args.tree_nodes, tree_expansion=args.tree_expansion)
     same = all(r.tokens == rows[0].tokens for r in rows)
-    print(f"Machine: {machine()}; pair: {args.pair}; k = {args.k}; {len(PROMPTS)} prompts x "
-          f"{args.max_tokens} tokens x {args.repeats} passes, greedy; identical output in every "
-          f"row: {same}.\n")
+    shape = f"trees of {args.tree_nodes} nodes" if args.tree_nodes else "chains"
+    print(f"Machine: {machine()}; pair: {args.pair}; k = {args.k}, {shape}; {len(PROMPTS)} "
+          f"prompts x {args.max_tokens} tokens x {args.repeats} passes, greedy; identical "
+          f"output in every row: {same}.\n")
     print(table(rows))
     for mode in dict.fromkeys(r.mode for r in rows if r.mode != "off"):
         for delay in delays[1:]:

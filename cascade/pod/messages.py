@@ -133,11 +133,14 @@ def round_from_verdict(verdict: verifier_pb2.Verdict, drafted: Sequence[int], dr
 
 def verdict_outcome(verdict: verifier_pb2.Verdict) -> Outcome | None:
     """What a verdict decided, as a block sent ahead guesses it (None: it committed nothing):
-    the accepted count and the verifier's own token (before any it filled in). A block sent
+    the accepted count, the verifier's own token (before any it filled in) and, after a token
+    tree, the accepted path. A block sent
     ahead is the next round's only when its ``base_len`` is also the verdict's committed
     length (``follows``): a guess may not foresee the filled tokens."""
     own = len(verdict.tokens) - 1 - verdict.num_filled
-    return Outcome(verdict.num_accepted, verdict.tokens[own]) if own >= 0 else None
+    if own < 0:
+        return None
+    return Outcome(verdict.num_accepted, verdict.tokens[own], tuple(verdict.path))
 
 
 def follows(block: verifier_pb2.DraftBlock, verdict: verifier_pb2.Verdict) -> bool:
@@ -149,7 +152,8 @@ def assumed_outcome(block: verifier_pb2.DraftBlock) -> Outcome | None:
     """The outcome a block sent ahead assumes (None: an ordinary block)."""
     if not block.HasField("assumes"):
         return None
-    return Outcome(block.assumes.num_accepted, block.assumes.next_token)
+    assumes = block.assumes
+    return Outcome(assumes.num_accepted, assumes.next_token, tuple(assumes.path))
 
 
 def tag_block(block: verifier_pb2.DraftBlock, outcome: Outcome) -> verifier_pb2.DraftBlock:
@@ -158,4 +162,5 @@ def tag_block(block: verifier_pb2.DraftBlock, outcome: Outcome) -> verifier_pb2.
     tagged.CopyFrom(block)
     tagged.assumes.num_accepted, tagged.assumes.next_token = (outcome.num_accepted,
                                                               outcome.next_token)
+    tagged.assumes.path[:] = outcome.path
     return tagged

@@ -54,3 +54,18 @@ def depths(parents: Sequence[int]) -> list[int]:
     for parent in parents:
         out.append(1 if parent < 0 else out[parent] + 1)
     return out
+
+
+def path_problem(path: Sequence[int], num_accepted: int) -> str | None:
+    """What makes ``path`` not an accepted path through a tree (node indices from a root child
+    down, so increasing, ``num_accepted`` of them, at most MAX_TREE_NODES), or None. Empty:
+    a chain's outcome. Whether it runs through the block's own tree the verdict tells."""
+    if not path:
+        return None
+    if len(path) > MAX_TREE_NODES or path[-1] >= MAX_TREE_NODES:
+        return f"at most {MAX_TREE_NODES} node indices, each below {MAX_TREE_NODES}"
+    if any(b <= a for a, b in zip(path, path[1:])):
+        return "node indices must increase (a parent is listed before its children)"
+    if len(path) != num_accepted:
+        return f"{len(path)} nodes for num_accepted {num_accepted}; they must be equal"
+    return None

@@ -24,13 +24,13 @@ Bounds, documented once (V: the model's vocabulary, L: its context length in tok
 | tree_nodes (verifier) | at most MAX_TREE_NODES (64) |
 | block tokens (verifier) | at most MAX_DRAFT_TOKENS (32) ids in [0, V); a tree: at most MAX_TREE_NODES (64) |
 | block parents (verifier) | none (a chain), or one per token, each in [-1, own index); depth and node count also within what the generation has room for (checked by the session) |
+| block assumes.path (verifier) | none (a chain), or num_accepted increasing node indices, each below MAX_TREE_NODES (64) |
 | block proposals and decision_proposals (verifier) | none, or one per drafted token: 1 to min(MAX_PROPOSAL_TOKENS, V) distinct ids in [0, V), as many probs, each in [0, 1], summing to at most 1 + PROBABILITY_SUM_SLACK |
 """
 
 from __future__ import annotations
 
 import math
-
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -50,7 +50,7 @@ from cascade.protocol.settings import (
     DraftConfig,
     SamplingParams,
 )
-from cascade.protocol.trees import depths, misplaced_parent
+from cascade.protocol.trees import depths, misplaced_parent, path_problem
 from cascade.protocol.wire import (
     acceptance_from_pb,
     draft_settings_from_pb,
@@ -61,6 +61,7 @@ from cascade.v1 import common_pb2, verifier_pb2
 
 MAX_SESSION_ID_CHARS = 128
 MAX_ADDRESS_CHARS = 255
+MAX_SOURCE_CHARS = 32
 PROBABILITY_SUM_SLACK = 1e-3
 """A proposal's probabilities may sum to a little more than 1 (float32 renormalisation)."""
 
@@ -232,11 +233,10 @@ def check_block(msg: verifier_pb2.DraftBlock, vocab_size: int) -> None:
         for row, proposal in enumerate(rows):
             check_proposal(f"{name}[{row}]", proposal, vocab_size, widest)
     check_survival(msg.survival, len(msg.tokens))
+    if problem := path_problem(msg.assumes.path, msg.assumes.num_accepted):
+        raise invalid("assumes.path", problem)
     if len(msg.source) > MAX_SOURCE_CHARS:
         raise invalid("source", f"must be at most {MAX_SOURCE_CHARS} characters")
-
-
-MAX_SOURCE_CHARS = 32
 
 
 def check_survival(survival: Sequence[float], num_tokens: int) -> None:

@@ -118,12 +118,14 @@ class DraftBlock(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., round: _Optional[int] = ..., base_len: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., proposals: _Optional[_Iterable[_Union[SparseDistribution, _Mapping]]] = ..., draft_us: _Optional[int] = ..., decision_proposals: _Optional[_Iterable[_Union[SparseDistribution, _Mapping]]] = ..., assumes: _Optional[_Union[Outcome, _Mapping]] = ..., parents: _Optional[_Iterable[int]] = ..., source: _Optional[str] = ..., survival: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class Outcome(_message.Message):
-    __slots__ = ("num_accepted", "next_token")
+    __slots__ = ("num_accepted", "next_token", "path")
     NUM_ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     NEXT_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
     num_accepted: int
     next_token: int
-    def __init__(self, num_accepted: _Optional[int] = ..., next_token: _Optional[int] = ...) -> None: ...
+    path: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, num_accepted: _Optional[int] = ..., next_token: _Optional[int] = ..., path: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Verdict(_message.Message):
     __slots__ = ("session_id", "epoch", "round", "is_stale", "tokens", "num_accepted", "committed_len", "finish_reason", "verify_us", "features", "num_deferred", "num_verified", "next_draft_tokens", "path", "logprobs", "prompt_logprobs", "num_forced", "num_filled")

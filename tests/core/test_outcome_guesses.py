@@ -17,6 +17,7 @@ from cascade.core.sampling import (
     sparse_to_dense,
 )
 from cascade.core.speculation import Guess, Outcome, ends_generation, rank_outcomes
+from cascade.core.trees import path_to
 from cascade.protocol.settings import DraftConfig, SamplingParams
 from models import VOCAB_SIZE, random_prompts
 from core.test_acceptance_stats import N, assert_matches
@@ -146,3 +147,78 @@ def test_drafting_guesses_one_at_a_time_stops_between_them(llama_pair):
 
     drafts = Proposer.propose_many(p, contexts, [3, 3, 3], stop)
     assert len(drafts) == 1 and drafts[0].tokens == p.propose(contexts[0], 3).tokens
+
+
+def test_tree_outcomes_are_ranked_along_paths_without_the_childrens_tokens():
+    # root children: node 0 (token 0) and node 1 (token 1); node 2 (token 2) is node 0's child
+    parents, tokens = [-1, -1, 0], [0, 1, 2]
+    probs = torch.tensor([[0.5, 0.3, 0.15, 0.05],  # after the committed tokens
+                          [0.1, 0.2, 0.6, 0.1],  # after node 0
+                          [0.45, 0.35, 0.1, 0.1],  # after node 1 (a leaf)
+                          [0.7, 0.1, 0.1, 0.1]])  # after node 2 (a leaf)
+    guesses = rank_outcomes(probs, tokens, fanout=1, max_guesses=10, parents=parents)
+    scores = {g.outcome: g.score for g in guesses}
+    assert scores == pytest.approx({
+        Outcome(0, 2): 0.15,  # tokens 0 and 1 are root children: accepted, not guessed
+        Outcome(1, 1, (0,)): 0.5 * 0.2,  # token 2 is node 0's child
+        Outcome(1, 0, (1,)): 0.3 * 0.45,  # after a leaf: any token
+        Outcome(2, 0, (0, 2)): 0.5 * 0.6 * 0.7})
+    assert [g.outcome for g in guesses] == [Outcome(2, 0, (0, 2)), Outcome(0, 2),
+                                            Outcome(1, 0, (1,)), Outcome(1, 1, (0,))]
+    chain = rank_outcomes(probs[[0, 1, 3]], [0, 2], fanout=2, max_guesses=10)
+    as_tree = rank_outcomes(probs[[0, 1, 3]], [0, 2], 2, 10, parents=[-1, 0])
+    assert [(g.score, g.outcome.num_accepted, g.outcome.next_token) for g in chain] == [
+        (g.score, g.outcome.num_accepted, g.outcome.next_token) for g in as_tree]
+    assert all(not g.outcome.path for g in chain)  # a chain's outcomes name no path
+
+
+def test_a_tree_outcome_gives_the_context_along_its_path():
+    outcome = Outcome(2, 9, (0, 2))
+    assert outcome.context([1, 2], [5, 6, 7]) == [1, 2, 5, 7, 9]
+    assert outcome.accepted([5, 6, 7]) == [5, 7]
+    params = SamplingParams(max_new_tokens=8, stop_token_ids=(6,))
+    assert not ends_generation(outcome, [5, 6, 7], 5, 2, params)  # node 1 (token 6) is off it
+    assert ends_generation(Outcome(1, 3, (1,)), [5, 6, 7], 4, 2, params)
+
+
+def tree_proposer(drafter, expansion="dynamic"):
+    config = DraftConfig(3, tree_nodes=8, tree_branching=2, tree_expansion=expansion)
+    return new_proposer(ProposerContext(drafter, SamplingParams(max_new_tokens=32), config,
+                                        None, 4))
+
+
+@pytest.mark.parametrize("expansion", ["dynamic", "confidence"])
+def test_a_trees_distributions_equal_feeding_each_path_alone(llama_pair, expansion):
+    """One pass over every node (leaves included) against the slow reference: the path to each
+    node fed as a chain; the cache holds the committed tokens again after it."""
+    _, drafter = llama_pair
+    committed = random_prompts(1, seed=75, min_len=6)[0]
+    p = tree_proposer(drafter, expansion)
+    tree = p.propose(committed, 8)
+    probs = p.block_distributions(committed, tree.tokens, tree.parents)  # [n + 1, vocab]
+    assert p.cache.tokens == committed and p.cache.cache.get_seq_length() == len(committed)
+    reference = drafter.new_cache()
+    for row in range(len(tree.tokens) + 1):
+        path = [tree.tokens[n] for n in path_to(tree.parents, row - 1)]
+        expected = torch.softmax(reference.forward_to(committed + path).logits[-1], -1)
+        torch.testing.assert_close(probs[row], expected, rtol=1e-4, atol=1e-6)
+
+
+def test_tree_pre_drafts_come_one_by_one_and_stop_between_depths(llama_pair):
+    _, drafter = llama_pair
+    base = random_prompts(1, seed=76, min_len=6)[0]
+    contexts = [base + [5], base + [6, 7]]
+    p = tree_proposer(drafter)
+    many = p.propose_many(contexts, [8, 8])
+    assert [(d.tokens, d.parents) for d in many] == [
+        (t.tokens, t.parents) for t in (tree_proposer(drafter).propose(c, 8) for c in contexts)]
+    calls = []
+
+    def stop():
+        calls.append(1)
+        return len(calls) > 3  # the first tree's three depths pass, the second's first stops
+
+    stopped = p.propose_many(contexts, [8, 8], stop)
+    assert [d.tokens for d in stopped] == [many[0].tokens]
+    with pytest.raises(DraftStopped):
+        p.propose(contexts[0], 8, stop=lambda: True)

@@ -115,7 +115,10 @@ def test_trees_are_refused_where_they_cannot_be_verified_or_drafted(llama_pair):
     _tree_config().check(AcceptancePolicy(AcceptanceRule.KEYED))
     target, drafter = llama_pair
     context = ProposerContext(drafter, SamplingParams(), _tree_config(), prompt_len=3)
-    assert not new_proposer(context).can_speculate
+    assert new_proposer(context).can_speculate  # pre-drafting during verification
+    sampled = ProposerContext(drafter, SamplingParams(temperature=1.0), _tree_config(),
+                              AcceptancePolicy(AcceptanceRule.RECURSIVE), prompt_len=3)
+    assert not new_proposer(sampled).can_speculate  # its last token comes from a residual
 
 
 def test_prompt_lookup_merges_every_earlier_match_into_a_trie():

@@ -20,7 +20,7 @@ from cascade.v1 import (
     verifier_pb2,
     verifier_pb2_grpc,
 )
-from drafter_service.draft_loop import DraftLoop
+from drafter_service.predrafts import PreDrafter
 from drafter_service.server import build_drafter
 from drafter_service.speculation import SpeculationCache, SpeculationConfig
 from models import hf_greedy, random_prompts
@@ -71,7 +71,7 @@ def oracle(target, prompt, wrong_first: bool):
     real outcome (after a wrong guess when ``wrong_first``), or only wrong ones (a miss)."""
     expected = prompt + hf_greedy(target, prompt, 40)
 
-    async def guesses(self, base, drafted):
+    async def guesses(self, base, drafted, parents=None):
         accepted = 0
         while accepted < len(drafted) and drafted[accepted] == expected[len(base) + accepted]:
             accepted += 1
@@ -89,7 +89,7 @@ async def test_forced_hits_and_misses_stay_exact(cluster, gpt2_pair, monkeypatch
     verifier, _, drafter_with = cluster
     target, _ = gpt2_pair
     prompt = random_prompts(1, seed=61)[0]
-    monkeypatch.setattr(DraftLoop, "_guesses", oracle(target, prompt, path == "hit"))
+    monkeypatch.setattr(PreDrafter, "_guesses", oracle(target, prompt, path == "hit"))
     far = await drafter_with(mode, delay_ms=15.0, send_ahead=2)  # time to pre-draft both
     rounds = await run_session(far.address, verifier.address, prompt,
                                SamplingParams(max_new_tokens=24), 4)

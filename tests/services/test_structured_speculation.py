@@ -12,7 +12,7 @@ from cascade.protocol.grammar import Grammar
 from cascade.protocol.settings import SamplingParams
 from cascade.serving.delay import LinkDelay
 from cascade.v1 import common_pb2
-from drafter_service.draft_loop import DraftLoop
+from drafter_service.predrafts import PreDrafter
 from drafter_service.server import build_drafter
 from drafter_service.speculation import SpeculationConfig
 from grammar_reference import SCHEMAS, masked_greedy
@@ -44,7 +44,7 @@ async def servers(pair):
 def oracle(expected: list[int]):
     """Guesses that know the target's output: the real outcome of every block."""
 
-    async def guesses(self, base, drafted):
+    async def guesses(self, base, drafted, parents=None):
         accepted = 0
         while accepted < len(drafted) and drafted[accepted] == expected[len(base) + accepted]:
             accepted += 1
@@ -61,7 +61,7 @@ async def test_filled_verdicts_and_guesses_stay_exact(servers, pair, monkeypatch
     prompt = tokenizer("def main():").input_ids
     grammar = Grammar.json_schema(SCHEMAS["flat"])
     reference = masked_greedy(target, prompt, grammar, MAX_NEW)
-    monkeypatch.setattr(DraftLoop, "_guesses", oracle(prompt + reference))
+    monkeypatch.setattr(PreDrafter, "_guesses", oracle(prompt + reference))
     if not foresee:
         monkeypatch.setattr(ModelProposer, "filled_after", lambda self, context: [])
     params = SamplingParams(max_new_tokens=MAX_NEW, stop_token_ids=(tokenizer.eos_token_id,),

@@ -106,10 +106,11 @@ class Proposer(ABC):
         """Whether the drafter may pre-draft after guessed (uncommitted) contexts."""
         return False
 
-    def block_distributions(self, committed: list[int], drafted: list[int]
-                            ) -> torch.Tensor | None:
-        """[len(drafted) + 1, vocab] the method's distribution at each drafted position and the
-        one after them, or None when it has none (then no outcome is guessed)."""
+    def block_distributions(self, committed: list[int], drafted: list[int],
+                            parents: list[int] | None = None) -> torch.Tensor | None:
+        """[len(drafted) + 1, vocab] the method's distribution after the committed tokens and
+        after each drafted node (``parents``: a tree's; None: a chain, whose last row is the
+        bonus position), or None when it has none (then no outcome is guessed)."""
         return None
 
     def filled_after(self, context: list[int]) -> list[int]:

@@ -37,8 +37,9 @@ class LookupThenModel(Proposer):
     def can_speculate(self) -> bool:
         return self.model.can_speculate
 
-    def block_distributions(self, committed: list[int], drafted: list[int]):
-        return self.model.block_distributions(committed, drafted)
+    def block_distributions(self, committed: list[int], drafted: list[int],
+                            parents: list[int] | None = None):
+        return self.model.block_distributions(committed, drafted, parents)
 
     def filled_after(self, context: list[int]) -> list[int]:
         return self.model.filled_after(context)

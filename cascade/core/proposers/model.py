@@ -28,6 +28,7 @@ from cascade.core.proposers.tree import (
     draft_tree,
     log_softmax_rank,
 )
+from cascade.core.proposers.tree_speculation import stoppable, tree_logits
 from cascade.core.runner import common_prefix_len
 from cascade.core.sampling import (
     STREAM_CHILD_DRAFT,
@@ -104,8 +105,11 @@ class ModelProposer(Proposer):
     @property
     def can_speculate(self) -> bool:
         """The adaptive schedule learns from every context it drafts after, so it may only see
-        committed ones: no pre-drafting for guesses with it (nor, for now, with trees)."""
-        return self.schedule is None and not self.config.tree_nodes
+        committed ones: no pre-drafting for guesses with it. Nor with the recursive rule's
+        sampled trees: there the round's last token is drawn from a residual of the target's p
+        after the rejected children, which the drafter's q does not rank, so its guesses would
+        rarely hit while each costs a tree."""
+        return self.schedule is None and not self.recursive
 
     def filled_after(self, context: list[int]) -> list[int]:
         """What the verifier fills in after ``context`` (it does not when the round's tokens
@@ -125,7 +129,7 @@ class ModelProposer(Proposer):
         if self.noise is not None:
             self.noise.forget_before(len(committed))
         if self.config.tree_nodes:
-            return self._propose_tree(committed, num_tokens)
+            return self._propose_tree(committed, num_tokens, stop)
         logits = None
         if self.schedule is not None:
             logits = self._catch_up(committed)
@@ -183,8 +187,9 @@ class ModelProposer(Proposer):
     def propose_many(self, contexts: list[list[int]], budgets: list[int], stop=None
                      ) -> list[Draft]:
         """Drafts after contexts that share a prefix, as rows of one batch per step (a feature
-        drafter drafts them one by one); stopped, each row keeps what it has drafted."""
-        if self.wants_target_features or len(contexts) < 2:
+        drafter, and trees, draft them one by one); stopped, each row keeps what it has
+        drafted."""
+        if self.wants_target_features or self.config.tree_nodes or len(contexts) < 2:
             return super().propose_many(contexts, budgets, stop)
         shared = min(min(common_prefix_len(contexts[0], c) for c in contexts),
                      min(len(c) for c in contexts) - 1)
@@ -207,10 +212,14 @@ class ModelProposer(Proposer):
         return [self.choice.draft(t, r) for t, r in zip(tokens, rows)]
 
     @torch.inference_mode()
-    def block_distributions(self, committed: list[int], drafted: list[int]) -> torch.Tensor:
+    def block_distributions(self, committed: list[int], drafted: list[int],
+                            parents: list[int] | None = None) -> torch.Tensor:
         """Temperature-1 probabilities [len(drafted) + 1, vocab]: one pass over the block for a
-        model drafter, a step per token for a feature drafter (it predicts one at a time)."""
-        if self.wants_target_features:
+        model drafter (a tree's nodes each see their ancestors: ``tree_logits``), a step per
+        token for a feature drafter (it predicts one at a time)."""
+        if parents is not None:
+            logits = tree_logits(self.cache, committed, drafted, parents)
+        elif self.wants_target_features:
             rows = [self.cache.forward_to(committed).logits[-1]]
             rows += [self.cache.extend([token]).logits[-1] for token in drafted]
             logits = torch.stack(rows)
@@ -219,16 +228,17 @@ class ModelProposer(Proposer):
                                           num_logits=len(drafted) + 1).logits
         return torch.softmax(logits.float(), dim=-1)
 
-    def _propose_tree(self, committed: list[int], budget: int) -> Draft:
+    def _propose_tree(self, committed: list[int], budget: int, stop=None) -> Draft:
         """A tree of at most ``budget`` nodes (``DraftConfig.tree_shape``; the verifier keeps
-        room for ``tree_nodes``, from SessionOpen.tree_nodes)."""
+        room for ``tree_nodes``, from SessionOpen.tree_nodes); ``stop`` is checked before each
+        depth (a pre-draft the verdict stopped raises ``DraftStopped``)."""
         shape = TreeShape(*self.config.tree_shape(budget, self.depth_left(committed)),
                           self.config.tree_branching)
         if self.recursive:
             tokens, parents, q_ids, q_probs = draft_sampled_tree(self.cache, committed, shape,
                                                                  self._sample_children)
             return Draft(tokens, q_ids, q_probs, parents=parents)
-        rank = self._keyed_rank if self.keyed else log_softmax_rank
+        rank = stoppable(self._keyed_rank if self.keyed else log_softmax_rank, stop)
         grow = draft_confident_tree if self.config.tree_expansion == "confidence" else draft_tree
         tokens, parents = grow(self.cache, committed, shape, rank)
         return Draft(tokens, parents=parents)
