@@ -190,13 +190,15 @@ def tree_proposer(drafter, expansion="dynamic"):
 @pytest.mark.parametrize("expansion", ["dynamic", "confidence"])
 def test_a_trees_distributions_equal_feeding_each_path_alone(llama_pair, expansion):
     """One pass over every node (leaves included) against the slow reference: the path to each
-    node fed as a chain; the cache holds the committed tokens again after it."""
+    node fed as a chain; the cache holds the committed tokens again after it, every node
+    aside by its path."""
     _, drafter = llama_pair
     committed = random_prompts(1, seed=75, min_len=6)[0]
     p = tree_proposer(drafter, expansion)
     tree = p.propose(committed, 8)
     probs = p.block_distributions(committed, tree.tokens, tree.parents)  # [n + 1, vocab]
-    assert p.cache.tokens == committed and p.cache.cache.get_seq_length() == len(committed)
+    assert p.cache.tokens == committed and len(p.cache.grown) == len(tree.tokens)
+    assert p.cache.cache.get_seq_length() == len(committed) + len(tree.tokens)
     reference = drafter.new_cache()
     for row in range(len(tree.tokens) + 1):
         path = [tree.tokens[n] for n in path_to(tree.parents, row - 1)]

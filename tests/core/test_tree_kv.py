@@ -124,3 +124,18 @@ def test_a_drafted_tree_leaves_its_nodes_aside_for_the_next_round():
     cache.forward_to(PREFIX + path + [1])
     assert counting.fed == len(path) - kept + 1
     assert cache.cache.get_seq_length() == len(PREFIX + path) + 1
+
+
+def test_a_whole_tree_in_one_invariant_pass_is_its_paths_fed_as_chains():
+    """``feed_tree`` (the pre-drafter's pass over every node, leaves included)."""
+    runner = tiny_llama(9)
+    runner.set_invariant()
+    cache = runner.new_cache()
+    cache.forward_to(PREFIX)
+    parents = [n.parent for n in NODES]
+    with _Grower(cache, len(PREFIX)) as grower:
+        logits = grower.feed_tree([n.token for n in NODES], parents)
+    for node in range(len(NODES)):
+        chain = runner.new_cache().forward_to(PREFIX + _path(node)).logits[-1]
+        assert torch.equal(logits[node], chain), node
+    assert len(cache.grown) == len(NODES)

@@ -2,11 +2,12 @@
 
 At each depth every frontier node offers its ``branching`` best children (the root up to four
 times as many), scored by the drafter's cumulative log-probability along the path (a child never
-outscores its parent); the next frontier is the ``branching`` best of them. Only frontier nodes are fed: all of one depth in one pass on
-the drafter's own cache, each attending to the committed tokens, its ancestors and itself (a 4D
-mask), at position committed length + depth - 1. At the end the ``nodes`` best candidates are the
-tree (ancestor-closed: parents score at least as well and were made first), listed best first
-(so parents first), and the cache is cut back to the committed tokens.
+outscores its parent); the next frontier is the ``branching`` best of them. Only frontier nodes
+are fed: all of one depth in one pass on the drafter's own cache, each attending to the
+committed tokens, its ancestors and itself, at position committed length + depth - 1. At the
+end the ``nodes`` best candidates are the tree (ancestor-closed: parents score at least as well
+and were made first), listed best first (so parents first); the cache holds the committed
+tokens again, the fed nodes kept aside by path for the next round (``SequenceCache.keep_grown``).
 
 The builders do not care which drafter feeds the nodes: a ``TreeGrower`` does, the model
 drafter's (``_Grower``, a 4D additive mask on its ``DynamicCache``) or the one a cache brings
@@ -27,6 +28,7 @@ import torch
 
 from cascade.core.runner import SequenceCache
 from cascade.core.trees import FedSlots
+from cascade.protocol.trees import depths
 
 if TYPE_CHECKING:
     from cascade.core.feature_runner import FeatureCache
@@ -250,15 +252,24 @@ class _Grower(FedSlots):
 
     def feed(self, nodes: list[TreeNode], ids: list[int], depth: int) -> torch.Tensor:
         """One pass over one depth's ``nodes`` (candidate indices ``ids``); [F, vocab] logits."""
-        fed = len(self.seen)
-        tree = self.place(ids, [c.parent for c in nodes])  # [F, fed + F]
-        self.tokens += [c.token for c in nodes]
-        position = self.base + depth - 1
-        if self.cache.runner.invariant:
-            return self._feed_invariant(fed, position)
-        return self._feed_masked(tree, position)
+        return self._feed([c.token for c in nodes], ids, [c.parent for c in nodes],
+                          [self.base + depth - 1] * len(nodes))
 
-    def _feed_masked(self, tree: torch.Tensor, position: int) -> torch.Tensor:
+    def feed_tree(self, tokens: list[int], parents: list[int]) -> torch.Tensor:
+        """One pass over a whole tree (parents first; a fresh grower): [n, vocab] logits."""
+        return self._feed(tokens, list(range(len(tokens))), parents,
+                          [self.base + d - 1 for d in depths(parents)])
+
+    def _feed(self, tokens: list[int], ids: list[int], parents: list[int],
+              positions: list[int]) -> torch.Tensor:
+        fed = len(self.seen)
+        tree = self.place(ids, parents)  # [F, fed + F]
+        self.tokens += tokens
+        if self.cache.runner.invariant:
+            return self._feed_invariant(fed, positions)
+        return self._feed_masked(tree, positions)
+
+    def _feed_masked(self, tree: torch.Tensor, positions: list[int]) -> torch.Tensor:
         """The plain pass: a 4D additive mask (eager and sdpa) shows each node the committed
         slots, its ancestors' and its own (``tree`` [F, fed + F]: the fed slots it sees)."""
         count, fed = tree.shape[0], tree.shape[1] - tree.shape[0]
@@ -268,13 +279,12 @@ class _Grower(FedSlots):
         mask = torch.zeros(1, 1, *visible.shape, dtype=dtype)
         mask.masked_fill_(~visible, torch.finfo(dtype).min)
         start = self.base + fed
-        output = runner.forward(torch.tensor([self.tokens[fed:]]),
-                                torch.full((1, count), position, dtype=torch.long),
+        output = runner.forward(torch.tensor([self.tokens[fed:]]), torch.tensor([positions]),
                                 torch.arange(start, start + count), self.cache.cache,
                                 attention_mask=mask)
         return runner.target_logits(output.logits[0])
 
-    def _feed_invariant(self, fed: int, position: int) -> torch.Tensor:
+    def _feed_invariant(self, fed: int, positions: list[int]) -> torch.Tensor:
         """The batch-invariant pass (``SequenceCache`` in the invariant mode): each node one
         row of the dense call, its slots the committed ones then its path's in position order,
         so a node's entries and logits are bit-equal to feeding its path as a chain; filler
@@ -285,10 +295,11 @@ class _Grower(FedSlots):
         start = self.base + fed
         committed = list(range(self.base))
         rows = [(committed + [self.base + s for s in slots], [(column, position)])
-                for column, slots in enumerate(self.seen[fed:])]
+                for column, (slots, position) in enumerate(zip(self.seen[fed:], positions))]
         ids = torch.tensor([self.tokens[fed:] + [0] * (width - count)])
+        padded = positions + positions[-1:] * (width - count)
         with runner.dense_call(rows, width, batches=[0] * count):
-            output = runner.forward(ids, torch.full((1, width), position, dtype=torch.long),
+            output = runner.forward(ids, torch.tensor([padded]),
                                     torch.arange(start, start + width), self.cache.cache)
         if width > count:
             self.cache.cache.crop(count - width)
