@@ -31,7 +31,6 @@ from cascade.bench.prompts import DOMAINS
 from cascade.tools.client import stream_generation
 from cascade.tools.fault_proxy import FaultProxy
 from cascade.tools.local_cluster import ClusterConfig, LocalCluster
-from cascade.tools.redis_server import free_port
 
 KINDS = ("kill-gateway", "kill-verifier", "kill-drafter", "kill-redis-primary",
          "hang-gateway", "hang-verifier", "hang-drafter",
@@ -90,7 +89,7 @@ class ChaosCluster:
     def __init__(self, target: Path, drafter: Path, workdir: Path, lease_s: float = 3.0) -> None:
         self.proxies: dict[str, FaultProxy] = {}
         config = ClusterConfig(target, drafter, num_drafters=3, num_verifiers=2,
-                               redis_replicas=2, http_port=free_port(), grpc_port=free_port(),
+                               redis_replicas=2, http_port=0, grpc_port=0,
                                workdir=workdir,
                                gateway_args=("--session-lease-s", str(lease_s),
                                              "--redis-wait-replicas", "1"))

@@ -26,7 +26,6 @@ import grpc
 
 from cascade.tools.client import stream_generation
 from cascade.tools.local_cluster import ClusterConfig, LocalCluster
-from cascade.tools.redis_server import free_port
 from gateway.session_store import session_keys
 
 ROLES = ("drafter", "verifier", "gateway", "redis")
@@ -56,7 +55,7 @@ class Trial:
 def fault_cluster(target: Path, drafter: Path, workdir: Path) -> LocalCluster:
     """Two verifiers, two drafters, two gateways (short session leases), Redis with AOF."""
     config = ClusterConfig(target, drafter, num_drafters=2, num_verifiers=2,
-                           http_port=free_port(), grpc_port=free_port(), workdir=workdir,
+                           http_port=0, grpc_port=0, workdir=workdir,
                            gateway_args=("--session-lease-s", str(LEASE_S)))
     cluster = LocalCluster(config).start()
     try:

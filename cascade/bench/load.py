@@ -29,7 +29,6 @@ from cascade.bench.prompts import DOMAINS
 from cascade.bench.run import machine
 from cascade.bench.services import pin_all_threads, pinning, place_helpers
 from cascade.tools.local_cluster import ClusterConfig, LocalCluster
-from cascade.tools.redis_server import free_port
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc
 
 
@@ -181,7 +180,7 @@ async def measure_point(address: str, mode: Mode, sessions: int, window_s: float
 
 def _start(config: LoadConfig, mode: Mode, pins: dict) -> LocalCluster:
     cluster = LocalCluster(ClusterConfig(
-        config.target, config.drafter, http_port=free_port(), grpc_port=free_port(),
+        config.target, config.drafter, http_port=0, grpc_port=0,
         workdir=config.out / f"cluster-{mode.key}", cpu_affinity=pins, dtype=config.dtype,
         verifier_args=mode.verifier_args, drafter_args=mode.drafter_args)).start()
     place_helpers(cluster, pins, verifier_waits=False)  # helpers share the drafter's core

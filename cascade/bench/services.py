@@ -19,7 +19,6 @@ from cascade.bench.inprocess import Job, MethodRun, measure_method, params_for
 from cascade.bench.measure import Trace, peak_rss_mb
 from cascade.bench.prompts import BenchPrompt
 from cascade.tools.local_cluster import ClusterConfig, LocalCluster
-from cascade.tools.redis_server import free_port
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc
 
 
@@ -99,7 +98,7 @@ def pinned_cluster(target: Path, drafter: Path, workdir: Path,
     """A local cluster with the verifier and the drafter on cores of their own (``pinning``);
     on the way out this process gets all its cores back and the cluster stops."""
     pins = pinning()
-    config = ClusterConfig(target, drafter, http_port=free_port(), grpc_port=free_port(),
+    config = ClusterConfig(target, drafter, http_port=0, grpc_port=0,
                            workdir=workdir, cpu_affinity=pins, drafter_args=drafter_args)
     cluster = LocalCluster(config).start()
     everything = frozenset(os.sched_getaffinity(0))

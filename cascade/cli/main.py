@@ -43,8 +43,8 @@ def _cluster_config(target, drafter, pair, drafters, port, grpc_port, dtype,
 @app.command()
 def up(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT, pair: str = PAIR_OPT,
        drafters: int = typer.Option(1, help="Number of drafter processes."),
-       port: int = typer.Option(8000, help="Gateway HTTP port."),
-       grpc_port: int = typer.Option(50050, help="Gateway gRPC port."),
+       port: int = typer.Option(8000, help="Gateway HTTP port (0: a free one)."),
+       grpc_port: int = typer.Option(50050, help="Gateway gRPC port (0: a free one)."),
        dtype: str = DTYPE_OPT,
        invariant: bool = typer.Option(True, help="The verifier's batch-invariant pass (greedy "
                                       "output never depends on k, batching or load)."),
@@ -184,7 +184,8 @@ def demo(prompt: str = typer.Argument("Explain how a rainbow forms."),
          target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT, pair: str = PAIR_OPT,
          max_tokens: int = typer.Option(48),
          num_draft_tokens: int = typer.Option(4, "--k"),
-         port: int = typer.Option(8000), grpc_port: int = typer.Option(50050),
+         port: int = typer.Option(8000, help="Gateway HTTP port (0: a free one)."),
+         grpc_port: int = typer.Option(50050, help="Gateway gRPC port (0: a free one)."),
          dtype: str = DTYPE_OPT) -> None:
     """Start the local cluster, run one generation through it, and stop it."""
     cluster = LocalCluster(_cluster_config(target, drafter, pair, 1, port, grpc_port, dtype))

@@ -1,6 +1,8 @@
 """``cascade up``: Redis, one verifier, N drafters and the gateway as separate local processes.
 
-Every process binds 127.0.0.1 on a free port (the gateway on the ports asked for). ``stop``
+Every process binds 127.0.0.1 on a free port (the gateway on the ports asked for; 0: free
+ones). A free port can be taken by something else before the process binds it: a process that
+fails to bind a port the launcher picked is started again on new ones. ``stop``
 sends SIGTERM to each (gateway first, Redis last), waits for the drain, and kills what is left,
 so no process outlives the cluster.
 """
@@ -27,6 +29,10 @@ from cascade.tools.redis_server import RedisServer, free_port
 
 
 MAX_PROCESSES_PER_ROLE = 16
+BIND_RETRIES = 3
+"""Starts on new ports per process when a port picked for it was taken before it bound it."""
+_BIND_FAILURES = ("failed to bind to address", "address already in use")
+_PORT_FLAGS = ("--port", "--grpc-port")
 
 
 @dataclass(frozen=True)
@@ -35,7 +41,9 @@ class ClusterConfig:
     drafter: Path
     num_drafters: int = 1
     http_port: int = 8000
+    """The gateway's HTTP port; 0: a free one."""
     grpc_port: int = 50050
+    """The gateway's gRPC port; 0: a free one."""
     dtype: str = "float32"
     workdir: Path = Path("runs/local")
     """Logs of every process and Redis's working folder."""
@@ -81,18 +89,26 @@ class LocalCluster:
     of it and returns the port everyone else reaches it on (the chaos suite's fault proxies);
     verifiers advertise that port."""
     _args: dict[str, list[str]] = field(default_factory=dict)
+    _picked: dict[str, int] = field(default_factory=dict)
+    """Processes whose ports the launcher picked, with how many times they were started again
+    after a failed bind."""
+    _log_from: dict[str, int] = field(default_factory=dict)
+    """Where each process's log begins for its latest start."""
 
     @property
     def http_url(self) -> str:
-        return f"http://127.0.0.1:{self.config.http_port}"
+        return self.http_url_of("gateway")
 
     @property
     def grpc_address(self) -> str:
-        return f"127.0.0.1:{self.config.grpc_port}"
+        return self.grpc_address_of("gateway")
 
-    def _spawn(self, name: str, args: list[str]) -> None:
+    def _spawn(self, name: str, args: list[str], picked: bool = False) -> None:
         self._args[name] = args
+        if picked:
+            self._picked.setdefault(name, 0)
         log_path = self.config.workdir / f"{name}.log"
+        self._log_from[name] = log_path.stat().st_size if log_path.exists() else 0
         log = log_path.open("a")
         cores = self.config.cpu_affinity.get(name)
         pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None
@@ -114,20 +130,22 @@ class LocalCluster:
                *(mesh or ["--allow-open"])]
         for i in range(c.num_verifiers):
             name, port = "verifier" if i == 0 else f"verifier-{i}", free_port()
+            # Behind a front, others reach the port it was given: it cannot move.
             advertise = (["--advertise", f"127.0.0.1:{self.front(name, port)}"] if self.front
                          else [])
             self._spawn(name, ["verifier_service", "--model", str(c.target),
-                               "--port", str(port), *advertise, *pod, *owner, *c.verifier_args])
+                               "--port", str(port), *advertise, *pod, *owner, *c.verifier_args],
+                        picked=not self.front)
         for i in range(c.num_drafters):
             self._spawn(f"drafter-{i}", ["drafter_service", "--model", str(c.drafter),
                                          "--target-model", str(c.target),
                                          "--port", str(free_port()), *pod,
-                                         *c.drafter_args])
+                                         *c.drafter_args], picked=True)
         # The gateway serves loopback only, for this machine's user: no API keys.
         self._spawn("gateway", ["gateway", "--model", str(c.target), "--allow-open",
-                                "--port", str(c.http_port),
-                                "--grpc-port", str(c.grpc_port), *mesh, *owner,
-                                *c.gateway_args])
+                                "--port", str(c.http_port or free_port()),
+                                "--grpc-port", str(c.grpc_port or free_port()), *mesh, *owner,
+                                *c.gateway_args], picked=not (c.http_port or c.grpc_port))
         try:
             self._wait_ready(timeout_s)
         except BaseException:
@@ -145,18 +163,18 @@ class LocalCluster:
         key.write_text(secrets.token_hex(32))
         return ["--tls-dir", str(folder)], ["--session-key-file", str(key)]
 
-    def _wait_ready(self, timeout_s: float, port: str | None = None,
+    def _wait_ready(self, timeout_s: float, pod: str | None = None,
                     gateway: str = "gateway", name: str | None = None) -> None:
-        """Until every pod is registered (or the one on ``port``) and ``gateway`` is ready;
-        fails if a process (only ``name``, if given: others may be down on purpose) exits.
-        Redis errors (a failover under way) are waited out."""
+        """Until every pod is registered (or ``pod``) and ``gateway`` is ready; fails if a
+        process (only ``name``, if given: others may be down on purpose) exits. Redis errors (a
+        failover under way) are waited out."""
         client = self.redis.sync_client()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             self._check_alive(name)
             try:
-                registered = (self._all_registered(client) if port is None
-                              else self._registered(client, port))
+                registered = (self._all_registered(client) if pod is None
+                              else self._registered(client, self._port_of(pod)))
             except redis.RedisError:
                 registered = False
             if registered and self._gateway_ready(self.http_url_of(gateway)):
@@ -192,7 +210,7 @@ class LocalCluster:
         args = list(self._args["gateway"])
         args[args.index("--port") + 1] = str(free_port())
         args[args.index("--grpc-port") + 1] = str(free_port())
-        self._spawn(name, args)
+        self._spawn(name, args, picked=True)
         self._wait_ready(timeout_s, gateway=name)
         return self.http_url_of(name), self.grpc_address_of(name)
 
@@ -213,6 +231,9 @@ class LocalCluster:
             return args[args.index("--advertise") + 1]
         return f"127.0.0.1:{args[args.index('--port') + 1]}"
 
+    def _port_of(self, pod: str) -> str:
+        return self.address_of(pod).rsplit(":", 1)[1]
+
     def restart(self, name: str, timeout_s: float = 120.0) -> None:
         """Start process ``name`` again with its first arguments (after it died or was
         killed), and wait until it is registered again (pods) or ready (the gateway)."""
@@ -224,10 +245,9 @@ class LocalCluster:
             self._spawn(name, args)
             self._wait_ready(timeout_s, gateway=name, name=name)
             return
-        port = self.address_of(name).rsplit(":", 1)[1]
-        self._unregister(port)  # the dead pod's entry lives on until it expires
+        self._unregister(self._port_of(name))  # the dead pod's entry lives until it expires
         self._spawn(name, args)
-        self._wait_ready(timeout_s, port, name=name)
+        self._wait_ready(timeout_s, pod=name, name=name)
 
     def _unregister(self, port: str) -> None:
         client = self.redis.sync_client()
@@ -247,10 +267,32 @@ class LocalCluster:
             return False
 
     def _check_alive(self, only: str | None = None) -> None:
-        for name, process in self.processes.items():
+        for name, process in list(self.processes.items()):
             if process.poll() is not None and only in (None, name):
-                log = (self.config.workdir / f"{name}.log").read_text()[-2000:]
+                with (self.config.workdir / f"{name}.log").open() as file:
+                    file.seek(self._log_from.get(name, 0))
+                    log = file.read()[-2000:]
+                if self._port_taken(name, log):
+                    self._start_on_new_ports(name)
+                    continue
                 raise RuntimeError(f"{name} exited with code {process.returncode}:\n{log}")
+
+    def _port_taken(self, name: str, log: str) -> bool:
+        """Whether ``name`` died because a port the launcher picked for it was taken meanwhile
+        (and may be started again on new ones)."""
+        return (self._picked.get(name, BIND_RETRIES) < BIND_RETRIES
+                and any(failure in log.lower() for failure in _BIND_FAILURES))
+
+    def _start_on_new_ports(self, name: str) -> None:
+        args = list(self._args[name])
+        for flag in _PORT_FLAGS:
+            if flag in args:
+                args[args.index(flag) + 1] = str(free_port())
+        self._picked[name] += 1
+        with (self.config.workdir / f"{name}.log").open("a") as log:
+            log.write(f"\n[launcher] a port was taken before {name} bound it; starting it "
+                      f"again on new ports\n")
+        self._spawn(name, args)
 
     def stop(self, timeout_s: float = 20.0) -> None:
         order = [*[n for n in self.processes if n.startswith("gateway")],

@@ -16,7 +16,6 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from cascade.tools.local_cluster import ClusterConfig, LocalCluster
-from cascade.tools.redis_server import free_port
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc
 from gateway.session_store import session_keys
 
@@ -52,7 +51,7 @@ def _tie_prone(target: Path, folder: Path) -> Path:
 def test_bfloat16_greedy_equals_the_verifiers_own_k0_decoding(tiny_pair_dirs, tmp_path):
     target, drafter = tiny_pair_dirs
     target = _tie_prone(target, tmp_path / "target")
-    config = ClusterConfig(target, drafter, http_port=free_port(), grpc_port=free_port(),
+    config = ClusterConfig(target, drafter, http_port=0, grpc_port=0,
                            workdir=tmp_path / "run", dtype="bfloat16", num_verifiers=2)
     cluster = LocalCluster(config).start()
     try:

@@ -12,7 +12,6 @@ import grpc
 import httpx
 
 from cascade.tools.local_cluster import ClusterConfig, LocalCluster
-from cascade.tools.redis_server import free_port
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc
 
 MAX_TOKENS = 400
@@ -40,7 +39,7 @@ def grpc_stream(address: str, result: dict) -> None:
 
 def test_sigterm_drains_streams_in_flight_and_exits_zero(tiny_pair_dirs, tmp_path):
     target, drafter = tiny_pair_dirs
-    config = ClusterConfig(target, drafter, http_port=free_port(), grpc_port=free_port(),
+    config = ClusterConfig(target, drafter, http_port=0, grpc_port=0,
                            workdir=tmp_path)
     cluster = LocalCluster(config).start()
     try:
@@ -81,7 +80,7 @@ def test_a_draining_verifier_hands_its_sessions_to_another(tiny_pair_dirs, tmp_p
     from gateway.session_store import session_keys
 
     target, drafter = tiny_pair_dirs
-    config = ClusterConfig(target, drafter, http_port=free_port(), grpc_port=free_port(),
+    config = ClusterConfig(target, drafter, http_port=0, grpc_port=0,
                            workdir=tmp_path, num_verifiers=2, verifier_args=("--grace-s", "0.2"))
     cluster = LocalCluster(config).start()
     try:

@@ -1,11 +1,12 @@
 """`cascade up` machinery: real processes, real Redis; start, generate, stop, nothing left."""
 
 import os
+import socket
 
 import httpx
 
+from cascade.tools import local_cluster
 from cascade.tools.local_cluster import ClusterConfig, LocalCluster
-from cascade.tools.redis_server import free_port
 
 
 def is_running(pid: int) -> bool:
@@ -20,11 +21,22 @@ def is_running(pid: int) -> bool:
         return False
 
 
-def test_local_cluster_starts_serves_and_stops_cleanly(tiny_pair_dirs, tmp_path):
+def test_local_cluster_starts_serves_and_stops_cleanly(tiny_pair_dirs, tmp_path, monkeypatch):
+    """Also: a picked port taken before its process binds it (here a drafter's and the
+    gateway's HTTP port) only makes the launcher start that process again on new ones."""
     target, drafter = tiny_pair_dirs
-    config = ClusterConfig(target, drafter, num_drafters=2, http_port=free_port(),
-                           grpc_port=free_port(), workdir=tmp_path)
-    cluster = LocalCluster(config).start()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        picks = iter([None, taken.getsockname()[1], None, taken.getsockname()[1]])
+        free_port = local_cluster.free_port
+        monkeypatch.setattr(local_cluster, "free_port",
+                            lambda: next(picks, None) or free_port())
+        config = ClusterConfig(target, drafter, num_drafters=2, http_port=0, grpc_port=0,
+                               workdir=tmp_path)
+        cluster = LocalCluster(config).start()
+    for name in ("drafter-0", "gateway"):
+        assert "starting it again on new ports" in (tmp_path / f"{name}.log").read_text()
     pids = [p.pid for p in cluster.processes.values()] + [cluster.redis.process.pid]
     try:
         assert sorted(cluster.processes) == ["drafter-0", "drafter-1", "gateway", "verifier"]
@@ -66,7 +78,7 @@ def test_demo_runs_both_generations_and_compares_them(tiny_pair_dirs, tmp_path):
     target, drafter = tiny_pair_dirs
     command = [sys.executable, "-c", "from cascade.cli.main import app; app()", "demo", "hello",
                "--target", str(target), "--drafter", str(drafter), "--max-tokens", "8",
-               "--port", str(free_port()), "--grpc-port", str(free_port())]
+               "--port", "0", "--grpc-port", "0"]
     result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "identical output: True" in result.stdout

@@ -7,7 +7,6 @@ import json
 import httpx
 
 from cascade.tools.local_cluster import ClusterConfig, LocalCluster
-from cascade.tools.redis_server import free_port
 
 BODY = {"model": "target", "prompt": "import os", "max_tokens": 120, "temperature": 0,
         "num_draft_tokens": 0}
@@ -27,7 +26,7 @@ def _streamed_text(url: str, on_chunk) -> str:
 
 def test_a_stream_survives_killing_the_redis_primary(tiny_pair_dirs, tmp_path):
     target, drafter = tiny_pair_dirs
-    config = ClusterConfig(target, drafter, http_port=free_port(), grpc_port=free_port(),
+    config = ClusterConfig(target, drafter, http_port=0, grpc_port=0,
                            workdir=tmp_path, redis_replicas=1)
     cluster = LocalCluster(config).start()
     try:

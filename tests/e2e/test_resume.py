@@ -12,7 +12,6 @@ import httpx
 import redis
 
 from cascade.tools.local_cluster import ClusterConfig, LocalCluster
-from cascade.tools.redis_server import free_port
 from gateway.session_store import session_keys
 
 SHORT_LEASE = ("--session-lease-s", "2")
@@ -24,7 +23,7 @@ BODY = {"model": "target", "prompt": "import os\nimport sys\n", "max_tokens": 20
 def two_gateways(pair_dirs, workdir, *gateway_args: str):
     """A local cluster (tiny pair) with a second gateway: (cluster, its HTTP URL, its gRPC
     address); both gateways get ``gateway_args``."""
-    config = ClusterConfig(*pair_dirs, http_port=free_port(), grpc_port=free_port(),
+    config = ClusterConfig(*pair_dirs, http_port=0, grpc_port=0,
                            workdir=workdir, gateway_args=gateway_args)
     cluster = LocalCluster(config).start()
     try:
