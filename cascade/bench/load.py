@@ -4,19 +4,19 @@ For each mode — speculative with the verifier unbatched (one block per pass), 
 (the engine), target-only batched (k = 0 through the same engine: what a continuous-batching
 server gives), fixed k = 1, 2, 4, the "auto" schedule (the verifier's goodput planner) and token
 trees (``tree_nodes`` nodes, depth k; verified whole or planned) with the drafters as shipped —
-a local cluster runs as separate processes, verifier and drafter pinned to different cores, gateway, Redis and this client on the drafter's core; the modes take turns at
-each number of sessions. For each number of
-sessions, that many streaming clients send requests back to back through the gateway's gRPC API
-for a fixed window, after which requests still running are cancelled; the table reports
-committed tokens per second (tokens that reached clients within the window), inter-token latency p50/p99 over every token of every session, time to first
-token and errors. A soak run keeps the largest number of clients going for longer and counts
-errors.
+a local cluster runs as separate processes, verifier and drafter pinned to different cores,
+gateway, Redis and this client on the drafter's core; the modes take turns at each number of
+sessions, ``repeats`` times. For each number of sessions, that many streaming clients send
+requests back to back through the gateway's gRPC API for a fixed window, after which requests
+still running are cancelled; the table reports committed tokens per second (tokens that reached
+clients within the window), inter-token latency p50/p99 over every token of every session, time
+to first token and errors (repeated runs pooled). A soak run keeps the largest number of clients
+going for longer and counts errors.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import time
 from dataclasses import asdict, dataclass, field
@@ -72,6 +72,9 @@ class LoadConfig:
     """The fixed-k modes beside auto (drafters as shipped)."""
     tree_nodes: int = 16
     """Nodes per round of the "tree" mode (depth k)."""
+    repeats: int = 1
+    """Runs per mode and load, the modes taking turns in each: the table pools them, and the
+    comparison gives each ratio's range over the runs."""
 
     def modes(self) -> list[Mode]:
         batched = () if self.max_wait_ms is None else ("--max-wait-ms", str(self.max_wait_ms))
@@ -113,10 +116,12 @@ class Point:
     soak: bool = False
     drafted: list[int] = field(default_factory=list)
     """Drafted tokens verified in each round (the plan's choice under auto)."""
+    repeat: int | None = None
+    """Which of the repeated runs this is (None: every run pooled)."""
 
     def row(self) -> dict:
         return {"mode": self.mode, "sessions": self.sessions, "soak": self.soak,
-                "window_s": self.window_s,
+                "window_s": self.window_s, "repeat": self.repeat,
                 "tokens_per_s": round(self.tokens / self.window_s, 2),
                 "itl_p50_ms": round(1000 * percentile(self.itl_s, 0.5), 1),
                 "itl_p99_ms": round(1000 * percentile(self.itl_s, 0.99), 1),
@@ -124,6 +129,19 @@ class Point:
                 "requests": self.requests, "errors": len(self.errors),
                 "mean_drafted": round(sum(self.drafted) / max(len(self.drafted), 1), 2),
                 "rounds_at_0": round(self.drafted.count(0) / max(len(self.drafted), 1), 2)}
+
+
+def pooled(points: list[Point]) -> Point:
+    """One point of several runs of the same mode and load: their tokens over their summed
+    windows, percentiles over every gap of every run."""
+    first = points[0]
+    whole = Point(first.mode, first.sessions, sum(p.window_s for p in points), soak=first.soak)
+    for point in points:
+        whole.tokens += point.tokens
+        whole.requests += point.requests
+        for name in ("errors", "itl_s", "ttft_s", "drafted"):
+            getattr(whole, name).extend(getattr(point, name))
+    return whole
 
 
 def _prompts(domains: tuple[str, ...] = ()) -> list[tuple[str, bool]]:
@@ -191,8 +209,8 @@ def _start(config: LoadConfig, mode: Mode, pins: dict) -> LocalCluster:
 
 def run_load(config: LoadConfig, progress=lambda point: None) -> dict:
     """Every mode's cluster runs at once (idle ones cost nothing but memory) and the modes take
-    turns at each number of sessions, so the rows of one size are measured minutes apart at
-    most, not a whole sweep apart."""
+    turns at each number of sessions (``repeats`` times), so the rows of one size are measured
+    minutes apart at most, not a whole sweep apart."""
     modes, pins = config.modes(), pinning()
     clusters: dict[str, LocalCluster] = {}
     points: list[Point] = []
@@ -201,11 +219,13 @@ def run_load(config: LoadConfig, progress=lambda point: None) -> dict:
         for mode in modes:
             clusters[mode.key] = _start(config, mode, pins)
         for sessions in config.sessions:
-            for mode in modes:
-                points.append(asyncio.run(measure_point(
-                    clusters[mode.key].grpc_address, mode, sessions, config.window_s,
-                    config.max_tokens, domains=config.domains)))
-                progress(points[-1])
+            for repeat in range(config.repeats):
+                for mode in modes:
+                    points.append(asyncio.run(measure_point(
+                        clusters[mode.key].grpc_address, mode, sessions, config.window_s,
+                        config.max_tokens, domains=config.domains)))
+                    points[-1].repeat = repeat
+                    progress(points[-1])
         for mode in modes:
             if mode.key == "batched" and config.soak_s > 0:
                 points.append(asyncio.run(measure_point(
@@ -218,83 +238,13 @@ def run_load(config: LoadConfig, progress=lambda point: None) -> dict:
         if everything:  # place_helpers pinned this process to one core: give it all back
             pin_all_threads(os.getpid(), everything)
     order = {m.name: i for i, m in enumerate(modes)}
-    points.sort(key=lambda p: (order[p.mode], p.soak, p.sessions))
-    return {"cpu": machine(), "config": {
-        k: str(v) for k, v in asdict(config).items()}, "points": [p.row() for p in points],
-        "errors": sorted({e for p in points for e in p.errors})[:20]}
-
-
-def table(result: dict) -> str:
-    lines = ["| mode | sessions | tokens/s | ITL p50 ms | ITL p99 ms | TTFT p50 ms | requests "
-             "| errors | mean drafted | rounds at 0 |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for p in result["points"]:
-        sessions = f"{p['sessions']} (soak, {p['window_s']:.0f} s)" if p["soak"] else p["sessions"]
-        lines.append(f"| {p['mode']} | {sessions} | {p['tokens_per_s']} | {p['itl_p50_ms']}"
-                     f" | {p['itl_p99_ms']} | {p['ttft_p50_ms']} | {p['requests']} "
-                     f"| {p['errors']} | {p.get('mean_drafted', '-')} "
-                     f"| {p.get('rounds_at_0', '-')} |")
-    return "\n".join(lines)
-
-
-def comparison(result: dict) -> str:
-    """auto beside the best of target-only and the fixed-k modes, per number of sessions."""
-    rows = [p for p in result["points"] if not p["soak"]]
-    names = {p["mode"] for p in rows}
-    auto = next((n for n in names if n.startswith("auto (")), None)  # chains; not auto trees
-    rivals = [n for n in names if n == "target-only, batched" or n.startswith("fixed k=")]
-    if auto is None or not rivals:
-        return ""
-    lines = ["| sessions | target-only | best fixed k | auto | auto / best | ITL p99 auto / "
-             "target-only |", "|---|---|---|---|---|---|"]
-    for sessions in sorted({p["sessions"] for p in rows}):
-        at = {p["mode"]: p for p in rows if p["sessions"] == sessions}
-        fixed = [at[n] for n in rivals if n.startswith("fixed k=") and n in at]
-        best_fixed = max(fixed, key=lambda p: p["tokens_per_s"], default=None)
-        target = at.get("target-only, batched")
-        best = max([p["tokens_per_s"] for p in (target, best_fixed) if p], default=0)
-        mine = at.get(auto)
-        if mine is None or not best:
-            continue
-        itl = (f"{mine['itl_p99_ms'] / target['itl_p99_ms']:.2f}"
-               if target and target["itl_p99_ms"] else "-")
-        fixed_text = (f"{best_fixed['tokens_per_s']} ({best_fixed['mode'].split()[-1]})"
-                      if best_fixed else "-")
-        lines.append(f"| {sessions} | {target['tokens_per_s'] if target else '-'} | "
-                     f"{fixed_text} | {mine['tokens_per_s']} | "
-                     f"{mine['tokens_per_s'] / best:.2f} | {itl} |")
-    return "\n".join(lines)
-
-
-def plot(result: dict, path: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for mode in dict.fromkeys(p["mode"] for p in result["points"]):
-        rows = [p for p in result["points"] if p["mode"] == mode and not p["soak"]]
-        left.plot([p["sessions"] for p in rows], [p["tokens_per_s"] for p in rows], "o-",
-                  label=mode)
-        right.plot([p["sessions"] for p in rows], [p["itl_p50_ms"] for p in rows], "o-",
-                   label=mode)
-    for ax, label in ((left, "committed tokens/s (verifier)"), (right, "ITL p50 (ms)")):
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("concurrent streaming sessions")
-        ax.set_ylabel(label)
-        ax.grid(alpha=0.3)
-    left.legend(fontsize=8)
-    fig.suptitle(f"Verifier under load ({result['cpu']})")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
-def save(result: dict, out: Path) -> list[Path]:
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / "load.json", out / "load.md", out / "load.png"]
-    paths[0].write_text(json.dumps(result, indent=1))
-    paths[1].write_text(table(result) + "\n\n" + comparison(result) + "\n")
-    plot(result, paths[2])
-    return paths
+    points.sort(key=lambda p: (order[p.mode], p.soak, p.sessions, p.repeat or 0))
+    cells: dict[tuple, list[Point]] = {}
+    for point in points:
+        cells.setdefault((point.mode, point.soak, point.sessions), []).append(point)
+    result = {"cpu": machine(), "config": {k: str(v) for k, v in asdict(config).items()},
+              "points": [pooled(cell).row() for cell in cells.values()],
+              "errors": sorted({e for p in points for e in p.errors})[:20]}
+    if config.repeats > 1:
+        result["runs"] = [p.row() for p in points]
+    return result

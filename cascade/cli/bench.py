@@ -69,25 +69,30 @@ def bench_load(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT,
                                          "bfloat16."),
                tree_nodes: int = typer.Option(16, help="Nodes per round of the tree mode "
                                               "(depth k)."),
+               repeats: int = typer.Option(1, min=1, help="Runs per mode and load, the modes "
+                                           "taking turns in each: the table pools them, the "
+                                           "comparison gives each ratio's range over the runs."),
                out: Path = typer.Option(Path("runs/bench-load"), help="Where load.json, "
                                         "load.md and load.png go.")) -> None:
     """The verifier under 1..32 concurrent streaming sessions: speculative unbatched and
     batched, target-only batched, fixed k, the auto schedule and token trees, side by side in
     one run."""
-    from cascade.bench.load import LoadConfig, comparison, run_load, save, table
+    from cascade.bench.load import LoadConfig, run_load
+    from cascade.bench.load_report import comparison, save, table
 
     target, drafter = pair_folders(target, drafter, pair)
     try:
         config = LoadConfig(target, drafter, out, k, tuple(sessions), max_tokens, window_s,
                             soak_s, max_wait_ms, tuple(only), tuple(domain), dtype,
-                            tuple(fixed_k), tree_nodes)
+                            tuple(fixed_k), tree_nodes, repeats)
         config.modes()
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
 
     def progress(point) -> None:
         row = point.row()
-        console.print(f"{row['mode']:<32} sessions {row['sessions']:>3}: "
+        run = f" (run {row['repeat'] + 1})" if repeats > 1 else ""
+        console.print(f"{row['mode']:<32} sessions {row['sessions']:>3}{run}: "
                       f"{row['tokens_per_s']:>7} tokens/s, ITL p50 {row['itl_p50_ms']} ms, "
                       f"errors {row['errors']}")
 

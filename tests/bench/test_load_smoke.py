@@ -6,7 +6,8 @@ are written."""
 import json
 import os
 
-from cascade.bench.load import LoadConfig, run_load, save
+from cascade.bench.load import LoadConfig, run_load
+from cascade.bench.load_report import save
 from cascade.tools.tiny_models import build_tiny_pair
 
 
