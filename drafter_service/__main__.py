@@ -29,7 +29,8 @@ OPTIONS = (
     option("inject_jitter_ms", float, typer.Option(
         0.0, help="Testing: uniform jitter (+-) on that delay.")),
     option("speculate", SpeculationMode, typer.Option(
-        SpeculationMode.AHEAD.value, envvar="CASCADE_SPECULATE", help="Draft while the verifier verifies: 'cache' pre-drafts "
+        SpeculationMode.AHEAD.value, envvar="CASCADE_SPECULATE",
+        help="Draft while the verifier verifies: 'cache' pre-drafts "
         "the next block for the likeliest outcomes, 'ahead' also sends the best of them to the "
         "verifier before the verdict; 'off' drafts after each verdict.")),
     option("speculate_fanout", int, typer.Option(

@@ -5,8 +5,10 @@ The proposer keeps its own per-sequence state in step with the committed tokens 
 proposer's cache follows them by position), so applying a verdict is just extending the committed
 list; the rejected tail is rolled back on the next proposal. With speculation on
 (``drafter_service.speculation``) the drafter pre-drafts for guessed outcomes while it waits for
-each verdict (``drafter_service.predrafts``), and may send some of those blocks ahead; sending and receiving are then
-independent (a ``DelayedWriter`` keeps injected delay from holding up the loop).
+each verdict (``drafter_service.predrafts``), and may send some of those blocks ahead; sending
+and receiving are then independent (a ``DelayedWriter`` keeps injected delay from holding up the
+loop). Pre-drafted blocks say so (``DraftBlock.predrafted``): the verifier did not wait for
+their drafting.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ class DraftLoop:
                                                      memory))
         self.speculation = speculation if self.proposer.can_speculate else SpeculationConfig()
         self.predrafts = PreDrafter(self.proposer, executor, self.speculation, self.params,
-                                    request.prompt_len, self._budget, self._block)
+                                    request.prompt_len, self._budget, self._predrafted_block)
         self.num_sessions = num_sessions
         self.executor = executor
         self.committed = list(request.context_tokens)
@@ -113,6 +115,12 @@ class DraftLoop:
                ) -> verifier_pb2.DraftBlock:
         return draft_to_pb(draft, session_id=self.request.session_id, epoch=self.request.epoch,
                            round=round_number, base_len=len(context), draft_us=draft_us)
+
+    def _predrafted_block(self, draft: Draft, round_number: int, context: list[int],
+                          draft_us: int) -> verifier_pb2.DraftBlock:
+        block = self._block(draft, round_number, context, draft_us)
+        block.predrafted = True  # drafted while the verifier verified the round before
+        return block
 
     async def _draft(self, round_number: int, context: list[int], most: int = 0
                      ) -> verifier_pb2.DraftBlock:

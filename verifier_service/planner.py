@@ -80,8 +80,12 @@ class _Planned:
     drafting excepted (its verdict's trip to the drafter, the pod's queue, the way back)."""
     draft_token_s: float | None = None
     """Moving average of its drafter's time per drafted token (the blocks' draft_us)."""
+    exposed: float | None = None
+    """Moving average of the share of its blocks whose drafting the verifier waited for (a
+    block pre-drafted while the round before was verified, for the outcome that came true,
+    counts 0)."""
     last_draft_s: float = 0.0
-    """Drafting time of the block on its way to the scheduler."""
+    """Drafting time the verifier waited for, of the block on its way to the scheduler."""
     verdict_at: float | None = None
     """When (perf_counter) its last verdict was decided, if the drafter was asked to draft."""
     until_probe: int = 0
@@ -110,6 +114,8 @@ class DraftPlanner:
         """method -> moving average of the round-trip wait of its sessions (drafting excepted)."""
         self.pooled_draft_token_s: dict[str, float] = {}
         """method -> moving average of its drafters' time per drafted token."""
+        self.pooled_exposed: dict[str, float] = {}
+        """method -> moving average of the share of its blocks whose drafting was waited for."""
         self.probe_every, self.max_probe_every = probe_every, max_probe_every
         self.pooled_probe_every: dict[str, int] = {}
         """method -> the probe interval a new session of that drafting method starts with."""
@@ -157,7 +163,7 @@ class DraftPlanner:
         cached = len(sequence.committed)
         mine = RowPlan(state.most, survival, cached,
                        wait_s=self.pooled_wait_s.get(state.method, 0.0),
-                       draft_token_s=self.pooled_draft_token_s.get(state.method, 0.0))
+                       draft_token_s=self._waited_per_token(state))
         others = [RowPlan(0, (), cached, is_planned=False)] * (num_active - 1)
         length = plan_pass(PlanInputs([mine, *others]), self.cost)[0]
         state.note = PlanNote(0, length or self._next_length(state, 0))
@@ -176,18 +182,35 @@ class DraftPlanner:
         self.pooled_wait_s[state.method] = _average(self.pooled_wait_s.get(state.method),
                                                     waited)
 
-    def drafted(self, sequence, seconds: float, num_tokens: int) -> None:
+    def drafted(self, sequence, seconds: float, num_tokens: int, predrafted: bool = False
+                ) -> None:
         """A session's block came in: its drafter took ``seconds`` for ``num_tokens`` tokens
-        (told before the block reaches the scheduler, ``arrived``)."""
+        (told before the block reaches the scheduler, ``arrived``); ``predrafted``: while the
+        round before was verified (the verifier did not wait for that drafting)."""
         state = self.sessions.get(id(sequence))
         if state is None:
             return
-        state.last_draft_s = seconds
+        state.last_draft_s = 0.0 if predrafted else seconds
         if num_tokens > 0:
-            per_token = seconds / num_tokens
+            per_token, exposed = seconds / num_tokens, 0.0 if predrafted else 1.0
             state.draft_token_s = _average(state.draft_token_s, per_token)
-            self.pooled_draft_token_s[state.method] = _average(
-                self.pooled_draft_token_s.get(state.method), per_token)
+            state.exposed = _average(state.exposed, exposed)
+            method = state.method
+            self.pooled_draft_token_s[method] = _average(self.pooled_draft_token_s.get(method),
+                                                         per_token)
+            self.pooled_exposed[method] = _average(self.pooled_exposed.get(method), exposed)
+
+    def _waited_per_token(self, state: _Planned, own: bool = False) -> float:
+        """Drafting time per drafted token the verifier waits for: the drafter's time per token
+        times the share of blocks not pre-drafted (its own, if ``own`` and known, else its
+        method's)."""
+        per_token = state.draft_token_s if own else None
+        if per_token is None:
+            per_token = self.pooled_draft_token_s.get(state.method, 0.0)
+        exposed = state.exposed if own else None
+        if exposed is None:
+            exposed = self.pooled_exposed.get(state.method, 1.0)
+        return per_token * exposed
 
     def shadow(self, sequence, base_len: int, tokens: Sequence[int],
                parents: Sequence[int] | None = None) -> int | None:
@@ -274,8 +297,7 @@ class DraftPlanner:
         drafted = draft.num_tokens if floors else state.most  # next: as long as it may be
         survival = self._rates(sequence, state).survival(drafted)
         floor = drafted if floors and state.is_probing else 0  # a probe: verified whole
-        per_token = (state.draft_token_s if state.draft_token_s is not None
-                     else self.pooled_draft_token_s.get(state.method, 0.0))
+        per_token = self._waited_per_token(state, own=True)
         return RowPlan(drafted, survival, cached, floor, state.previous, wait, per_token,
                        base_tokens=fed - draft.num_tokens)
 

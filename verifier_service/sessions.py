@@ -207,7 +207,8 @@ class SessionTable:
             return session.last_verdict  # a resent block: answer again, change nothing
         if self._is_stale(session, block):
             return self._stale(session, block)
-        self.planner.drafted(session.sequence, block.draft_us / 1e6, draft.num_tokens)
+        self.planner.drafted(session.sequence, block.draft_us / 1e6, draft.num_tokens,
+                             block.predrafted or assumed_outcome(block) is not None)
         with start_span("verify", session.trace_context, session_id=session.session_id,
                         round=block.round, num_draft=draft.num_tokens) as span:
             outcome, seconds = await self._run_model(session, draft)

@@ -90,7 +90,7 @@ class SparseDistribution(_message.Message):
     def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., probs: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class DraftBlock(_message.Message):
-    __slots__ = ("session_id", "epoch", "round", "base_len", "tokens", "proposals", "draft_us", "decision_proposals", "assumes", "parents", "source", "survival")
+    __slots__ = ("session_id", "epoch", "round", "base_len", "tokens", "proposals", "draft_us", "decision_proposals", "assumes", "parents", "source", "survival", "predrafted")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
@@ -103,6 +103,7 @@ class DraftBlock(_message.Message):
     PARENTS_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     SURVIVAL_FIELD_NUMBER: _ClassVar[int]
+    PREDRAFTED_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     epoch: int
     round: int
@@ -115,7 +116,8 @@ class DraftBlock(_message.Message):
     parents: _containers.RepeatedScalarFieldContainer[int]
     source: str
     survival: _containers.RepeatedScalarFieldContainer[float]
-    def __init__(self, session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., round: _Optional[int] = ..., base_len: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., proposals: _Optional[_Iterable[_Union[SparseDistribution, _Mapping]]] = ..., draft_us: _Optional[int] = ..., decision_proposals: _Optional[_Iterable[_Union[SparseDistribution, _Mapping]]] = ..., assumes: _Optional[_Union[Outcome, _Mapping]] = ..., parents: _Optional[_Iterable[int]] = ..., source: _Optional[str] = ..., survival: _Optional[_Iterable[float]] = ...) -> None: ...
+    predrafted: bool
+    def __init__(self, session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., round: _Optional[int] = ..., base_len: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., proposals: _Optional[_Iterable[_Union[SparseDistribution, _Mapping]]] = ..., draft_us: _Optional[int] = ..., decision_proposals: _Optional[_Iterable[_Union[SparseDistribution, _Mapping]]] = ..., assumes: _Optional[_Union[Outcome, _Mapping]] = ..., parents: _Optional[_Iterable[int]] = ..., source: _Optional[str] = ..., survival: _Optional[_Iterable[float]] = ..., predrafted: _Optional[bool] = ...) -> None: ...
 
 class Outcome(_message.Message):
     __slots__ = ("num_accepted", "next_token", "path")

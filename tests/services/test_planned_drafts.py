@@ -282,3 +282,29 @@ async def test_a_shadow_chain_is_cut_to_the_committed_positions():
         shadows.after(list(range(20)))
         await asyncio.wait_for(shadows.task, 10)
     assert [(s.base_len, list(s.tokens)) for s in sent] == [(16, [0, 1, 2, 3])]
+
+
+def test_drafting_done_while_the_round_before_was_verified_is_not_counted_as_waited(gpt2_pair):
+    """Half a second of drafting per token never pays when the verifier waits for it; the
+    same drafting done while the round before was verified (pre-drafts that came true) costs
+    the verifier nothing, and the session drafts."""
+    target, _ = gpt2_pair
+    asked = {}
+    for predrafted in (False, True):
+        planner, engine = DraftPlanner(Linear(0.02, 0.002)), VerifyEngine(target, kv_tokens=1024)
+        prompt = random_prompts(1, seed=45)[0]
+        sequence = SequenceVerifier(target, prompt, SamplingParams(max_new_tokens=60),
+                                    engine=engine)
+        planner.enroll(sequence, "model")
+        asked[predrafted] = []
+        for _ in range(12):
+            note = planner.note(sequence)
+            length = 4 if note is None else note.next_draft_tokens
+            draft = hf_greedy(target, sequence.committed, max(length, 1))[:length]
+            planner.drafted(sequence, 0.5 * len(draft), len(draft), predrafted)
+            planned = list(zip([sequence], planner.plan([(sequence, Draft(draft))])))
+            planner.observe(planned, engine.step(planned), seconds=0.0)
+            asked[predrafted].append(planner.note(sequence).next_draft_tokens)
+        sequence.close()
+    assert asked[False].count(0) >= 10
+    assert min(asked[True]) >= 3

@@ -258,3 +258,38 @@ async def test_a_busy_drafter_stops_speculating(cluster, gpt2_pair):
     for prompt, rounds in zip(prompts, both):
         assert [t for r in rounds for t in r.tokens] == hf_greedy(target, prompt, 16)
         assert common_pb2.SPECULATION_UNSPECIFIED in [r.speculation for r in rounds[1:]]
+
+
+@pytest.mark.parametrize("path", ["hit", "miss"])
+async def test_a_planning_verifier_does_not_count_pre_drafting_as_waited_for(
+        gpt2_pair, monkeypatch, path):
+    """Blocks pre-drafted for the outcome that came true say so; the planner then counts none
+    of their drafting as time the verifier waited for (blocks drafted after the verdict: all)."""
+    from services.test_planned_drafts import CHEAP
+
+    target, drafter = gpt2_pair
+    prompt = random_prompts(1, seed=61)[0]
+    monkeypatch.setattr(PreDrafter, "_guesses", oracle(target, prompt, path == "hit"))
+    verifier, sessions = build_verifier(target, grace_s=1.0, step_cost=CHEAP)
+    far, _ = build_drafter(drafter, grace_s=1.0, delay=LinkDelay(15.0, seed=1),
+                           speculation=SpeculationConfig("cache"))
+    await verifier.start()
+    await far.start()
+    try:
+        request = drafter_pb2.RunSessionRequest(
+            session_id="planned", epoch=1, context_tokens=prompt, prompt_len=len(prompt),
+            sampling=sampling_to_pb(SamplingParams(max_new_tokens=24)),
+            draft=draft_settings_to_pb(DraftConfig(4, planned=True)),
+            verifier_address=verifier.address)
+        async with grpc.aio.insecure_channel(far.address) as channel:
+            rounds = [r async for r in drafter_pb2_grpc.DrafterStub(channel).RunSession(
+                request, timeout=60)]
+        exposed = sessions.planner.pooled_exposed["model"]
+    finally:
+        await far.drain()
+        await verifier.drain()
+    assert [t for r in rounds for t in r.tokens] == hf_greedy(target, prompt)
+    drafted = [r for r in rounds[1:] if r.num_drafted]  # the first block is never a pre-draft
+    assert drafted and all(r.speculation == (HIT[0] if path == "hit"
+                                             else common_pb2.SPECULATION_MISS) for r in drafted)
+    assert exposed == 1.0 if path == "miss" else exposed <= 0.7 ** len(drafted) + 1e-9
