@@ -10,7 +10,8 @@ block (a target-only session does so at once, a drafter after drafting): without
 first session back would take the model alone and the others would queue behind it, and the
 batches would fragment into ones and twos. It does not wait for sessions the draft planner sent
 to draft while others come back at once: those join the step after. With batching off every
-item is a step of its own, which is how the verifier worked before the engine (the benchmark's baseline).
+item is a step of its own, which is how the verifier worked before the engine (the benchmark's
+baseline).
 
 A caller that gives up (its stream was cancelled) leaves its item in the queue; the worker drops
 it unrun.
