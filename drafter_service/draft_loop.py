@@ -29,7 +29,7 @@ from cascade.pod.messages import (
     draft_to_pb,
     features_from_pb,
     num_open_replies,
-    round_from_verdict,
+    tokens_after,
 )
 from cascade.protocol.settings import DraftConfig
 from cascade.protocol.validation import SessionSettings
@@ -39,6 +39,7 @@ from cascade.serving.errors import StaleEpoch
 from cascade.serving.telemetry import current_context, start_span
 from cascade.v1 import common_pb2, drafter_pb2, verifier_pb2, verifier_pb2_grpc
 from drafter_service.predrafts import PreDrafter
+from drafter_service.relay import EMPTY_BLOCK, UNDRAFTED, relayed_round
 from drafter_service.shadows import Shadows
 from drafter_service.speculation import SpeculationCache, SpeculationConfig
 
@@ -150,7 +151,7 @@ class DraftLoop:
                 self._observe(await self._receive(call))
                 if self.planned_length == 0:  # it decodes alone from the start
                     async for verdict in self._follow(call, writer):
-                        yield self._round(verdict, EMPTY_BLOCK, UNDRAFTED, None, _micros(last))
+                        yield relayed_round(verdict, EMPTY_BLOCK, UNDRAFTED, None, _micros(last))
                         last, first_round = time.perf_counter(), verdict.round + 1
                     if _is_final(verdict):
                         return
@@ -160,13 +161,27 @@ class DraftLoop:
                       else common_pb2.SPECULATION_UNSPECIFIED)
             while True:
                 verdict, cache = await self._await_verdict(call, writer, block)
+                base = len(self.committed)
+                while verdict.catching_up:  # decoded alone while the block was on its way
+                    self.committed.extend(verdict.tokens)
+                    yield relayed_round(verdict, EMPTY_BLOCK, UNDRAFTED, None, _micros(last))
+                    last, cache = time.perf_counter(), None  # pre-drafts: for another base
+                    if _is_final(verdict):
+                        break
+                    verdict = await self._receive(call)
+                if verdict.catching_up:  # the generation ended before the block came
+                    break
                 self._observe(verdict)
+                if len(self.committed) > base:  # the verifier took the block from there
+                    block = verifier_pb2.DraftBlock(
+                        tokens=tokens_after(block, self.committed[block.base_len:]),
+                        draft_us=block.draft_us, source=block.source)
                 self.committed.extend(verdict.tokens)
-                yield self._round(verdict, block, origin, cache, _micros(last))
+                yield relayed_round(verdict, block, origin, cache, _micros(last))
                 last = time.perf_counter()
                 if self.planned_length == 0 and not _is_final(verdict):
                     async for verdict in self._follow(call, writer):  # the verifier decodes alone
-                        yield self._round(verdict, EMPTY_BLOCK, UNDRAFTED, None, _micros(last))
+                        yield relayed_round(verdict, EMPTY_BLOCK, UNDRAFTED, None, _micros(last))
                         last = time.perf_counter()
                     cache = None  # pre-drafts made before it went alone are out of date
                 if _is_final(verdict):
@@ -227,19 +242,6 @@ class DraftLoop:
                        self.request.prompt_len + self.config.num_draft_tokens,
                        budget=self.config.tree_nodes)
 
-    def _round(self, verdict, block, origin, cache: SpeculationCache | None, round_us: int
-               ) -> common_pb2.Round:
-        verified = (block.tokens[: verdict.num_verified] if verdict.HasField("num_verified")
-                    else block.tokens)
-        parents = block.parents[: len(verified)]
-        result = round_from_verdict(verdict, verified, block.draft_us, round_us, parents,
-                                    block.source)
-        metrics.observe_drafted(block.source, len(verified), verdict.num_accepted)
-        result.speculation = origin
-        if cache is not None:
-            result.num_predrafted, result.num_sent_ahead = len(cache.blocks), len(cache.sent)
-        return result
-
     async def _next_block(self, writer: DelayedWriter, verdict: verifier_pb2.Verdict,
                           cache: SpeculationCache | None
                           ) -> tuple[verifier_pb2.DraftBlock, common_pb2.Speculation]:
@@ -272,10 +274,6 @@ class DraftLoop:
             return await verdict, cache
         finally:
             verdict.cancel()
-
-
-EMPTY_BLOCK = verifier_pb2.DraftBlock()
-UNDRAFTED = common_pb2.SPECULATION_UNSPECIFIED
 
 
 def _is_final(verdict: verifier_pb2.Verdict) -> bool:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cascade.core.blocks import Draft, RoundOutcome
@@ -43,11 +43,10 @@ from cascade.core.tree_accept import row_depths, walk
 from cascade.protocol.methods import SELF_ESTIMATED_METHODS
 from cascade.protocol.trees import chain_parents
 from cascade.serving import metrics
+from verifier_service.round_trips import RoundTrips, Trip
 
 MAX_PROBE_TOKENS = 4
 """Most drafted tokens a probe asks for (the first positions carry most of a block's value)."""
-WAIT_WEIGHT = 0.3
-"""Weight of one round in the moving average of a session's round-trip wait."""
 PROFILE_SECONDS = 15.0
 """Budget of the start-up profile of the pass time (once per model, dtype and machine)."""
 
@@ -75,19 +74,8 @@ class _Planned:
     previous: int = 0
     most: int = 0
     """The longest block the session's drafter has sent (its k, as far as the verifier knows)."""
-    wait_s: float | None = None
-    """Moving average of the verifier's wait for this session's next block when it drafts,
-    drafting excepted (its verdict's trip to the drafter, the pod's queue, the way back)."""
-    draft_token_s: float | None = None
-    """Moving average of its drafter's time per drafted token (the blocks' draft_us)."""
-    exposed: float | None = None
-    """Moving average of the share of its blocks whose drafting the verifier waited for (a
-    block pre-drafted while the round before was verified, for the outcome that came true,
-    counts 0)."""
-    last_draft_s: float = 0.0
-    """Drafting time the verifier waited for, of the block on its way to the scheduler."""
-    verdict_at: float | None = None
-    """When (perf_counter) its last verdict was decided, if the drafter was asked to draft."""
+    trip: Trip = field(default_factory=Trip)
+    """Its round trips to its drafter (``verifier_service.round_trips``)."""
     until_probe: int = 0
     """Rounds at 0 left before the next probe (0: not counting)."""
     probe_every: int = 8
@@ -110,17 +98,15 @@ class DraftPlanner:
     def __init__(self, cost: StepCost, probe_every: int = 8, max_probe_every: int = 128
                  ) -> None:
         self.cost, self.book = cost, SurvivalBook()
-        self.pooled_wait_s: dict[str, float] = {}
-        """method -> moving average of the round-trip wait of its sessions (drafting excepted)."""
-        self.pooled_draft_token_s: dict[str, float] = {}
-        """method -> moving average of its drafters' time per drafted token."""
-        self.pooled_exposed: dict[str, float] = {}
-        """method -> moving average of the share of its blocks whose drafting was waited for."""
+        self.trips = RoundTrips()
         self.probe_every, self.max_probe_every = probe_every, max_probe_every
         self.pooled_probe_every: dict[str, int] = {}
         """method -> the probe interval a new session of that drafting method starts with."""
         self.sessions: dict[int, _Planned] = {}
         """id(sequence) -> its plan state (planned sessions only)."""
+        self.awaiting: set[int] = set()
+        """id(sequence) of sessions decoded alone while the block they were asked for is on its
+        way (catching up): their plan stands until it comes."""
 
     def enroll(self, sequence, method: str, shadowed: bool = False, tree: bool = False,
                most: int = 0) -> None:
@@ -134,12 +120,22 @@ class DraftPlanner:
 
     def release(self, sequence) -> None:
         self.sessions.pop(id(sequence), None)
+        self.awaiting.discard(id(sequence))
         self.book.forget(id(sequence))
 
     def is_drafting(self, sequence) -> bool:
         """Whether the session's last verdict asked its drafter for a block."""
         note = self.note(sequence)
         return note is not None and note.next_draft_tokens > 0
+
+    def catches_up(self, sequence) -> bool:
+        """Whether the session may be decoded alone while the block it was asked for is on its
+        way: a greedy chain whose drafter drafts from tokens alone (its shadows say so; the
+        block is then exactly the drafter's continuation of any context it agrees with), asked
+        for a block."""
+        state = self.sessions.get(id(sequence))
+        return (state is not None and state.is_shadowed and not state.is_tree
+                and state.note is not None and state.note.next_draft_tokens > 0)
 
     def note(self, sequence) -> PlanNote | None:
         state = self.sessions.get(id(sequence))
@@ -162,25 +158,19 @@ class DraftPlanner:
         survival = self._rates(sequence, state).survival(state.most)
         cached = len(sequence.committed)
         mine = RowPlan(state.most, survival, cached,
-                       wait_s=self.pooled_wait_s.get(state.method, 0.0),
-                       draft_token_s=self._waited_per_token(state))
+                       wait_s=self.trips.wait(state.method),
+                       draft_token_s=self.trips.waited_per_token(state.method))
         others = [RowPlan(0, (), cached, is_planned=False)] * (num_active - 1)
         length = plan_pass(PlanInputs([mine, *others]), self.cost)[0]
         state.note = PlanNote(0, length or self._next_length(state, 0))
-        state.verdict_at = time.perf_counter() if state.note.next_draft_tokens else None
+        state.trip.asked_at = time.perf_counter() if state.note.next_draft_tokens else None
         return state.note.next_draft_tokens
 
     def arrived(self, sequence, now: float) -> None:
-        """A session's block reached the scheduler: how long the verifier waited for it, if
-        its drafter had to draft it."""
+        """A session's block reached the scheduler (``RoundTrips.arrived``)."""
         state = self.sessions.get(id(sequence))
-        if state is None or state.verdict_at is None:
-            return
-        waited = max(0.0, now - state.verdict_at - state.last_draft_s)
-        state.verdict_at = None
-        state.wait_s = _average(state.wait_s, waited)
-        self.pooled_wait_s[state.method] = _average(self.pooled_wait_s.get(state.method),
-                                                    waited)
+        if state is not None:
+            self.trips.arrived(state.method, state.trip, now)
 
     def drafted(self, sequence, seconds: float, num_tokens: int, predrafted: bool = False
                 ) -> None:
@@ -188,29 +178,8 @@ class DraftPlanner:
         (told before the block reaches the scheduler, ``arrived``); ``predrafted``: while the
         round before was verified (the verifier did not wait for that drafting)."""
         state = self.sessions.get(id(sequence))
-        if state is None:
-            return
-        state.last_draft_s = 0.0 if predrafted else seconds
-        if num_tokens > 0:
-            per_token, exposed = seconds / num_tokens, 0.0 if predrafted else 1.0
-            state.draft_token_s = _average(state.draft_token_s, per_token)
-            state.exposed = _average(state.exposed, exposed)
-            method = state.method
-            self.pooled_draft_token_s[method] = _average(self.pooled_draft_token_s.get(method),
-                                                         per_token)
-            self.pooled_exposed[method] = _average(self.pooled_exposed.get(method), exposed)
-
-    def _waited_per_token(self, state: _Planned, own: bool = False) -> float:
-        """Drafting time per drafted token the verifier waits for: the drafter's time per token
-        times the share of blocks not pre-drafted (its own, if ``own`` and known, else its
-        method's)."""
-        per_token = state.draft_token_s if own else None
-        if per_token is None:
-            per_token = self.pooled_draft_token_s.get(state.method, 0.0)
-        exposed = state.exposed if own else None
-        if exposed is None:
-            exposed = self.pooled_exposed.get(state.method, 1.0)
-        return per_token * exposed
+        if state is not None:
+            self.trips.drafted(state.method, state.trip, seconds, num_tokens, predrafted)
 
     def shadow(self, sequence, base_len: int, tokens: Sequence[int],
                parents: Sequence[int] | None = None) -> int | None:
@@ -246,7 +215,8 @@ class DraftPlanner:
         estimates); the step's real time for the cost model."""
         for (sequence, draft), result in zip(items, results):
             state = self.sessions.get(id(sequence))
-            if state is None or draft is None or not isinstance(result, RoundOutcome):
+            if (state is None or draft is None or not isinstance(result, RoundOutcome)
+                    or id(sequence) in self.awaiting):
                 continue
             if draft.survival is not None:  # estimated by its drafter: not the session's rates
                 state.previous = draft.num_tokens
@@ -264,9 +234,10 @@ class DraftPlanner:
         unforced = plan_pass(self._inputs(items, floors=False), self.cost)
         for (sequence, draft), n in zip(items, unforced):
             state = self.sessions.get(id(sequence))
-            if state is not None and draft is not None:
+            if state is not None and draft is not None and id(sequence) not in self.awaiting:
                 state.note = PlanNote(draft.num_tokens, self._next_length(state, n))
-                state.verdict_at = time.perf_counter() if state.note.next_draft_tokens else None
+                state.trip.asked_at = (time.perf_counter() if state.note.next_draft_tokens
+                                       else None)
         if hasattr(self.cost, "observe"):
             self.cost.observe(self.shape(items), seconds)
 
@@ -287,8 +258,7 @@ class DraftPlanner:
         cached = len(sequence.cache.tokens)
         if state is None or draft is None:  # verified whole (or a prefill: no draft)
             return RowPlan(0, (), cached, base_tokens=fed, is_planned=False)
-        wait = state.wait_s if state.wait_s is not None else self.pooled_wait_s.get(
-            state.method, 0.0)
+        wait = self.trips.wait(state.method, state.trip)
         if draft.survival is not None and floors:  # the block's own estimates, this pass only
             return RowPlan(draft.num_tokens, draft.survival, cached, 0, state.previous, wait,
                            base_tokens=fed - draft.num_tokens)
@@ -297,7 +267,7 @@ class DraftPlanner:
         drafted = draft.num_tokens if floors else state.most  # next: as long as it may be
         survival = self._rates(sequence, state).survival(drafted)
         floor = drafted if floors and state.is_probing else 0  # a probe: verified whole
-        per_token = self._waited_per_token(state, own=True)
+        per_token = self.trips.waited_per_token(state.method, state.trip)
         return RowPlan(drafted, survival, cached, floor, state.previous, wait, per_token,
                        base_tokens=fed - draft.num_tokens)
 
@@ -342,11 +312,6 @@ class DraftPlanner:
         pass is cheapest (the longest among equals)."""
         lengths = range(1, max(1, min(MAX_PROBE_TOKENS, state.most)) + 1)
         return min(lengths, key=lambda n: (self.cost.predict(StepShape(1, 1 + n, 0)), -n))
-
-
-def _average(average: float | None, value: float) -> float:
-    """A moving average (weight ``WAIT_WEIGHT``) updated with ``value``; None: none yet."""
-    return value if average is None else average + WAIT_WEIGHT * (value - average)
 
 
 def shadow_path(tokens: Sequence[int], parents: Sequence[int] | None,

@@ -101,15 +101,22 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
         """While the plan says the session's drafts do not pay (a verdict asking for 0 drafted
         tokens), the verifier decodes it alone, round after round, as Decode does; the drafter
         sends no blocks (shadow blocks at most, which the inbox scores as they come) and relays
-        these verdicts until one asks for drafts again. ``first_round``: the round to start at
-        (default: the one after ``verdict``'s)."""
+        these verdicts until one asks for drafts again. Then, until that block comes and while
+        other sessions keep the verifier stepping, it goes on decoding the session alone
+        (catching-up rounds, ``SessionTable.catches_up``), so the session misses no step for
+        its drafter's round trip. ``first_round``: the round to start at (default: the one
+        after ``verdict``'s)."""
         next_round = verdict.round + 1 if first_round is None else first_round
-        while (verdict.HasField("next_draft_tokens") and verdict.next_draft_tokens == 0
-               and verdict.finish_reason == common_pb2.FINISH_REASON_UNSPECIFIED):
+        while verdict.finish_reason == common_pb2.FINISH_REASON_UNSPECIFIED:
             inbox.raise_failure()
-            verdict = await self.sessions.verify(session, verifier_pb2.DraftBlock(
-                session_id=session.session_id, epoch=session.epoch, round=next_round,
-                base_len=len(session.sequence.committed)))
+            if verdict.HasField("next_draft_tokens") and verdict.next_draft_tokens == 0:
+                verdict = await self.sessions.verify(session, verifier_pb2.DraftBlock(
+                    session_id=session.session_id, epoch=session.epoch, round=next_round,
+                    base_len=len(session.sequence.committed)))
+            elif inbox.queue.empty() and self.sessions.catches_up(session):
+                verdict = await self.sessions.catch_up(session, next_round)
+            else:
+                return
             next_round = verdict.round + 1
             yield verdict
             if verdict.is_stale:

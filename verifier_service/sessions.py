@@ -47,6 +47,7 @@ from cascade.serving import metrics
 from cascade.serving.errors import Overloaded, StaleEpoch
 from cascade.serving.telemetry import current_context, start_span
 from cascade.v1 import verifier_pb2
+from verifier_service.catch_up import catches_up, rebased
 from verifier_service.epochs import EpochMemory
 from verifier_service.planner import DraftPlanner, profile_for
 from verifier_service.scheduler import StepScheduler, VerifierSettings
@@ -63,6 +64,8 @@ class OpenSession:
     last_verdict: verifier_pb2.Verdict | None = None
     trace_context: object = None
     """The RPC's trace context, parent of this session's ``verify`` spans."""
+    caught_up: int = 0
+    """Rounds decoded alone since the session's drafter was asked for its next block."""
 
 
 class SessionTable:
@@ -195,10 +198,38 @@ class SessionTable:
         return (block.session_id != session.session_id or block.epoch != session.epoch
                 or session.epoch < current or block.base_len != len(session.sequence.committed))
 
-    async def verify(self, session: OpenSession, block: verifier_pb2.DraftBlock
-                     ) -> verifier_pb2.Verdict | None:
-        """The block's verdict, or None for a block sent ahead on a wrong guess (dropped)."""
+    def catches_up(self, session: OpenSession) -> bool:
+        """Whether to decode ``session`` alone while its next block is on its way."""
+        return catches_up(self.planner, session, self.sessions.values())
+
+    async def catch_up(self, session: OpenSession, round_number: int) -> verifier_pb2.Verdict:
+        """One round of ``session`` decoded alone while its next block is on its way."""
+        self.planner.awaiting.add(id(session.sequence))  # its plan stands until the block
+        session.caught_up += 1
+        verdict = await self.verify(session, verifier_pb2.DraftBlock(
+            session_id=session.session_id, epoch=session.epoch, round=round_number,
+            base_len=len(session.sequence.committed)), catching_up=True)
+        verdict.catching_up = True
+        verdict.ClearField("next_draft_tokens")
+        return verdict
+
+    async def verify(self, session: OpenSession, block: verifier_pb2.DraftBlock,
+                     catching_up: bool = False) -> verifier_pb2.Verdict | None:
+        """The block's verdict, or None for a block sent ahead on a wrong guess, or one on its
+        way when rounds decoded alone meanwhile ended the generation (dropped).
+        ``catching_up``: a round decoded alone while the session's next block is on its way;
+        that block, when it comes, is verified from where such rounds leave it."""
         draft = draft_from_pb(block, self.limits.vocab_size)  # checks the block first
+        drafted = draft.num_tokens
+        if session.caught_up and not catching_up and not block.HasField("assumes"):
+            if session.sequence.is_finished:
+                return None  # it was on its way when the generation ended: dropped
+            if (block.epoch == session.epoch and not block.parents
+                    and block.base_len < len(session.sequence.committed)):
+                block = rebased(self.planner, session, block)
+                draft = draft_from_pb(block, self.limits.vocab_size)
+            session.caught_up = 0
+            self.planner.awaiting.discard(id(session.sequence))
         if assumed_outcome(block) is not None and not _guessed_right(session, block):
             metrics.SSD_DROPPED_BLOCKS.inc()
             return None
@@ -207,7 +238,7 @@ class SessionTable:
             return session.last_verdict  # a resent block: answer again, change nothing
         if self._is_stale(session, block):
             return self._stale(session, block)
-        self.planner.drafted(session.sequence, block.draft_us / 1e6, draft.num_tokens,
+        self.planner.drafted(session.sequence, block.draft_us / 1e6, drafted,
                              block.predrafted or assumed_outcome(block) is not None)
         with start_span("verify", session.trace_context, session_id=session.session_id,
                         round=block.round, num_draft=draft.num_tokens) as span:

@@ -148,6 +148,14 @@ def follows(block: verifier_pb2.DraftBlock, verdict: verifier_pb2.Verdict) -> bo
     return block.base_len == verdict.committed_len
 
 
+def tokens_after(block: verifier_pb2.DraftBlock, done: list[int]) -> list[int]:
+    """A greedy chain's tokens after ``done``, tokens committed since its ``base_len`` (rounds
+    decoded alone while it was on its way): the rest, if its first tokens equal them (then the
+    rest is the drafter's continuation of the longer context), else none."""
+    tokens = list(block.tokens)
+    return tokens[len(done):] if tokens[:len(done)] == done else []
+
+
 def assumed_outcome(block: verifier_pb2.DraftBlock) -> Outcome | None:
     """The outcome a block sent ahead assumes (None: an ordinary block)."""
     if not block.HasField("assumes"):

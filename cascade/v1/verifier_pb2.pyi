@@ -130,7 +130,7 @@ class Outcome(_message.Message):
     def __init__(self, num_accepted: _Optional[int] = ..., next_token: _Optional[int] = ..., path: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Verdict(_message.Message):
-    __slots__ = ("session_id", "epoch", "round", "is_stale", "tokens", "num_accepted", "committed_len", "finish_reason", "verify_us", "features", "num_deferred", "num_verified", "next_draft_tokens", "path", "logprobs", "prompt_logprobs", "num_forced", "num_filled")
+    __slots__ = ("session_id", "epoch", "round", "is_stale", "tokens", "num_accepted", "committed_len", "finish_reason", "verify_us", "features", "num_deferred", "num_verified", "next_draft_tokens", "path", "logprobs", "prompt_logprobs", "num_forced", "num_filled", "catching_up")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
@@ -149,6 +149,7 @@ class Verdict(_message.Message):
     PROMPT_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     NUM_FORCED_FIELD_NUMBER: _ClassVar[int]
     NUM_FILLED_FIELD_NUMBER: _ClassVar[int]
+    CATCHING_UP_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     epoch: int
     round: int
@@ -167,7 +168,8 @@ class Verdict(_message.Message):
     prompt_logprobs: _containers.RepeatedCompositeFieldContainer[_common_pb2.TokenLogprobs]
     num_forced: int
     num_filled: int
-    def __init__(self, session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., round: _Optional[int] = ..., is_stale: _Optional[bool] = ..., tokens: _Optional[_Iterable[int]] = ..., num_accepted: _Optional[int] = ..., committed_len: _Optional[int] = ..., finish_reason: _Optional[_Union[_common_pb2.FinishReason, str]] = ..., verify_us: _Optional[int] = ..., features: _Optional[_Union[TargetFeatures, _Mapping]] = ..., num_deferred: _Optional[int] = ..., num_verified: _Optional[int] = ..., next_draft_tokens: _Optional[int] = ..., path: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[_Union[_common_pb2.TokenLogprobs, _Mapping]]] = ..., prompt_logprobs: _Optional[_Iterable[_Union[_common_pb2.TokenLogprobs, _Mapping]]] = ..., num_forced: _Optional[int] = ..., num_filled: _Optional[int] = ...) -> None: ...
+    catching_up: bool
+    def __init__(self, session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., round: _Optional[int] = ..., is_stale: _Optional[bool] = ..., tokens: _Optional[_Iterable[int]] = ..., num_accepted: _Optional[int] = ..., committed_len: _Optional[int] = ..., finish_reason: _Optional[_Union[_common_pb2.FinishReason, str]] = ..., verify_us: _Optional[int] = ..., features: _Optional[_Union[TargetFeatures, _Mapping]] = ..., num_deferred: _Optional[int] = ..., num_verified: _Optional[int] = ..., next_draft_tokens: _Optional[int] = ..., path: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[_Union[_common_pb2.TokenLogprobs, _Mapping]]] = ..., prompt_logprobs: _Optional[_Iterable[_Union[_common_pb2.TokenLogprobs, _Mapping]]] = ..., num_forced: _Optional[int] = ..., num_filled: _Optional[int] = ..., catching_up: _Optional[bool] = ...) -> None: ...
 
 class DecodeRequest(_message.Message):
     __slots__ = ("session",)

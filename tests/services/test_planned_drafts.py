@@ -308,3 +308,70 @@ def test_drafting_done_while_the_round_before_was_verified_is_not_counted_as_wai
         sequence.close()
     assert asked[False].count(0) >= 10
     assert min(asked[True]) >= 3
+
+
+async def test_a_session_sent_to_draft_among_sessions_decoded_alone_misses_no_step(
+        gpt2_pair, monkeypatch):
+    """While its block is on its way (a link to its drafter slower than half a step), a planned
+    greedy session is decoded alone in the steps other sessions keep running, and the block is
+    verified from where those rounds leave it: every output stays the target's, the session
+    gets tokens in rounds it would have missed, and each drafted round names the tokens it
+    verified."""
+    import asyncio
+    import time
+
+    from cascade.serving.delay import LinkDelay
+    from cascade.v1 import verifier_pb2, verifier_pb2_grpc
+
+    step = VerifyEngine.step
+    monkeypatch.setattr(VerifyEngine, "step", lambda self, items: (time.sleep(0.03),
+                                                                   step(self, items))[1])
+    target, _ = gpt2_pair
+    verifier, _ = build_verifier(target, grace_s=1.0, step_cost=CHEAP)
+    draft_service, _ = build_drafter(target, grace_s=1.0, delay=LinkDelay(10.0, seed=1))
+    await verifier.start()
+    await draft_service.start()
+    alone_prompt, prompt = random_prompts(2, seed=46)
+    done = asyncio.Event()
+
+    async def decoded_alone():  # target-only sessions back to back, until the other ends
+        outputs = []
+        async with grpc.aio.insecure_channel(verifier.address) as channel:
+            stub = verifier_pb2_grpc.VerifierStub(channel)
+            while not done.is_set():
+                request = verifier_pb2.DecodeRequest(session=verifier_pb2.SessionOpen(
+                    session_id=f"alone-{len(outputs)}", epoch=1, context_tokens=alone_prompt,
+                    prompt_len=len(alone_prompt),
+                    sampling=sampling_to_pb(SamplingParams(max_new_tokens=30))))
+                outputs.append([t async for r in stub.Decode(request, timeout=60)
+                                for t in r.tokens])
+        return outputs
+
+    async def planned():
+        await asyncio.sleep(0.05)  # the other sessions are stepping by then
+        async with grpc.aio.insecure_channel(draft_service.address) as channel:
+            request = drafter_pb2.RunSessionRequest(
+                session_id="auto", epoch=1, context_tokens=prompt, prompt_len=len(prompt),
+                sampling=sampling_to_pb(SamplingParams(max_new_tokens=40)),
+                draft=draft_settings_to_pb(DraftConfig(4, planned=True)),
+                verifier_address=verifier.address)
+            stub = drafter_pb2_grpc.DrafterStub(channel)
+            try:
+                return [r async for r in stub.RunSession(request, timeout=60)]
+            finally:
+                done.set()
+
+    try:
+        alone, rounds = await asyncio.gather(decoded_alone(), planned())
+    finally:
+        await draft_service.drain()
+        await verifier.drain()
+    assert alone and all(tokens == hf_greedy(target, alone_prompt, 30) for tokens in alone)
+    assert [t for r in rounds for t in r.tokens] == hf_greedy(target, prompt, 40)
+    first = next(i for i, r in enumerate(rounds) if r.num_drafted)
+    between = [r for r in rounds[first + 1:-1] if not r.num_drafted]
+    assert len(between) >= 3 and all(len(r.tokens) == 1 for r in between)
+    drafted = [r for r in rounds if r.num_drafted]
+    assert len(drafted) >= 3
+    for r in drafted:  # the target drafts for itself: every verified token is accepted
+        assert list(r.drafted_tokens) == list(r.tokens[:r.num_drafted])

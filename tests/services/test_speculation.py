@@ -284,7 +284,7 @@ async def test_a_planning_verifier_does_not_count_pre_drafting_as_waited_for(
         async with grpc.aio.insecure_channel(far.address) as channel:
             rounds = [r async for r in drafter_pb2_grpc.DrafterStub(channel).RunSession(
                 request, timeout=60)]
-        exposed = sessions.planner.pooled_exposed["model"]
+        exposed = sessions.planner.trips.exposed["model"]
     finally:
         await far.drain()
         await verifier.drain()
