@@ -167,9 +167,10 @@ class DraftPlanner:
         return state.note.next_draft_tokens
 
     def arrived(self, sequence, now: float) -> None:
-        """A session's block reached the scheduler (``RoundTrips.arrived``)."""
+        """A session's block reached the scheduler (``RoundTrips.arrived``); a round decoded
+        alone while its block is on its way is not that block."""
         state = self.sessions.get(id(sequence))
-        if state is not None:
+        if state is not None and id(sequence) not in self.awaiting:
             self.trips.arrived(state.method, state.trip, now)
 
     def drafted(self, sequence, seconds: float, num_tokens: int, predrafted: bool = False

@@ -49,3 +49,18 @@ def test_a_block_is_verified_from_where_the_rounds_decoded_alone_leave_it():
     assert list(consumed.tokens) == [] and consumed.base_len == 8
     assert planner.shadows[-1] == (3, [7, 8, 9, 10])
     assert list(block.tokens) == [7, 8, 9, 10]  # the block itself is left as it came
+
+
+def test_rounds_decoded_alone_meanwhile_do_not_count_as_the_blocks_arrival():
+    from verifier_service.planner import DraftPlanner
+
+    planner, sequence = DraftPlanner(cost=None), object()
+    planner.enroll(sequence, "model", shadowed=True)
+    trip = planner.sessions[id(sequence)].trip
+    trip.asked_at = 10.0
+    planner.awaiting.add(id(sequence))
+    planner.arrived(sequence, 10.001)  # a catching-up round reaches the scheduler
+    assert trip.asked_at == 10.0 and trip.wait_s is None
+    planner.awaiting.discard(id(sequence))
+    planner.arrived(sequence, 10.05)  # the block
+    assert trip.asked_at is None and abs(trip.wait_s - 0.05) < 1e-9
