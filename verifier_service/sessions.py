@@ -211,6 +211,7 @@ class SessionTable:
             base_len=len(session.sequence.committed)), catching_up=True)
         verdict.catching_up = True
         verdict.ClearField("next_draft_tokens")
+        metrics.CAUGHT_UP_ROUNDS.inc()
         return verdict
 
     async def verify(self, session: OpenSession, block: verifier_pb2.DraftBlock,

@@ -128,6 +128,8 @@ PLANNED_ZERO_ROUNDS = Counter("cascade:planned_zero_rounds", "Planned rounds aft
                               "session drafts nothing (the verifier decodes it alone).")
 SHADOW_DRAFT_TOKENS = Counter("cascade:shadow_draft_tokens", "Tokens of shadow blocks scored "
                               "(drafted from past contexts of sessions decoded alone).")
+CAUGHT_UP_ROUNDS = Counter("cascade:caught_up_rounds", "Rounds a planned session was decoded "
+                           "alone while the block it was asked for was on its way.")
 # Gateway.
 UNREPLICATED_APPENDS = Counter("cascade:unreplicated_appends", "Session appends no replica "
                                "acknowledged in time (--redis-wait-replicas): "

@@ -320,6 +320,7 @@ async def test_a_session_sent_to_draft_among_sessions_decoded_alone_misses_no_st
     import asyncio
     import time
 
+    from cascade.serving import metrics
     from cascade.serving.delay import LinkDelay
     from cascade.v1 import verifier_pb2, verifier_pb2_grpc
 
@@ -332,7 +333,7 @@ async def test_a_session_sent_to_draft_among_sessions_decoded_alone_misses_no_st
     await verifier.start()
     await draft_service.start()
     alone_prompt, prompt = random_prompts(2, seed=46)
-    done = asyncio.Event()
+    done, caught_before = asyncio.Event(), metrics.CAUGHT_UP_ROUNDS._value.get()
 
     async def decoded_alone():  # target-only sessions back to back, until the other ends
         outputs = []
@@ -371,6 +372,7 @@ async def test_a_session_sent_to_draft_among_sessions_decoded_alone_misses_no_st
     first = next(i for i, r in enumerate(rounds) if r.num_drafted)
     between = [r for r in rounds[first + 1:-1] if not r.num_drafted]
     assert len(between) >= 3 and all(len(r.tokens) == 1 for r in between)
+    assert metrics.CAUGHT_UP_ROUNDS._value.get() - caught_before >= len(between)
     drafted = [r for r in rounds if r.num_drafted]
     assert len(drafted) >= 3
     for r in drafted:  # the target drafts for itself: every verified token is accepted
