@@ -180,8 +180,7 @@ class DraftPlanner:
         round before was verified (the verifier did not wait for that drafting)."""
         state = self.sessions.get(id(sequence))
         if state is not None:
-            self.trips.drafted(state.method, state.trip, seconds, num_tokens, predrafted,
-                               after_draft=state.previous > 0)
+            self.trips.drafted(state.method, state.trip, seconds, num_tokens, predrafted)
 
     def shadow(self, sequence, base_len: int, tokens: Sequence[int],
                parents: Sequence[int] | None = None) -> int | None:

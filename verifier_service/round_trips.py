@@ -51,22 +51,17 @@ class RoundTrips:
         self.wait_s[method] = _average(self.wait_s.get(method), waited)
 
     def drafted(self, method: str, trip: Trip, seconds: float, num_tokens: int,
-                predrafted: bool, after_draft: bool = True) -> None:
+                predrafted: bool) -> None:
         """A block came in: its drafter took ``seconds`` for ``num_tokens`` tokens;
-        ``predrafted``: while the round before was verified (not waited for); ``after_draft``:
-        the round before verified a block, so its drafter could pre-draft this one (only such
-        blocks count in the share waited for: the first block after rounds decoded alone is
-        always drafted after its verdict, a cost of going back to drafting, not of drafting)."""
+        ``predrafted``: while the round before was verified (not waited for)."""
         trip.last_draft_s = 0.0 if predrafted else seconds
         if num_tokens <= 0:
             return
-        per_token = seconds / num_tokens
+        per_token, exposed = seconds / num_tokens, 0.0 if predrafted else 1.0
         trip.draft_token_s = _average(trip.draft_token_s, per_token)
+        trip.exposed = _average(trip.exposed, exposed)
         self.draft_token_s[method] = _average(self.draft_token_s.get(method), per_token)
-        if after_draft:
-            exposed = 0.0 if predrafted else 1.0
-            trip.exposed = _average(trip.exposed, exposed)
-            self.exposed[method] = _average(self.exposed.get(method), exposed)
+        self.exposed[method] = _average(self.exposed.get(method), exposed)
 
     def wait(self, method: str, trip: Trip | None = None) -> float:
         """The round trip besides drafting: the session's own (``trip``), if known, else its
