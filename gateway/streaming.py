@@ -16,7 +16,7 @@ from cascade.protocol.logprobs import TokenLogprobs
 from cascade.protocol.settings import FinishReason
 from gateway.detokenize import Decoder, TextStream
 from gateway.errors import as_api_error, error_body, error_response
-from gateway.generation import GeneratedChunk, GenerationFailed, GenerationRequest, Generator
+from gateway.generation import GeneratedChunk, GenerationFailed
 from gateway.generation import stop_early
 from gateway.logprobs import LogprobEntry, entries
 from gateway.rounds import RoundReader, RoundView

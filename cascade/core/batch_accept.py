@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import torch
 
-from cascade.core.acceptance import AcceptanceInput, AcceptResult, accept
+from cascade.core.acceptance import AcceptanceInput, accept
 from cascade.core.sampling import RowSampling
 from cascade.protocol.settings import AcceptancePolicy, SamplingParams
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import typer
 
 from cascade.core.feature_runner import load_model
-from cascade.core.runner import ModelRunner, ModelSpec
+from cascade.core.runner import ModelSpec
 from cascade.pod.process import setup_pod
 from cascade.serving.mesh import SERVER_NAME_HELP, TLS_DIR_HELP, TOKEN_HELP, mesh_or_exit
 from cascade.serving.mesh import refuse_open
