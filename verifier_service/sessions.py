@@ -64,8 +64,6 @@ class OpenSession:
     last_verdict: verifier_pb2.Verdict | None = None
     trace_context: object = None
     """The RPC's trace context, parent of this session's ``verify`` spans."""
-    caught_up: int = 0
-    """Rounds decoded alone since the session's drafter was asked for its next block."""
 
 
 class SessionTable:
@@ -205,7 +203,6 @@ class SessionTable:
     async def catch_up(self, session: OpenSession, round_number: int) -> verifier_pb2.Verdict:
         """One round of ``session`` decoded alone while its next block is on its way."""
         self.planner.awaiting.add(id(session.sequence))  # its plan stands until the block
-        session.caught_up += 1
         verdict = await self.verify(session, verifier_pb2.DraftBlock(
             session_id=session.session_id, epoch=session.epoch, round=round_number,
             base_len=len(session.sequence.committed)), catching_up=True)
@@ -222,14 +219,14 @@ class SessionTable:
         that block, when it comes, is verified from where such rounds leave it."""
         draft = draft_from_pb(block, self.limits.vocab_size)  # checks the block first
         drafted = draft.num_tokens
-        if session.caught_up and not catching_up and not block.HasField("assumes"):
+        awaited = id(session.sequence) in self.planner.awaiting  # rounds caught up since asked
+        if awaited and not catching_up and not block.HasField("assumes"):
             if session.sequence.is_finished:
                 return None  # it was on its way when the generation ended: dropped
             if (block.epoch == session.epoch and not block.parents
                     and block.base_len < len(session.sequence.committed)):
                 block = rebased(self.planner, session, block)
                 draft = draft_from_pb(block, self.limits.vocab_size)
-            session.caught_up = 0
             self.planner.awaiting.discard(id(session.sequence))
         if assumed_outcome(block) is not None and not _guessed_right(session, block):
             metrics.SSD_DROPPED_BLOCKS.inc()
