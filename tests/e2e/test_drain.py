@@ -29,12 +29,16 @@ def http_stream(url: str, started: threading.Event, result: dict) -> None:
     result["events"] = events
 
 
-def grpc_stream(address: str, result: dict) -> None:
+def grpc_stream(address: str, started: threading.Event, result: dict) -> None:
     with grpc.insecure_channel(address) as channel:
         stub = gateway_pb2_grpc.GatewayStub(channel)
         request = gateway_pb2.GenerateRequest(prompt="def main():", temperature=0,
                                               max_tokens=MAX_TOKENS, num_draft_tokens=3)
-        result["responses"] = list(stub.Generate(request, timeout=120))
+        responses = []
+        for response in stub.Generate(request, timeout=120):
+            responses.append(response)
+            started.set()
+        result["responses"] = responses
 
 
 def test_sigterm_drains_streams_in_flight_and_exits_zero(tiny_pair_dirs, tmp_path):
@@ -43,14 +47,17 @@ def test_sigterm_drains_streams_in_flight_and_exits_zero(tiny_pair_dirs, tmp_pat
                            workdir=tmp_path)
     cluster = LocalCluster(config).start()
     try:
-        started, http_result, grpc_result = threading.Event(), {}, {}
-        threads = [threading.Thread(target=http_stream, args=(cluster.http_url, started,
+        http_started, grpc_started = threading.Event(), threading.Event()
+        http_result, grpc_result = {}, {}
+        threads = [threading.Thread(target=http_stream, args=(cluster.http_url, http_started,
                                                               http_result)),
                    threading.Thread(target=grpc_stream, args=(cluster.grpc_address,
-                                                              grpc_result))]
+                                                              grpc_started, grpc_result))]
         for thread in threads:
             thread.start()
-        assert started.wait(60), "no stream started"
+        # Both streams in flight before the signal: a call still connecting is refused.
+        assert http_started.wait(60), "the HTTP stream did not start"
+        assert grpc_started.wait(60), "the gRPC stream did not start"
         gateway = cluster.processes["gateway"]
         gateway.send_signal(signal.SIGTERM)
         for thread in threads:
