@@ -75,6 +75,10 @@ class DraftLoop:
         self.trace_context = current_context()  # the RunSession span: parent of each `draft`
         self.planned_length: int | None = None
         """The verifier's plan for the next block's length (planned sessions; None: k)."""
+        self.latest: verifier_pb2.Verdict | None = None
+        """The last verdict of a round the verifier decoded alone (None: none yet)."""
+        self._last = time.perf_counter()
+        """When the last round was relayed (or the session opened)."""
 
     def _open_message(self) -> verifier_pb2.VerifyRequest:
         r = self.request
@@ -143,55 +147,77 @@ class DraftLoop:
         writer = DelayedWriter(lambda message: _send(call, message), self.link)
         try:
             await writer.send(self._open_message())
-            if self.proposer.wants_target_features:  # the context's features come first
-                for _ in range(num_open_replies(len(self.committed))):
-                    self._observe(await self._receive(call))
-            last, first_round = time.perf_counter(), 0
-            if self.config.planned:  # the verifier's plan for the first block comes next
-                self._observe(await self._receive(call))
-                if self.planned_length == 0:  # it decodes alone from the start
-                    async for verdict in self._follow(call, writer):
-                        yield relayed_round(verdict, EMPTY_BLOCK, UNDRAFTED, None, _micros(last))
-                        last, first_round = time.perf_counter(), verdict.round + 1
-                    if _is_final(verdict):
-                        return
-            block = await self._draft(first_round, self.committed)
-            await writer.send(verifier_pb2.VerifyRequest(block=block))
-            origin = (common_pb2.SPECULATION_MISS if self.speculation.is_on
-                      else common_pb2.SPECULATION_UNSPECIFIED)
-            while True:
-                verdict, cache = await self._await_verdict(call, writer, block)
-                base = len(self.committed)
-                while verdict.catching_up:  # decoded alone while the block was on its way
-                    self.committed.extend(verdict.tokens)
-                    yield relayed_round(verdict, EMPTY_BLOCK, UNDRAFTED, None, _micros(last))
-                    last, cache = time.perf_counter(), None  # pre-drafts: for another base
-                    if _is_final(verdict):
-                        break
-                    verdict = await self._receive(call)
-                if verdict.catching_up:  # the generation ended before the block came
-                    break
-                self._observe(verdict)
-                if len(self.committed) > base:  # the verifier took the block from there
-                    block = verifier_pb2.DraftBlock(
-                        tokens=tokens_after(block, self.committed[block.base_len:]),
-                        draft_us=block.draft_us, source=block.source)
-                self.committed.extend(verdict.tokens)
-                yield relayed_round(verdict, block, origin, cache, _micros(last))
-                last = time.perf_counter()
-                if self.planned_length == 0 and not _is_final(verdict):
-                    async for verdict in self._follow(call, writer):  # the verifier decodes alone
-                        yield relayed_round(verdict, EMPTY_BLOCK, UNDRAFTED, None, _micros(last))
-                        last = time.perf_counter()
-                    cache = None  # pre-drafts made before it went alone are out of date
-                if _is_final(verdict):
-                    break
-                block, origin = await self._next_block(writer, verdict, cache)
+            async for relayed in self._opening(call, writer):
+                yield relayed
+            if self.latest is None or not _is_final(self.latest):
+                async for relayed in self._rounds(call, writer):
+                    yield relayed
             await writer.flush()
             await call.done_writing()
         finally:
             writer.close()
             call.cancel()
+
+    async def _opening(self, call, writer: DelayedWriter) -> AsyncIterator[common_pb2.Round]:
+        """The verifier's replies to the open: the context's target features (a feature
+        drafter), the plan for the first block (a planned session), and the rounds it decodes
+        alone if that plan is 0."""
+        if self.proposer.wants_target_features:  # the context's features come first
+            for _ in range(num_open_replies(len(self.committed))):
+                self._observe(await self._receive(call))
+        if self.config.planned:  # the verifier's plan for the first block comes next
+            self._observe(await self._receive(call))
+        self._last = time.perf_counter()  # the first round starts now
+        if self.config.planned and self.planned_length == 0:  # it decodes alone from the start
+            async for relayed in self._alone(call, writer):
+                yield relayed
+
+    async def _rounds(self, call, writer: DelayedWriter) -> AsyncIterator[common_pb2.Round]:
+        """Block, verdict and relayed round, again and again until the generation ends."""
+        first_round = self.latest.round + 1 if self.latest is not None else 0
+        block = await self._draft(first_round, self.committed)
+        await writer.send(verifier_pb2.VerifyRequest(block=block))
+        origin = (common_pb2.SPECULATION_MISS if self.speculation.is_on
+                  else common_pb2.SPECULATION_UNSPECIFIED)
+        while True:
+            verdict, cache = await self._await_verdict(call, writer, block)
+            base = len(self.committed)
+            while verdict.catching_up:  # decoded alone while the block was on its way
+                self.committed.extend(verdict.tokens)
+                yield self._relay(verdict, EMPTY_BLOCK, UNDRAFTED, None)
+                cache = None  # its pre-drafts were made for another base
+                if _is_final(verdict):
+                    return  # the generation ended before the block came
+                verdict = await self._receive(call)
+            self._observe(verdict)
+            if len(self.committed) > base:  # the verifier took the block from there
+                block = verifier_pb2.DraftBlock(
+                    tokens=tokens_after(block, self.committed[block.base_len:]),
+                    draft_us=block.draft_us, source=block.source)
+            self.committed.extend(verdict.tokens)
+            yield self._relay(verdict, block, origin, cache)
+            if self.planned_length == 0 and not _is_final(verdict):
+                async for relayed in self._alone(call, writer):  # the verifier decodes alone
+                    yield relayed
+                verdict, cache = self.latest, None  # pre-drafts from before are out of date
+            if _is_final(verdict):
+                return
+            block, origin = await self._next_block(writer, verdict, cache)
+
+    def _relay(self, verdict: verifier_pb2.Verdict, block: verifier_pb2.DraftBlock,
+               origin: common_pb2.Speculation, cache: SpeculationCache | None
+               ) -> common_pb2.Round:
+        """The round to relay for ``verdict`` (``relayed_round``), timed from the last one."""
+        relayed = relayed_round(verdict, block, origin, cache, _micros(self._last))
+        self._last = time.perf_counter()
+        return relayed
+
+    async def _alone(self, call, writer: DelayedWriter) -> AsyncIterator[common_pb2.Round]:
+        """The rounds the verifier decodes alone (``_follow``), relayed; ``latest``: the last
+        verdict."""
+        async for verdict in self._follow(call, writer):
+            self.latest = verdict
+            yield self._relay(verdict, EMPTY_BLOCK, UNDRAFTED, None)
 
     async def _follow(self, call, writer: DelayedWriter
                       ) -> AsyncIterator[verifier_pb2.Verdict]:

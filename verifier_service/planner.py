@@ -12,12 +12,8 @@ real step), and every session's acceptance as it is decided. It plans in two mov
 - **Next**: each verdict tells the drafter how many tokens to draft next: what the same pass
   would take if the session's block were as long as its longest yet (its k), on the estimates
   this round updated; or 0 — the drafter then sends nothing and the verifier decodes the
-  session alone. A session at 0 is *probed* every ``probe_every`` rounds with a short block
-  (verified whatever it costs; its length the cheapest pass of up to ``MAX_PROBE_TOKENS``
-  drafts, as measured passes are not monotone in their length) so a drafter that starts paying
-  again is noticed. A probe that does not pay doubles the interval (up to ``max_probe_every``),
-  for its session and for every later session of its drafting method on this verifier; a
-  round that pays halves both (down to ``probe_every``).
+  session alone. A session at 0 is *probed* now and then with a short block
+  (``verifier_service.probes``) so a drafter that starts paying again is noticed.
 - **Shadows** replace probes where they are exact: while a greedy session is decoded alone its
   drafter, idle otherwise, drafts now and then from a past context of committed tokens and
   sends that *shadow* block; the verifier scores it against the tokens it committed there (a
@@ -29,36 +25,20 @@ real step), and every session's acceptance as it is decided. It plans in two mov
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from cascade.core.blocks import Draft, RoundOutcome
 from cascade.core.goodput import PlanInputs, RowPlan, StepCost, plan_pass
-from cascade.core.step_cost import StepCostModel, StepShape, load_or_profile
+from cascade.core.step_cost import StepShape
 from cascade.core.survival import SurvivalBook
 from cascade.core.tree_accept import row_depths, walk
 from cascade.protocol.methods import SELF_ESTIMATED_METHODS
 from cascade.protocol.trees import chain_parents
 from cascade.serving import metrics
+from verifier_service.probes import MAX_PROBE_TOKENS, ProbeClock, Probes
 from verifier_service.round_trips import RoundTrips, Trip
-
-MAX_PROBE_TOKENS = 4
-"""Most drafted tokens a probe asks for (the first positions carry most of a block's value)."""
-PROFILE_SECONDS = 15.0
-"""Budget of the start-up profile of the pass time (once per model, dtype and machine)."""
-
-
-def profile_for(runner, seconds: float = PROFILE_SECONDS, invariant: bool = True
-                ) -> StepCostModel:
-    """The target's step-cost model for the batch-invariant or the plain pass: cached under
-    the user cache (``$XDG_CACHE_HOME``), else profiled now, in about ``seconds``."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return load_or_profile(runner, cache / "cascade" / "step-cost", seconds=seconds,
-                           invariant=invariant)
-
 
 @dataclass
 class PlanNote:
@@ -76,10 +56,7 @@ class _Planned:
     """The longest block the session's drafter has sent (its k, as far as the verifier knows)."""
     trip: Trip = field(default_factory=Trip)
     """Its round trips to its drafter (``verifier_service.round_trips``)."""
-    until_probe: int = 0
-    """Rounds at 0 left before the next probe (0: not counting)."""
-    probe_every: int = 8
-    is_probing: bool = False
+    probe: ProbeClock = field(default_factory=ProbeClock)
     is_shadowed: bool = False
     """Its drafter sends shadow blocks while it is decoded alone (it said so at the open, or
     one came): no probes needed."""
@@ -95,13 +72,9 @@ class _Planned:
 
 
 class DraftPlanner:
-    def __init__(self, cost: StepCost, probe_every: int = 8, max_probe_every: int = 128
-                 ) -> None:
+    def __init__(self, cost: StepCost) -> None:
         self.cost, self.book = cost, SurvivalBook()
-        self.trips = RoundTrips()
-        self.probe_every, self.max_probe_every = probe_every, max_probe_every
-        self.pooled_probe_every: dict[str, int] = {}
-        """method -> the probe interval a new session of that drafting method starts with."""
+        self.trips, self.probes = RoundTrips(), Probes(cost)
         self.sessions: dict[int, _Planned] = {}
         """id(sequence) -> its plan state (planned sessions only)."""
         self.awaiting: set[int] = set()
@@ -113,15 +86,28 @@ class DraftPlanner:
         """``shadowed``: its drafter sends shadow blocks while it is decoded alone; ``tree``:
         it drafts token trees (its slots are nodes, best first; lengths count nodes); ``most``:
         its longest block (k, or a tree's nodes; 0: unknown)."""
-        every = self.pooled_probe_every.get(method, self.probe_every)
         self.sessions[id(sequence)] = _Planned(
-            method, probe_every=every, is_shadowed=shadowed, is_tree=tree, most=most,
-            is_self_estimated=method in SELF_ESTIMATED_METHODS)
+            method, probe=self.probes.clock(method), is_shadowed=shadowed, is_tree=tree,
+            most=most, is_self_estimated=method in SELF_ESTIMATED_METHODS)
 
     def release(self, sequence) -> None:
         self.sessions.pop(id(sequence), None)
         self.awaiting.discard(id(sequence))
         self.book.forget(id(sequence))
+
+    def await_block(self, sequence) -> None:
+        """The session is decoded alone while the block it was asked for is on its way: its plan
+        stands, and these rounds are neither its block's arrival nor its acceptance."""
+        self.awaiting.add(id(sequence))
+
+    def block_came(self, sequence) -> bool:
+        """The session's block came: whether it was awaited (rounds caught up since asked)."""
+        awaited = id(sequence) in self.awaiting
+        self.awaiting.discard(id(sequence))
+        return awaited
+
+    def is_awaiting(self, sequence) -> bool:
+        return id(sequence) in self.awaiting
 
     def is_drafting(self, sequence) -> bool:
         """Whether the session's last verdict asked its drafter for a block."""
@@ -170,7 +156,7 @@ class DraftPlanner:
         """A session's block reached the scheduler (``RoundTrips.arrived``); a round decoded
         alone while its block is on its way is not that block."""
         state = self.sessions.get(id(sequence))
-        if state is not None and id(sequence) not in self.awaiting:
+        if state is not None and not self.is_awaiting(sequence):
             self.trips.arrived(state.method, state.trip, now)
 
     def drafted(self, sequence, seconds: float, num_tokens: int, predrafted: bool = False
@@ -198,7 +184,7 @@ class DraftPlanner:
         else:
             self.book.observe(id(sequence), state.method, len(tokens), len(path))
         state.most = max(state.most, len(tokens))
-        state.is_shadowed, state.is_probing, state.until_probe = True, False, 0
+        state.is_shadowed, state.probe.is_probing, state.probe.until = True, False, 0
         metrics.SHADOW_DRAFT_TOKENS.inc(len(tokens))
         return len(path)
 
@@ -217,7 +203,7 @@ class DraftPlanner:
         for (sequence, draft), result in zip(items, results):
             state = self.sessions.get(id(sequence))
             if (state is None or draft is None or not isinstance(result, RoundOutcome)
-                    or id(sequence) in self.awaiting):
+                    or self.is_awaiting(sequence)):
                 continue
             if draft.survival is not None:  # estimated by its drafter: not the session's rates
                 state.previous = draft.num_tokens
@@ -235,7 +221,7 @@ class DraftPlanner:
         unforced = plan_pass(self._inputs(items, floors=False), self.cost)
         for (sequence, draft), n in zip(items, unforced):
             state = self.sessions.get(id(sequence))
-            if state is not None and draft is not None and id(sequence) not in self.awaiting:
+            if state is not None and draft is not None and not self.is_awaiting(sequence):
                 state.note = PlanNote(draft.num_tokens, self._next_length(state, n))
                 state.trip.asked_at = (time.perf_counter() if state.note.next_draft_tokens
                                        else None)
@@ -267,7 +253,7 @@ class DraftPlanner:
             state.most = max(state.most, draft.num_tokens)
         drafted = draft.num_tokens if floors else state.most  # next: as long as it may be
         survival = self._rates(sequence, state).survival(drafted)
-        floor = drafted if floors and state.is_probing else 0  # a probe: verified whole
+        floor = drafted if floors and state.probe.is_probing else 0  # a probe: verified whole
         per_token = self.trips.waited_per_token(state.method, state.trip)
         return RowPlan(drafted, survival, cached, floor, state.previous, wait, per_token,
                        base_tokens=fed - draft.num_tokens)
@@ -281,38 +267,19 @@ class DraftPlanner:
     def _next_length(self, state: _Planned, unforced: int) -> int:
         """How many tokens the session's drafter drafts next (see the module docstring)."""
         if state.ready:  # its drafter has a draft it expects to pay: ask for it
-            ready, state.ready, state.is_probing = state.ready, 0, False
+            ready, state.ready, state.probe.is_probing = state.ready, 0, False
             return ready if state.is_self_estimated else max(unforced, ready)
         if state.is_self_estimated:  # nothing ready: decoded alone until its drafter says so
-            state.is_probing = False
+            state.probe.is_probing = False
             return 0
-        was_probing, state.is_probing = state.is_probing, False
-        if unforced > 0:  # paying: probes, when it next stops paying, come sooner again
-            state.until_probe = 0
-            state.probe_every = max(self.probe_every, state.probe_every // 2)
-            pooled = self.pooled_probe_every.get(state.method, self.probe_every)
-            self.pooled_probe_every[state.method] = max(self.probe_every, pooled // 2)
+        if unforced > 0:
+            self.probes.paid(state.method, state.probe)
             return unforced
         metrics.PLANNED_ZERO_ROUNDS.inc()
         if state.is_shadowed:  # its shadows keep the estimates current: no probe
+            state.probe.is_probing = False
             return 0
-        if was_probing:  # the probe did not pay: wait longer before the next one
-            state.probe_every = min(2 * state.probe_every, self.max_probe_every)
-            pooled = self.pooled_probe_every.get(state.method, self.probe_every)
-            self.pooled_probe_every[state.method] = min(2 * pooled, self.max_probe_every)
-        if state.until_probe <= 0:
-            state.until_probe = state.probe_every
-        state.until_probe -= 1
-        if state.until_probe == 0:
-            state.is_probing = True
-            return self._probe_length(state)
-        return 0
-
-    def _probe_length(self, state: _Planned) -> int:
-        """The probe length in [1, MAX_PROBE_TOKENS] (at most the session's k) whose one-row
-        pass is cheapest (the longest among equals)."""
-        lengths = range(1, max(1, min(MAX_PROBE_TOKENS, state.most)) + 1)
-        return min(lengths, key=lambda n: (self.cost.predict(StepShape(1, 1 + n, 0)), -n))
+        return self.probes.at_zero(state.method, state.probe, state.most)
 
 
 def shadow_path(tokens: Sequence[int], parents: Sequence[int] | None,

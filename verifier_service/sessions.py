@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from cascade.core.blocks import Draft, RoundOutcome
 from cascade.core.engine import KVBudgetExhausted, VerifyEngine
 from cascade.core.runner import ModelRunner
+from cascade.core.step_cost import load_or_profile
 from cascade.core.verification import SequenceVerifier
 from cascade.pod.messages import (
     assumed_outcome,
@@ -49,8 +50,11 @@ from cascade.serving.telemetry import current_context, start_span
 from cascade.v1 import verifier_pb2
 from verifier_service.catch_up import catches_up, rebased
 from verifier_service.epochs import EpochMemory
-from verifier_service.planner import DraftPlanner, profile_for
+from verifier_service.planner import DraftPlanner
 from verifier_service.scheduler import StepScheduler, VerifierSettings
+
+PROFILE_SECONDS = 15.0
+"""Budget of the start-up profile of the pass time (once per model, dtype and machine)."""
 
 
 @dataclass
@@ -80,8 +84,8 @@ class SessionTable:
         logging.getLogger("verifier").info(
             "passes: %s", f"batch-invariant, {self.engine.invariance}"
             if self.settings.invariant else "plain (--no-invariant)")
-        self.planner = DraftPlanner(step_cost or profile_for(runner,
-                                                             invariant=self.settings.invariant))
+        self.planner = DraftPlanner(step_cost or load_or_profile(  # cached, else ~15 s
+            runner, seconds=PROFILE_SECONDS, invariant=self.settings.invariant))
         self.scheduler = StepScheduler(self.engine, executor, self.settings, self.planner)
         self.sessions: dict[str, OpenSession] = {}
         self.highest_epoch = EpochMemory()
@@ -202,7 +206,7 @@ class SessionTable:
 
     async def catch_up(self, session: OpenSession, round_number: int) -> verifier_pb2.Verdict:
         """One round of ``session`` decoded alone while its next block is on its way."""
-        self.planner.awaiting.add(id(session.sequence))  # its plan stands until the block
+        self.planner.await_block(session.sequence)  # its plan stands until the block
         verdict = await self.verify(session, verifier_pb2.DraftBlock(
             session_id=session.session_id, epoch=session.epoch, round=round_number,
             base_len=len(session.sequence.committed)), catching_up=True)
@@ -219,7 +223,7 @@ class SessionTable:
         that block, when it comes, is verified from where such rounds leave it."""
         draft = draft_from_pb(block, self.limits.vocab_size)  # checks the block first
         drafted = draft.num_tokens
-        awaited = id(session.sequence) in self.planner.awaiting  # rounds caught up since asked
+        awaited = self.planner.is_awaiting(session.sequence)  # rounds caught up since asked
         if awaited and not catching_up and not block.HasField("assumes"):
             if session.sequence.is_finished:
                 return None  # it was on its way when the generation ended: dropped
@@ -227,7 +231,7 @@ class SessionTable:
                     and block.base_len < len(session.sequence.committed)):
                 block = rebased(self.planner, session, block)
                 draft = draft_from_pb(block, self.limits.vocab_size)
-            self.planner.awaiting.discard(id(session.sequence))
+            self.planner.block_came(session.sequence)
         if assumed_outcome(block) is not None and not _guessed_right(session, block):
             metrics.SSD_DROPPED_BLOCKS.inc()
             return None

@@ -92,7 +92,7 @@ def models_profile(target: Path = typer.Option(..., help="Target model folder.")
     import torch
 
     from cascade.core.runner import ModelRunner, ModelSpec
-    from cascade.core.step_cost import cache_path, profile
+    from cascade.core.step_cost import cache_path, profile, user_cache_dir
 
     if threads:
         torch.set_num_threads(threads)
@@ -103,7 +103,7 @@ def models_profile(target: Path = typer.Option(..., help="Target model folder.")
     runner = ModelRunner.load(spec)
     with console.status(f"timing passes of {target.name} ({dtype}, about {seconds:.0f} s)"):
         model = profile(runner, seconds=seconds)
-    path = cache_path(runner, default_models_dir().parent / "step-cost")
+    path = cache_path(runner, user_cache_dir())
     model.save(path)
     _print_profile(model)
     console.print(f"saved to {path}")

@@ -420,9 +420,16 @@ def cache_path(runner, cache_dir: Path, invariant: bool = True) -> Path:
     return Path(cache_dir) / f"{found['model']}-{key}.json"
 
 
-def load_or_profile(runner, cache_dir: Path, **profile_args) -> StepCostModel:
-    """The cached profile of this model on this machine, else a new one (saved)."""
-    path = cache_path(runner, cache_dir, profile_args.get("invariant", True))
+def user_cache_dir() -> Path:
+    """Where profiles are cached: ``$XDG_CACHE_HOME/cascade/step-cost`` (else ~/.cache)."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "cascade" / "step-cost"
+
+
+def load_or_profile(runner, cache_dir: Path | None = None, **profile_args) -> StepCostModel:
+    """The cached profile of this model on this machine (under ``cache_dir``, default
+    ``user_cache_dir()``), else a new one (saved)."""
+    path = cache_path(runner, cache_dir or user_cache_dir(), profile_args.get("invariant", True))
     try:
         return StepCostModel.from_json(path.read_text())
     except (FileNotFoundError, StepCostError):  # none yet, or damaged: measured again

@@ -58,9 +58,9 @@ def test_rounds_decoded_alone_meanwhile_do_not_count_as_the_blocks_arrival():
     planner.enroll(sequence, "model", shadowed=True)
     trip = planner.sessions[id(sequence)].trip
     trip.asked_at = 10.0
-    planner.awaiting.add(id(sequence))
+    planner.await_block(sequence)
     planner.arrived(sequence, 10.001)  # a catching-up round reaches the scheduler
     assert trip.asked_at == 10.0 and trip.wait_s is None
-    planner.awaiting.discard(id(sequence))
+    assert planner.block_came(sequence) and not planner.block_came(sequence)
     planner.arrived(sequence, 10.05)  # the block
     assert trip.asked_at is None and abs(trip.wait_s - 0.05) < 1e-9

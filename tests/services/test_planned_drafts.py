@@ -13,7 +13,8 @@ from cascade.protocol.wire import draft_settings_to_pb, sampling_to_pb
 from cascade.v1 import drafter_pb2, drafter_pb2_grpc
 from drafter_service.server import build_drafter
 from models import hf_greedy, random_prompts
-from verifier_service.planner import MAX_PROBE_TOKENS, DraftPlanner, shadow_path
+from verifier_service.planner import DraftPlanner, shadow_path
+from verifier_service.probes import MAX_PROBE_TOKENS
 from verifier_service.server import build_verifier
 
 
@@ -134,17 +135,19 @@ def test_probes_are_the_cheapest_pass_and_back_off_for_the_method():
     """A probe asks for the draft length whose pass costs least (measured CPU passes are not
     monotone), and a failed probe makes the next session of the method wait longer too."""
     from verifier_service.planner import _Planned
+    from verifier_service.probes import ProbeClock
 
     jagged = {2: 0.057, 3: 0.074, 4: 0.056, 5: 0.051}
     planner = DraftPlanner(type("Cost", (), {"predict": lambda self, shape: jagged.get(
         shape.num_tokens, 0.03)})())
-    state = _Planned("model", most=4, probe_every=2)
-    assert planner._probe_length(state) == 4
+    state = _Planned("model", most=4, probe=ProbeClock(every=2))
+    assert planner.probes.length(state.most) == 4
     lengths = [planner._next_length(state, 0) for _ in range(3)]
-    assert lengths == [0, 4, 0] and state.is_probing is False
-    assert planner.pooled_probe_every["model"] == 16  # 8 doubled by the failed probe
+    assert lengths == [0, 4, 0] and state.probe.is_probing is False
+    assert planner.probes.pooled["model"] == 16  # 8 doubled by the failed probe
+    assert planner.probes.clock("model").every == 16  # the method's next session waits longer
     assert planner._next_length(state, 3) == 3
-    assert planner.pooled_probe_every["model"] == 8
+    assert planner.probes.pooled["model"] == 8
 
 
 def test_shadows_replace_probes_and_bring_a_session_back(gpt2_pair):
