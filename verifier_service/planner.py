@@ -8,7 +8,9 @@ real step), and every session's acceptance as it is decided. It plans in two mov
 - **Now**: a block may carry more drafted tokens than pay at this step's load; the pass takes
   the prefix that does (``plan_pass``), which changes no output (greedy output is the target's
   whatever the length, and sampling stays exact for any prefix: each token was drawn from its
-  own q).
+  own q). The block's round trip and drafting are spent by then: its slots pay for their share
+  of the pass alone (else a block asked for at the breakeven, its estimate moved a little
+  since, is dropped, and the session's way back to drafting with it).
 - **Next**: each verdict tells the drafter how many tokens to draft next: what the same pass
   would take if the session's block were as long as its longest yet (its k), on the estimates
   this round updated; or 0 — the drafter then sends nothing and the verifier decodes the
@@ -245,7 +247,9 @@ class DraftPlanner:
         cached = len(sequence.cache.tokens)
         if state is None or draft is None:  # verified whole (or a prefill: no draft)
             return RowPlan(0, (), cached, base_tokens=fed, is_planned=False)
-        wait = self.trips.wait(state.method, state.trip)
+        # Planning this pass (``floors``), the block has come: its round trip and drafting are
+        # spent, so its slots pay for their share of the pass alone.
+        wait = 0.0 if floors else self.trips.wait(state.method, state.trip)
         if draft.survival is not None and floors:  # the block's own estimates, this pass only
             return RowPlan(draft.num_tokens, draft.survival, cached, 0, state.previous, wait,
                            base_tokens=fed - draft.num_tokens)
@@ -254,7 +258,7 @@ class DraftPlanner:
         drafted = draft.num_tokens if floors else state.most  # next: as long as it may be
         survival = self._rates(sequence, state).survival(drafted)
         floor = drafted if floors and state.probe.is_probing else 0  # a probe: verified whole
-        per_token = self.trips.waited_per_token(state.method, state.trip)
+        per_token = 0.0 if floors else self.trips.waited_per_token(state.method, state.trip)
         return RowPlan(drafted, survival, cached, floor, state.previous, wait, per_token,
                        base_tokens=fed - draft.num_tokens)
 

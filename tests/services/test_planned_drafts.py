@@ -107,6 +107,24 @@ def test_drafts_shorten_as_sessions_share_the_pass(gpt2_pair):
     assert mean_lengths[0] > mean_lengths[1] > mean_lengths[2]
 
 
+def test_a_block_that_came_pays_for_its_pass_alone(gpt2_pair):
+    """A round trip of a second makes the next block not pay, but the block already here is
+    verified: its drafting and round trip are spent, and its slots cost little of the pass."""
+    target, _ = gpt2_pair
+    planner, engine = DraftPlanner(Linear(0.02, 0.001)), VerifyEngine(target, kv_tokens=1024)
+    prompt = random_prompts(1, seed=45)[0]
+    sequence = SequenceVerifier(target, prompt, SamplingParams(max_new_tokens=20),
+                                engine=engine)
+    planner.enroll(sequence, "model")
+    planner.trips.wait_s["model"] = 1.0
+    items = [(sequence, Draft(hf_greedy(target, prompt, 2)))]
+    planned = list(zip([sequence], planner.plan(items)))
+    assert planned[0][1].num_tokens == 2
+    planner.observe(planned, engine.step(planned), seconds=0.0)
+    assert planner.note(sequence).next_draft_tokens == 0
+    sequence.close()
+
+
 def test_a_drafter_that_starts_paying_is_probed_back_in(gpt2_pair):
     """Wrong drafts take a session to 0; once its drafts turn right, the next probe notices
     and the session drafts again, growing a token a round."""
