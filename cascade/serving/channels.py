@@ -25,10 +25,15 @@ CHANNEL_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
+    ("grpc.use_local_subchannel_pool", 1),
 ]
 """A channel whose peer went away fails calls at once until it reconnects; it tries again
 within a second at most (gRPC's default waits up to 120 s), so a pod restarted at the same
-address is reachable again from every peer within about a second."""
+address is reachable again from every peer within about a second. Its connections are its own
+(a local subchannel pool): a new channel to an address whose earlier peer went away does not
+inherit another channel's failed connection and its backoff (by default gRPC shares them
+process-wide, and a call on the new channel failed at once with "Connection refused" though a
+server was listening there again)."""
 
 
 class ChannelPool:
