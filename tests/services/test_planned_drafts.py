@@ -107,17 +107,24 @@ def test_drafts_shorten_as_sessions_share_the_pass(gpt2_pair):
     assert mean_lengths[0] > mean_lengths[1] > mean_lengths[2]
 
 
+def lone_session(target, cost, seed: int, max_new_tokens: int, shadowed: bool = False):
+    """A planner on ``cost``, an engine of the target and one greedy session enrolled with its
+    "model" drafting method."""
+    planner, engine = DraftPlanner(cost), VerifyEngine(target, kv_tokens=1024)
+    prompt = random_prompts(1, seed=seed)[0]
+    sequence = SequenceVerifier(target, prompt, SamplingParams(max_new_tokens=max_new_tokens),
+                                engine=engine)
+    planner.enroll(sequence, "model", shadowed=shadowed)
+    return planner, engine, sequence
+
+
 def test_a_block_that_came_pays_for_its_pass_alone(gpt2_pair):
     """A round trip of a second makes the next block not pay, but the block already here is
     verified: its drafting and round trip are spent, and its slots cost little of the pass."""
     target, _ = gpt2_pair
-    planner, engine = DraftPlanner(Linear(0.02, 0.001)), VerifyEngine(target, kv_tokens=1024)
-    prompt = random_prompts(1, seed=45)[0]
-    sequence = SequenceVerifier(target, prompt, SamplingParams(max_new_tokens=20),
-                                engine=engine)
-    planner.enroll(sequence, "model")
+    planner, engine, sequence = lone_session(target, Linear(0.02, 0.001), 45, 20)
     planner.trips.wait_s["model"] = 1.0
-    items = [(sequence, Draft(hf_greedy(target, prompt, 2)))]
+    items = [(sequence, Draft(hf_greedy(target, sequence.committed, 2)))]
     planned = list(zip([sequence], planner.plan(items)))
     assert planned[0][1].num_tokens == 2
     planner.observe(planned, engine.step(planned), seconds=0.0)
@@ -129,11 +136,7 @@ def test_a_drafter_that_starts_paying_is_probed_back_in(gpt2_pair):
     """Wrong drafts take a session to 0; once its drafts turn right, the next probe notices
     and the session drafts again, growing a token a round."""
     target, _ = gpt2_pair
-    planner, engine = DraftPlanner(Linear(0.02, 0.002)), VerifyEngine(target, kv_tokens=1024)
-    prompt = random_prompts(1, seed=43)[0]
-    sequence = SequenceVerifier(target, prompt, SamplingParams(max_new_tokens=120),
-                                engine=engine)
-    planner.enroll(sequence, "model")
+    planner, engine, sequence = lone_session(target, Linear(0.02, 0.002), 43, 120)
     asked = []
     for number in range(70):
         note = planner.note(sequence)
@@ -172,11 +175,8 @@ def test_shadows_replace_probes_and_bring_a_session_back(gpt2_pair):
     """A shadowed session at 0 is never probed while its shadows miss; once they hit, its
     next verdict asks for drafts again, with no probe round in between."""
     target, _ = gpt2_pair
-    planner, engine = DraftPlanner(Linear(0.02, 0.002)), VerifyEngine(target, kv_tokens=1024)
-    prompt = random_prompts(1, seed=44)[0]
-    sequence = SequenceVerifier(target, prompt, SamplingParams(max_new_tokens=120),
-                                engine=engine)
-    planner.enroll(sequence, "model", shadowed=True)
+    planner, engine, sequence = lone_session(target, Linear(0.02, 0.002), 44, 120,
+                                             shadowed=True)
     asked, shadows = [], []
     for number in range(60):
         note = planner.note(sequence)
@@ -312,11 +312,7 @@ def test_drafting_done_while_the_round_before_was_verified_is_not_counted_as_wai
     target, _ = gpt2_pair
     asked = {}
     for predrafted in (False, True):
-        planner, engine = DraftPlanner(Linear(0.02, 0.002)), VerifyEngine(target, kv_tokens=1024)
-        prompt = random_prompts(1, seed=45)[0]
-        sequence = SequenceVerifier(target, prompt, SamplingParams(max_new_tokens=90),
-                                    engine=engine)
-        planner.enroll(sequence, "model")
+        planner, engine, sequence = lone_session(target, Linear(0.02, 0.002), 45, 90)
         asked[predrafted] = []
         for number in range(18):
             note = planner.note(sequence)
