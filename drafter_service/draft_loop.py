@@ -168,7 +168,7 @@ class DraftLoop:
         if self.config.planned:  # the verifier's plan for the first block comes next
             self._observe(await self._receive(call))
         self._last = time.perf_counter()  # the first round starts now
-        if self.config.planned and self.planned_length == 0:  # it decodes alone from the start
+        if self.planned_length == 0:  # the plan: it decodes alone from the start
             async for relayed in self._alone(call, writer):
                 yield relayed
 

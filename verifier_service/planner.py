@@ -102,11 +102,9 @@ class DraftPlanner:
         stands, and these rounds are neither its block's arrival nor its acceptance."""
         self.awaiting.add(id(sequence))
 
-    def block_came(self, sequence) -> bool:
-        """The session's block came: whether it was awaited (rounds caught up since asked)."""
-        awaited = id(sequence) in self.awaiting
+    def block_came(self, sequence) -> None:
+        """The block the session was awaiting came (``await_block``)."""
         self.awaiting.discard(id(sequence))
-        return awaited
 
     def is_awaiting(self, sequence) -> bool:
         return id(sequence) in self.awaiting
@@ -247,9 +245,11 @@ class DraftPlanner:
         cached = len(sequence.cache.tokens)
         if state is None or draft is None:  # verified whole (or a prefill: no draft)
             return RowPlan(0, (), cached, base_tokens=fed, is_planned=False)
-        # Planning this pass (``floors``), the block has come: its round trip and drafting are
-        # spent, so its slots pay for their share of the pass alone.
-        wait = 0.0 if floors else self.trips.wait(state.method, state.trip)
+        if floors:  # planning this pass, the block has come: its round trip and drafting are
+            wait = per_token = 0.0  # spent, so its slots pay for their share of the pass alone
+        else:
+            wait = self.trips.wait(state.method, state.trip)
+            per_token = self.trips.waited_per_token(state.method, state.trip)
         if draft.survival is not None and floors:  # the block's own estimates, this pass only
             return RowPlan(draft.num_tokens, draft.survival, cached, 0, state.previous, wait,
                            base_tokens=fed - draft.num_tokens)
@@ -258,7 +258,6 @@ class DraftPlanner:
         drafted = draft.num_tokens if floors else state.most  # next: as long as it may be
         survival = self._rates(sequence, state).survival(drafted)
         floor = drafted if floors and state.probe.is_probing else 0  # a probe: verified whole
-        per_token = 0.0 if floors else self.trips.waited_per_token(state.method, state.trip)
         return RowPlan(drafted, survival, cached, floor, state.previous, wait, per_token,
                        base_tokens=fed - draft.num_tokens)
 

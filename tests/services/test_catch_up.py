@@ -61,6 +61,8 @@ def test_rounds_decoded_alone_meanwhile_do_not_count_as_the_blocks_arrival():
     planner.await_block(sequence)
     planner.arrived(sequence, 10.001)  # a catching-up round reaches the scheduler
     assert trip.asked_at == 10.0 and trip.wait_s is None
-    assert planner.block_came(sequence) and not planner.block_came(sequence)
+    assert planner.is_awaiting(sequence)
+    planner.block_came(sequence)
+    assert not planner.is_awaiting(sequence)
     planner.arrived(sequence, 10.05)  # the block
     assert trip.asked_at is None and abs(trip.wait_s - 0.05) < 1e-9
