@@ -6,7 +6,7 @@ proposer's cache follows them by position), so applying a verdict is just extend
 list; the rejected tail is rolled back on the next proposal. With speculation on
 (``drafter_service.speculation``) the drafter pre-drafts for guessed outcomes while it waits for
 each verdict (``drafter_service.predrafts``), and may send some of those blocks ahead; sending
-and receiving are then independent (a ``DelayedWriter`` keeps injected delay from holding up the
+and receiving are then independent (``VerifierStream`` keeps injected delay from holding up the
 loop). Pre-drafted blocks say so (``DraftBlock.predrafted``): the verifier did not wait for
 their drafting.
 """
@@ -27,6 +27,7 @@ from cascade.core.runner import ModelRunner
 from cascade.core.suffix_index import SessionMemory
 from cascade.pod.messages import (
     draft_to_pb,
+    ends_generation,
     features_from_pb,
     num_open_replies,
     tokens_after,
@@ -34,14 +35,14 @@ from cascade.pod.messages import (
 from cascade.protocol.settings import DraftConfig
 from cascade.protocol.validation import SessionSettings
 from cascade.serving import metrics
-from cascade.serving.delay import DelayedWriter, LinkDelay
-from cascade.serving.errors import StaleEpoch
+from cascade.serving.delay import LinkDelay
 from cascade.serving.telemetry import current_context, start_span
-from cascade.v1 import common_pb2, drafter_pb2, verifier_pb2, verifier_pb2_grpc
+from cascade.v1 import common_pb2, drafter_pb2, verifier_pb2
 from drafter_service.predrafts import PreDrafter
 from drafter_service.relay import EMPTY_BLOCK, UNDRAFTED, relayed_round
 from drafter_service.shadows import Shadows
 from drafter_service.speculation import SpeculationCache, SpeculationConfig
+from drafter_service.verifier_stream import VerifierStream
 
 
 def _micros(since: float) -> int:
@@ -91,15 +92,6 @@ class DraftLoop:
             num_draft_tokens=self.config.longest_block,
             shadow_drafts=self.config.planned and self._shadows_exact))
 
-    async def _receive(self, call) -> verifier_pb2.Verdict:
-        verdict = await call.read()
-        if verdict is grpc.aio.EOF:
-            raise ConnectionError("verifier closed the stream")
-        await self.link.wait()  # the verdict's trip back
-        if verdict.is_stale:
-            raise StaleEpoch(f"session {self.request.session_id} moved on at the verifier")
-        return verdict
-
     def _observe(self, verdict: verifier_pb2.Verdict) -> None:
         """Hand the verdict's target features to the proposer (never while it drafts); take
         the verifier's plan for the next block's length."""
@@ -143,52 +135,49 @@ class DraftLoop:
 
     async def run(self, channel: grpc.aio.Channel, timeout: float | None
                   ) -> AsyncIterator[common_pb2.Round]:
-        call = verifier_pb2_grpc.VerifierStub(channel).Verify(timeout=timeout)
-        writer = DelayedWriter(lambda message: _send(call, message), self.link)
+        stream = VerifierStream(channel, timeout, self.link, self.request.session_id)
         try:
-            await writer.send(self._open_message())
-            async for relayed in self._opening(call, writer):
+            await stream.send(self._open_message())
+            async for relayed in self._opening(stream):
                 yield relayed
-            if self.latest is None or not _is_final(self.latest):
-                async for relayed in self._rounds(call, writer):
+            if self.latest is None or not ends_generation(self.latest):
+                async for relayed in self._rounds(stream):
                     yield relayed
-            await writer.flush()
-            await call.done_writing()
+            await stream.finish()
         finally:
-            writer.close()
-            call.cancel()
+            stream.close()
 
-    async def _opening(self, call, writer: DelayedWriter) -> AsyncIterator[common_pb2.Round]:
+    async def _opening(self, stream: VerifierStream) -> AsyncIterator[common_pb2.Round]:
         """The verifier's replies to the open: the context's target features (a feature
         drafter), the plan for the first block (a planned session), and the rounds it decodes
         alone if that plan is 0."""
         if self.proposer.wants_target_features:  # the context's features come first
             for _ in range(num_open_replies(len(self.committed))):
-                self._observe(await self._receive(call))
+                self._observe(await stream.receive())
         if self.config.planned:  # the verifier's plan for the first block comes next
-            self._observe(await self._receive(call))
+            self._observe(await stream.receive())
         self._last = time.perf_counter()  # the first round starts now
         if self.planned_length == 0:  # the plan: it decodes alone from the start
-            async for relayed in self._alone(call, writer):
+            async for relayed in self._alone(stream):
                 yield relayed
 
-    async def _rounds(self, call, writer: DelayedWriter) -> AsyncIterator[common_pb2.Round]:
+    async def _rounds(self, stream: VerifierStream) -> AsyncIterator[common_pb2.Round]:
         """Block, verdict and relayed round, again and again until the generation ends."""
         first_round = self.latest.round + 1 if self.latest is not None else 0
         block = await self._draft(first_round, self.committed)
-        await writer.send(verifier_pb2.VerifyRequest(block=block))
+        await stream.send(verifier_pb2.VerifyRequest(block=block))
         origin = (common_pb2.SPECULATION_MISS if self.speculation.is_on
                   else common_pb2.SPECULATION_UNSPECIFIED)
         while True:
-            verdict, cache = await self._await_verdict(call, writer, block)
+            verdict, cache = await self._await_verdict(stream, block)
             base = len(self.committed)
             while verdict.catching_up:  # decoded alone while the block was on its way
                 self.committed.extend(verdict.tokens)
                 yield self._relay(verdict, EMPTY_BLOCK, UNDRAFTED, None)
                 cache = None  # its pre-drafts were made for another base
-                if _is_final(verdict):
+                if ends_generation(verdict):
                     return  # the generation ended before the block came
-                verdict = await self._receive(call)
+                verdict = await stream.receive()
             self._observe(verdict)
             if len(self.committed) > base:  # the verifier took the block from there
                 block = verifier_pb2.DraftBlock(
@@ -196,13 +185,13 @@ class DraftLoop:
                     draft_us=block.draft_us, source=block.source)
             self.committed.extend(verdict.tokens)
             yield self._relay(verdict, block, origin, cache)
-            if self.planned_length == 0 and not _is_final(verdict):
-                async for relayed in self._alone(call, writer):  # the verifier decodes alone
+            if self.planned_length == 0 and not ends_generation(verdict):
+                async for relayed in self._alone(stream):  # the verifier decodes alone
                     yield relayed
                 verdict, cache = self.latest, None  # pre-drafts from before are out of date
-            if _is_final(verdict):
+            if ends_generation(verdict):
                 return
-            block, origin = await self._next_block(writer, verdict, cache)
+            block, origin = await self._next_block(stream, verdict, cache)
 
     def _relay(self, verdict: verifier_pb2.Verdict, block: verifier_pb2.DraftBlock,
                origin: common_pb2.Speculation, cache: SpeculationCache | None
@@ -212,43 +201,43 @@ class DraftLoop:
         self._last = time.perf_counter()
         return relayed
 
-    async def _alone(self, call, writer: DelayedWriter) -> AsyncIterator[common_pb2.Round]:
+    async def _alone(self, stream: VerifierStream) -> AsyncIterator[common_pb2.Round]:
         """The rounds the verifier decodes alone (``_follow``), relayed; ``latest``: the last
         verdict."""
-        async for verdict in self._follow(call, writer):
+        async for verdict in self._follow(stream):
             self.latest = verdict
             yield self._relay(verdict, EMPTY_BLOCK, UNDRAFTED, None)
 
-    async def _follow(self, call, writer: DelayedWriter
+    async def _follow(self, stream: VerifierStream
                       ) -> AsyncIterator[verifier_pb2.Verdict]:
         """The verdicts of rounds the verifier decodes alone (the plan asked for 0 drafted
         tokens), until one asks for drafts again or ends the generation; shadow blocks
         meanwhile, where they are exact (drafter_service.shadows); and a draft-ready note as
         soon as the proposer has a draft it expects to pay (the speculation memory matched)."""
-        shadows = self._shadows(writer)
+        shadows = self._shadows(stream)
         noted = False
         try:
             while True:
-                verdict = await self._receive(call)
+                verdict = await stream.receive()
                 self._observe(verdict)
                 self.committed.extend(verdict.tokens)
                 if shadows is not None:
                     shadows.after(self.committed)
-                if not noted and not _is_final(verdict):
-                    noted = await self._note_ready(writer)
+                if not noted and not ends_generation(verdict):
+                    noted = await self._note_ready(stream)
                 yield verdict
-                if self.planned_length != 0 or _is_final(verdict):
+                if self.planned_length != 0 or ends_generation(verdict):
                     return
         finally:
             if shadows is not None:
                 await shadows.stop()
 
-    async def _note_ready(self, writer: DelayedWriter) -> bool:
+    async def _note_ready(self, stream: VerifierStream) -> bool:
         """Tell the verifier (decoding the session alone) that a draft it should verify is
         ready, if the proposer has one; returns whether it did."""
         num_tokens = self.proposer.ready(self.committed)
         if num_tokens:
-            await writer.send(verifier_pb2.VerifyRequest(ready=verifier_pb2.DraftReady(
+            await stream.send(verifier_pb2.VerifyRequest(ready=verifier_pb2.DraftReady(
                 epoch=self.request.epoch, num_tokens=num_tokens)))
         return num_tokens > 0
 
@@ -260,15 +249,15 @@ class DraftLoop:
         return (self.params.is_greedy and not self.proposer.wants_target_features
                 and not self.proposer.drafts_past_plan)
 
-    def _shadows(self, writer: DelayedWriter) -> Shadows | None:
+    def _shadows(self, stream: VerifierStream) -> Shadows | None:
         if not self._shadows_exact:
             return None
-        return Shadows(self.proposer.propose, self.executor, writer.send, self.request.epoch,
+        return Shadows(self.proposer.propose, self.executor, stream.send, self.request.epoch,
                        self.config.num_draft_tokens, self.num_sessions,
                        self.request.prompt_len + self.config.num_draft_tokens,
                        budget=self.config.tree_nodes)
 
-    async def _next_block(self, writer: DelayedWriter, verdict: verifier_pb2.Verdict,
+    async def _next_block(self, stream: VerifierStream, verdict: verifier_pb2.Verdict,
                           cache: SpeculationCache | None
                           ) -> tuple[verifier_pb2.DraftBlock, common_pb2.Speculation]:
         """The block after ``verdict``: from the speculation cache, or drafted now; sent to the
@@ -282,36 +271,21 @@ class DraftLoop:
             most = self.speculation.miss_tokens if cache is not None else 0
             block = await self._draft(verdict.round + 1, self.committed, most)
         if origin != common_pb2.SPECULATION_AHEAD_HIT:
-            await writer.send(verifier_pb2.VerifyRequest(block=block))
+            await stream.send(verifier_pb2.VerifyRequest(block=block))
         return block, origin
 
-    async def _await_verdict(self, call, writer: DelayedWriter, block: verifier_pb2.DraftBlock
+    async def _await_verdict(self, stream: VerifierStream, block: verifier_pb2.DraftBlock
                              ) -> tuple[verifier_pb2.Verdict, SpeculationCache | None]:
         """The block's verdict; with speculation on, pre-drafts made while it was verified."""
         if (not self.speculation.is_on or self.num_sessions() > self.speculation.max_sessions
                 or self.planned_length == 0):  # nothing to pre-draft: the verifier decodes
-            return await self._receive(call), None
+            return await stream.receive(), None
         cache, stop = SpeculationCache(), threading.Event()
-        verdict = asyncio.ensure_future(self._receive(call))
+        verdict = asyncio.ensure_future(stream.receive())
         verdict.add_done_callback(lambda _: stop.set())
         try:
-            await self.predrafts.speculate(block, list(self.committed), cache, writer.send,
+            await self.predrafts.speculate(block, list(self.committed), cache, stream.send,
                                            stop)
             return await verdict, cache
         finally:
             verdict.cancel()
-
-
-def _is_final(verdict: verifier_pb2.Verdict) -> bool:
-    return verdict.finish_reason != common_pb2.FINISH_REASON_UNSPECIFIED
-
-
-async def _send(call, message: verifier_pb2.VerifyRequest) -> None:
-    """Write to the verifier; if it has already ended the stream, raise its status (such as
-    RESOURCE_EXHAUSTED when it had no memory for the session), not a write error."""
-    try:
-        await call.write(message)
-    except asyncio.InvalidStateError:
-        code = await call.code()
-        raise grpc.aio.AioRpcError(code, grpc.aio.Metadata(), await call.trailing_metadata(),
-                                   details=await call.details()) from None

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-from cascade.pod.messages import round_from_verdict
+from cascade.pod.messages import ends_generation, round_from_verdict
 from cascade.serving.errors import StaleEpoch
 from cascade.serving.mesh import OPEN, MeshSecurity
-from cascade.v1 import common_pb2, verifier_pb2, verifier_pb2_grpc
+from cascade.v1 import verifier_pb2, verifier_pb2_grpc
 from verifier_service.sessions import SessionTable
 
 
@@ -107,7 +107,7 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
         its drafter's round trip. ``first_round``: the round to start at (default: the one
         after ``verdict``'s)."""
         next_round = verdict.round + 1 if first_round is None else first_round
-        while verdict.finish_reason == common_pb2.FINISH_REASON_UNSPECIFIED:
+        while not ends_generation(verdict):
             inbox.raise_failure()
             if verdict.HasField("next_draft_tokens") and verdict.next_draft_tokens == 0:
                 verdict = await self.sessions.verify(session, verifier_pb2.DraftBlock(

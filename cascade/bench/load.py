@@ -207,6 +207,12 @@ def _start(config: LoadConfig, mode: Mode, pins: dict) -> LocalCluster:
     return cluster
 
 
+def _settings(config: LoadConfig) -> dict[str, str]:
+    """The run's settings as the result records them: a path by its last part (the model
+    folders' names), not where this machine keeps it."""
+    return {k: v.name if isinstance(v, Path) else str(v) for k, v in asdict(config).items()}
+
+
 def run_load(config: LoadConfig, progress=lambda point: None) -> dict:
     """Every mode's cluster runs at once (idle ones cost nothing but memory) and the modes take
     turns at each number of sessions (``repeats`` times), so the rows of one size are measured
@@ -242,7 +248,7 @@ def run_load(config: LoadConfig, progress=lambda point: None) -> dict:
     cells: dict[tuple, list[Point]] = {}
     for point in points:
         cells.setdefault((point.mode, point.soak, point.sessions), []).append(point)
-    result = {"cpu": machine(), "config": {k: str(v) for k, v in asdict(config).items()},
+    result = {"cpu": machine(), "config": _settings(config),
               "points": [pooled(cell).row() for cell in cells.values()],
               "errors": sorted({e for p in points for e in p.errors})[:20]}
     if config.repeats > 1:

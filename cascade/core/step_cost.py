@@ -41,6 +41,7 @@ import torch
 
 from cascade.core.engine import Pass, VerifyEngine
 from cascade.core.invariant import KEY_BLOCK
+from cascade.core.paths import cache_root
 from cascade.core.row_rules import padded
 
 FORMAT_VERSION = 2
@@ -421,9 +422,8 @@ def cache_path(runner, cache_dir: Path, invariant: bool = True) -> Path:
 
 
 def user_cache_dir() -> Path:
-    """Where profiles are cached: ``$XDG_CACHE_HOME/cascade/step-cost`` (else ~/.cache)."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "cascade" / "step-cost"
+    """Where profiles are cached: ``step-cost`` under the user's cache root."""
+    return cache_root() / "step-cost"
 
 
 def load_or_profile(runner, cache_dir: Path | None = None, **profile_args) -> StepCostModel:

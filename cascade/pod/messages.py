@@ -131,6 +131,11 @@ def round_from_verdict(verdict: verifier_pb2.Verdict, drafted: Sequence[int], dr
         num_forced=verdict.num_forced, num_filled=verdict.num_filled)
 
 
+def ends_generation(verdict: verifier_pb2.Verdict) -> bool:
+    """Whether the verdict's round is the generation's last (it carries a finish reason)."""
+    return verdict.finish_reason != common_pb2.FINISH_REASON_UNSPECIFIED
+
+
 def verdict_outcome(verdict: verifier_pb2.Verdict) -> Outcome | None:
     """What a verdict decided, as a block sent ahead guesses it (None: it committed nothing):
     the accepted count, the verifier's own token (before any it filled in) and, after a token

@@ -3,9 +3,10 @@ the tiny random-weight pair; or any two folders that share a tokenizer."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
+
+from cascade.core.paths import cache_root
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 MODEL_DRAFTER = ASSETS / "smollm2-135m-drafter"
@@ -15,8 +16,7 @@ PAIRS = ("smollm2", "tiny")
 
 
 def default_models_dir() -> Path:
-    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(cache) / "cascade" / "models"
+    return cache_root() / "models"
 
 
 def default_pair(target: Path | None, drafter: Path | None, pair: str,

@@ -28,7 +28,10 @@ def test_load_points_stream_tokens_and_are_saved(tmp_path):
         ("trees (6 nodes, depth 3)", 3, False)]
     assert all(p["tokens_per_s"] > 0 and p["errors"] == 0 for p in points), points
     paths = save(result, tmp_path / "out")
-    assert json.loads(paths[0].read_text())["points"] == points
+    saved = json.loads(paths[0].read_text())
+    assert saved["points"] == points
+    assert (saved["config"]["target"], saved["config"]["out"]) == (target.name, "out")
+    assert str(tmp_path) not in paths[0].read_text()  # where this machine keeps them: not kept
     assert "| target-only, batched | 3 |" in paths[1].read_text()
     assert "| sessions | target-only | best fixed k | auto | auto / best |" in paths[1].read_text()
     assert paths[2].stat().st_size > 10_000
