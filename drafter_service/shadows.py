@@ -4,7 +4,14 @@ from a past context now and then
 (``MAX_SHADOW_BLOCKS``) and sends them. The verifier scores them against the tokens it
 committed there and so learns when drafting would pay again, with no probe round on the
 session's critical path. Shadow drafting runs on the pod's model thread like any draft; the
-verdicts keep being relayed meanwhile."""
+verdicts keep being relayed meanwhile.
+
+A chain session alone on its pod also drafts one token at the tail after every other round
+(``tail``: one pass, feeding the round's tokens, which the next block needs fed anyway) and
+sends it once the verifier has committed its position. So position 1, the one that decides
+whether drafting pays at all, is observed every round as if the session drafted k = 1,
+and a stretch of low acceptance is followed as fast out of decoding alone as into it.
+"""
 
 from __future__ import annotations
 
@@ -43,17 +50,39 @@ class Shadows:
     """What a shadow drafts (``propose``'s budget): k, or a tree session's nodes (0: k)."""
     task: asyncio.Future | None = None
     stopped: bool = False
+    tail: tuple[int, int] | None = None
+    """(position, token): the token drafted at the committed tokens' end, sent once the
+    verifier has committed that position."""
 
     def after(self, committed: list[int]) -> None:
-        """After a round decoded alone: a shadow of the last k committed tokens when one is
-        due and none is being drafted."""
-        if self.stopped or len(committed) < self.due or (self.task and not self.task.done()):
+        """After a round decoded alone, unless a shadow is being drafted: a shadow of the last
+        k committed tokens when one is due, else a new tail token (a chain alone on its pod);
+        either sends the tail token drafted before first, if its position is committed now."""
+        if self.stopped or (self.task and not self.task.done()):
             return
-        blocks = min(MAX_SHADOW_BLOCKS, max(1, self.load()))
-        self.due = len(committed) + blocks * self.k
-        self.task = asyncio.ensure_future(self._shadow(committed[:len(committed) - self.k]))
+        if len(committed) >= self.due:
+            blocks = min(MAX_SHADOW_BLOCKS, max(1, self.load()))
+            self.due = len(committed) + blocks * self.k
+            self.task = asyncio.ensure_future(self._shadow(committed[:len(committed) - self.k],
+                                                           len(committed)))
+        elif not self.budget and self.load() == 1:
+            self.task = asyncio.ensure_future(self._draft_tail(list(committed)))
 
-    async def _shadow(self, context: list[int]) -> None:
+    async def _send_tail(self, num_committed: int) -> None:
+        if self.tail is not None and self.tail[0] < num_committed:
+            (position, token), self.tail = self.tail, None
+            await self.send(verifier_pb2.VerifyRequest(shadow=verifier_pb2.ShadowBlock(
+                epoch=self.epoch, base_len=position, tokens=[token])))
+
+    async def _draft_tail(self, context: list[int]) -> None:
+        await self._send_tail(len(context))
+        loop = asyncio.get_running_loop()
+        draft = await loop.run_in_executor(self.executor, self.propose, context, 1)
+        if draft.num_tokens and not self.stopped:
+            self.tail = (len(context), draft.tokens[0])
+
+    async def _shadow(self, context: list[int], num_committed: int) -> None:
+        await self._send_tail(num_committed)
         loop = asyncio.get_running_loop()
         draft = await loop.run_in_executor(self.executor, self.propose, context,
                                            self.budget or self.k)

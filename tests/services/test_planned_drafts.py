@@ -396,3 +396,40 @@ async def test_a_session_sent_to_draft_among_sessions_decoded_alone_misses_no_st
     assert len(drafted) >= 3
     for r in drafted:  # the target drafts for itself: every verified token is accepted
         assert list(r.drafted_tokens) == list(r.tokens[:r.num_drafted])
+
+
+async def test_a_chain_alone_on_its_pod_sends_its_tail_token_once_its_position_is_committed():
+    """Between shadows, a chain session alone on its drafter pod drafts one token at the
+    committed tokens' end each round, and sends it as a one-token shadow once the verifier has
+    committed that position; with another session on the pod, or a tree, it drafts none."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from cascade.core.blocks import Draft
+    from drafter_service.shadows import Shadows
+
+    async def run(load: int, budget: int = 0) -> tuple[list, list]:
+        sent, asked = [], []
+
+        async def send(message):
+            sent.append((message.shadow.base_len, list(message.shadow.tokens)))
+
+        def propose(context, num_tokens):
+            asked.append((len(context), num_tokens))
+            return Draft([100 + len(context)] * num_tokens)
+
+        with ThreadPoolExecutor(1) as executor:
+            shadows = Shadows(propose, executor, send, epoch=1, k=4, load=lambda: load,
+                              due=1000, budget=budget)
+            for length in (10, 11, 13):
+                shadows.after(list(range(length)))
+                if shadows.task is not None:
+                    await asyncio.wait_for(shadows.task, 10)
+            await shadows.stop()
+        return sent, asked
+
+    sent, asked = await run(load=1)
+    assert asked == [(10, 1), (11, 1), (13, 1)]  # one token at the tail, every round
+    assert sent == [(10, [110]), (11, [111])]  # each once its position is committed
+    assert await run(load=2) == ([], [])
+    assert await run(load=1, budget=6) == ([], [])
