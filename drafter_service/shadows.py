@@ -6,11 +6,12 @@ committed there and so learns when drafting would pay again, with no probe round
 session's critical path. Shadow drafting runs on the pod's model thread like any draft; the
 verdicts keep being relayed meanwhile.
 
-A chain session alone on its pod also drafts one token at the tail after every other round
-(``tail``: one pass, feeding the round's tokens, which the next block needs fed anyway) and
-sends it once the verifier has committed its position. So position 1, the one that decides
-whether drafting pays at all, is observed every round as if the session drafted k = 1,
-and a stretch of low acceptance is followed as fast out of decoding alone as into it.
+A chain session alone on its pod also drafts one token at the tail after each round decoded
+alone that drafts no shadow (``tail``: one pass, feeding the round's tokens, which the next
+block needs fed anyway) and sends it once the verifier has committed its position. So
+position 1, the one that decides whether drafting pays at all, is observed every round as if
+the session drafted k = 1, and a stretch of low acceptance is followed as fast out of decoding
+alone as into it.
 """
 
 from __future__ import annotations
