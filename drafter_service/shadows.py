@@ -72,8 +72,7 @@ class Shadows:
     async def _send_tail(self, num_committed: int) -> None:
         if self.tail is not None and self.tail[0] < num_committed:
             (position, token), self.tail = self.tail, None
-            await self.send(verifier_pb2.VerifyRequest(shadow=verifier_pb2.ShadowBlock(
-                epoch=self.epoch, base_len=position, tokens=[token])))
+            await self._send_shadow(position, [token])
 
     async def _draft_tail(self, context: list[int]) -> None:
         await self._send_tail(len(context))
@@ -90,9 +89,11 @@ class Shadows:
         if draft.parents is None:  # a chain may run past k on forced tokens: only k are committed
             draft = draft.prefix(self.k)
         if draft.num_tokens and not self.stopped:
-            await self.send(verifier_pb2.VerifyRequest(shadow=verifier_pb2.ShadowBlock(
-                epoch=self.epoch, base_len=len(context), tokens=draft.tokens,
-                parents=draft.parents or ())))
+            await self._send_shadow(len(context), draft.tokens, draft.parents or ())
+
+    async def _send_shadow(self, base_len: int, tokens: list[int], parents=()) -> None:
+        await self.send(verifier_pb2.VerifyRequest(shadow=verifier_pb2.ShadowBlock(
+            epoch=self.epoch, base_len=base_len, tokens=tokens, parents=parents)))
 
     async def stop(self) -> None:
         """No shadow after this; the one being drafted finishes unsent (so no shadow is written
