@@ -87,8 +87,12 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
                             yield alone
                 elif session is None:
                     raise ValueError("open: send a SessionOpen message before draft blocks")
-                elif (verdict := await self.sessions.verify(session, request.block)) is not None:
-                    yield verdict  # None: a block sent ahead on a wrong guess, dropped
+                else:  # None: a block sent ahead on a wrong guess, dropped
+                    verdict = await self.sessions.verify(session, request.block)
+                    if verdict is not None:
+                        yield verdict
+                    elif self.sessions.awaits_block(session):  # it goes on catching up
+                        verdict = session.last_verdict
                     async for alone in self._decode_alone(session, verdict, inbox):
                         yield alone
         finally:
@@ -106,6 +110,8 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
         (catching-up rounds, ``SessionTable.catches_up``), so the session misses no step for
         its drafter's round trip. ``first_round``: the round to start at (default: the one
         after ``verdict``'s)."""
+        if verdict is None:
+            return
         next_round = verdict.round + 1 if first_round is None else first_round
         while not ends_generation(verdict):
             inbox.raise_failure()

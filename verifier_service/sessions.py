@@ -12,6 +12,8 @@ verified gets the same verdict again (idempotent on (session_id, epoch, round)).
 Blocks sent ahead (``DraftBlock.assumes``, speculative speculative decoding): a block that assumes
 an outcome of the previous round is verified only when it is the next round and the outcome is
 the real one; any other is dropped unanswered (``verify`` returns None) and changes nothing.
+While the session catches up (rounds decoded alone since a verdict asked for a block), a block
+sent ahead on that verdict's real outcome is the awaited block, and is verified like it.
 """
 
 from __future__ import annotations
@@ -68,6 +70,8 @@ class OpenSession:
     last_verdict: verifier_pb2.Verdict | None = None
     trace_context: object = None
     """The RPC's trace context, parent of this session's ``verify`` spans."""
+    asked_by: verifier_pb2.Verdict | None = None
+    """While it catches up: the verdict that asked for the block on its way."""
 
 
 class SessionTable:
@@ -204,8 +208,14 @@ class SessionTable:
         """Whether to decode ``session`` alone while its next block is on its way."""
         return catches_up(self.planner, session, self.sessions.values())
 
+    def awaits_block(self, session: OpenSession) -> bool:
+        """Whether ``session`` is caught up while the block it was asked for is on its way."""
+        return self.planner.is_awaiting(session.sequence)
+
     async def catch_up(self, session: OpenSession, round_number: int) -> verifier_pb2.Verdict:
         """One round of ``session`` decoded alone while its next block is on its way."""
+        if not self.planner.is_awaiting(session.sequence):
+            session.asked_by = session.last_verdict
         self.planner.await_block(session.sequence)  # its plan stands until the block
         verdict = await self.verify(session, verifier_pb2.DraftBlock(
             session_id=session.session_id, epoch=session.epoch, round=round_number,
@@ -224,7 +234,12 @@ class SessionTable:
         draft = draft_from_pb(block, self.limits.vocab_size)  # checks the block first
         drafted = draft.num_tokens
         awaited = self.planner.is_awaiting(session.sequence)  # rounds caught up since asked
-        if awaited and not catching_up and not block.HasField("assumes"):
+        if awaited and not catching_up:
+            if block.HasField("assumes"):  # sent ahead: the awaited block if its guess is right
+                if not _guessed_right(session, block, session.asked_by):
+                    metrics.SSD_DROPPED_BLOCKS.inc()
+                    return None
+                block = _untagged(block)
             if session.sequence.is_finished:
                 return None  # it was on its way when the generation ended: dropped
             if (block.epoch == session.epoch and not block.parents
@@ -232,7 +247,8 @@ class SessionTable:
                 block = rebased(self.planner, session, block)
                 draft = draft_from_pb(block, self.limits.vocab_size)
             self.planner.block_came(session.sequence)
-        if assumed_outcome(block) is not None and not _guessed_right(session, block):
+        if assumed_outcome(block) is not None and not _guessed_right(session, block,
+                                                                     session.last_verdict):
             metrics.SSD_DROPPED_BLOCKS.inc()
             return None
         if (block.epoch == session.epoch and block.round == session.last_round
@@ -274,12 +290,24 @@ class SessionTable:
             committed_len=len(session.sequence.committed))
 
 
-def _guessed_right(session: OpenSession, block: verifier_pb2.DraftBlock) -> bool:
-    """Whether a block sent ahead assumes the outcome of the round just verified."""
-    last = session.last_verdict
-    return (last is not None and not session.sequence.is_finished
-            and block.epoch == session.epoch and block.round == session.last_round + 1
-            and assumed_outcome(block) == verdict_outcome(last) and follows(block, last))
+def _guessed_right(session: OpenSession, block: verifier_pb2.DraftBlock,
+                   verdict: verifier_pb2.Verdict | None) -> bool:
+    """Whether a block sent ahead assumes the outcome ``verdict`` decided, and is the round
+    after it (``verdict``: the round just verified, or, while the session catches up, the
+    verdict that asked for the block on its way)."""
+    return (verdict is not None and not session.sequence.is_finished
+            and block.epoch == session.epoch and block.round == verdict.round + 1
+            and assumed_outcome(block) == verdict_outcome(verdict) and follows(block, verdict))
+
+
+def _untagged(block: verifier_pb2.DraftBlock) -> verifier_pb2.DraftBlock:
+    """A block sent ahead on the right guess, as the plain block it stands for (drafted while
+    the round before was verified)."""
+    plain = verifier_pb2.DraftBlock()
+    plain.CopyFrom(block)
+    plain.ClearField("assumes")
+    plain.predrafted = True
+    return plain
 
 
 def _longest_block(msg: verifier_pb2.SessionOpen) -> int:

@@ -66,3 +66,47 @@ def test_rounds_decoded_alone_meanwhile_do_not_count_as_the_blocks_arrival():
     assert not planner.is_awaiting(sequence)
     planner.arrived(sequence, 10.05)  # the block
     assert trip.asked_at is None and abs(trip.wait_s - 0.05) < 1e-9
+
+
+async def test_a_block_sent_ahead_for_the_asking_verdict_is_taken_after_rounds_caught_up(
+        gpt2_pair):
+    """Speculation ahead with catching up: the drafter sends the next block ahead, tagged with
+    the outcome of the verdict that asked for it; rounds decoded alone move the session on
+    before it comes. It is that verdict's block (the drafter counts it as an ahead hit and
+    never sends it again), so it is verified from where those rounds leave it, like a plain
+    block; one on a wrong guess is dropped and the session goes on awaiting."""
+    from cascade.protocol.settings import SamplingParams
+    from cascade.protocol.wire import sampling_to_pb
+    from models import hf_greedy, random_prompts
+    from services.test_planned_drafts import CHEAP
+    from verifier_service.server import build_verifier
+
+    target, _ = gpt2_pair
+    _, sessions = build_verifier(target, grace_s=1.0, step_cost=CHEAP)
+    prompt = random_prompts(1, seed=47)[0]
+    expected = hf_greedy(target, prompt, 20)
+    session = await sessions.open(verifier_pb2.SessionOpen(
+        session_id="s", epoch=1, context_tokens=prompt, prompt_len=len(prompt),
+        sampling=sampling_to_pb(SamplingParams(max_new_tokens=20)), plan_drafts=True,
+        shadow_drafts=True, num_draft_tokens=4, draft_method="model"))
+
+    def block(round_number, done, tokens, **fields):
+        return verifier_pb2.DraftBlock(session_id="s", epoch=1, round=round_number,
+                                       base_len=len(prompt) + done, tokens=tokens, **fields)
+
+    try:
+        asking = await sessions.verify(session, block(0, 0, expected[:4]))
+        assert asking.num_accepted == 4 and asking.next_draft_tokens > 0
+        for round_number in (1, 2):  # decoded alone while the block is on its way
+            assert (await sessions.catch_up(session, round_number)).catching_up
+        outcome = verifier_pb2.Outcome(num_accepted=4, next_token=expected[4])
+        wrong = verifier_pb2.Outcome(num_accepted=3, next_token=expected[4])
+        assert await sessions.verify(session, block(1, 5, [1, 2], assumes=wrong)) is None
+        assert sessions.awaits_block(session)  # a wrong guess is not the awaited block
+        verdict = await sessions.verify(session, block(1, 5, expected[5:9], assumes=outcome))
+        assert verdict is not None and not verdict.is_stale
+        assert (verdict.round, verdict.num_accepted) == (3, 2)  # its 2 tokens past the rounds
+        assert session.sequence.committed == prompt + expected[:10]
+        assert not sessions.awaits_block(session)
+    finally:
+        await sessions.close(session)
