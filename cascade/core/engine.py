@@ -5,7 +5,8 @@ ragged in cached length and in draft length, feeds them all in one packed pass
 (``cascade.core.packed``), then lets each ``SequenceVerifier`` apply its own acceptance policy
 and limits to its rows. An item whose draft is ``None`` asks for the sequence's context features
 instead (a feature drafter's first block). A bad item fails alone: its slot in the result holds
-the exception, the other rows are verified.
+the exception (whatever it is: a bad draft, a grammar the row's tokens break, a sequence
+closed meanwhile), the other rows are verified.
 
 Memory: every sequence the engine admits holds a region of the engine's ``KVStore`` for its whole
 life (``admit``); a sequence that does not fit raises ``KVBudgetExhausted``, which servers turn
@@ -154,7 +155,7 @@ class VerifyEngine:
                 else:
                     passes.append(planned)
                     owners.append(i)
-            except ValueError as exc:
+            except Exception as exc:  # noqa: BLE001 - a bad row fails alone
                 results[i] = exc
         if passes:
             self._conclude([items[i] for i in owners], self.run(passes), owners, results)
@@ -164,15 +165,17 @@ class VerifyEngine:
     def _conclude(items: list, outputs: list[ForwardOutput], owners: list[int],
                   results: list) -> None:
         """Each row's acceptance (chains batched across sequences by rule, trees one by
-        one), then its commit."""
-        chains = [j for j, (_, draft) in enumerate(items)
-                  if draft is not None and draft.parents is None]
-        decided = dict(zip(chains, accept_rows(
-            [items[j][0].acceptance_row(items[j][1], outputs[j]) for j in chains])))
+        one), then its commit; a row that raises fails alone."""
+        rows = {j: _guarded(items[j][0].acceptance_row, items[j][1], outputs[j])
+                for j, (_, draft) in enumerate(items)
+                if draft is not None and draft.parents is None}
+        decided = _accept_chains(rows)
         for j, ((sequence, draft), output) in enumerate(zip(items, outputs)):
             if draft is not None and draft.parents is not None:
-                decided[j] = sequence.accept_tree(draft, output)
-            results[owners[j]] = sequence.conclude(draft, output, decided.get(j))
+                decided[j] = _guarded(sequence.accept_tree, draft, output)
+            result = decided.get(j)
+            results[owners[j]] = (result if isinstance(result, Exception)
+                                  else _guarded(sequence.conclude, draft, output, result))
 
     def run(self, passes: list[Pass]) -> list[ForwardOutput]:
         """One packed forward pass over every row (new rows first take the prefix a live
@@ -214,6 +217,27 @@ class VerifyEngine:
             leading = rows[: p.num_leading] if p.num_leading else None
             outputs.append(ForwardOutput(rows[p.num_leading :], hidden, leading))
         return outputs
+
+
+def _guarded(function, *args):
+    """``function(*args)``, or the exception it raised (one row's fault, kept to its row)."""
+    try:
+        return function(*args)
+    except Exception as exc:  # noqa: BLE001 - handed to the row's caller, which raises it
+        return exc
+
+
+def _accept_chains(rows: dict[int, object]) -> dict[int, object]:
+    """Each chain row's acceptance (``accept_rows``, batched by rule), by row; a row whose
+    ``acceptance_row`` raised keeps its exception. Should the batched call raise, each row is
+    decided alone, so only the row at fault fails."""
+    good = [j for j, row in rows.items() if not isinstance(row, Exception)]
+    decided = {j: row for j, row in rows.items() if isinstance(row, Exception)}
+    try:
+        decided.update(zip(good, accept_rows([rows[j] for j in good])))
+    except Exception:  # noqa: BLE001 - found again row by row below
+        decided.update({j: _guarded(lambda row: accept_rows([row])[0], rows[j]) for j in good})
+    return decided
 
 
 _ENGINES_LOCK = threading.Lock()

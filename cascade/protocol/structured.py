@@ -15,7 +15,8 @@ def with_grammar(request: GenerationRequest, grammar: Grammar | None,
     RequestInvalid names ``field`` (where the client sent the grammar) when it does not
     compile, and the conflicting field when the request cannot honour it: a speculative
     cascade would emit the drafter's unmasked tokens, and min_tokens could forbid the end a
-    complete grammar allows alone."""
+    complete grammar allows alone; bad_words could ban every token the grammar allows next,
+    leaving no token to emit."""
     if grammar is None:
         return request
     problem = grammar_problem(grammar)
@@ -28,4 +29,9 @@ def with_grammar(request: GenerationRequest, grammar: Grammar | None,
     if request.sampling.min_tokens:
         raise RequestInvalid("Invalid value for 'min_tokens': not with a structured output "
                              "(the grammar decides where the text ends); send 0.", "min_tokens")
+    if request.sampling.bad_words:
+        raise RequestInvalid("Invalid value for 'bad_words': not with a structured output "
+                             "(the grammar decides which tokens may come, and banned words "
+                             "could leave none); send [] or constrain the text in the "
+                             "grammar.", "bad_words")
     return replace(request, sampling=replace(request.sampling, grammar=grammar))

@@ -188,3 +188,29 @@ def test_sampled_first_token_follows_the_masked_target(pair):
         counts[first] += 1
     expected = [400 * p[t].item() for t in support]
     assert chisquare([counts[t] for t in support], expected).pvalue > 1e-3
+
+
+def test_a_row_whose_grammar_allows_no_token_fails_alone(pair):
+    """A structured output whose bad_words ban every token its grammar allows next leaves its
+    row with no finite logit: that row fails (its tokens break the grammar), and a session
+    sharing the step gets its verdict as if alone."""
+    from cascade.core.blocks import Draft
+    from cascade.core.engine import VerifyEngine
+    from cascade.core.verification import SequenceVerifier
+
+    target, _ = pair
+    grammar = GRAMMARS["regex"]
+    prompt = target.tokenizer.encode(PROMPT)
+    allowed = fresh_mask(target, grammar, []).nonzero().flatten().tolist()
+    engine = VerifyEngine(target, kv_tokens=1024)
+    stuck = SequenceVerifier(target, prompt, SamplingParams(
+        max_new_tokens=8, grammar=grammar, bad_words=tuple((t,) for t in allowed)),
+        engine=engine)
+    other = SequenceVerifier(target, prompt[:-1], SamplingParams(max_new_tokens=8),
+                             engine=engine)
+    alone = SequenceVerifier(target, prompt[:-1], SamplingParams(max_new_tokens=8),
+                             engine=VerifyEngine(target, kv_tokens=1024))
+    results = engine.step([(stuck, Draft([])), (other, Draft([]))])
+    assert isinstance(results[0], ValueError) and "grammar" in str(results[0])
+    assert results[1].tokens == alone.verify(Draft([])).tokens
+    assert other.committed == alone.committed

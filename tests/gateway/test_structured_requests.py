@@ -48,6 +48,7 @@ REFUSED = [
     ({"response_format": {"type": "json_object"}, "guided_regex": "a"}, "guided_regex"),
     ({"guided_regex": "a", "acceptance": "cascade"}, "acceptance"),
     ({"guided_regex": "a", "min_tokens": 2}, "min_tokens"),
+    ({"guided_regex": "a", "bad_words": ["a"]}, "bad_words"),
 ]
 
 
