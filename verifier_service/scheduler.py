@@ -20,6 +20,7 @@ it unrun.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import deque
 from concurrent.futures import Executor
@@ -114,13 +115,14 @@ class StepScheduler:
             if not batch:
                 continue
             metrics.VERIFIER_BATCH_SIZE.observe(len(batch))
-            items = self._planned([(i.sequence, i.draft) for i in batch])
             started = time.perf_counter()
             try:
+                items = self._planned([(i.sequence, i.draft) for i in batch])
                 results = await loop.run_in_executor(self.executor, self.engine.step, items)
-            except Exception as exc:  # noqa: BLE001 - a failed pass fails its items, not the loop
+            except Exception as exc:  # noqa: BLE001 - a failed step fails its items, not the loop
                 results = [exc] * len(batch)
-            self._observe(items, results, started)
+            else:
+                self._observe(items, results, started)
             for item, result in zip(batch, results):
                 if not item.future.done():
                     item.future.set_result(result)
@@ -144,6 +146,14 @@ class StepScheduler:
         return [(s, d) for (s, _), d in zip(items, self.planner.plan(items))]
 
     def _observe(self, items: list, results: list, started: float) -> None:
+        """Metrics and the planner's estimates from a step; a fault here is logged, never
+        failing the step's items (their tokens are committed)."""
+        try:
+            self._observe_step(items, results, started)
+        except Exception:  # noqa: BLE001
+            logging.getLogger("verifier").exception("observing a step failed")
+
+    def _observe_step(self, items: list, results: list, started: float) -> None:
         seconds = time.perf_counter() - started
         metrics.VERIFIER_STEP_SECONDS.observe(seconds)
         shared = self.engine.prefixes.shared_tokens

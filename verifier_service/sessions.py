@@ -189,12 +189,21 @@ class SessionTable:
             self.planner.ready(session.sequence, min(msg.num_tokens, MAX_DRAFT_TOKENS))
 
     async def close(self, session: OpenSession) -> None:
-        """Give the session's KV memory back when its stream ends, and wake waiting opens."""
-        session.sequence.close()
+        """Forget the session when its stream ends; its KV memory is given back on the model
+        thread, after any step that holds its row (a release under a running step failed the
+        whole step), and waiting opens are woken. Done even if the caller is cancelled."""
         self.planner.release(session.sequence)
         if self.sessions.get(session.session_id) is session:
             del self.sessions[session.session_id]
             self.highest_epoch.closed(session.session_id)
+        await asyncio.shield(asyncio.ensure_future(self._release(session.sequence)))
+
+    async def _release(self, sequence: SequenceVerifier) -> None:
+        try:
+            await asyncio.get_running_loop().run_in_executor(self.scheduler.executor,
+                                                             sequence.close)
+        except RuntimeError:  # the executor shut down (the pod stops): no step runs any more
+            sequence.close()
         self._observe_memory()
         async with self._freed:
             self._freed.notify_all()

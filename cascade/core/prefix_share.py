@@ -23,6 +23,7 @@ feature drafter's context) are left alone.
 
 from __future__ import annotations
 
+import threading
 import weakref
 
 import torch
@@ -40,14 +41,22 @@ class PrefixShare:
     def __init__(self, store: KVStore, enabled: bool = True) -> None:
         self.store, self.enabled = store, enabled
         self._live: weakref.WeakSet[RegionCache] = weakref.WeakSet()
+        self._lock = threading.Lock()
+        """Caches join on the event loop (admission) and are read on the model thread."""
         self.shared_tokens = 0
         """Positions copied instead of fed, since the engine started."""
 
     def add(self, cache: RegionCache) -> None:
-        self._live.add(cache)
+        with self._lock:
+            self._live.add(cache)
 
     def discard(self, cache: RegionCache) -> None:
-        self._live.discard(cache)
+        with self._lock:
+            self._live.discard(cache)
+
+    def _snapshot(self) -> list[RegionCache]:
+        with self._lock:
+            return list(self._live)
 
     def fill(self, passes: list[Pass]) -> None:
         """Before a step's rows are fed: give each row whose cache is still empty the longest
@@ -58,7 +67,7 @@ class PrefixShare:
             if p.cache.tokens or p.hidden_layers:
                 continue
             limit = len(p.tokens) - p.num_leading - p.num_logits  # rows whose logits it needs
-            source, length = longest_held(self._live, p.tokens, limit, p.cache)
+            source, length = longest_held(self._snapshot(), p.tokens, limit, p.cache)
             if source is not None and length >= MIN_SHARED:
                 self.store.copy(source.region, p.cache.region, length)
                 p.cache.tokens = list(p.tokens[:length])
@@ -69,7 +78,7 @@ class PrefixShare:
         is off: nothing is worth waiting for)."""
         if not self.enabled:
             return len(tokens)
-        return longest_held(self._live, tokens, len(tokens))[1]
+        return longest_held(self._snapshot(), tokens, len(tokens))[1]
 
 
 def longest_held(caches, tokens: list[int], limit: int, exclude=None) -> tuple[object, int]:

@@ -115,8 +115,13 @@ class SequenceVerifier:
         return self.params.max_drafts_after(len(self.generated))
 
     def close(self) -> None:
-        """Give the KV region back (idempotent)."""
+        """Give the KV region back (idempotent). Call it where the engine's steps run (the
+        model thread): a region released under a running step would fail the whole step."""
         self._release()
+
+    @property
+    def is_closed(self) -> bool:
+        return not self._release.alive
 
     def verify(self, draft: Draft) -> RoundOutcome:
         """Score ``draft`` after the committed tokens and commit what the policy keeps."""
@@ -136,6 +141,8 @@ class SequenceVerifier:
 
     def plan(self, draft: Draft | None) -> Pass | None:
         """This sequence's row of an engine step (None: nothing to feed). Raises InvalidDraft."""
+        if self.is_closed:
+            raise InvalidDraft("block: the session was closed")
         if draft is None:
             if not self.feature_layers or len(self.committed) < 2:
                 return None
