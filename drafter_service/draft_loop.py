@@ -66,7 +66,7 @@ class DraftLoop:
         self.params, self.config = settings.sampling, config
         self.proposer = new_proposer(ProposerContext(runner, self.params, self.config,
                                                      settings.policy, request.prompt_len,
-                                                     memory))
+                                                     memory, request.prefix_scope))
         self.speculation = speculation if self.proposer.can_speculate else SpeculationConfig()
         self.predrafts = PreDrafter(self.proposer, executor, self.speculation, self.params,
                                     request.prompt_len, self._budget, self._predrafted_block)
@@ -89,7 +89,7 @@ class DraftLoop:
             prompt_len=r.prompt_len, sampling=r.sampling, acceptance=r.acceptance,
             feature_layers=layers, owner_tag=r.owner_tag, plan_drafts=self.config.planned,
             draft_method=self.config.method, tree_nodes=self.config.tree_nodes,
-            num_draft_tokens=self.config.longest_block,
+            num_draft_tokens=self.config.longest_block, prefix_scope=r.prefix_scope,
             shadow_drafts=self.config.planned and self._shadows_exact))
 
     def _observe(self, verdict: verifier_pb2.Verdict) -> None:

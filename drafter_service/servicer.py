@@ -8,7 +8,7 @@ from cascade.core.runner import ModelRunner
 from cascade.pod.messages import model_limits
 from cascade.core.suffix_index import SessionMemory, SuffixIndex
 from cascade.protocol.validation import (
-    check_memory_scope,
+    check_scope,
     check_verifier_address,
     draft_config,
     session_settings,
@@ -41,7 +41,8 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
         settings = session_settings(request, self.limits)
         config = draft_config(request.draft, settings.policy)
         check_verifier_address(request.verifier_address)
-        check_memory_scope(request.memory_scope)
+        check_scope(request.memory_scope, "memory_scope")
+        check_scope(request.prefix_scope, "prefix_scope")
         memory = None
         if request.HasField("memory_scope") and self.memory is not None:
             memory = SessionMemory(self.memory, request.memory_scope)

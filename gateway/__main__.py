@@ -16,6 +16,7 @@ from cascade.serving.process import setup_logging
 from cascade.serving.telemetry import setup_telemetry
 from gateway.orchestrator import OrchestratorSettings
 from gateway.server import GatewayConfig, serve
+from gateway.sharing import PrefixSharing
 
 cli = typer.Typer(add_completion=False)
 
@@ -83,6 +84,10 @@ def main(
     memory_stream_len: int = typer.Option(
         DEFAULT_STREAM_LEN, help="Finished generations the speculation memory's Redis stream "
         "keeps (the oldest are trimmed)."),
+    prefix_sharing: PrefixSharing = typer.Option(
+        PrefixSharing.PER_KEY.value, help="Whose live prompts a session's pods may copy KV "
+        "prefixes from: per-key (the same API key's sessions only; see docs/security.md) or "
+        "shared (every session: single-tenant deployments)."),
 ) -> None:
     """Serve the OpenAI-compatible HTTP API and the gRPC Generate stream."""
     setup_logging()
@@ -99,7 +104,8 @@ def main(
                            OrchestratorSettings(first_round_timeout_s=first_round_timeout_s,
                                                 round_timeout_s=round_timeout_s,
                                                 memory=speculation_memory,
-                                                memory_stream_len=memory_stream_len), mesh,
+                                                memory_stream_len=memory_stream_len,
+                                                prefix_sharing=prefix_sharing), mesh,
                            max_body_bytes, max_sessions_per_key, tokens_per_minute_per_key,
                            session_lease_s, tree_nodes, draft_method, redis_wait_replicas)
     asyncio.run(serve(config))

@@ -12,6 +12,7 @@ from opentelemetry import context as otel_context
 from cascade.serving import metrics
 from cascade.serving.memory_stream import DEFAULT_STREAM_LEN, MemoryMode
 from gateway.session_store import SessionRecord
+from gateway.sharing import PrefixSharing
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,8 @@ class OrchestratorSettings:
     """Finished generations the memory's Redis stream keeps."""
     model_name: str = ""
     """The served model's name, part of every memory scope."""
+    prefix_sharing: PrefixSharing = PrefixSharing.PER_KEY
+    """Whose live prompts a session's pods may copy KV prefixes from (gateway.sharing)."""
 
 
 class RoundTimeout(ConnectionError):

@@ -56,7 +56,7 @@ from gateway.session_store import (
     request_from_record,
 )
 from gateway.pods import PodPicker
-from gateway.sharing import MemorySharing
+from gateway.sharing import MemorySharing, prefix_scope
 
 log = logging.getLogger(__name__)
 RETRY_BACKOFF_S = 0.1
@@ -319,7 +319,8 @@ class Orchestrator:
             context_tokens=request.prompt_tokens + generated, prompt_len=job.record.prompt_len,
             sampling=sampling_to_pb(request.sampling),
             acceptance=acceptance_to_pb(request.acceptance),
-            owner_tag=self.channels.mesh.owner_tag(job.record.session_id, job.epoch))
+            owner_tag=self.channels.mesh.owner_tag(job.record.session_id, job.epoch),
+            prefix_scope=prefix_scope(self.settings.prefix_sharing, request.caller))
         if job.drafter is None:
             stub = verifier_pb2_grpc.VerifierStub(channel)
             return stub.Decode(verifier_pb2.DecodeRequest(session=session))
@@ -328,7 +329,8 @@ class Orchestrator:
             context_tokens=session.context_tokens, prompt_len=session.prompt_len,
             sampling=session.sampling, draft=draft_settings_to_pb(request.draft),
             verifier_address=job.verifier, acceptance=session.acceptance,
-            owner_tag=session.owner_tag, memory_scope=self.memory.scope(request))
+            owner_tag=session.owner_tag, memory_scope=self.memory.scope(request),
+            prefix_scope=session.prefix_scope)
         return drafter_pb2_grpc.DrafterStub(channel).RunSession(run)
 
     async def _recover(self, request, job: SessionJob, exc: Exception, attempt: int,

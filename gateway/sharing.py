@@ -1,9 +1,11 @@
 """What the gateway gives the speculation memory (cascade.serving.memory_stream): each session's
-scope, sent to its drafter, and every finished generation, appended to the cluster's stream."""
+scope, sent to its drafter, and every finished generation, appended to the cluster's stream;
+and each session's prefix-sharing scope (cascade.core.prefix_share), sent to both pods."""
 
 from __future__ import annotations
 
 import logging
+from enum import Enum
 
 import redis.asyncio as redis
 
@@ -11,6 +13,21 @@ from cascade.serving import memory_stream
 from cascade.serving.memory_stream import MemoryMode, memory_scope
 
 log = logging.getLogger(__name__)
+
+
+class PrefixSharing(str, Enum):
+    """Whose live prompts a session's pods may copy KV prefixes from."""
+
+    PER_KEY = "per-key"
+    """Sessions of the same API key only (its choices, its agent loop's turns): a copy makes
+    the first token come sooner, so across keys it would time another key's prompt."""
+    SHARED = "shared"
+    """Every session (single-tenant deployments: one system prompt computed once for all)."""
+
+
+def prefix_scope(mode: PrefixSharing, caller: str) -> str:
+    """The prefix-sharing scope of a session of ``caller`` (an API key's identity)."""
+    return "shared" if mode is PrefixSharing.SHARED else f"key:{caller}"
 
 
 class MemorySharing:

@@ -181,14 +181,16 @@ class StepScheduler:
     def _waits_for_prefix(self, item: _Item, batch: list[_Item]) -> bool:
         """Whether ``item`` is a new sequence that, one step later, could copy at least
         SHARED_PREFIX_WAIT more of its prompt from a new sequence of ``batch`` than a live
-        sequence offers it now."""
+        sequence offers it now (sequences of its prefix scope only)."""
         context = item.sequence.committed
         if (item.sequence.cache.tokens or item.draft is None
                 or item.sequence.prompt_logprobs.is_pending):  # it feeds its whole prompt
             return False
-        new = [i.sequence.committed for i in batch if not i.sequence.cache.tokens]
+        scope = item.sequence.cache.scope  # only its scope's sequences may give it a prefix
+        new = [i.sequence.committed for i in batch
+               if not i.sequence.cache.tokens and i.sequence.cache.scope == scope]
         coming = min(longest_common(context, new), len(context) - 1)
-        return coming >= self.engine.prefixes.held(context) + SHARED_PREFIX_WAIT
+        return coming >= self.engine.prefixes.held(context, scope) + SHARED_PREFIX_WAIT
 
     def _queued_tokens(self) -> int:
         return sum(i.tokens for i in self.queue)

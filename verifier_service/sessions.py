@@ -42,6 +42,7 @@ from cascade.protocol.methods import DEFAULT_DRAFT_METHOD
 from cascade.protocol.settings import MAX_DRAFT_TOKENS, MAX_TREE_NODES
 from cascade.protocol.validation import (
     check_feature_layers,
+    check_scope,
     check_shadow,
     check_tree_nodes,
     session_settings,
@@ -104,10 +105,12 @@ class SessionTable:
         settings = session_settings(msg, self.limits)
         check_feature_layers(msg.feature_layers, self.limits.num_layers)
         check_tree_nodes(msg.tree_nodes)
+        check_scope(msg.prefix_scope, "prefix_scope")
         self._check_epoch(msg.session_id, msg.epoch)
         sequence = await self._admit(lambda: SequenceVerifier(
             self.runner, list(msg.context_tokens), settings.sampling, msg.prompt_len,
-            settings.policy, self.engine, tree_room=msg.tree_nodes))
+            settings.policy, self.engine, tree_room=msg.tree_nodes,
+            prefix_scope=msg.prefix_scope))
         try:
             self._check_epoch(msg.session_id, msg.epoch)  # a newer owner may have come meanwhile
         except StaleEpoch:

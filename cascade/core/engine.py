@@ -60,8 +60,8 @@ class Pass(NamedTuple):
 class RegionCache:
     """The KV entries of one sequence: ``tokens`` are exactly the positions its region holds."""
 
-    def __init__(self, engine: VerifyEngine, region: Region) -> None:
-        self.engine, self.region = engine, region
+    def __init__(self, engine: VerifyEngine, region: Region, scope: str = "") -> None:
+        self.engine, self.region, self.scope = engine, region, scope
         self.tokens: list[int] = []
 
     def feed(self, tokens: list[int], num_logits: int,
@@ -122,8 +122,9 @@ class VerifyEngine:
     def invariance_verified(self) -> bool:
         return self.invariant and self.invariance.verified
 
-    def admit(self, num_positions: int) -> RegionCache:
-        """A cache with room for ``num_positions`` positions, or KVBudgetExhausted. In the
+    def admit(self, num_positions: int, scope: str = "") -> RegionCache:
+        """A cache with room for ``num_positions`` positions, or KVBudgetExhausted; it shares
+        prefixes with caches of ``scope`` only (``cascade.core.prefix_share``). In the
         invariant mode the region is rounded up to whole key blocks and its values zeroed (the
         canonical attention reads a query's whole block; masked entries must be finite)."""
         if self.invariant:
@@ -139,7 +140,7 @@ class VerifyEngine:
                 f"({self.store.reserved} of {self.store.capacity} reserved)")
         if self.invariant:
             self.store.values[:, :, region.start : region.start + region.size].zero_()
-        cache = RegionCache(self, region)
+        cache = RegionCache(self, region, scope)
         self.prefixes.add(cache)
         return cache
 

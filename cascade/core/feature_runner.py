@@ -87,7 +87,8 @@ class FeatureRunner:
     def vocab_size(self) -> int:
         return self.vocab_map.target_vocab_size
 
-    def new_cache(self) -> FeatureCache:
+    def new_cache(self, scope: str = "") -> FeatureCache:
+        """``scope`` is unused: a feature drafter's caches share no prefixes."""
         return FeatureCache(self)
 
 

@@ -19,6 +19,11 @@ What is shared: positions the source holds now (its committed tokens; a step's r
 before any row is fed, so nothing half-written is copied), up to the row's last position whose
 logits it needs, which is always fed. Rows that ask for hidden states of every position fed (a
 feature drafter's context) are left alone.
+
+Who shares: caches of one *scope* only (``RegionCache.scope``, ``SequenceCache.scope``; the
+gateway gives every session its API key's identity, or one scope for all keys in a
+single-tenant deployment). A copy makes a prompt's first token come sooner, so sharing across
+tenants would let one key time guesses of another key's live prompt.
 """
 
 from __future__ import annotations
@@ -54,9 +59,10 @@ class PrefixShare:
         with self._lock:
             self._live.discard(cache)
 
-    def _snapshot(self) -> list[RegionCache]:
+    def _scoped(self, scope: str) -> list[RegionCache]:
+        """The live caches of ``scope``: only those may give a new cache of it a prefix."""
         with self._lock:
-            return list(self._live)
+            return [cache for cache in self._live if cache.scope == scope]
 
     def fill(self, passes: list[Pass]) -> None:
         """Before a step's rows are fed: give each row whose cache is still empty the longest
@@ -67,18 +73,19 @@ class PrefixShare:
             if p.cache.tokens or p.hidden_layers:
                 continue
             limit = len(p.tokens) - p.num_leading - p.num_logits  # rows whose logits it needs
-            source, length = longest_held(self._snapshot(), p.tokens, limit, p.cache)
+            source, length = longest_held(self._scoped(p.cache.scope), p.tokens, limit,
+                                          p.cache)
             if source is not None and length >= MIN_SHARED:
                 self.store.copy(source.region, p.cache.region, length)
                 p.cache.tokens = list(p.tokens[:length])
                 self.shared_tokens += length
 
-    def held(self, tokens: list[int]) -> int:
-        """How long a prefix of ``tokens`` a live sequence holds now (everything when sharing
-        is off: nothing is worth waiting for)."""
+    def held(self, tokens: list[int], scope: str) -> int:
+        """How long a prefix of ``tokens`` a live sequence of ``scope`` holds now (everything
+        when sharing is off: nothing is worth waiting for)."""
         if not self.enabled:
             return len(tokens)
-        return longest_held(self._snapshot(), tokens, len(tokens))[1]
+        return longest_held(self._scoped(scope), tokens, len(tokens))[1]
 
 
 def longest_held(caches, tokens: list[int], limit: int, exclude=None) -> tuple[object, int]:
@@ -104,7 +111,8 @@ def adopt_prefix(cache: SequenceCache, token_ids: list[int], limit: int) -> None
     """Give an empty ``cache`` the longest prefix of ``token_ids[:limit]`` another live cache
     of its runner holds (at least MIN_SHARED positions; a copy of every layer's keys and
     values), as the verifier's engine does."""
-    best, length = longest_held(cache.runner.live_caches, token_ids, limit, cache)
+    caches = [other for other in list(cache.runner.live_caches) if other.scope == cache.scope]
+    best, length = longest_held(caches, token_ids, limit, cache)
     layers = getattr(getattr(best, "cache", None), "layers", None)
     if length < MIN_SHARED or not layers or not all(
             torch.is_tensor(getattr(layer, "keys", None)) for layer in layers):

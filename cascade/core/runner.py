@@ -142,15 +142,16 @@ class ModelRunner:
         logits = logits.float().cpu()
         return logits if self.vocab_map is None else self.vocab_map.expand(logits)
 
-    def new_cache(self) -> "SequenceCache":
-        return SequenceCache(self)
+    def new_cache(self, scope: str = "") -> "SequenceCache":
+        return SequenceCache(self, scope)
 
 
 class SequenceCache:
     """The KV cache of one sequence; ``tokens`` are exactly the positions it holds."""
 
-    def __init__(self, runner: ModelRunner) -> None:
-        self.runner = runner
+    def __init__(self, runner: ModelRunner, scope: str = "") -> None:
+        self.runner, self.scope = runner, scope
+        """``scope``: whose caches it may copy a prompt prefix from (``adopt_prefix``)."""
         # Full history on every layer (no config): a sliding-window layer's own cache drops
         # old positions and cannot be rolled back once past its window; the model's masks
         # still apply each layer's window.

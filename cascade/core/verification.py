@@ -54,13 +54,15 @@ class SequenceVerifier:
         policy: AcceptancePolicy | None = None,
         engine: VerifyEngine | None = None,
         tree_room: int = 0,
+        prefix_scope: str = "",
     ) -> None:
         """``context`` is the prompt followed by any tokens already committed (a moved session
         resumes this way); ``prompt_len`` says where the prompt ends (default: all of it);
         ``policy`` defaults to the one for the temperature; ``engine`` to the runner's own.
         Reserves KV memory for prompt plus max_new_tokens, plus ``tree_room`` positions so a
         tree of that many nodes fits to the end (``KVBudgetExhausted`` when it does not fit);
-        ``close`` gives it back (so does garbage collection)."""
+        ``close`` gives it back (so does garbage collection). ``prefix_scope``: whose
+        sequences it may copy prompt prefixes from (``cascade.core.prefix_share``)."""
         prompt_len = len(context) if prompt_len is None else prompt_len
         if not 0 < prompt_len <= len(context):
             raise ValueError(f"prompt_len must be in [1, {len(context)}], got {prompt_len}")
@@ -83,7 +85,7 @@ class SequenceVerifier:
         self.engine = engine or engine_for(runner)
         self.positions = prompt_len + params.max_new_tokens + tree_room
         """Positions reserved for this generation (the region may be rounded up)."""
-        self.cache = self.engine.admit(self.positions)
+        self.cache = self.engine.admit(self.positions, prefix_scope)
         self._release = weakref.finalize(self, self.cache.release)
         self.finish_reason: FinishReason | None = None
         self.stats = SpecStats()

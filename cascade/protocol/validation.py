@@ -211,14 +211,14 @@ def check_verifier_address(address: str) -> None:
                                           f"characters, port 1-65535), got {shown!r}")
 
 
-MAX_MEMORY_SCOPE_CHARS = 512
+MAX_SCOPE_CHARS = 512
 
 
-def check_memory_scope(scope: str) -> None:
-    """A speculation-memory scope (a model name and a key's digest) of bounded size."""
-    if len(scope) > MAX_MEMORY_SCOPE_CHARS:
-        raise invalid("memory_scope", f"must be at most {MAX_MEMORY_SCOPE_CHARS} characters, "
-                                      f"got {len(scope)}")
+def check_scope(scope: str, field: str) -> None:
+    """A scope (the speculation memory's, a model name and a key's digest; the prefix
+    sharing's, a key's digest) of bounded size."""
+    if len(scope) > MAX_SCOPE_CHARS:
+        raise invalid(field, f"must be at most {MAX_SCOPE_CHARS} characters, got {len(scope)}")
 
 
 def check_block(msg: verifier_pb2.DraftBlock, vocab_size: int) -> None:

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from cascade.v1 import common_pb2 as cascade_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x63\x61scade/v1/drafter.proto\x12\ncascade.v1\x1a\x17\x63\x61scade/v1/common.proto\"\xb9\x02\n\x11RunSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x16\n\x0e\x63ontext_tokens\x18\x03 \x03(\r\x12\x12\n\nprompt_len\x18\x04 \x01(\r\x12&\n\x08sampling\x18\x05 \x01(\x0b\x32\x14.cascade.v1.Sampling\x12(\n\x05\x64raft\x18\x06 \x01(\x0b\x32\x19.cascade.v1.DraftSettings\x12\x18\n\x10verifier_address\x18\x07 \x01(\t\x12*\n\nacceptance\x18\x08 \x01(\x0b\x32\x16.cascade.v1.Acceptance\x12\x11\n\towner_tag\x18\t \x01(\x0c\x12\x19\n\x0cmemory_scope\x18\n \x01(\tH\x00\x88\x01\x01\x42\x0f\n\r_memory_scope2K\n\x07\x44rafter\x12@\n\nRunSession\x12\x1d.cascade.v1.RunSessionRequest\x1a\x11.cascade.v1.Round0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x63\x61scade/v1/drafter.proto\x12\ncascade.v1\x1a\x17\x63\x61scade/v1/common.proto\"\xcf\x02\n\x11RunSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x16\n\x0e\x63ontext_tokens\x18\x03 \x03(\r\x12\x12\n\nprompt_len\x18\x04 \x01(\r\x12&\n\x08sampling\x18\x05 \x01(\x0b\x32\x14.cascade.v1.Sampling\x12(\n\x05\x64raft\x18\x06 \x01(\x0b\x32\x19.cascade.v1.DraftSettings\x12\x18\n\x10verifier_address\x18\x07 \x01(\t\x12*\n\nacceptance\x18\x08 \x01(\x0b\x32\x16.cascade.v1.Acceptance\x12\x11\n\towner_tag\x18\t \x01(\x0c\x12\x19\n\x0cmemory_scope\x18\n \x01(\tH\x00\x88\x01\x01\x12\x14\n\x0cprefix_scope\x18\x0b \x01(\tB\x0f\n\r_memory_scope2K\n\x07\x44rafter\x12@\n\nRunSession\x12\x1d.cascade.v1.RunSessionRequest\x1a\x11.cascade.v1.Round0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,7 +33,7 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'cascade.v1.drafter_pb2', _g
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_RUNSESSIONREQUEST']._serialized_start=66
-  _globals['_RUNSESSIONREQUEST']._serialized_end=379
-  _globals['_DRAFTER']._serialized_start=381
-  _globals['_DRAFTER']._serialized_end=456
+  _globals['_RUNSESSIONREQUEST']._serialized_end=401
+  _globals['_DRAFTER']._serialized_start=403
+  _globals['_DRAFTER']._serialized_end=478
 # @@protoc_insertion_point(module_scope)

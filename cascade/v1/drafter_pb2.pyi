@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class RunSessionRequest(_message.Message):
-    __slots__ = ("session_id", "epoch", "context_tokens", "prompt_len", "sampling", "draft", "verifier_address", "acceptance", "owner_tag", "memory_scope")
+    __slots__ = ("session_id", "epoch", "context_tokens", "prompt_len", "sampling", "draft", "verifier_address", "acceptance", "owner_tag", "memory_scope", "prefix_scope")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -19,6 +19,7 @@ class RunSessionRequest(_message.Message):
     ACCEPTANCE_FIELD_NUMBER: _ClassVar[int]
     OWNER_TAG_FIELD_NUMBER: _ClassVar[int]
     MEMORY_SCOPE_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_SCOPE_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     epoch: int
     context_tokens: _containers.RepeatedScalarFieldContainer[int]
@@ -29,4 +30,5 @@ class RunSessionRequest(_message.Message):
     acceptance: _common_pb2.Acceptance
     owner_tag: bytes
     memory_scope: str
-    def __init__(self, session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., context_tokens: _Optional[_Iterable[int]] = ..., prompt_len: _Optional[int] = ..., sampling: _Optional[_Union[_common_pb2.Sampling, _Mapping]] = ..., draft: _Optional[_Union[_common_pb2.DraftSettings, _Mapping]] = ..., verifier_address: _Optional[str] = ..., acceptance: _Optional[_Union[_common_pb2.Acceptance, _Mapping]] = ..., owner_tag: _Optional[bytes] = ..., memory_scope: _Optional[str] = ...) -> None: ...
+    prefix_scope: str
+    def __init__(self, session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., context_tokens: _Optional[_Iterable[int]] = ..., prompt_len: _Optional[int] = ..., sampling: _Optional[_Union[_common_pb2.Sampling, _Mapping]] = ..., draft: _Optional[_Union[_common_pb2.DraftSettings, _Mapping]] = ..., verifier_address: _Optional[str] = ..., acceptance: _Optional[_Union[_common_pb2.Acceptance, _Mapping]] = ..., owner_tag: _Optional[bytes] = ..., memory_scope: _Optional[str] = ..., prefix_scope: _Optional[str] = ...) -> None: ...

@@ -40,7 +40,7 @@ class ShadowBlock(_message.Message):
     def __init__(self, epoch: _Optional[int] = ..., base_len: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., parents: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class SessionOpen(_message.Message):
-    __slots__ = ("session_id", "epoch", "context_tokens", "prompt_len", "sampling", "acceptance", "feature_layers", "owner_tag", "plan_drafts", "draft_method", "shadow_drafts", "tree_nodes", "num_draft_tokens")
+    __slots__ = ("session_id", "epoch", "context_tokens", "prompt_len", "sampling", "acceptance", "feature_layers", "owner_tag", "plan_drafts", "draft_method", "shadow_drafts", "tree_nodes", "num_draft_tokens", "prefix_scope")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -54,6 +54,7 @@ class SessionOpen(_message.Message):
     SHADOW_DRAFTS_FIELD_NUMBER: _ClassVar[int]
     TREE_NODES_FIELD_NUMBER: _ClassVar[int]
     NUM_DRAFT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_SCOPE_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     epoch: int
     context_tokens: _containers.RepeatedScalarFieldContainer[int]
@@ -67,7 +68,8 @@ class SessionOpen(_message.Message):
     shadow_drafts: bool
     tree_nodes: int
     num_draft_tokens: int
-    def __init__(self, session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., context_tokens: _Optional[_Iterable[int]] = ..., prompt_len: _Optional[int] = ..., sampling: _Optional[_Union[_common_pb2.Sampling, _Mapping]] = ..., acceptance: _Optional[_Union[_common_pb2.Acceptance, _Mapping]] = ..., feature_layers: _Optional[_Iterable[int]] = ..., owner_tag: _Optional[bytes] = ..., plan_drafts: _Optional[bool] = ..., draft_method: _Optional[str] = ..., shadow_drafts: _Optional[bool] = ..., tree_nodes: _Optional[int] = ..., num_draft_tokens: _Optional[int] = ...) -> None: ...
+    prefix_scope: str
+    def __init__(self, session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., context_tokens: _Optional[_Iterable[int]] = ..., prompt_len: _Optional[int] = ..., sampling: _Optional[_Union[_common_pb2.Sampling, _Mapping]] = ..., acceptance: _Optional[_Union[_common_pb2.Acceptance, _Mapping]] = ..., feature_layers: _Optional[_Iterable[int]] = ..., owner_tag: _Optional[bytes] = ..., plan_drafts: _Optional[bool] = ..., draft_method: _Optional[str] = ..., shadow_drafts: _Optional[bool] = ..., tree_nodes: _Optional[int] = ..., num_draft_tokens: _Optional[int] = ..., prefix_scope: _Optional[str] = ...) -> None: ...
 
 class TargetFeatures(_message.Message):
     __slots__ = ("start", "shape", "dtype", "data")

@@ -96,8 +96,9 @@ def test_a_row_that_asks_for_every_positions_features_feeds_them():
     first.close(), second.close()
 
 
-async def _step_sizes(engine, target, prompts, params=GREEDY):
-    """The batch sizes of the steps that verify each prompt's first block, queued at once."""
+async def _step_sizes(engine, target, prompts, params=GREEDY, scopes=None):
+    """The batch sizes of the steps that verify each prompt's first block, queued at once
+    (``scopes``: each sequence's prefix scope; default: one for all)."""
     sizes, step = [], engine.step
 
     def counting(items):
@@ -106,7 +107,9 @@ async def _step_sizes(engine, target, prompts, params=GREEDY):
 
     engine.step = counting
     scheduler = StepScheduler(engine, ThreadPoolExecutor(1), VerifierSettings(max_wait_ms=0))
-    sequences = [SequenceVerifier(target, p, params, engine=engine) for p in prompts]
+    sequences = [SequenceVerifier(target, p, params, engine=engine,
+                                  prefix_scope=scopes[i] if scopes else "")
+                 for i, p in enumerate(prompts)]
     outcomes = await asyncio.gather(*(scheduler.submit(s, Draft([3, 4])) for s in sequences))
     for s in sequences:
         s.close()
@@ -158,3 +161,45 @@ def test_sequences_that_score_their_prompt_are_not_held_back():
     sizes, _ = asyncio.run(_step_sizes(engine, target, [prompt, prompt], scoring))
     assert sizes == [2]
     assert engine.prefixes.shared_tokens == 0
+
+
+def test_sequences_of_different_scopes_copy_nothing_from_each_other():
+    """Two API keys with the same prompt: the second computes it (a copy would make its first
+    token come sooner, and the timing would tell it the other key's prompt); the same key
+    copies it."""
+    target = tiny_llama(0)
+    prompt = random_prompts(1, seed=12, min_len=40, max_len=40)[0]
+    engine = VerifyEngine(target, kv_tokens=4096)
+
+    def fed(scope):
+        sequence = SequenceVerifier(target, prompt, GREEDY, engine=engine, prefix_scope=scope)
+        sequence.verify(Draft([]))
+        return sequence
+
+    first = fed("key:a")
+    other = fed("key:b")
+    assert engine.prefixes.shared_tokens == 0
+    same = fed("key:a")
+    assert engine.prefixes.shared_tokens == len(prompt) - 1
+    for sequence in (first, other, same):
+        sequence.close()
+
+
+def test_new_sequences_wait_only_for_a_prefix_of_their_own_scope():
+    target = tiny_llama(0)
+    prompt = random_prompts(1, seed=9, min_len=48, max_len=48)[0]
+    engine = VerifyEngine(target, kv_tokens=4096)
+    sizes, _ = asyncio.run(_step_sizes(engine, target, [prompt, prompt], scopes=["a", "b"]))
+    assert sizes == [2]  # nothing to wait for: the other's prefix is not its to copy
+    assert engine.prefixes.shared_tokens == 0
+
+
+def test_a_drafter_cache_copies_only_within_its_scope():
+    runner = tiny_llama(1)
+    prompt = random_prompts(1, seed=13, min_len=30, max_len=30)[0]
+    held = runner.new_cache("key:a")
+    held.forward_to(prompt + [3])
+    runner.new_cache("key:b").forward_to(prompt + [4])
+    assert runner.shared_tokens == 0
+    runner.new_cache("key:a").forward_to(prompt + [5])
+    assert runner.shared_tokens == len(prompt)

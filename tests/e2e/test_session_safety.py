@@ -187,3 +187,27 @@ async def test_resume_by_another_caller_is_unknown(cluster):
     sid = (await anext(orchestrator.generate(owned))).session_id
     with pytest.raises(SessionLost):
         await orchestrator.resume(sid, "digest-b")
+
+
+async def test_two_keys_with_the_same_prompt_share_no_prefix(cluster_with):
+    """While key A's session is live on the pods, key B's session of the same prompt computes
+    it (a copy would make B's first token come sooner: the timing of a guess would tell B
+    A's prompt); a second session of key A copies it. Pods and gateway as deployed (the
+    drafter's caches follow the same scopes: tests/core/test_prefix_share.py)."""
+    prompt = "the secret system prompt of one tenant, long enough to be worth sharing " * 3
+    body = {**BODY, "prompt": prompt, "max_tokens": 200, "ignore_eos": True}
+    async with cluster_with(None, api_keys=KEYS) as cluster:
+        engine = cluster.verifier_sessions.engine
+        async with httpx.AsyncClient(base_url=cluster.http_url, timeout=60) as http:
+            async with http.stream("POST", "/v1/completions", json={**body, "stream": True},
+                                   headers=bearer("key-a")) as live:
+                lines = live.aiter_lines()
+                while not (await anext(lines)).startswith("id: "):
+                    pass  # key A's session is live, its prompt held on both pods
+                short = {**body, "max_tokens": 2}
+                other = await http.post("/v1/completions", json=short, headers=bearer("key-b"))
+                assert other.status_code == 200, other.text
+                assert engine.prefixes.shared_tokens == 0
+                same = await http.post("/v1/completions", json=short, headers=bearer("key-a"))
+                assert same.status_code == 200, same.text
+                assert engine.prefixes.shared_tokens > 0

@@ -45,6 +45,9 @@ class ProposerContext:
     memory: SessionMemory | None = None
     """The pod's speculation memory under this session's scope (``cascade.core.suffix_index``);
     None: the memory is off for it."""
+    prefix_scope: str = ""
+    """Whose sessions' caches its cache may copy a prompt prefix from
+    (``cascade.core.prefix_share``)."""
 
 
 class Proposer(ABC):

@@ -75,7 +75,7 @@ class ModelProposer(Proposer):
 
     def __init__(self, context: ProposerContext) -> None:
         super().__init__(context)
-        self.cache = context.runner.new_cache()
+        self.cache = context.runner.new_cache(context.prefix_scope)
         self.wants_target_features = getattr(self.cache, "wants_target_features", False)
         self.feature_layers = getattr(context.runner, "feature_layers", ())
         self.first_generated = max(context.prompt_len, 1)
