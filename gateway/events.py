@@ -48,6 +48,11 @@ class StreamView:
     tools: tuple[str, ...] = ()
     """The tools whose calls the text is read for (gateway.tools); the text is held back
     until it is whole."""
+    echo: str | None = None
+    """Completions with echo: the prompt's text, sent in front of the first round's
+    (gateway.echo); None: no echo."""
+    echo_alone: bool = False
+    """Echo with max_tokens 0: the prompt is the whole answer (the generated token is hidden)."""
 
     def format_logprobs(self, items, offset: int = 0) -> dict[str, Any] | None:
         """The ``logprobs`` of a choice or chunk holding ``items`` (None: not asked)."""
@@ -66,7 +71,7 @@ class StreamView:
         return cls(raw["kind"], schemas.ResponseMeta(**raw["meta"]), tuple(raw["stop"]),
                    raw["include_usage"], raw["rounds"], Usage(**raw["usage"]),
                    raw.get("choice", 0), raw.get("logprobs", False),
-                   tuple(raw.get("tools", ())))
+                   tuple(raw.get("tools", ())), raw.get("echo"), raw.get("echo_alone", False))
 
 
 def events(view: StreamView, deltas: AsyncIterator[Delta], resumed: bool = False

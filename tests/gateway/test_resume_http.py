@@ -146,3 +146,13 @@ async def test_resuming_a_finished_tool_call_stream_sends_the_rest(tokenizer):
         "model": MODEL, "messages": [{"role": "user", "content": "Weather?"}],
         "tools": [weather], "max_tokens": 32})
 
+
+async def test_a_resumed_echo_stream_is_the_rest_of_the_original(tokenizer):
+    """The prompt comes first, as in the original; with max_tokens 0 the one generated token
+    stays hidden."""
+    ids = tokenizer(" and more words").input_ids
+    for max_tokens, rounds in ((8, [ids[:2], ids[2:]]), (0, [ids[:1]])):
+        generator = Recorded(rounds, FinishReason.LENGTH)
+        await assert_every_resume_is_the_rest(tokenizer, generator, "/v1/completions", {
+            "model": MODEL, "prompt": "Hello  there", "echo": True, "max_tokens": max_tokens,
+            "stream_options": {"include_usage": True}})
