@@ -24,7 +24,14 @@ from cascade.protocol.requests import (
 )
 from gateway import choices, schemas
 from gateway.auth import ApiKeys
-from gateway.echo import EchoedPrompt, echoed, echoed_prompt, generated_max_tokens, with_logprobs
+from gateway.echo import (
+    EchoedPrompt,
+    echoed,
+    echoed_prompt,
+    generated_max_tokens,
+    in_view,
+    with_logprobs,
+)
 from gateway.errors import APIError, bad_request, model_not_found
 from gateway.generation import Generator
 from gateway.http_settings import HttpSettings
@@ -94,7 +101,7 @@ class CompletionsApi:
                               name)
         if len(requests) * count > 1:
             return await self._several(kind, body, http, caller, slot, requests, count, echoes)
-        view = _view(kind, body, requests[0])
+        view = in_view(_view(kind, body, requests[0]), echoes[0])
         deltas = self._deltas(replace(requests[0], view=view.to_json(), caller=caller), body,
                               slot, echoes[0])
         if body.stream:
@@ -124,8 +131,8 @@ class CompletionsApi:
                 taken.release()
             raise
         meta = schemas.ResponseMeta.new("chatcmpl" if kind == "chat" else "cmpl", body.model)
-        views = choices.views(kind, meta, body, each)
         each_echo = [e for e in echoes for _ in range(count)]
+        views = [in_view(v, e) for v, e in zip(choices.views(kind, meta, body, each), each_echo)]
         deltas = [self._deltas(replace(r, view=v.to_json(), caller=caller), body, s, e)
                   for r, v, s, e in zip(each, views, slots, each_echo)]
         prompts = [r.prompt_tokens for r in requests]

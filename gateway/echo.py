@@ -19,9 +19,11 @@ cost is that one round, and nothing below the API changes. Without echo, max_tok
 400.
 
 Streamed, the first chunk carries the prompt's text (and log-probabilities) before the first
-round's, as vLLM streams it. A resumed stream (``gateway.resume``) sends what came after the
-client's last event: the prompt came with the first round's, and is not sent again (rounds
-replayed from Redis carry no log-probabilities, the prompt's included).
+round's, as vLLM streams it. The stream's view (stored with the session) keeps the echoed text,
+so a resumed stream (``gateway.resume``) is the rest of the original: the prompt again in front
+of the first round's when the client has none of them, not at all after a round it has, and the
+generated token of an echo of the prompt alone hidden (rounds replayed from Redis carry no
+log-probabilities, the prompt's included).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 
 from gateway.detokenize import Decoder
+from gateway.events import StreamView
 from gateway.generation import GenerationFailed, GenerationRequest
 from gateway.logprobs import prompt_entries
 from gateway.streaming import Delta
@@ -87,6 +90,23 @@ async def echoed(deltas: AsyncIterator[Delta], prompt: EchoedPrompt, tokenizer: 
                             logprobs=_prompt_scores(prompt, delta, tokenizer) + delta.logprobs)
             is_first = False
         yield delta
+
+
+def in_view(view: StreamView, prompt: EchoedPrompt | None) -> StreamView:
+    """``view`` remembering what its stream echoes (a resumed stream echoes the same)."""
+    if prompt is None:
+        return view
+    return replace(view, echo=prompt.text, echo_alone=prompt.is_alone)
+
+
+def resumed(deltas: AsyncIterator[Delta], view: StreamView, seen_rounds: int,
+            tokenizer: Decoder) -> AsyncIterator[Delta]:
+    """A resumed stream's deltas echoed as the original's were: the prompt in front only when
+    the client has no round (``seen_rounds`` 0)."""
+    if view.echo is None:
+        return deltas
+    text = "" if seen_rounds else view.echo
+    return echoed(deltas, EchoedPrompt(text, [], view.echo_alone, False), tokenizer)
 
 
 def _prompt_scores(prompt: EchoedPrompt, first: Delta, tokenizer: Decoder):

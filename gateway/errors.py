@@ -21,6 +21,7 @@ from gateway.generation import (
     GenerationFailed,
     KeyAtLimit,
     Overloaded,
+    RequestRefused,
     RoundsLost,
     SessionBusy,
 )
@@ -84,6 +85,8 @@ def as_api_error(exc: BaseException) -> APIError:
         return APIError(503, "The session store is unavailable; please retry later.",
                         type="server_error", code="store_unavailable",
                         headers={"Retry-After": str(DEFAULT_RETRY_AFTER_S)})
+    if isinstance(exc, RequestRefused):  # a pod's INVALID_ARGUMENT: the client must change it
+        return bad_request(str(exc))
     if isinstance(exc, RoundsLost):
         return APIError(409, str(exc), code="rounds_lost")
     if isinstance(exc, SessionBusy):
@@ -142,5 +145,5 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation_handler)
     app.add_exception_handler(StarletteHTTPException, _http_exception_handler)
     for exc_type in (APIError, AtCapacity, KeyAtLimit, SessionBusy, Overloaded, GenerationFailed,
-                     RoundsLost, RedisError):
+                     RequestRefused, RoundsLost, RedisError):
         app.add_exception_handler(exc_type, _api_error_handler)

@@ -7,6 +7,7 @@ with the session, so a stream resumed on any gateway continues the same response
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, replace
@@ -14,7 +15,8 @@ from typing import Any
 
 from gateway import schemas
 from gateway.logprobs import chat_logprobs, completion_logprobs
-from gateway.streaming import Delta, collect, sse_event
+from gateway.generation import GenerationFailed
+from gateway.streaming import Delta, sse_event
 from gateway.tools import streamed_calls, tool_calls_of
 
 
@@ -46,6 +48,11 @@ class StreamView:
     tools: tuple[str, ...] = ()
     """The tools whose calls the text is read for (gateway.tools); the text is held back
     until it is whole."""
+    echo: str | None = None
+    """Completions with echo: the prompt's text, sent in front of the first round's
+    (gateway.echo); None: no echo."""
+    echo_alone: bool = False
+    """Echo with max_tokens 0: the prompt is the whole answer (the generated token is hidden)."""
 
     def format_logprobs(self, items, offset: int = 0) -> dict[str, Any] | None:
         """The ``logprobs`` of a choice or chunk holding ``items`` (None: not asked)."""
@@ -64,7 +71,7 @@ class StreamView:
         return cls(raw["kind"], schemas.ResponseMeta(**raw["meta"]), tuple(raw["stop"]),
                    raw["include_usage"], raw["rounds"], Usage(**raw["usage"]),
                    raw.get("choice", 0), raw.get("logprobs", False),
-                   tuple(raw.get("tools", ())))
+                   tuple(raw.get("tools", ())), raw.get("echo"), raw.get("echo_alone", False))
 
 
 def events(view: StreamView, deltas: AsyncIterator[Delta], resumed: bool = False
@@ -105,7 +112,7 @@ async def chat_events(view: StreamView, deltas: AsyncIterator[Delta], resumed: b
             group.append(schemas.chat_chunk(meta, {"role": "assistant", "content": ""}, None,
                                             include_usage, view.choice))
             first = False
-        calls = tool_calls_of(view.tools, delta.text, delta.finish_reason)
+        calls = _stable_ids(view, tool_calls_of(view.tools, delta.text, delta.finish_reason))
         for tool_calls in streamed_calls(calls or []):
             group.append(schemas.chat_chunk(meta, {"tool_calls": tool_calls}, None,
                                             include_usage, view.choice))
@@ -125,9 +132,29 @@ async def chat_events(view: StreamView, deltas: AsyncIterator[Delta], resumed: b
 
 
 async def held_back(deltas: AsyncIterator[Delta]) -> AsyncIterator[Delta]:
-    """One delta with the whole text (a tool call is known only then)."""
-    text, last = await collect(deltas)
-    yield replace(last, text=text)
+    """One delta with the whole text (a tool call is known only then); none when the client
+    has it all (a stream resumed after its final round: every event went out with that
+    round's id)."""
+    parts, last = [], None
+    async for delta in deltas:
+        parts.append(delta.text)
+        last = delta
+    if last is None:
+        return
+    if last.finish_reason is None:
+        raise GenerationFailed("The generation ended without a finish reason.")
+    yield replace(last, text="".join(parts))
+
+
+def _stable_ids(view: StreamView, calls: list[dict[str, Any]] | None
+                ) -> list[dict[str, Any]] | None:
+    """``calls`` with ids derived from the response's, so a stream resumed from its start
+    names each call as the original stream did."""
+    if not calls:
+        return calls
+    seeds = (f"{view.meta.id}.{view.choice}.{i}".encode() for i in range(len(calls)))
+    return [{**call, "id": "call_" + hashlib.sha256(seed).hexdigest()[:24]}
+            for call, seed in zip(calls, seeds)]
 
 
 def _framed(group: list[dict[str, Any]], event_id: str | None) -> list[str]:

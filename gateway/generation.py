@@ -14,7 +14,7 @@ from cascade.serving.errors import Overloaded as ResourceExhausted
 from cascade.serving.errors import Unavailable
 
 __all__ = ["AtCapacity", "GeneratedChunk", "GenerationFailed", "GenerationRequest", "Generator",
-           "RoundsLost",
+           "RequestRefused", "RoundsLost",
            "KeyAtLimit", "Overloaded", "ResumableGenerator", "SessionBusy", "StopGeneration",
            "stop_early"]
 
@@ -62,6 +62,11 @@ class RoundsLost(DataLoss):
     """The store has fewer rounds of the session than the client received (a Redis failover
     without ``--redis-wait-replicas`` lost them): continuing would not line up with the text
     the client has (gRPC DATA_LOSS, HTTP 409 ``rounds_lost``)."""
+
+
+class RequestRefused(ValueError):
+    """A pod refused the session's settings (INVALID_ARGUMENT): the request must change, so it
+    is not retried (HTTP 400, gRPC INVALID_ARGUMENT), with the pod's message."""
 
 
 class GenerationFailed(RuntimeError):

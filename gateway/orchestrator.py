@@ -41,6 +41,7 @@ from gateway.generation import (
     GeneratedChunk,
     GenerationFailed,
     Overloaded,
+    RequestRefused,
     RoundsLost,
     StopGeneration,
 )
@@ -345,6 +346,8 @@ class Orchestrator:
             await self._give_up(job)
             if full:
                 raise AtCapacity(exc.details()) from exc
+            if code is grpc.StatusCode.INVALID_ARGUMENT:
+                raise RequestRefused(f"The request was refused: {exc.details()}") from exc
             raise GenerationFailed(f"session {job.record.session_id} failed: {code.name}") from exc
         if full:
             exclude = {job.verifier}

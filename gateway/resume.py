@@ -12,6 +12,7 @@ import json
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
+from gateway import echo
 from gateway.auth import ApiKeys
 from gateway.errors import APIError, bad_request
 from gateway.events import StreamView, events
@@ -50,8 +51,8 @@ def install_resume(app: FastAPI, tokenizer, generator, keys: ApiKeys, limits: Ke
         except BaseException:
             slot.release()
             raise
-        deltas = text_deltas(limits.counted(slot, chunks), tokenizer, view.stop, view.rounds,
-                             seen_rounds=seen)
+        deltas = echo.resumed(text_deltas(limits.counted(slot, chunks), tokenizer, view.stop,
+                                          view.rounds, seen_rounds=seen), view, seen, tokenizer)
         return EventStreamResponse(events(view, deltas, resumed=seen > 0), on_close=slot.release)
 
 

@@ -8,6 +8,7 @@ JSON on the wire is easy to compare with OpenAI's documentation.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from dataclasses import dataclass
@@ -155,6 +156,16 @@ class ChatMessage(Lenient):
 class ToolCallFunction(Lenient):
     name: str
     arguments: str = ""
+    """JSON text (as OpenAI returns it); the template gets it parsed (empty: no arguments)."""
+
+    @field_validator("arguments")
+    @classmethod
+    def _json_arguments(cls, value: str) -> str:
+        try:
+            json.loads(value or "{}")
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"must be JSON text, as the call returned them ({exc})") from None
+        return value
 
 
 class ToolCall(Lenient):

@@ -36,6 +36,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationInfo, field_validator
 
 from cascade.protocol.grammar import Grammar
+from cascade.protocol.limits import RequestInvalid
 from cascade.protocol.requests import Lenient
 
 NO_PARAMETERS = {"type": "object", "properties": {}, "additionalProperties": False}
@@ -103,7 +104,17 @@ class ToolFields(Lenient):
         return [t.model_dump(exclude_none=True) for t in self.tools]
 
     def tool_grammar(self) -> Grammar | None:
-        """The structured output "required" and a named function impose (None: none)."""
+        """The structured output "required" and a named function impose (None: none);
+        RequestInvalid names tools when it cannot be one (its schemas are too large)."""
+        try:
+            return self._calls_grammar()
+        except ValueError as exc:
+            raise RequestInvalid(f"Invalid value for 'tools': tool_choice "
+                                 f"{self.tool_mode!r} makes their schemas the output's grammar, "
+                                 f"which {exc}; send fewer or smaller parameter schemas.",
+                                 "tools") from exc
+
+    def _calls_grammar(self) -> Grammar | None:
         by_name = {t.function.name: t.function.parameters for t in self.tools}
         if self.tool_mode == "function":
             name = self.tool_choice.function.name

@@ -17,7 +17,7 @@ Defaults, documented once (OpenAI's where OpenAI has the field):
 | presence_penalty, frequency_penalty | 0 | [-2, 2]: subtracted from the logit of every token generated before the position (once, or per occurrence); drafted tokens before it count |
 | repetition_penalty | 1 | (0, 10]: the logits of tokens in the prompt or generated before the position are divided (positive) or multiplied (negative) by it |
 | bad_words | [] | up to 32 strings (vLLM): never generated, as tokenized alone and after a space |
-| min_tokens | 0 | any integer >= 0: no stop token (end of sequence, stop_token_ids) is chosen before this many tokens |
+| min_tokens | 0 | [0, max_tokens (or what the request may generate)]: no stop token (end of sequence, stop_token_ids) is chosen before this many tokens |
 | stop_token_ids | [] | up to 15 token ids of the vocabulary; generation also ends after any of them (kept in the output) |
 | max_tokens | completions: 16; chat and gRPC: as many as fit, up to the server limit | [1, limit]; completions with echo: [0, limit] (gateway.echo) |
 | stop | none | up to 4 strings |
@@ -32,16 +32,29 @@ Defaults, documented once (OpenAI's where OpenAI has the field):
 | draft_tree_nodes | the server's default (0: chains) | [0, 64]: each round drafts a token tree of at most this many nodes, at most k deep (not with "cascade" or "adaptive"; prompt lookup makes every earlier match a branch); sampled trees are verified with the keyed rule; under "auto" the verifier takes the best-first prefix of each tree's nodes that pays (down to none) |
 | draft_tree_branching | 4 | [1, 16]: children a tree node offers and nodes kept per depth (the first position offers 4x as many) |
 | draft_tree_expansion | "dynamic" | "dynamic" (EAGLE-2: each depth's best nodes are expanded) or "confidence" (CAPE: the drafter's chain plus 1, 3, 5 or 7 runners-up at each position as its top probability is above 0.8, 0.6, 0.3 or not; drafted at a chain's cost; not with "recursive") |
+
+Every number field's range holds for the value as the pods receive it too: the wire carries
+them as float32, so a value that rounds out of its range there (1e-50 as top_p rounds to 0) is
+refused naming the field.
 """
 
 from __future__ import annotations
 
+import operator
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from cascade.protocol.limits import RequestInvalid, fit_lengths
 from cascade.protocol.methods import DEFAULT_DRAFT_METHOD, DRAFT_METHODS
@@ -58,6 +71,7 @@ from cascade.protocol.settings import (
     MIN_TEMPERATURE,
     TREE_EXPANSIONS,
     AcceptancePolicy,
+    as_float32,
     AcceptanceRule,
     DraftConfig,
     SamplingParams,
@@ -67,6 +81,9 @@ CASCADE_RULE_NAMES = ("chow", "diff", "opt", "token_v1", "token_v2", "token_v3")
 
 MAX_STOP_STRINGS = 4
 MAX_TOP_K = 2**31 - 1
+BOUND_CHECKS = {"gt": (">", operator.gt), "ge": (">=", operator.ge), "lt": ("<", operator.lt),
+                "le": ("<=", operator.le)}
+"""A number field's bounds (pydantic's constraint names): how its value must compare."""
 
 
 class Lenient(BaseModel):
@@ -153,6 +170,22 @@ class GenerationOptions(Lenient):
         """Below MIN_TEMPERATURE sampling is numerically greedy anyway (and NaN in float32)."""
         return 0.0 if value < MIN_TEMPERATURE else value
 
+    @field_validator("*")
+    @classmethod
+    def _in_range_as_float32(cls, value: Any, info: ValidationInfo) -> Any:
+        """A number keeps its field's range once rounded to the wire's float32."""
+        if type(value) is not float:
+            return value
+        wire = as_float32(value)
+        for constraint in cls.model_fields[info.field_name].metadata:
+            for name, (symbol, holds) in BOUND_CHECKS.items():
+                bound = getattr(constraint, name, None)
+                if bound is not None and not holds(wire, bound):
+                    raise ValueError(f"{value!r} rounds to {wire!r} at float32 (the precision "
+                                     f"the pods receive), and must be {symbol} {bound:g} there "
+                                     "too")
+        return value
+
     @field_validator("stop", mode="before")
     @classmethod
     def _stop_as_list(cls, value: Any) -> Any:
@@ -166,7 +199,7 @@ class GenerationOptions(Lenient):
     @classmethod
     def _bias_by_token_id(cls, value: dict[str, float]) -> dict[str, float]:
         for key, bias in value.items():
-            if not key.isdigit():
+            if not (key.isascii() and key.isdigit()):  # not '²' or '١' (int() refuses them)
                 raise ValueError(f"keys must be token ids (non-negative integers), got {key!r}")
             if not -MAX_LOGIT_BIAS <= bias <= MAX_LOGIT_BIAS:
                 raise ValueError(f"biases must be in [-{MAX_LOGIT_BIAS:g}, "
@@ -291,6 +324,10 @@ def build_request(options: GenerationOptions, prompt_tokens: list[int], max_toke
     (naming ``prompt_field`` or ``max_field``, the fields the client sent them in)."""
     max_new_tokens = fit_lengths(len(prompt_tokens), max_tokens, server.context_length,
                                  server.max_tokens_limit, prompt_field, max_field)
+    if options.min_tokens > max_new_tokens:  # it could never finish
+        raise RequestInvalid(f"Invalid value for 'min_tokens': must be at most the {max_new_tokens}"
+                             f" tokens the completion may have ('{max_field}'), got "
+                             f"{options.min_tokens}.", "min_tokens")
     sampling = SamplingParams(
         temperature=options.temperature, top_k=options.top_k, top_p=options.top_p,
         seed=secrets.randbits(63) if options.seed is None else options.seed % 2**64,

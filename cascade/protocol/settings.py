@@ -6,6 +6,7 @@ unchanged to the drafter and the verifier; each checks its own ranges and names 
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass
 from enum import Enum
@@ -57,7 +58,15 @@ class FinishReason(str, Enum):
     """max_new_tokens was reached."""
 
 
-MIN_TEMPERATURE = struct.unpack("f", struct.pack("f", 1e-5))[0]
+def as_float32(value: float) -> float:
+    """``value`` as a float32 wire field carries it (the nearest float32; infinite beyond)."""
+    try:
+        return struct.unpack("f", struct.pack("f", value))[0]
+    except OverflowError:
+        return math.copysign(math.inf, value)
+
+
+MIN_TEMPERATURE = as_float32(1e-5)
 """Smallest positive temperature: below it logits / temperature can overflow float32 and the
 probabilities become NaN. The request mapping turns smaller ones into 0 (greedy). It is 1e-5
 as float32 stores it (9.99999975e-6): the wire carries temperatures as float32, so a value the

@@ -3,8 +3,13 @@
 gateway under test runs them on, and the gateway's gRPC service in front of such a generator.
 
 A body is a valid request with up to two fields (``broken``) replaced by anything JSON can hold
-(wrong types, huge and negative numbers, NaN and Infinity literals, lone surrogates, control
-tokens, deep nesting), or not a request at all (random JSON, bytes that are not JSON).
+(wrong types, huge and negative numbers, ints past the wire's 32 bits, floats that round out of
+range at the wire's float32, NaN and Infinity literals, lone surrogates, digits that are not
+ASCII, control tokens, deep nesting), or not a request at all (random JSON, bytes that are not
+JSON).
+
+The generator behind the gateway checks every request it is given as the pods will
+(``pods_refusal``): what the gateway accepts, the pods must run as it was asked.
 """
 
 from __future__ import annotations
@@ -18,9 +23,11 @@ from hypothesis import strategies as st
 
 from cascade.protocol.methods import DRAFT_METHODS
 from cascade.protocol.requests import CASCADE_RULE_NAMES, GenerationRequest, ServerDefaults
-from cascade.protocol.settings import FinishReason
+from cascade.protocol.settings import FinishReason, as_float32
+from cascade.protocol.validation import ModelLimits, draft_config, session_settings
+from cascade.protocol.wire import acceptance_to_pb, draft_settings_to_pb, sampling_to_pb
 from cascade.serving.server import GrpcService, ServiceBinding
-from cascade.v1 import gateway_pb2, gateway_pb2_grpc
+from cascade.v1 import gateway_pb2, gateway_pb2_grpc, verifier_pb2
 from gateway.generation import GeneratedChunk
 from gateway.grpc_api import GatewayServicer
 from gateway.http_app import HttpSettings
@@ -40,13 +47,19 @@ TEXTS = st.one_of(
     st.lists(st.sampled_from([*CONTROL_TOKENS, "hi ", "there"]), min_size=1, max_size=6)
     .map("".join),
 )
-EXTREME_NUMBERS = st.sampled_from([-1, 0, 1, 2**31, 2**32, 2**63, 2**64, -(2**63) - 1, 10**30,
-                                   -1e308, 1e308, 1e-320, 0.5, -0.0, 3.0])
+FLOAT32_ROUNDED = [1e-50, 1e-46, 0.99999999, 1 - 2**-30, 2.0000000001, 1e-40]
+"""Valid as doubles, but 0, 1, or the bound itself once the wire rounds them to float32."""
+EXTREME_NUMBERS = st.sampled_from([-1, 0, 1, 2**31, 2**32, 2**40, 2**63, 2**64, -(2**63) - 1,
+                                   10**30, -1e308, 1e308, 1e-320, 0.5, -0.0, 3.0,
+                                   *FLOAT32_ROUNDED])
+NON_ASCII_DIGITS = st.sampled_from(["\u00b2", "\u0661", "\u00b9\u00b2", "\U0001d7d9", "\u0663\u0665"])
+"""str.isdigit accepts them, int() does not (superscripts, Arabic-Indic, mathematical)."""
 JSON_LEAVES = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), TEXTS,
                         st.text(max_size=12), st.just("\ud800"), st.just("\udfff x"),
-                        EXTREME_NUMBERS)
+                        EXTREME_NUMBERS, NON_ASCII_DIGITS)
+WILD_KEYS = st.one_of(st.text(max_size=8), NON_ASCII_DIGITS, EXTREME_NUMBERS.map(str))
 WILD_JSON = st.recursive(JSON_LEAVES, lambda children: st.one_of(
-    st.lists(children, max_size=4), st.dictionaries(st.text(max_size=8), children, max_size=4)),
+    st.lists(children, max_size=4), st.dictionaries(WILD_KEYS, children, max_size=4)),
     max_leaves=12)
 WILD_VALUES = st.one_of(EXTREME_NUMBERS, st.integers(), JSON_LEAVES, WILD_JSON)
 """What a broken field holds: scalars as often as nested values."""
@@ -80,6 +93,11 @@ COMMON_FIELDS = {
     "draft_schedule": optional(st.sampled_from(["auto", "fixed", "adaptive"])),
     "draft_min_confidence": optional(st.floats(0.0, 0.99)),
     "draft_max_entropy": optional(st.floats(0.0, 20.0)),
+    "logit_bias": optional(st.dictionaries(st.integers(0, 299).map(str), st.floats(-100, 100),
+                                           max_size=3)),
+    "min_tokens": optional(st.integers(0, 1)),
+    "repetition_penalty": optional(st.floats(0.5, 2.0)),
+    "presence_penalty": optional(st.floats(-2.0, 2.0)),
     "stream": optional(st.booleans()),
     "stream_options": optional(st.fixed_dictionaries({"include_usage": st.booleans()})),
     "n": optional(st.just(1)),
@@ -129,11 +147,13 @@ def request_bodies(draw, path: str) -> Body:
         value = draw(WILD_VALUES if name in broken else valid)
         if value is not None or name in broken:
             body[name] = value
-    if "tools" not in body and "tool_choice" not in broken:
-        body.pop("tool_choice", None)  # valid only with tools
+    if not body.get("tools") and "tool_choice" not in broken:
+        body.pop("tool_choice", None)  # valid only with tools (null or [] is none)
     if (body.get("acceptance") == "cascade" and "acceptance" not in broken
             and "response_format" not in broken):
         body.pop("response_format", None)  # a structured output is generated losslessly only
+    if body.get("response_format") and not {"min_tokens", "response_format"} & broken:
+        body.pop("min_tokens", None)  # a structured output ends where its grammar does
     if "stream" not in broken and "cascade_rounds" not in broken and body.get("stream"):
         body["cascade_rounds"] = draw(st.booleans())
     return Body(json.dumps(body).encode(), frozenset(broken))
@@ -166,6 +186,11 @@ GRPC_FIELDS = {
     "cascade_alpha": (optional(st.floats(0.0, 1.0)), WILD_DOUBLES),
     "draft_min_confidence": (optional(st.floats(0.0, 0.99)), WILD_DOUBLES),
     "draft_max_entropy": (optional(st.floats(0.0, 20.0)), WILD_DOUBLES),
+    "min_tokens": (optional(st.integers(0, 1)), st.integers(0, 2**32 - 1)),
+    "repetition_penalty": (optional(st.floats(0.5, 2.0)), WILD_DOUBLES),
+    "logit_bias": (st.dictionaries(st.integers(0, 299).map(str), st.floats(-100, 100, width=32),
+                                   max_size=3),
+                   st.dictionaries(WILD_KEYS, st.floats(width=32), min_size=1, max_size=3)),
     "draft_method": (st.sampled_from(["", *sorted(DRAFT_METHODS)]), WILD_STRINGS),
     "stop": (st.lists(TEXTS, max_size=4), st.lists(st.text(max_size=5), max_size=8)),
     "acceptance": (st.sampled_from(["", "lossless"]), WILD_STRINGS),
@@ -191,16 +216,40 @@ def generate_requests(draw) -> Fuzzed:
     return Fuzzed(message, frozenset(broken))
 
 
+def pods_refusal(request: GenerationRequest, vocab_size: int) -> str | None:
+    """What a pod would say of the session the orchestrator opens for ``request`` (None: it
+    runs it as asked): the pod's own checks, and every number arriving as sent, to the wire's
+    float32 precision."""
+    try:
+        session = verifier_pb2.SessionOpen(
+            session_id="fuzz", context_tokens=request.prompt_tokens,
+            prompt_len=len(request.prompt_tokens), sampling=sampling_to_pb(request.sampling),
+            acceptance=acceptance_to_pb(request.acceptance))
+        settings = session_settings(session, ModelLimits(vocab_size, CONTEXT))
+        draft_config(draft_settings_to_pb(request.draft), settings.policy)
+    except ValueError as exc:
+        return str(exc)
+    for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty",
+                 "repetition_penalty"):
+        sent, read = getattr(request.sampling, name), getattr(settings.sampling, name)
+        if read != as_float32(sent):
+            return f"{name}: sent {sent!r}, the pods read {read!r}"
+    return None
+
+
 class RecordingGenerator:
     """Stands for the orchestrator (the only writer to Redis): records every generation it is
-    asked for and commits one round of scripted tokens."""
+    asked for and commits one round of scripted tokens. A request the pods would refuse or read
+    differently fails (AssertionError: a server fault), as the gateway must never pass one."""
 
-    def __init__(self, token_ids: list[int]) -> None:
-        self.token_ids = token_ids
+    def __init__(self, token_ids: list[int], vocab_size: int = 2**32) -> None:
+        self.token_ids, self.vocab_size = token_ids, vocab_size
         self.requests: list[GenerationRequest] = []
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GeneratedChunk]:
         self.requests.append(request)
+        refusal = pods_refusal(request, self.vocab_size)
+        assert refusal is None, f"the gateway passed what the pods refuse: {refusal}"
         yield GeneratedChunk("fuzz", self.token_ids, num_accepted=0, num_drafted=0,
                              finish_reason=FinishReason.LENGTH)
 

@@ -30,7 +30,8 @@ FIELDS = field_pattern(*GRPC_FIELDS, "chat")
 
 @pytest.fixture(scope="module")
 def api(tokenizer):
-    running = GatewayApi(tokenizer, RecordingGenerator(tokenizer("Hello world").input_ids))
+    running = GatewayApi(tokenizer, RecordingGenerator(tokenizer("Hello world").input_ids,
+                                                          len(tokenizer)))
     yield running
     running.close()
 

@@ -23,7 +23,7 @@ class Api:
     """The app under test and the generator behind it."""
 
     def __init__(self, tokenizer) -> None:
-        self.generator = RecordingGenerator(tokenizer("Hello world").input_ids)
+        self.generator = RecordingGenerator(tokenizer("Hello world").input_ids, len(tokenizer))
         self.client = TestClient(create_app(HTTP_SETTINGS, tokenizer, self.generator),
                                  raise_server_exceptions=False)
 

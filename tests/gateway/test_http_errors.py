@@ -65,6 +65,14 @@ BAD_REQUESTS = [
     ({"cascade_rounds": "true", "stream": True}, "cascade_rounds"),
     ({"stream": True, "stream_options": {"include_usage": "yes"}},
      "stream_options.include_usage"),
+    # no 5xx for what the pods would refuse or read differently (docs/security.md)
+    ({"logit_bias": {"\u00b2": 1}}, "logit_bias"),  # str.isdigit accepts it, int() does not
+    ({"logit_bias": {"\u0661": 1}}, "logit_bias"),
+    ({"min_tokens": 2**40}, "min_tokens"),  # past the wire's uint32
+    ({"min_tokens": 5}, "min_tokens"),  # more than max_tokens (4): never finished
+    ({"top_p": 1e-50}, "top_p"),  # 0 as float32, as the pods get it
+    ({"repetition_penalty": 1e-50}, "repetition_penalty"),  # 0: read as unset, 1
+    ({"draft_min_confidence": 0.99999999}, "draft_min_confidence"),  # 1 as float32
 ]
 
 
@@ -102,6 +110,9 @@ async def test_context_length_messages_give_token_counts(tokenizer):
     ({"messages": [{"role": "user"}]}, "messages[0].content"),
     ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}, "max_tokens"),
     ({"messages": [{"role": "user", "content": LONG_PROMPT}]}, "messages"),
+    ({"messages": [{"role": "assistant", "tool_calls": [{"id": "c", "type": "function",
+                    "function": {"name": "f", "arguments": "{not json"}}]}]},
+     "messages[0].tool_calls[0].function.arguments"),
 ])
 async def test_bad_chat_requests(tokenizer, body, field):
     async with make_client(tokenizer, FakeGenerator([[1]])) as http:

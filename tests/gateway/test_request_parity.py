@@ -45,6 +45,12 @@ BAD = [
     {"max_tokens": 5, "repetition_penalty": 0.0},
     {"max_tokens": 5, "logit_bias": {"5": 101.0}},
     {"max_tokens": 5, "logit_bias": {"1000000": 1.0}},
+    {"max_tokens": 5, "logit_bias": {"\u00b2": 1.0}},
+    {"max_tokens": 5, "min_tokens": 6},
+    {"max_tokens": 5, "min_tokens": 2**32 - 1},
+    {"max_tokens": 5, "top_p": 1e-50},  # what the wire's float32 makes of these: 0, 0, 1
+    {"max_tokens": 5, "repetition_penalty": 1e-50},
+    {"max_tokens": 5, "draft_min_confidence": 0.99999999},
 ]
 PROMPT = "Hello world " * 6
 

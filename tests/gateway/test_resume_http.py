@@ -9,7 +9,7 @@ import httpx
 from cascade.protocol.requests import GenerationRequest
 from cascade.protocol.settings import FinishReason, SamplingParams
 from gateway.generation import GeneratedChunk
-from gateway.http_app import create_app
+from gateway.http_app import HttpSettings, create_app
 from gateway.session_store import SessionLost
 from http_fixtures import MODEL, SETTINGS
 
@@ -81,3 +81,78 @@ async def test_resuming_after_the_final_round_sends_nothing_twice(tokenizer):
     rest = await get(tokenizer, stored, "/v1/sessions/s1/events", **{"Last-Event-ID": "s1.3"})
     assert rest.status_code == 200
     assert [line for line in rest.text.split("\n") if line] == ["data: [DONE]"]
+
+
+class Recorded:
+    """Stands for the orchestrator: generates scripted rounds (each with its event id) and
+    resumes that session as it does, every stored round again, with the request it stored."""
+
+    def __init__(self, rounds: list[list[int]], finish: FinishReason) -> None:
+        self.rounds, self.finish, self.request = rounds, finish, None
+
+    async def generate(self, request):
+        self.request = request
+        for chunk in self._chunks(is_replayed=False):
+            yield chunk
+
+    async def resume(self, session_id, caller, after_round=0):
+        if session_id != "s1" or self.request is None:
+            raise SessionLost(f"no session {session_id!r}")
+        return self.request, self._replayed()
+
+    async def _replayed(self):
+        for chunk in self._chunks(is_replayed=True):
+            yield chunk
+
+    def _chunks(self, is_replayed: bool) -> list[GeneratedChunk]:
+        last = len(self.rounds)
+        return [GeneratedChunk("s1", ids, 0, 0, self.finish if i == last else None, round=i,
+                               is_replayed=is_replayed)
+                for i, ids in enumerate(self.rounds, start=1)]
+
+
+def sse_events(text: str) -> list[str]:
+    assert text.endswith("data: [DONE]\n\n"), text[-200:]
+    return text.split("\n\n")[:-1]
+
+
+async def assert_every_resume_is_the_rest(tokenizer, generator, path: str, body: dict) -> None:
+    """Resumed from the start or after any event id, the stream is exactly the rest of the
+    original one (the same events, then [DONE])."""
+    settings = HttpSettings(model_name=MODEL, context_length=4096, max_tokens_limit=32)
+    transport = httpx.ASGITransport(app=create_app(settings, tokenizer, generator))
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+        original = sse_events((await http.post(path, json={**body, "stream": True})).text)
+        ids = [event.split("\n")[0][4:] for event in original if event.startswith("id: ")]
+        assert ids, original
+        for seen in [None, *ids]:
+            headers = {} if seen is None else {"Last-Event-ID": seen}
+            resumed = await http.get("/v1/sessions/s1/events", headers=headers)
+            assert resumed.status_code == 200, (seen, resumed.text)
+            rest = original if seen is None else original[
+                next(i for i, e in enumerate(original) if e.startswith(f"id: {seen}\n")) + 1:]
+            assert sse_events(resumed.text) == rest, seen
+
+
+async def test_resuming_a_finished_tool_call_stream_sends_the_rest(tokenizer):
+    """A tool call is streamed whole with the last round's id: resumed after it, only [DONE]
+    is left (EventSource reconnects after every complete stream)."""
+    call = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
+    ids = tokenizer(call).input_ids + [tokenizer.eos_token_id]
+    generator = Recorded([ids[:5], ids[5:12], ids[12:]], FinishReason.STOP)
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}}}}
+    await assert_every_resume_is_the_rest(tokenizer, generator, "/v1/chat/completions", {
+        "model": MODEL, "messages": [{"role": "user", "content": "Weather?"}],
+        "tools": [weather], "max_tokens": 32})
+
+
+async def test_a_resumed_echo_stream_is_the_rest_of_the_original(tokenizer):
+    """The prompt comes first, as in the original; with max_tokens 0 the one generated token
+    stays hidden."""
+    ids = tokenizer(" and more words").input_ids
+    for max_tokens, rounds in ((8, [ids[:2], ids[2:]]), (0, [ids[:1]])):
+        generator = Recorded(rounds, FinishReason.LENGTH)
+        await assert_every_resume_is_the_rest(tokenizer, generator, "/v1/completions", {
+            "model": MODEL, "prompt": "Hello  there", "echo": True, "max_tokens": max_tokens,
+            "stream_options": {"include_usage": True}})

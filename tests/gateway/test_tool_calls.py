@@ -151,3 +151,23 @@ async def test_history_with_calls_and_bad_tool_fields(tokenizer):
                 "model": MODEL, "messages": MESSAGES, **body})
             assert response.status_code == 400, (body, response.text)
             assert response.json()["error"]["param"] == param
+
+
+async def test_calls_whose_structured_output_is_too_large_are_refused_naming_tools(tokenizer):
+    """tool_choice "required" constrains the output to the tools' schemas: past the grammar's
+    64 KB limit that is a 400 naming tools, as the same schema in response_format is (it was a
+    500)."""
+    wide = {"type": "object", "properties": {f"p{i}": {"type": "string", "description": "x" * 90}
+                                             for i in range(800)}}
+    big = {"type": "function", "function": {"name": "big", "parameters": wide}}
+    settings = HttpSettings(model_name=MODEL, context_length=200_000, max_tokens_limit=32)
+    async with make_client(tokenizer, FakeGenerator([[1]]), settings) as http:
+        for body, param in (
+                ({"tools": [big], "tool_choice": "required"}, "tools"),
+                ({"response_format": {"type": "json_schema", "json_schema": {
+                    "name": "big", "schema": wide}}}, "response_format.json_schema.schema")):
+            response = await http.post("/v1/chat/completions", json={
+                "model": MODEL, "messages": MESSAGES, "max_tokens": 4, **body})
+            assert response.status_code == 400, (param, response.text[:300])
+            error = response.json()["error"]
+            assert error["param"] == param and "65536" in error["message"], error
