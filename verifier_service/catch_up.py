@@ -32,7 +32,7 @@ def rebased(planner, session, block: verifier_pb2.DraftBlock) -> verifier_pb2.Dr
     out = verifier_pb2.DraftBlock()
     out.CopyFrom(block)
     out.base_len, out.round = block.base_len + len(done), session.last_round + 1
-    rest = tokens_after(block, done)
-    del out.tokens[:]
-    out.tokens.extend(rest)
+    cut = len(block.tokens) - len(tokens_after(block, done))
+    for per_token in (out.tokens, out.proposals, out.decision_proposals, out.survival):
+        del per_token[:cut]  # each token's own values go with it
     return out

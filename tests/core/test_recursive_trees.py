@@ -126,3 +126,27 @@ def test_sampled_generation_with_recursive_trees_runs_and_accepts(llama_pair):
     result = generate(target, prompt, params, target, config, policy=RECURSIVE)
     assert len(result.tokens) == 20
     assert result.stats.num_accepted_tokens > 0  # the target drafting for itself
+
+
+def test_children_are_sampled_from_the_q_they_carry(monkeypatch):
+    """Each child is the inverse-CDF draw from the float32 q it is sent with (not from the
+    float64 values before rounding): uniforms set at every boundary of the first child's sent
+    q, where a draw from other values would pick the neighbouring token."""
+    from types import SimpleNamespace
+
+    from cascade.core.proposers import model
+    from cascade.core.sampling import sample_from
+
+    logits = torch.randn(2, 64, generator=torch.Generator().manual_seed(3))
+    proposer = SimpleNamespace(sampling=SamplingParams(temperature=1.0, seed=5),
+                               config=SimpleNamespace(max_proposal_tokens=32))
+    _, _, first = model.ModelProposer._sample_children(proposer, logits, 0, 1)
+    for row in range(2):
+        cdf = first[row, 0].double().cumsum(0)
+        for boundary in (cdf[:-1] / cdf[-1]).tolist():
+            monkeypatch.setattr(model, "position_uniform", lambda *_: boundary)
+            children, ids, sent = model.ModelProposer._sample_children(proposer, logits, 0, 3)
+            u = torch.tensor([boundary], dtype=torch.float64)
+            for j in range(3):
+                column = sample_from(sent[row, j][None], u)[0]
+                assert children[row, j] == ids[row, column]

@@ -37,14 +37,20 @@ def test_only_a_session_asked_for_a_block_while_another_keeps_the_verifier_stepp
 
 def test_a_block_is_verified_from_where_the_rounds_decoded_alone_leave_it():
     block = verifier_pb2.DraftBlock(session_id="s", epoch=2, round=4, base_len=3,
-                                    tokens=[7, 8, 9, 10], draft_us=900)
+                                    tokens=[7, 8, 9, 10], draft_us=900,
+                                    survival=[0.9, 0.8, 0.5, 0.25],
+                                    proposals=[verifier_pb2.SparseDistribution(token_ids=[t])
+                                               for t in (7, 8, 9, 10)])
     planner = Planner()
     agrees = rebased(planner, session("s", [1, 2, 3, 7, 8]), block)
     assert (list(agrees.tokens), agrees.base_len, agrees.round) == ([9, 10], 5, 7)
+    assert list(agrees.survival) == [0.5, 0.25]  # each token's values stay with it
+    assert [list(p.token_ids) for p in agrees.proposals] == [[9], [10]]
     assert (agrees.session_id, agrees.epoch, agrees.draft_us) == ("s", 2, 900)
     assert planner.shadows == [(3, [7, 8])]  # its committed positions, scored like a shadow
     differs = rebased(planner, session("s", [1, 2, 3, 7, 5]), block)
     assert list(differs.tokens) == [] and differs.base_len == 5
+    assert list(differs.survival) == [] and list(differs.proposals) == []
     consumed = rebased(planner, session("s", [1, 2, 3, 7, 8, 9, 10, 11]), block)
     assert list(consumed.tokens) == [] and consumed.base_len == 8
     assert planner.shadows[-1] == (3, [7, 8, 9, 10])

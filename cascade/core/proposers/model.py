@@ -254,11 +254,12 @@ class ModelProposer(Proposer):
         for j in range(count):
             mass = left.sum(-1, keepdim=True)  # [F, 1]
             alive = mass[:, 0] > 1e-12
-            q = torch.where(alive[:, None], left / mass.clamp_min(1e-300), values.double())
+            q = torch.where(alive[:, None], left / mass.clamp_min(1e-300),
+                            values.double()).float()  # [F, K]: as sent, and sampled as sent
             u = position_uniform(self.sampling.seed, position, STREAM_CHILD_DRAFT + j)
             column = sample_from(q, torch.full((len(q),), u, dtype=torch.float64))  # [F]
             children.append(torch.where(alive, ids.gather(1, column[:, None])[:, 0], -1))
-            proposals.append(q.float())
+            proposals.append(q)
             left = left.scatter(1, column[:, None], 0.0)
         return torch.stack(children, 1), ids, torch.stack(proposals, 1)
 
