@@ -25,7 +25,7 @@ from cascade.core.batch_accept import accept_rows
 from cascade.core.invariant import KEY_BLOCK
 from cascade.core.row_rules import padded
 from cascade.core.kv_store import KVShape, KVStore, Region, default_budget
-from cascade.core.packed import Feed, enable, packed_forward
+from cascade.core.packed import Feed, enable, packed_forward, rope_switch
 from cascade.core.prefix_share import PrefixShare
 from cascade.core.runner import ForwardOutput, ModelRunner, common_prefix_len
 from cascade.core.trees import leaf_chain_len
@@ -55,6 +55,10 @@ class Pass(NamedTuple):
     num_leading: int = 0
     """Positions before the last ``num_logits`` whose logits are returned too, apart
     (``ForwardOutput.leading``): a prompt's rows, for its log-probabilities."""
+    first_regime: int = 0
+    """Positions (from 0) to feed alone first, in a row of their own, if the cache holds
+    fewer: those of a rope's first regime (``VerifyEngine.rope_switch``), for a session
+    resumed past it; 0: none."""
 
 
 class RegionCache:
@@ -105,8 +109,11 @@ class VerifyEngine:
         shape = KVShape.of(runner.model)
         capacity = kv_tokens or default_budget(shape, runner.max_length)
         self.store = KVStore(shape, capacity, runner.device)
-        self.prefixes = PrefixShare(self.store, share_prefixes)
-        """Live sequences' prefixes, copied into new sequences that begin the same way."""
+        self.rope_switch = rope_switch(runner.model)
+        """Where the target's rotary frequencies change with the row's length (None: never)."""
+        self.prefixes = PrefixShare(self.store, share_prefixes and self.rope_switch is None)
+        """Live sequences' prefixes, copied into new sequences that begin the same way (not
+        where a position's keys depend on the length of the pass that fed it)."""
         self.lock = threading.Lock()
         """Held for a whole step: one model pass at a time."""
         self.invariance = runner.probed_invariance() if invariant else None
@@ -183,6 +190,8 @@ class VerifyEngine:
         sequence holds: ``cascade.core.prefix_share``)."""
         with self.lock:
             self.prefixes.fill(passes)
+            for p in passes:
+                self._feed_first_regime(p)
             feeds = [p.cache.feed(p.tokens, p.num_leading + p.num_logits, p.parents)
                      for p in passes]
             keep, ends, end = [], [], 0
@@ -202,6 +211,24 @@ class VerifyEngine:
                     p.cache.tokens = p.cache.tokens[: f.start]
                 raise
         return self._outputs(passes, feeds, ends, logits.cpu(), states)
+
+    def _feed_first_regime(self, p: Pass) -> None:
+        """A row's first ``first_regime`` positions, fed alone first where its cache does not
+        hold them and it needs no logits of them: in a row of that length they get the first
+        regime's frequencies, as one-token decoding gave them; the row then feeds the rest."""
+        end = p.first_regime
+        if (not end or len(p.cache.tokens) >= end
+                or end > len(p.tokens) - p.num_leading - p.num_logits):
+            return
+        feed = p.cache.feed(p.tokens[:end], 1)
+        try:
+            packed_forward(self.runner.model, self.store, [feed],
+                           torch.tensor([len(feed.tokens) - 1]),
+                           to_local=None if self.runner.vocab_map is None
+                           else self.runner.vocab_map.to_local, invariance=self.invariance)
+        except BaseException:
+            p.cache.tokens = p.cache.tokens[: feed.start]
+            raise
 
     def _outputs(self, passes: list[Pass], feeds: list[Feed], ends: list[int],
                  logits: torch.Tensor, states) -> list[ForwardOutput]:

@@ -303,6 +303,19 @@ def enable(model) -> None:
             module.register_forward_hook(_per_row_rotary, with_kwargs=True)
 
 
+def rope_switch(model) -> int | None:
+    """For a model whose rotary frequencies depend on the row's length (LongRoPE, dynamic NTK):
+    the longest row of the first regime (its original positions), so a position's keys depend
+    on the pass that fed it; None for any other model."""
+    config = model.config
+    if not any(_is_length_dependent(t) for t in _config_rope_types(config)):
+        return None
+    params = getattr(config, "rope_parameters", None) or {}
+    return (params.get("original_max_position_embeddings")
+            or getattr(config, "original_max_position_embeddings", None)
+            or config.max_position_embeddings)
+
+
 def _is_length_dependent(rope_type: str) -> bool:
     """The rope types whose frequencies transformers recomputes from the longest position."""
     return "dynamic" in rope_type or rope_type == "longrope"
@@ -377,7 +390,7 @@ def packed_forward(model, store: KVStore, feeds: list[Feed], keep: torch.Tensor,
         tokens, positions = _filled(tokens, fill), _filled(positions, fill)
         keep = torch.cat([keep, keep[-1:].expand(invariance.linear.pad(wanted) - wanted)])
     step = PackedStep(store, feeds, fill, invariance)
-    lengths = [(len(f.tokens), int(p[-1]) + 1) for f, p in zip(feeds, row_positions)]
+    lengths = [(len(f.tokens), int(p.max()) + 1) for f, p in zip(feeds, row_positions)]
     rows = _ROWS.set(tuple(lengths + ([(fill, 1)] if fill else [])))
     try:
         output = model(input_ids=tokens[None].to(device),

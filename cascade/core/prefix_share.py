@@ -20,6 +20,10 @@ before any row is fed, so nothing half-written is copied), up to the row's last 
 logits it needs, which is always fed. Rows that ask for hidden states of every position fed (a
 feature drafter's context) are left alone.
 
+Not shared: models whose rotary frequencies depend on the row's length (LongRoPE, dynamic NTK,
+``packed.rope_switch``): a position's keys there depend on the length of the pass that fed it,
+so a copy could come from the other regime.
+
 Who shares: caches of one *scope* only (``RegionCache.scope``, ``SequenceCache.scope``; the
 gateway gives every session its API key's identity, or one scope for all keys in a
 single-tenant deployment). A copy makes a prompt's first token come sooner, so sharing across
@@ -110,7 +114,10 @@ def longest_common(context: list[int], others: list[list[int]]) -> int:
 def adopt_prefix(cache: SequenceCache, token_ids: list[int], limit: int) -> None:
     """Give an empty ``cache`` the longest prefix of ``token_ids[:limit]`` another live cache
     of its runner holds (at least MIN_SHARED positions; a copy of every layer's keys and
-    values), as the verifier's engine does."""
+    values), as the verifier's engine does; none where a position's keys depend on the pass
+    that fed it (``ModelRunner.rope_switch``)."""
+    if cache.runner.rope_switch is not None:
+        return
     caches = [other for other in list(cache.runner.live_caches) if other.scope == cache.scope]
     best, length = longest_held(caches, token_ids, limit, cache)
     layers = getattr(getattr(best, "cache", None), "layers", None)

@@ -22,7 +22,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreT
 from cascade.core.dtypes import auto_dtype
 from cascade.core.invariant import DenseCall, dense_call
 from cascade.core.row_rules import Invariance, probe
-from cascade.core.packed import enable
+from cascade.core.packed import enable, rope_switch
 from cascade.core.vocab_map import VocabMap
 from cascade.core.prefix_share import adopt_prefix, common_prefix_len
 
@@ -77,6 +77,9 @@ class ModelRunner:
         (``cascade.core.prefix_share.adopt_prefix``)."""
         self.shared_tokens = 0
         """Positions its caches copied instead of feeding, since it was loaded."""
+        self.rope_switch = rope_switch(model)
+        """Where its rotary frequencies change with the row's length (None: they do not): a
+        position's keys then depend on the pass that fed it, so its caches share no prefix."""
         self.invariance: Invariance | None = None
         """The model's probed row rules (``cascade.core.row_rules.probe``), once asked for."""
         self.invariant = False

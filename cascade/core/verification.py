@@ -157,7 +157,17 @@ class SequenceVerifier:
         parents = None if draft.parents is None else tuple(draft.parents)
         return Pass(self.cache, self.committed + draft.tokens, draft.num_tokens + 1,
                     self.feature_layers, parents=parents,
-                    num_leading=self.prompt_logprobs.num_leading(len(self.committed) - 1))
+                    num_leading=self.prompt_logprobs.num_leading(len(self.committed) - 1),
+                    first_regime=self._first_regime())
+
+    def _first_regime(self) -> int:
+        """Where a resumed session's context crosses the target rope's switch from a prompt
+        that did not (``VerifyEngine.rope_switch``): the positions before it are fed in the
+        first regime, as one-token decoding fed them (0: nothing to split)."""
+        switch = self.engine.rope_switch
+        if switch is None or not self.prompt_len <= switch < len(self.committed):
+            return 0
+        return switch
 
     def conclude(self, draft: Draft | None, output: ForwardOutput | None,
                  result: RowResult | None = None):

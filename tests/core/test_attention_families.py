@@ -9,6 +9,7 @@ import pytest
 import torch
 from transformers import GptOssConfig, GptOssForCausalLM, Llama4ForCausalLM, Llama4TextConfig
 
+from cascade.core.blocks import Draft
 from cascade.core.engine import VerifyEngine
 from cascade.core.kv_store import KVShape, KVStore
 from cascade.core.loop import generate, speculative_rounds
@@ -164,3 +165,50 @@ def test_a_sliding_window_drafter_rolls_back_and_stays_exact(make_drafter):
     for prompt in models.random_prompts(2, seed=9, min_len=14, max_len=22):
         result = generate(target, prompt, params, drafter, DraftConfig(num_draft_tokens=4))
         assert result.tokens == models.hf_greedy(target, prompt, NUM_NEW)
+
+
+def test_a_session_resumed_past_the_longrope_switch_goes_on_as_one_token_decoding():
+    """A session moved after its text crossed LongRoPE's switch: the prompt was fed in the
+    short regime, the tokens after it one by one; the new verifier feeds the context up to
+    the switch in a row of its own (short), the rest after it, and goes on as before."""
+    target = tiny_phi3_longrope(seed=5)
+    prompt = random_prompts(1, seed=14, min_len=20, max_len=20)[0]
+    whole = generate(target, prompt, SamplingParams(max_new_tokens=30), drafter=None).tokens
+    resumed = SequenceVerifier(target, prompt + whole[:20], SamplingParams(max_new_tokens=30),
+                               prompt_len=len(prompt), engine=VerifyEngine(target, 512))
+    rest = []
+    while not resumed.is_finished:
+        rest += resumed.verify(Draft([])).tokens
+    assert rest == whole[20:]
+
+
+def test_longrope_sequences_share_no_prefix():
+    """A position's keys depend on the length of the pass that fed it: a prefix held by a
+    sequence past the switch is not the one a shorter sequence would compute."""
+    target = tiny_phi3_longrope(seed=5)
+    engine = VerifyEngine(target, kv_tokens=512)
+    prompt = random_prompts(1, seed=15, min_len=40, max_len=40)[0]
+    long = SequenceVerifier(target, prompt, SamplingParams(max_new_tokens=4), engine=engine)
+    long.verify(Draft([]))
+    short = SequenceVerifier(target, prompt[:20], SamplingParams(max_new_tokens=4),
+                             engine=engine)
+    assert short.verify(Draft([])).tokens == hf_greedy(target, prompt[:20], 1)
+    assert engine.prefixes.shared_tokens == 0
+    drafter_cache = tiny_phi3_longrope(seed=5)
+    drafter_cache.new_cache().forward_to(prompt)
+    drafter_cache.new_cache().forward_to(prompt[:20])
+    assert drafter_cache.shared_tokens == 0
+
+
+def test_a_trees_rope_length_is_its_deepest_nodes():
+    """A tree whose last-listed node is shallow: its row's frequencies come from its deepest
+    position, as a chain through that node gets them (past LongRoPE's switch here)."""
+    target = tiny_phi3_longrope(seed=5)
+    context = random_prompts(1, seed=16, min_len=30, max_len=30)[0]
+    params = SamplingParams(max_new_tokens=8)
+    chain = SequenceVerifier(target, context, params, engine=VerifyEngine(target, 512))
+    chain.verify(Draft([7, 8, 9]))
+    tree = SequenceVerifier(target, context, params, engine=VerifyEngine(target, 512))
+    tree.verify(Draft([7, 8, 9, 11], parents=[-1, 0, 1, -1]))
+    torch.testing.assert_close(tree.last_forward.logits[:4], chain.last_forward.logits,
+                               atol=1e-4, rtol=1e-4)
