@@ -167,17 +167,19 @@ def test_the_gateway_image_installs_no_torch():
 
 @pytest.mark.parametrize("target", sorted(REPLICATED_REDIS))
 def test_replicated_redis_survives_losing_a_node_or_a_sentinel(rendered, target):
-    """Three data nodes and three sentinels, one per machine where possible, drained one at a
-    time; both start through the scripts tests/k8s/test_redis_ha_scripts.py runs, and every
-    sentinel address the scripts are given is a pod of the sentinel StatefulSet."""
+    """Three data nodes and three sentinels, one per machine (two sentinels on one machine
+    would take the quorum with it), drained one at a time; both start through the scripts
+    tests/k8s/test_redis_ha_scripts.py runs, and every sentinel and data node address the
+    scripts are given is a pod of its StatefulSet."""
     objects = rendered[target]
     nodes = named(objects, "StatefulSet", "redis")
     sentinels = named(objects, "StatefulSet", "redis-sentinel")
     assert nodes["spec"]["replicas"] == sentinels["spec"]["replicas"] == 3
     for workload, script in ((nodes, "redis-node.sh"), (sentinels, "sentinel.sh")):
         spec = pod_template(workload)["spec"]
-        term = spec["affinity"]["podAntiAffinity"][
-            "preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
+        anti_affinity = spec["affinity"]["podAntiAffinity"]
+        assert "preferredDuringSchedulingIgnoredDuringExecution" not in anti_affinity
+        term, = anti_affinity["requiredDuringSchedulingIgnoredDuringExecution"]
         assert term["topologyKey"] == "kubernetes.io/hostname"
         assert term["labelSelector"]["matchLabels"][COMPONENT] == role_of(workload)
         container = main_container(workload)
@@ -185,13 +187,14 @@ def test_replicated_redis_survives_losing_a_node_or_a_sentinel(rendered, target)
         env = {e["name"]: e.get("value") for e in container["env"]}
         assert env["SENTINELS"].split() == [
             f"redis-sentinel-{i}.redis-sentinel-headless:26379" for i in range(3)]
+        assert env["REDIS_NODES"].split() == [f"redis-{i}.redis-headless:6379" for i in range(3)]
         assert env["REDIS_INITIAL_PRIMARY"] == "redis-0.redis-headless"
         pdb = named(objects, "PodDisruptionBudget", role_of(workload))
         assert pdb["spec"]["maxUnavailable"] == 1
     config = next(o for o in of_kind(objects, "ConfigMap")
                   if o["metadata"]["name"].startswith("redis-ha-scripts"))
     folder = K8S / "components" / "redis-ha"
-    for name in ("redis-node.sh", "sentinel.sh"):
+    for name in ("redis-node.sh", "sentinel.sh", "find-primary.sh"):
         assert config["data"][name] == (folder / name).read_text()
     quorum = {e["name"]: e.get("value") for e in main_container(sentinels)["env"]}
     assert quorum["SENTINEL_QUORUM"] == "2"  # a majority of three

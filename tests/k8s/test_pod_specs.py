@@ -24,6 +24,7 @@ from k8s_helpers import (
     prestop_sleep_s,
     probe_window_s,
     role_of,
+    selector_matches,
 )
 
 pytestmark = NEEDS_KUBECTL
@@ -102,3 +103,33 @@ def test_pods_run_as_non_root(rendered, target):
             assert context.get("readOnlyRootFilesystem") is True, where
             mounts = {m["mountPath"] for m in container.get("volumeMounts", [])}
             assert "/tmp" in mounts, f"{where}: read-only root needs a writable /tmp"
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_named_ports_are_declared(rendered, target):
+    """A probe, or a Service's targetPort, that names a port names one its container (a
+    container of every pod the Service selects) declares: an unknown name fails the probe and
+    leaves the Service without endpoints, and nothing before the cluster says so."""
+    objects = rendered[target]
+    workloads = of_kind(objects, *POD_KINDS)
+    for workload in workloads:
+        for container in containers(workload):
+            declared = {p["name"] for p in container.get("ports", []) if "name" in p}
+            for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
+                probe = container.get(kind, {})
+                for action in ("httpGet", "tcpSocket", "grpc"):
+                    port = probe.get(action, {}).get("port")
+                    assert not isinstance(port, str) or port in declared, (
+                        f"{workload['metadata']['name']}/{container['name']} {kind}: {port!r}")
+    for service in of_kind(objects, "Service"):
+        selected = [w for w in workloads
+                    if selector_matches({"matchLabels": service["spec"].get("selector", {})},
+                                        pod_template(w)["metadata"]["labels"])]
+        for workload in selected:
+            declared = {p["name"] for c in containers(workload) for p in c.get("ports", [])
+                        if "name" in p}
+            for port in service["spec"].get("ports", []):
+                target_port = port.get("targetPort")
+                assert not isinstance(target_port, str) or target_port in declared, (
+                    f"Service {service['metadata']['name']}: targetPort {target_port!r} "
+                    f"of {workload['metadata']['name']}")

@@ -23,6 +23,30 @@ def test_sentinel_urls_parse_and_bad_ones_say_what_is_wrong():
             parse_sentinel(bad)
 
 
+@pytest.mark.parametrize("password", ["Zq?7#kV", "x@Q9?v#J", "Jp?3/Wf@y", "?#@"])
+def test_a_raw_password_parses_or_is_refused_without_being_echoed(password):
+    """A password with characters a URL reserves (``?``, ``#``, ``@``, ``/``) that were not
+    percent-encoded: read whole where the hosts still tell where it ends, and an error (here,
+    a host without a port) never shows any part of it."""
+    hosts = "10.0.0.1:26379,10.0.0.2:26380"
+    address = parse_sentinel(f"redis+sentinel://:{password}@{hosts}/cascade/1"
+                             "?sentinel_password=other")
+    assert address.password == password
+    assert (address.sentinels[1], address.service, address.db) == (("10.0.0.2", 26380),
+                                                                    "cascade", 1)
+    assert address.sentinel_password == "other"
+    for bad in (f"redis+sentinel://:{password}@10.0.0.1/cascade",
+                f"redis+sentinel://:{password}@/cascade",
+                f"redis+sentinel://:{password}@10.0.0.1:26379",
+                f"redis+sentinel://:{password}"):
+        with pytest.raises(ValueError) as error:
+            parse_sentinel(bad)
+        message = str(error.value)
+        fragments = {password[i:j] for i in range(len(password))
+                     for j in range(i + 3, len(password) + 1)}
+        assert not [f for f in fragments if f in message], message
+
+
 async def test_a_client_follows_the_primary_through_a_failover(tmp_path):
     ha = RedisHA(tmp_path, replicas=1, sentinels=3, password="secret").start()
     client = connect(ha.url)
