@@ -70,6 +70,10 @@ class StopStringMatcher:
         self._pending = ""
         self.stopped = False
 
+    @property
+    def has_stops(self) -> bool:
+        return bool(self._stops)
+
     def add(self, text: str) -> str:
         """Returns the text that can be shown; sets ``stopped`` once a stop string appeared."""
         if self.stopped:
@@ -103,11 +107,18 @@ class StopStringMatcher:
 
 
 class TextStream:
-    """Tokens in, visible text out: incremental detokenization followed by stop strings."""
+    """Tokens in, visible text out: incremental detokenization followed by stop strings.
+
+    With stop strings, tokens are fed one at a time, so the generation ends at the token whose
+    text completes a stop string (``num_tokens``) whatever rounds the tokens came in: usage,
+    log-probabilities and best_of's ranking then do not depend on k, the plan or load."""
 
     def __init__(self, tokenizer: Decoder, stops: Sequence[str]) -> None:
         self.detokenizer = IncrementalDetokenizer(tokenizer)
         self.matcher = StopStringMatcher(stops)
+        self.num_tokens = 0
+        """Tokens of the generation: all added so far, or, once a stop string ended the text,
+        those up to and including the token that completed it."""
 
     @property
     def stopped(self) -> bool:
@@ -115,7 +126,15 @@ class TextStream:
         return self.matcher.stopped
 
     def add(self, token_ids: Sequence[int], final: bool = False) -> str:
-        """The new visible text; with final, everything held back is released too."""
+        """The new visible text; with final, everything held back is released too. Tokens
+        after the one that completed a stop string add nothing and are not counted."""
+        if self.stopped:
+            return ""
+        if self.matcher.has_stops and len(token_ids) > 1:
+            last = len(token_ids) - 1
+            return "".join(self.add([t], final=final and i == last)
+                           for i, t in enumerate(token_ids))
+        self.num_tokens += len(token_ids)
         text = self.detokenizer.add(token_ids)
         if final:
             text += self.detokenizer.flush()

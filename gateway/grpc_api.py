@@ -166,17 +166,17 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         log-probabilities in the first response (the request asked for them; a resumed
         stream does not send them again: they are not stored)."""
         text = TextStream(self.tokenizer, stops=stops)
-        completion_tokens = 0
         try:
             async for chunk in chunks:
-                completion_tokens += len(chunk.token_ids)
-                final = chunk.finish_reason is not None
+                final, before = chunk.finish_reason is not None, text.num_tokens
                 accepted = text.add(chunk.token_ids[: chunk.num_accepted])
                 chosen = text.add(chunk.token_ids[chunk.num_accepted :], final=final)
                 finish = FinishReason.STOP if text.stopped else chunk.finish_reason
+                if text.stopped:
+                    chunk = _cut(chunk, text.num_tokens - before)
                 if not 0 < chunk.round <= seen_rounds:  # else the client has it (the final too)
                     response = self._response(chunk, accepted, chosen, finish, num_prompt,
-                                              completion_tokens)
+                                              text.num_tokens)
                     if prompt is not None:
                         response.prompt_token_ids.extend(prompt)
                         response.prompt_logprobs.extend(logprobs_to_pb(chunk.prompt_logprobs))
@@ -200,6 +200,14 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
             num_deferred=chunk.num_deferred, round=chunk.round, speculation=chunk.speculation,
             draft_source=chunk.draft_source, logprobs=logprobs_to_pb(chunk.logprobs),
             num_forced=chunk.num_forced, num_filled=chunk.num_filled, **_tree_fields(chunk))
+
+
+def _cut(chunk, num_tokens: int):
+    """The chunk's first ``num_tokens`` (a stop string ended the generation at the last of
+    them: what followed in the round is not part of it)."""
+    return replace(chunk, token_ids=chunk.token_ids[:num_tokens],
+                   logprobs=chunk.logprobs[:num_tokens],
+                   num_accepted=min(chunk.num_accepted, num_tokens))
 
 
 def _tree_fields(chunk) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Appends a failover cannot lose: acknowledged by every replica in sync before the round is sent.
+"""Writes a failover cannot lose: every replica in sync acknowledges them before a client is told.
 
 Sentinel promotes the replica it last saw furthest ahead, and what it saw can be a second old.
 A round that one replica acknowledged (``WAIT 1``) is therefore lost when Sentinel promotes
@@ -25,7 +25,7 @@ IN_SYNC_LAG_S = 5
 
 
 class NotReplicated(RedisConnectionError):
-    """An append the replicas did not acknowledge in time: the stream fails as if Redis were
+    """A write the replicas did not acknowledge in time: the stream fails as if Redis were
     unreachable (UNAVAILABLE / 503), and the client resumes from what is replicated."""
 
 
@@ -37,17 +37,19 @@ def in_sync_replicas(info: dict, max_lag_s: int = IN_SYNC_LAG_S) -> int:
 
 
 PROBE_SCRIPT = """
-if redis.call('LLEN', KEYS[1]) < tonumber(ARGV[1]) then return 0 end
-redis.call('SET', KEYS[2], ARGV[1], 'PX', 60000)
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if redis.call('LLEN', KEYS[2]) < tonumber(ARGV[1]) then return 0 end
+redis.call('SET', KEYS[3], ARGV[1], 'PX', 60000)
 return 1
 """
-"""A write after the round, on whichever server is primary now, made only if that server has
-the round (KEYS[1] the token list, at least ARGV[1] long; KEYS[2] the probe key): a WAIT after
-it, on any connection, covers the round."""
+"""A write after the write waited for, on whichever server is primary now, made only if that
+server has it (KEYS[1] the session's record; KEYS[2] its token list, at least ARGV[1] long;
+KEYS[3] the probe key): a WAIT after it, on any connection, covers the write."""
 
 
 class ReplicaWaiter:
-    """Runs the session store's append and then WAITs, on the same connection (WAIT counts that
+    """Runs one of the session store's writes (a record created, a round appended, rounds
+    restored) and then WAITs, on the same connection (WAIT counts that
     connection's writes), for the replicas that are in sync, at least ``minimum``."""
 
     def __init__(self, client: redis.Redis, minimum: int, wait_ms: int = 1000,
@@ -67,12 +69,12 @@ class ReplicaWaiter:
         """How many replicas the next WAIT asks for."""
         return max(self.minimum, self._in_sync)
 
-    async def append(self, script, keys: list[str], args: list) -> int:
-        """``script``'s result (the token list's new length, ``keys[1]``) once replicated;
-        NotReplicated if the replicas in sync did not all acknowledge it (a primary cut off
-        from its replicas, or one a failover replaced): the round must not reach the client,
-        who would then hold a round a failover can lose. A negative result (nothing written)
-        is returned at once."""
+    async def write(self, script, keys: list[str], args: list) -> int:
+        """``script``'s result (the length of the token list ``keys[1]`` after it, in the
+        record ``keys[0]``) once replicated; NotReplicated if the replicas in sync did not all
+        acknowledge it (a primary cut off from its replicas, or one a failover replaced): the
+        write must not reach the client, who would then hold a session or a round a failover
+        can lose. A negative result (nothing written) is returned at once."""
         async with self.client.pipeline(transaction=False) as pipe:
             await script(keys=keys, args=args, client=pipe)
             result, acknowledged, asked = await self._wait(pipe)
@@ -82,10 +84,10 @@ class ReplicaWaiter:
             if acknowledged >= self.target:
                 return result
             async with self.client.pipeline(transaction=False) as pipe:
-                await self._probe(keys=[keys[1], f"{keys[0]}:replicated"], args=[int(result)],
-                                  client=pipe)
+                await self._probe(keys=[*keys[:2], f"{keys[0]}:replicated"],
+                                  args=[int(result)], client=pipe)
                 present, acknowledged, asked = await self._wait(pipe)
-            if not int(present):  # the primary now lacks the round: a failover lost it (and
+            if not int(present):  # the primary now lacks the write: a failover lost it (and
                 raise self._unreplicated(acknowledged, asked)  # this WAIT covered no write)
         if acknowledged >= self.target:
             return result
@@ -93,7 +95,7 @@ class ReplicaWaiter:
 
     def _unreplicated(self, acknowledged: int, asked: int) -> NotReplicated:
         metrics.UNREPLICATED_APPENDS.inc()
-        return NotReplicated(f"{acknowledged} of {asked} replicas acknowledged the round in "
+        return NotReplicated(f"{acknowledged} of {asked} replicas acknowledged the write in "
                              f"{self.tries * self.wait_ms} ms")
 
     async def _wait(self, pipe) -> tuple[object, int, int]:

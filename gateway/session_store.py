@@ -81,6 +81,16 @@ the session finished in the same step, so no stored session is complete but stil
 stored epoch is older than the writer's (a restart lost an epoch bump); -2: the stored length
 differs."""
 
+CREATE_SCRIPT = """
+redis.call('HSET', KEYS[1], unpack(ARGV, 3))
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+local now = redis.call('TIME')
+redis.call('HSET', KEYS[1], 'lease_ms', now[1] * 1000 + math.floor(now[2] / 1000) + ARGV[2])
+return 0
+"""
+"""A new session's record (ARGV[3:], field and value in turn) with its TTL (ARGV[1]) and this
+gateway's lease (ARGV[2] ms); 0: the length of its token list."""
+
 RESTORE_SCRIPT = """
 local epoch = redis.call('HGET', KEYS[1], 'epoch')
 if epoch and tonumber(epoch) > tonumber(ARGV[1]) then return -1 end
@@ -194,6 +204,11 @@ def request_from_record(fields: dict[str, str]) -> GenerationRequest:
                              fields.get("view", ""), fields.get("caller", ""))
 
 
+def _flat(fields: dict[str, str | int]) -> list[str | int]:
+    """A record's fields and values in turn (as HSET takes them)."""
+    return [item for pair in fields.items() for item in pair]
+
+
 def session_keys(session_id: str) -> tuple[str, str, str]:
     """(record hash, token list, round ends) keys of a session."""
     base = f"cascade:session:{{{session_id}}}"
@@ -213,10 +228,12 @@ class SessionStore:
                  lease_s: float = 10.0, wait_replicas: int = 0, wait_ms: int = 1000,
                  wait_tries: int = 8) -> None:
         """``owner``: this gateway's id in leases (a fresh one per process by default);
-        ``wait_replicas``: each append returns once every replica in sync, and at least this
-        many, has it (gateway.replication: Redis ``WAIT`` of at most ``wait_ms``, asked up to
-        ``wait_tries`` times), so a chunk a client was sent survives the primary's death even
-        when the client moves to another gateway or its gateway dies too."""
+        ``wait_replicas``: each write of a record or of rounds (``create``, ``append``,
+        ``restore``) returns once every replica in sync, and at least this many, has it
+        (gateway.replication: Redis ``WAIT`` of at most ``wait_ms``, asked up to
+        ``wait_tries`` times), so a session or a chunk a client was told of survives the
+        primary's death even when the client moves to another gateway or its gateway dies
+        too."""
         self.client, self.ttl_s, self.lease_s = client, ttl_s, lease_s
         self.waiter = (ReplicaWaiter(client, wait_replicas, wait_ms, wait_tries)
                        if wait_replicas else None)
@@ -227,15 +244,13 @@ class SessionStore:
         self._set_if_epoch = client.register_script(SET_IF_EPOCH_SCRIPT)
         self._reassign = client.register_script(REASSIGN_SCRIPT)
         self._restore = client.register_script(RESTORE_SCRIPT)
+        self._create = client.register_script(CREATE_SCRIPT)
 
     async def create(self, request: GenerationRequest, drafter: str, verifier: str) -> SessionRecord:
         session_id = secrets.token_hex(12)
-        record_key = session_keys(session_id)[0]
-        async with self.client.pipeline(transaction=True) as pipe:
-            pipe.hset(record_key, mapping=self._fields(request, 1, drafter, verifier))
-            pipe.expire(record_key, self.ttl_s)
-            await self._renew(keys=[record_key], args=[1, self._lease_ms], client=pipe)  # lease
-            await pipe.execute()
+        fields = self._fields(request, 1, drafter, verifier)
+        await self._write(self._create, session_keys(session_id),
+                          [self.ttl_s, self._lease_ms, *_flat(fields)])
         return SessionRecord(session_id, 1, len(request.prompt_tokens))
 
     async def append(self, session_id: str, epoch: int, expected_len: int, tokens: list[int],
@@ -244,10 +259,7 @@ class SessionStore:
         ``finish_reason`` (the final round's) records the session finished in the same step."""
         keys = session_keys(session_id)
         args = [epoch, expected_len, self.ttl_s, self._lease_ms, finish_reason, *tokens]
-        if self.waiter is not None:
-            result = await self.waiter.append(self._append, keys, args)
-        else:
-            result = await self._append(keys=keys, args=args)
+        result = await self._write(self._append, keys, args)
         if result == -1:
             raise StaleEpoch(f"session {session_id}: epoch {epoch} is no longer current")
         if result == -4:
@@ -266,15 +278,22 @@ class SessionStore:
         record = self._fields(request, epoch, drafter, verifier)
         if finish_reason:
             record |= {"status": "finished", "finish_reason": finish_reason}
-        fields = [item for pair in record.items() for item in pair]
-        result = await self._restore(keys=session_keys(session_id),
-                                     args=[epoch, self.ttl_s, len(fields), len(tokens), *fields,
-                                           *tokens, *round_ends])
+        fields = _flat(record)
+        result = await self._write(self._restore, session_keys(session_id),
+                                   [epoch, self.ttl_s, len(fields), len(tokens), *fields,
+                                    *tokens, *round_ends])
         if result == -1:
             raise StaleEpoch(f"session {session_id}: epoch {epoch} is no longer current")
         if result == -2:
             raise LengthMismatch(f"session {session_id}: stored tokens are not a prefix of "
                                  "the gateway's")
+
+    async def _write(self, script, keys: tuple[str, ...], args: list) -> int:
+        """``script``'s result; with ``wait_replicas``, once the replicas have what it wrote
+        (a client hears of a session or a round only after that)."""
+        if self.waiter is not None:
+            return await self.waiter.write(script, list(keys), args)
+        return await script(keys=keys, args=args)
 
     async def finish(self, session_id: str, epoch: int, status: str,
                      finish_reason: str = "") -> None:

@@ -39,7 +39,8 @@ class Delta:
     text: str
     finish_reason: str | None
     completion_tokens: int
-    """Generated tokens consumed so far (including any the stop string cut off)."""
+    """Generated tokens so far: after a stop string, those up to and including the token that
+    completed it (gateway.detokenize.TextStream.num_tokens)."""
     num_deferred: int = 0
     """Cascade rules: drafted positions so far that the target's distribution decided."""
     round: RoundView | None = None
@@ -56,23 +57,25 @@ async def text_deltas(chunks: AsyncIterator[GeneratedChunk], tokenizer: Decoder,
                       stops: Sequence[str], rounds: bool = False, seen_rounds: int = 0
                       ) -> AsyncIterator[Delta]:
     """One Delta per generated chunk; a stop string ends it early and closes the generation.
-    With ``rounds`` each Delta also describes its round, token by token. Chunks of rounds up to ``seen_rounds`` (a resumed
+    With ``rounds`` each Delta also describes its round, token by token. Chunks of rounds up
+    to ``seen_rounds`` (a resumed
     stream's start, which its client has) only advance the text: no Delta for them, not even
     for the final round when the client has it (its stream broke before the end marker)."""
     text = TextStream(tokenizer, stops)
     reader = RoundReader(text, tokenizer) if rounds else None
-    consumed, deferred, last, seen_final = 0, 0, None, False
+    deferred, last, seen_final = 0, None, False
     try:
         async for chunk in chunks:
             if last is not None:
                 break  # nothing counts after the chunk that carried the finish_reason
-            consumed += len(chunk.token_ids)
             deferred += chunk.num_deferred
             final = chunk.finish_reason is not None
+            before = text.num_tokens
             view = reader.read(chunk, final) if reader else None
             visible = view.text if view else text.add(chunk.token_ids, final=final)
+            consumed = text.num_tokens  # a stop string ends the tokens where it completes
             event_id = f"{chunk.session_id}.{chunk.round}" if chunk.round else None
-            scored = entries(chunk.token_ids, chunk.logprobs, tokenizer)
+            scored = entries(chunk.token_ids[:consumed - before], chunk.logprobs, tokenizer)
             extra = {"prompt_logprobs": chunk.prompt_logprobs}  # for gateway.echo
             is_seen = 0 < chunk.round <= seen_rounds
             if text.stopped:

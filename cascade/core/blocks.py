@@ -70,7 +70,8 @@ class RoundOutcome:
     """What verifying one draft decided."""
 
     num_accepted: int
-    """Drafted tokens kept (a prefix of the draft)."""
+    """Drafted tokens accepted and committed (a prefix of the draft; a stop token or the
+    length limit among them ends them there)."""
     tokens: list[int]
     """Tokens committed this round: the accepted ones plus the recovered or bonus token,
     cut short at a stop token or the length limit, then any filled tokens."""

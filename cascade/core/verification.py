@@ -185,6 +185,9 @@ class SequenceVerifier:
             self.cache.compact(len(self.committed), path, accepted)
         self.last_features = self._features(len(self.committed) - 1, [0] + [n + 1 for n in path])
         emitted = self._apply_limits(accepted + [next_token])
+        # A stop token or the length limit inside the accepted drafts ends the round there:
+        # the drafts after it were accepted but not committed, so they count for nothing.
+        num_accepted = min(num_accepted, len(emitted))
         forced = sum(self._forced_rows[r] for r in ([0] + [n + 1 for n in path])[:len(emitted)])
         logprobs = self._logprobs(output, path, emitted)
         self._commit(emitted)
@@ -193,7 +196,8 @@ class SequenceVerifier:
                            forced + len(filled), len(filled))
         return RoundOutcome(num_accepted, emitted + filled, len(self.committed),
                             self.finish_reason, deferred,
-                            tuple(path) if draft.parents is not None else None, logprobs,
+                            tuple(path[:num_accepted]) if draft.parents is not None else None,
+                            logprobs,
                             self.prompt_logprobs.hand_out(), forced + len(filled), len(filled))
 
     def _commit(self, tokens: list[int]) -> None:

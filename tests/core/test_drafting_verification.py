@@ -5,7 +5,7 @@ from cascade.core.blocks import Draft
 from cascade.core.proposers import ProposerContext, new_proposer
 from cascade.core.verification import InvalidDraft, SequenceVerifier
 from cascade.protocol.settings import DraftConfig, SamplingParams
-from models import random_prompts
+from models import hf_greedy, random_prompts
 from test_acceptance_stats import assert_matches
 
 
@@ -63,3 +63,24 @@ def test_prompt_longer_than_context_is_refused(gpt2_pair):
     target, _ = gpt2_pair
     with pytest.raises(ValueError, match="context"):
         SequenceVerifier(target, [1] * target.max_length, SamplingParams())
+
+
+@pytest.mark.parametrize("shape", ["chain", "tree"])
+def test_accepted_drafts_after_a_stop_token_are_not_counted(gpt2_pair, shape):
+    """The target's own greedy tokens drafted: all four are accepted, but a stop token at the
+    second ends the round there, so two count as accepted (blocks never reach past the length
+    limit: the drafts are checked against the room left)."""
+    target, _ = gpt2_pair
+    prompt = random_prompts(1, seed=5)[0]
+    greedy = hf_greedy(target, prompt, 4)
+    assert greedy[1] not in greedy[:1]
+    params = SamplingParams(temperature=0.0, stop_token_ids=(greedy[1],), max_new_tokens=8)
+    verifier = SequenceVerifier(target, prompt, params, tree_room=8)
+    parents = [-1, 0, 1, 2, -1] if shape == "tree" else None  # a tree: a second root child
+    tokens = greedy + [(greedy[0] + 1) % target.vocab_size] if parents else greedy
+    outcome = verifier.verify(Draft(tokens, parents=parents))
+    assert outcome.tokens == greedy[:2] and outcome.finish_reason is not None
+    assert outcome.num_accepted == 2
+    assert outcome.path == ((0, 1) if parents else None)
+    assert verifier.stats.num_accepted_tokens == 2
+    assert verifier.stats.accepted_per_position[:4] == [1, 1, 0, 0]

@@ -152,3 +152,46 @@ async def test_a_command_in_flight_when_the_primary_dies_goes_to_the_new_one(tmp
             await client.aclose()
         finally:
             ha.stop()
+
+
+async def test_a_session_survives_the_primary_once_created_or_restored(tmp_path):
+    """With ``wait_replicas``, a created record and restored rounds are on the replica when the
+    call returns, so a failover right after keeps them; a create the replica never received
+    fails instead of returning a session the new primary lacks."""
+    import os
+    import signal
+
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    from cascade.protocol.requests import GenerationRequest
+    from cascade.protocol.settings import SamplingParams
+    from gateway.session_store import SessionStore
+
+    ha = RedisHA(tmp_path, replicas=1, sentinels=3, password="secret").start()
+    client = connect(ha.url)
+    replica = ha.servers[1]
+    request = GenerationRequest([1, 2, 3], SamplingParams())
+    try:
+        store = SessionStore(client, wait_replicas=1, wait_ms=500)
+        kept = await store.create(request, "d:1", "v:1")
+        await store.restore(kept.session_id, request, 1, "d:1", "v:1", [7, 8], [1, 2])
+        os.kill(replica.process.pid, signal.SIGSTOP)
+        try:
+            lost = asyncio.create_task(store.create(request, "d:1", "v:1"))
+            await asyncio.sleep(0.3)
+            assert not lost.done(), "a session was created that no replica had"
+            old = ha.primary_port()
+            ha.server_on(old).process.kill()
+        finally:
+            os.kill(replica.process.pid, signal.SIGCONT)
+        assert await asyncio.to_thread(ha.wait_for_failover, old) == replica.port
+        with pytest.raises(RedisConnectionError):
+            await lost
+        assert await store.tokens(kept.session_id) == [7, 8]
+        assert await store.round_ends(kept.session_id) == [1, 2]
+        assert (await store.record(kept.session_id))["epoch"] == "1"
+    finally:
+        try:
+            await client.aclose()
+        finally:
+            ha.stop()

@@ -63,6 +63,38 @@ async def test_a_round_waits_for_every_replica_in_sync(two_replicas):
         await client.aclose()
 
 
+@pytest.mark.parametrize("write", ["create", "restore"])
+async def test_a_created_record_and_a_restored_round_wait_for_the_replicas(two_replicas, write):
+    """The record and the rounds a restore writes back reach a client (its session id, the
+    rounds of its stream) like an appended round: not before every replica in sync has them."""
+    ha = two_replicas
+    client = connect(ha.url)
+    slow = ha.servers[2]
+    request = GenerationRequest([1, 2], SamplingParams())
+    try:
+        store = SessionStore(client, wait_replicas=1)
+        record = await store.create(request, "d:1", "v:1")
+        os.kill(slow.process.pid, signal.SIGSTOP)
+        try:
+            if write == "create":
+                call = asyncio.create_task(store.create(request, "d:1", "v:1"))
+            else:
+                call = asyncio.create_task(store.restore(record.session_id, request, 1, "d:1",
+                                                         "v:1", [7, 8], [1, 2]))
+            await asyncio.sleep(0.4)
+            assert not call.done(), f"the {write} returned while a replica in sync lacked it"
+        finally:
+            os.kill(slow.process.pid, signal.SIGCONT)
+        written = await call
+        session_id = written.session_id if write == "create" else record.session_id
+        record_key, tokens_key, _ = session_keys(session_id)
+        with redis_sync.Redis(port=slow.port) as replica:
+            assert replica.hget(record_key, "epoch") == b"1"
+            assert replica.llen(tokens_key) == (0 if write == "create" else 2)
+    finally:
+        await client.aclose()
+
+
 async def test_a_hung_replica_is_not_waited_for_once_it_falls_behind(two_replicas):
     ha = two_replicas
     client = connect(ha.url)
@@ -153,5 +185,5 @@ async def test_a_round_the_new_primary_lacks_is_not_replicated_whatever_its_wait
                               [0, 2, both]])  # the probe: this primary lacks the round
     waiter = ReplicaWaiter(client, 1)
     with pytest.raises(NotReplicated):
-        await waiter.append(client.register_script(""), ["record", "tokens", "rounds"], [])
+        await waiter.write(client.register_script(""), ["record", "tokens", "rounds"], [])
     assert client.pipe.results == []
