@@ -25,10 +25,12 @@ from cascade.core.batch_accept import accept_rows
 from cascade.core.invariant import KEY_BLOCK
 from cascade.core.row_rules import padded
 from cascade.core.kv_store import KVShape, KVStore, Region, default_budget
+from cascade.core.logprobs import leading_entries, score_ahead
 from cascade.core.packed import Feed, enable, packed_forward, rope_switch
 from cascade.core.prefix_share import PrefixShare
 from cascade.core.runner import ForwardOutput, ModelRunner, common_prefix_len
 from cascade.core.trees import leaf_chain_len
+from cascade.protocol.logprobs import TokenLogprobs
 
 
 class KVBudgetExhausted(Exception):
@@ -53,8 +55,11 @@ class Pass(NamedTuple):
     parents: tuple[int, ...] | None = None
     """The last len(parents) tokens are a token tree's nodes (``cascade.core.trees``)."""
     num_leading: int = 0
-    """Positions before the last ``num_logits`` whose logits are returned too, apart
-    (``ForwardOutput.leading``): a prompt's rows, for its log-probabilities."""
+    """Positions before the last ``num_logits`` whose entries are returned too, apart: a
+    prompt's rows, scored for its log-probabilities (``ForwardOutput.leading``; at most
+    ``logprobs.LEADING_CHUNK`` rows' logits are held at once)."""
+    leading_top: int = 0
+    """Alternatives per leading position (the prompt's top N)."""
     first_regime: int = 0
     """Positions (from 0) to feed alone first, in a row of their own, if the cache holds
     fewer: those of a rope's first regime (``VerifyEngine.rope_switch``), for a session
@@ -192,6 +197,8 @@ class VerifyEngine:
             self.prefixes.fill(passes)
             for p in passes:
                 self._feed_first_regime(p)
+            ahead = [self._score_ahead(p) for p in passes]
+            passes = [p for p, _ in ahead]
             feeds = [p.cache.feed(p.tokens, p.num_leading + p.num_logits, p.parents)
                      for p in passes]
             keep, ends, end = [], [], 0
@@ -210,31 +217,49 @@ class VerifyEngine:
                 for p, f in zip(passes, feeds):
                     p.cache.tokens = p.cache.tokens[: f.start]
                 raise
-        return self._outputs(passes, feeds, ends, logits.cpu(), states)
+        return self._outputs(passes, feeds, ends, logits.cpu(), states,
+                             [scored for _, scored in ahead])
 
     def _feed_first_regime(self, p: Pass) -> None:
         """A row's first ``first_regime`` positions, fed alone first where its cache does not
         hold them and it needs no logits of them: in a row of that length they get the first
         regime's frequencies, as one-token decoding gave them; the row then feeds the rest."""
         end = p.first_regime
-        if (not end or len(p.cache.tokens) >= end
-                or end > len(p.tokens) - p.num_leading - p.num_logits):
-            return
-        feed = p.cache.feed(p.tokens[:end], 1)
+        if (end and len(p.cache.tokens) < end
+                and end <= len(p.tokens) - p.num_leading - p.num_logits):
+            self._forward_alone(p, end, 1)
+
+    def _score_ahead(self, p: Pass) -> tuple[Pass, list[TokenLogprobs]]:
+        """``logprobs.score_ahead``; not where a rope's frequencies depend on the row's length
+        (a part is a shorter row)."""
+        if self.rope_switch is not None:
+            return p, []
+        return score_ahead(p, self._forward_alone)
+
+    def _forward_alone(self, p: Pass, end: int, num_logits: int) -> torch.Tensor:
+        """Feed ``p``'s tokens up to ``end`` (after those its cache holds) in a pass of their
+        own; the logits of the last ``num_logits`` of them, [num_logits, vocab] float32 in the
+        full vocabulary."""
+        feed, vocab_map = p.cache.feed(p.tokens[:end], num_logits), self.runner.vocab_map
         try:
-            packed_forward(self.runner.model, self.store, [feed],
-                           torch.tensor([len(feed.tokens) - 1]),
-                           to_local=None if self.runner.vocab_map is None
-                           else self.runner.vocab_map.to_local, invariance=self.invariance)
-        except BaseException:
+            logits, _ = packed_forward(
+                self.runner.model, self.store, [feed],
+                torch.arange(len(feed.tokens) - num_logits, len(feed.tokens)),
+                to_local=None if vocab_map is None else vocab_map.to_local,
+                invariance=self.invariance)
+        except BaseException:  # nothing was cached
             p.cache.tokens = p.cache.tokens[: feed.start]
             raise
+        logits = logits.cpu()
+        return logits if vocab_map is None else vocab_map.expand(logits)
 
     def _outputs(self, passes: list[Pass], feeds: list[Feed], ends: list[int],
-                 logits: torch.Tensor, states) -> list[ForwardOutput]:
-        """Each row's logits (in the full vocabulary) and hidden states."""
+                 logits: torch.Tensor, states, scored: list[list[TokenLogprobs]]
+                 ) -> list[ForwardOutput]:
+        """Each row's logits (in the full vocabulary), hidden states and leading rows' entries
+        (``scored``: each row's entries scored ahead, ``_score_ahead``)."""
         outputs, first_logit, vocab_map = [], 0, self.runner.vocab_map
-        for p, f, stop in zip(passes, feeds, ends):
+        for p, f, stop, ahead in zip(passes, feeds, ends, scored):
             rows = logits[first_logit : first_logit + p.num_leading + p.num_logits]
             first_logit += p.num_leading + p.num_logits
             if vocab_map is not None:
@@ -242,8 +267,8 @@ class VerifyEngine:
             num_hidden = p.num_logits if p.num_hidden is None else p.num_hidden
             first = stop - (num_hidden or len(f.tokens))
             hidden = tuple(states[layer][first:stop].cpu() for layer in p.hidden_layers)
-            leading = rows[: p.num_leading] if p.num_leading else None
-            outputs.append(ForwardOutput(rows[p.num_leading :], hidden, leading))
+            outputs.append(ForwardOutput(rows[p.num_leading :], hidden,
+                                         leading_entries(p, rows, ahead)))
         return outputs
 
 

@@ -15,9 +15,11 @@ or, for a feature drafter's session, the context's prefill (``SequenceVerifier.p
 whose one tail row is the prompt's last). A session opened with generated tokens in its context
 (moved to another verifier) computes none: its first round already returned them.
 
-Memory: the pass returns the prompt's logits ([prompt - 1, vocab] float32, the one tensor of
-that size); the log-softmax runs over ``CHUNK_ROWS`` rows at a time and keeps only each token's
-own value and its top N, so no second tensor of the prompt's size is made.
+Memory: the engine scores those rows itself (``Pass.num_leading``, ``ForwardOutput.leading``
+holds the entries): a prompt of more than ``LEADING_CHUNK`` rows is fed that many
+positions at a time, each part's logits scored and dropped before the next, and the
+log-softmax runs over ``CHUNK_ROWS`` rows at a time keeping only each token's own value and its
+top N, so no tensor of the prompt's size times the vocabulary is ever made.
 """
 
 from __future__ import annotations
@@ -30,6 +32,42 @@ from cascade.protocol.logprobs import TokenLogprobs
 
 CHUNK_ROWS = 64
 """Logits rows per log-softmax (64 x 49,152 float32 = 12.6 MB for SmolLM2's vocabulary)."""
+
+
+LEADING_CHUNK = 256
+"""Most leading rows (a prompt scored for its log-probabilities) whose logits one pass holds:
+a longer prompt is fed that many positions at a time, each part scored before the next (its
+[prompt, vocab] float32 logits were 838 MB at 4,000 tokens and a 50k vocabulary)."""
+
+
+def score_ahead(p, forward_alone) -> tuple[object, list[TokenLogprobs]]:
+    """For the engine's row ``p`` (a ``Pass``) with more than LEADING_CHUNK leading rows: all
+    but the last LEADING_CHUNK of them fed first, that many at a time
+    (``forward_alone(p, end, count)``: the logits of the last ``count`` positions before
+    ``end``), each part scored (and dropped) before the next. Returns the row left for the
+    step, with LEADING_CHUNK leading rows, and the entries scored."""
+    ahead = p.num_leading - LEADING_CHUNK
+    if ahead <= 0:
+        return p, []
+    start, scored = len(p.tokens) - p.num_logits - p.num_leading, []
+    for first in range(start, start + ahead, LEADING_CHUNK):
+        end = min(first + LEADING_CHUNK, start + ahead)
+        logits = forward_alone(p, end, end - first)  # [end - first, vocab]
+        scored += token_logprobs(logits, p.tokens[first + 1 : end + 1],
+                                 min(p.leading_top, logits.shape[-1]))
+    return p._replace(num_leading=LEADING_CHUNK), scored
+
+
+def leading_entries(p, rows: torch.Tensor, ahead: list[TokenLogprobs]
+                    ) -> tuple[TokenLogprobs, ...] | None:
+    """The entries of every leading position of the engine's row ``p``: those scored ahead,
+    then its leading ``rows`` of the step's logits, each scored for the token after it."""
+    if not p.num_leading and not ahead:
+        return None
+    tail = len(p.tokens) - p.num_logits
+    tokens = p.tokens[tail - p.num_leading + 1 : tail + 1]
+    return tuple(ahead) + chunked_logprobs([rows[: p.num_leading]], tokens,
+                                           min(p.leading_top, rows.shape[-1]))
 
 
 def emitted_logprobs(logits: torch.Tensor, path: list[int], emitted: list[int], top: int
@@ -70,14 +108,16 @@ class PromptLogprobs:
         return tail_start if self.is_pending else 0
 
     def take(self, output: ForwardOutput, tail_start: int) -> None:
-        """Score the prompt from a pass planned with ``num_leading(tail_start)``: its leading
-        rows, then the tail's rows that are still the prompt's (a prefill's last row)."""
+        """The prompt's entries from a pass planned with ``num_leading(tail_start)``: its
+        leading rows' (scored by the engine), then the tail's rows that are still the
+        prompt's (a prefill's last row)."""
         if not self.is_pending:
             return
-        blocks = [] if output.leading is None else [output.leading]
-        blocks.append(output.logits[: len(self.prompt) - 1 - tail_start])
+        leading = output.leading or ()
         top = min(self.top, output.logits.shape[-1])
-        self.ready = chunked_logprobs(blocks, self.prompt[1:], top)
+        self.ready = tuple(leading) + chunked_logprobs(
+            [output.logits[: len(self.prompt) - 1 - tail_start]],
+            self.prompt[1 + len(leading):], top)
         self.is_pending = False
 
     def hand_out(self) -> tuple[TokenLogprobs, ...] | None:

@@ -58,9 +58,10 @@ class ForwardOutput(NamedTuple):
     hidden_states: tuple[torch.Tensor, ...] = ()
     """One [n, hidden] tensor per requested layer, in the model's dtype. Layer indices follow
     transformers' ``hidden_states`` output: 0 is the embeddings, -1 the last layer."""
-    leading: torch.Tensor | None = None
-    """[m, vocab] float32 logits of the m positions before ``logits``' (the engine's
-    ``Pass.num_leading``; a prompt's log-probabilities); None when none were asked for."""
+    leading: tuple | None = None
+    """The m positions before ``logits``', each scored for the token after it
+    (``TokenLogprobs``: the engine's ``Pass.num_leading``, a prompt's log-probabilities);
+    None when none were asked for."""
 
 
 class ModelRunner:

@@ -149,7 +149,8 @@ class SequenceVerifier:
             if not self.feature_layers or len(self.committed) < 2:
                 return None
             return Pass(self.cache, self.committed[:-1], 1, self.feature_layers, num_hidden=0,
-                        num_leading=self.prompt_logprobs.num_leading(len(self.committed) - 2))
+                        num_leading=self.prompt_logprobs.num_leading(len(self.committed) - 2),
+                        leading_top=self.prompt_logprobs.top or 0)
         if self.is_finished:
             raise InvalidDraft(f"block: the generation already finished "
                                f"({self.finish_reason.value})")
@@ -158,6 +159,7 @@ class SequenceVerifier:
         return Pass(self.cache, self.committed + draft.tokens, draft.num_tokens + 1,
                     self.feature_layers, parents=parents,
                     num_leading=self.prompt_logprobs.num_leading(len(self.committed) - 1),
+                    leading_top=self.prompt_logprobs.top or 0,
                     first_regime=self._first_regime())
 
     def _first_regime(self) -> int:

@@ -110,3 +110,26 @@ def test_chunked_scoring_equals_scoring_every_row_at_once(monkeypatch):
 def test_prompt_logprobs_outside_the_range_are_refused():
     with pytest.raises(ValueError, match="prompt_logprobs must be in"):
         SamplingParams(prompt_logprobs=21)
+
+
+@pytest.mark.parametrize("block", list(FIRST_BLOCKS), ids=list(FIRST_BLOCKS))
+def test_a_long_prompt_is_scored_a_part_at_a_time(monkeypatch, block):
+    """A prompt longer than LEADING_CHUNK rows: no pass holds more than that many rows' logits
+    (plus the block's), and the entries and the round are what one pass gives."""
+    from cascade.core import engine as core_engine
+
+    monkeypatch.setattr(core_logprobs, "LEADING_CHUNK", 8, raising=False)
+    kept = []
+    forward = core_engine.packed_forward
+    monkeypatch.setattr(core_engine, "packed_forward", lambda model, store, feeds, keep,
+                        *args, **kwargs: (kept.append(len(keep)),
+                                          forward(model, store, feeds, keep, *args,
+                                                  **kwargs))[1])
+    target = tiny_llama(0)
+    prompt = random_prompts(1, seed=6, min_len=30, max_len=30)[0]
+    params = SamplingParams(max_new_tokens=8, prompt_logprobs=TOP)
+    first = SequenceVerifier(target, prompt, params).verify(FIRST_BLOCKS[block])
+    assert_matches(first.prompt_logprobs, target, prompt)
+    assert max(kept) <= 8 + len(FIRST_BLOCKS[block].tokens) + 1 and len(kept) > 1
+    alone = SequenceVerifier(target, prompt, replace(params, prompt_logprobs=None))
+    assert replace(first, prompt_logprobs=None) == alone.verify(FIRST_BLOCKS[block])
