@@ -54,9 +54,11 @@ def main(
                                        "it) and gRPC prompt."),
     max_sessions_per_key: int = typer.Option(64, help="Concurrent sessions one API key may run "
                                              "on this gateway (429 above it; 0: no limit)."),
-    tokens_per_minute_per_key: int = typer.Option(0, help="Tokens one API key's sessions may "
-                                                  "generate per minute on this gateway (429 "
-                                                  "above it; 0: no limit)."),
+    tokens_per_minute_per_key: int = typer.Option(0, help="Tokens (prompt and generated) one "
+                                                  "API key's sessions may spend per minute on "
+                                                  "this gateway, each holding its prompt and "
+                                                  "max_tokens from its start (429 above it; 0: "
+                                                  "no limit)."),
     session_lease_s: float = typer.Option(10.0, help="A session stays this gateway's this long "
                                           "after its last renewal; then another gateway may "
                                           "resume it."),

@@ -122,19 +122,19 @@ class CompletionsApi:
         if count > body.n:  # best_of: every candidate's log-probabilities rank it
             requests = [choices.scored(r) for r in requests]
         each = choices.per_choice(requests, count)
+        meta = schemas.ResponseMeta.new("chatcmpl" if kind == "chat" else "cmpl", body.model)
+        each_echo = [e for e in echoes for _ in range(count)]
+        views = [in_view(v, e) for v, e in zip(choices.views(kind, meta, body, each), each_echo)]
         slots = [slot]
         try:
             for _ in each[1:]:
                 slots.append(self.limits.reserve(caller))
+            deltas = [self._deltas(replace(r, view=v.to_json(), caller=caller), body, s, e)
+                      for r, v, s, e in zip(each, views, slots, each_echo)]
         except BaseException:
             for taken in slots[1:]:
                 taken.release()
             raise
-        meta = schemas.ResponseMeta.new("chatcmpl" if kind == "chat" else "cmpl", body.model)
-        each_echo = [e for e in echoes for _ in range(count)]
-        views = [in_view(v, e) for v, e in zip(choices.views(kind, meta, body, each), each_echo)]
-        deltas = [self._deltas(replace(r, view=v.to_json(), caller=caller), body, s, e)
-                  for r, v, s, e in zip(each, views, slots, each_echo)]
         prompts = [r.prompt_tokens for r in requests]
         if body.stream:
             events_ = choices.stream(kind, meta, views, deltas, body.include_usage,
@@ -162,6 +162,8 @@ class CompletionsApi:
 
     def _deltas(self, request: GenerationRequest, body: schemas.GenerationFields,
                 slot: Slot, prompt: EchoedPrompt | None = None) -> AsyncIterator[Delta]:
+        """The request's deltas, its prompt charged and its max_tokens held first."""
+        slot.hold(len(request.prompt_tokens), request.sampling.max_new_tokens)
         chunks = self.limits.counted(slot, self.generator.generate(request))
         deltas = text_deltas(chunks, self.tokenizer, body.stop, rounds=body.cascade_rounds)
         return deltas if prompt is None else echoed(deltas, prompt, self.tokenizer)

@@ -131,6 +131,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
             generation, stops = await asyncio.to_thread(self._request, request)
             generation = replace(generation, caller=key,
                                  view=json.dumps({"kind": "grpc", "stop": stops}))
+            slot.hold(len(generation.prompt_tokens), generation.sampling.max_new_tokens)
             chunks = self.limits.counted(slot, self.generator.generate(generation))
             shown = (generation.prompt_tokens if generation.sampling.prompt_logprobs is not None
                      else None)

@@ -1,8 +1,12 @@
 """What one client can take from a gateway: concurrent sessions per API key, and request size.
 
 - **Sessions and tokens per key**: a request over its key's limit (concurrent sessions, or
-  tokens generated in the last minute) gets HTTP 429 / gRPC RESOURCE_EXHAUSTED with Retry-After
-  before anything runs; a session that is running finishes. The check reserves the session's
+  tokens in the last minute) gets HTTP 429 / gRPC RESOURCE_EXHAUSTED with Retry-After before
+  anything runs; a session that is running finishes. Tokens are the prompt's (charged with its
+  first generated tokens) and the generated ones; each session holds its prompt and
+  ``max_tokens`` against the key's minute from the start until it generates them or ends
+  (``Slot.hold``), so n choices of many tokens each cannot pass a check that only looked at
+  what was already spent. The check reserves the session's
   slot in the same step (``KeyLimits.reserve``), so a burst cannot pass it before any of its
   streams has started. One ``KeyLimits`` per gateway process serves HTTP and gRPC, fresh and
   resumed streams alike (N gateways allow up to N times the limit). Without API keys every
@@ -35,6 +39,8 @@ class KeyLimits:
         self.spent: dict[str, deque[tuple[float, int]]] = {}
         """key -> (when, tokens) of its recent chunks, the last minute's (keys with none are
         dropped)."""
+        self.held: Counter[str] = Counter()
+        """key -> tokens its running sessions may still generate (``Slot.hold``)."""
 
     def reserve(self, key: str) -> Slot:
         """A running-session slot for ``key``, taken at once (KeyAtLimit if it is at a limit).
@@ -52,6 +58,34 @@ class KeyLimits:
     def charge(self, key: str, num_tokens: int) -> None:
         if self.tokens_per_minute and num_tokens:
             self.spent.setdefault(key, deque()).append((time.monotonic(), num_tokens))
+
+    def hold(self, slot: Slot, num_prompt: int, max_new: int) -> None:
+        """Hold ``slot``'s prompt and ``max_new`` tokens against its key's minute, or
+        KeyAtLimit if the minute cannot take them besides what the key spent and holds."""
+        if not self.tokens_per_minute:
+            return
+        key, cost = slot.key, num_prompt + max_new
+        if cost > self.tokens_per_minute:
+            raise KeyAtLimit(f"This request needs up to {cost} tokens (its prompt plus "
+                             f"max_tokens), more than this API key's limit of "
+                             f"{self.tokens_per_minute} per minute; lower max_tokens or send a "
+                             "shorter prompt.")
+        if self._recent(key) + self.held[key] + cost > self.tokens_per_minute:
+            window = self.spent.get(key)
+            wait = WINDOW_S - (time.monotonic() - window[0][0]) if window else WINDOW_S
+            raise KeyAtLimit(f"This API key's sessions spent or hold {self.tokens_per_minute} "
+                             "tokens of the last minute, its limit, with this request's "
+                             "prompt and max_tokens; retry later.", retry_after=wait)
+        slot.held, slot.prompt = slot.held + cost, num_prompt
+        self.held[key] += cost
+
+    def unhold(self, slot: Slot, num_tokens: int) -> None:
+        """Give back up to ``num_tokens`` of what ``slot`` holds."""
+        given = min(slot.held, num_tokens)
+        slot.held -= given
+        self.held[slot.key] -= given
+        if self.held[slot.key] <= 0:
+            del self.held[slot.key]
 
     def _recent(self, key: str) -> int:
         window = self.spent.get(key)
@@ -74,16 +108,30 @@ class Slot:
 
     def __init__(self, limits: KeyLimits, key: str) -> None:
         self.limits, self.key, self.is_released = limits, key, False
+        self.held = 0
+        """Tokens held against its key's minute (``hold``) and not yet charged."""
+        self.prompt = 0
+        """Its prompt's tokens, charged with its first generated tokens (a request refused
+        or failed before any is charged nothing)."""
+
+    def hold(self, num_prompt: int, max_new: int) -> None:
+        """Hold the session's prompt and ``max_new`` tokens against the key's minute
+        (``KeyLimits.hold``): KeyAtLimit if they do not fit."""
+        self.limits.hold(self, num_prompt, max_new)
 
     def charge(self, num_tokens: int) -> None:
+        """Charge generated tokens (and, with the first, the prompt), out of what it holds."""
+        num_tokens, self.prompt = num_tokens + self.prompt, 0
         self.limits.charge(self.key, num_tokens)
+        self.limits.unhold(self, num_tokens)
 
     def release(self) -> None:
-        """Give the slot back (once; later calls do nothing). Synchronous, so a cancelled
-        close cannot skip it."""
+        """Give the slot back with what it still holds (once; later calls do nothing).
+        Synchronous, so a cancelled close cannot skip it."""
         if self.is_released:
             return
         self.is_released = True
+        self.limits.unhold(self, self.held)
         active = self.limits.active
         active[self.key] -= 1
         if active[self.key] <= 0:

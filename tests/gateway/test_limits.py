@@ -73,22 +73,35 @@ async def test_a_key_runs_at_most_its_limit_of_sessions_at_once(tokenizer):
         assert again.status_code == 200  # the finished session no longer counts
 
 
-async def test_a_key_generates_at_most_its_tokens_per_minute(tokenizer):
+async def test_a_key_spends_at_most_its_tokens_per_minute(tokenizer):
+    """The prompt's tokens count with the generated ones, and each session holds its
+    max_tokens until it generates them or ends: n choices of many tokens cannot all pass a
+    check that only saw what was spent, and what a session did not generate comes back."""
+    prompt = "hello " * 2
+    num_prompt = len(tokenizer(prompt).input_ids)
+    assert 8 < num_prompt < 16  # more than max_tokens; a request of 2 x cost + 1 fits 32
+    cost = num_prompt + 8  # the prompt plus max_tokens
     settings = HttpSettings(model_name=MODEL, context_length=64, max_tokens_limit=32,
-                            max_tokens_per_minute_per_key=5, api_keys=("k1", "k2"))
-    generator = FakeGenerator(script(tokenizer, "Hello world again and again"))
+                            max_tokens_per_minute_per_key=2 * cost, api_keys=("k1", "k2"))
+    generator = FakeGenerator(script(tokenizer, "Hello world"))
+    k1, k2 = {"authorization": "Bearer k1"}, {"authorization": "Bearer k2"}
+    body = completion(prompt)
     async with client(tokenizer, generator, settings) as http:
-        first = await http.post("/v1/completions", json=completion(),
-                                headers={"authorization": "Bearer k1"})
-        assert first.status_code == 200  # a running session is never cut by the limit
-        assert first.json()["usage"]["completion_tokens"] > 5
-        over = await http.post("/v1/completions", json=completion(),
-                               headers={"authorization": "Bearer k1"})
-        assert over.status_code == 429 and "tokens in the last minute" in over.text
+        burst = await http.post("/v1/completions", json={**body, "n": 3}, headers=k1)
+        assert burst.status_code == 429 and "max_tokens" in burst.text
+        first = await http.post("/v1/completions", json=body, headers=k1)
+        assert first.status_code == 200  # the burst's holds were given back
+        assert first.json()["usage"]["completion_tokens"] < 8
+        second = await http.post("/v1/completions", json=body, headers=k1)
+        assert second.status_code == 200  # so were the tokens first did not generate
+        over = await http.post("/v1/completions", json=body, headers=k1)
+        assert over.status_code == 429 and "last minute" in over.text  # prompts count
         assert 55 <= int(over.headers["retry-after"]) <= 60
-        other = await http.post("/v1/completions", json=completion(),
-                                headers={"authorization": "Bearer k2"})
+        other = await http.post("/v1/completions", json=body, headers=k2)
         assert other.status_code == 200
+        never = await http.post("/v1/completions", json={**body, "max_tokens": cost + 9},
+                                headers=k2)
+        assert never.status_code == 429 and "lower max_tokens" in never.text, never.text
 
 
 class Served:
