@@ -50,7 +50,7 @@ def main(
     session_key_file: Path = typer.Option(None, envvar="CASCADE_SESSION_KEY_FILE",
                                           help=SESSION_KEY_HELP),
     max_body_bytes: int = typer.Option(1 << 20, help="Largest HTTP request body (413 above "
-                                       "it) and gRPC prompt."),
+                                       "it) and gRPC request message (RESOURCE_EXHAUSTED)."),
     max_sessions_per_key: int = typer.Option(64, help="Concurrent sessions one API key may run "
                                              "on this gateway (429 above it; 0: no limit)."),
     tokens_per_minute_per_key: int = typer.Option(0, help="Tokens one API key's sessions may "

@@ -23,6 +23,7 @@ import redis.asyncio as redis
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
+from cascade.protocol.limits import shortened
 from cascade.protocol.requests import GenerationRequest
 from cascade.protocol.settings import FinishReason
 from cascade.protocol.wire import (
@@ -92,7 +93,8 @@ class Orchestrator:
         fields = await self.store.record(session_id)
         known = bool(fields) and "request" in fields
         if not known or not secrets.compare_digest(fields.get("caller", ""), caller):
-            raise SessionLost(f"no session {session_id!r} (it never existed or has expired)")
+            raise SessionLost(f"no session {shortened(session_id)!r} (it never existed or has "
+                              "expired)")
         if after_round and len(await self.store.round_ends(session_id)) < after_round:
             raise RoundsLost(f"session {session_id} has fewer stored rounds than the {after_round}"
                              " the client received (Redis lost them in a failover; gateways "

@@ -55,7 +55,8 @@ class GatewayConfig:
     mesh: MeshSecurity = OPEN
     """How the gateway dials drafters and verifiers (mutual TLS, shared token)."""
     max_body_bytes: int = 1 << 20
-    """Largest HTTP body (413) and gRPC prompt (INVALID_ARGUMENT)."""
+    """Largest HTTP body (413) and gRPC request message (RESOURCE_EXHAUSTED; a prompt over it
+    alone, INVALID_ARGUMENT)."""
     max_sessions_per_key: int = 64
     """Concurrent sessions per API key on this gateway (429 / RESOURCE_EXHAUSTED); 0: none."""
     max_tokens_per_minute_per_key: int = 0
@@ -142,7 +143,8 @@ def build_gateway(config: GatewayConfig, client: redis.Redis,
                                ApiKeys(config.api_keys), limits, config.max_body_bytes)
     binding = ServiceBinding(gateway_pb2_grpc.add_GatewayServicer_to_server, servicer,
                              SERVICE_NAME)
-    return app, GrpcService([binding], config.host, config.grpc_port, config.grace_s)
+    return app, GrpcService([binding], config.host, config.grpc_port, config.grace_s,
+                            max_receive_bytes=config.max_body_bytes)
 
 
 async def serve(config: GatewayConfig) -> None:

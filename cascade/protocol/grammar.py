@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 from llguidance import LLMatcher
 
+from cascade.protocol.limits import shortened
+
 GRAMMAR_KINDS = ("json_schema", "json_object", "regex", "lark", "choice")
 """json_schema: ``spec`` is a JSON schema (as JSON text); json_object: any JSON object (``spec``
 empty); regex: ``spec`` is a regular expression (Rust regex syntax, matched whole); lark:
@@ -40,7 +42,8 @@ class Grammar:
 
     def __post_init__(self) -> None:
         if self.kind not in GRAMMAR_KINDS:
-            raise ValueError(f"kind must be one of {', '.join(GRAMMAR_KINDS)}, got {self.kind!r}")
+            raise ValueError(f"kind must be one of {', '.join(GRAMMAR_KINDS)}, got "
+                             f"{shortened(self.kind)!r}")
         if len(self.spec) > MAX_GRAMMAR_CHARS:
             raise ValueError(f"spec is {len(self.spec)} characters; at most {MAX_GRAMMAR_CHARS}")
 
