@@ -76,7 +76,7 @@ class Orchestrator:
         self.affinity = PromptAffinity()
         """The pods of prompts being generated (their sessions share the prefill)."""
         self.memory = MemorySharing(client, settings.memory, settings.model_name,
-                                    settings.memory_stream_len)
+                                    settings.memory_stream_len, settings.memory_stream_bytes)
 
     def generate(self, request: GenerationRequest) -> AsyncIterator[GeneratedChunk]:
         return self._observed(request, lambda context, ending: self._generate(

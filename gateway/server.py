@@ -26,7 +26,7 @@ from gateway.grpc_api import GatewayServicer
 from gateway.http_app import HttpSettings, create_app
 from gateway.limits import KeyLimits
 from gateway.orchestrator import Orchestrator, OrchestratorSettings
-from gateway.session_store import SessionStore, connect
+from gateway.session_store import FINISHED_SESSION_TTL_S, SessionStore, connect
 
 log = logging.getLogger("gateway")
 SERVICE_NAME = gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].full_name
@@ -71,6 +71,9 @@ class GatewayConfig:
     redis_wait_replicas: int = 0
     """Each round's append returns once this many Redis replicas have it (0: the primary's
     acknowledgement; after a failover the gateway writes back what it holds)."""
+    finished_session_ttl_s: int = FINISHED_SESSION_TTL_S
+    """How long Redis keeps a session that has ended (finished or failed), for clients that
+    replay it; one that can go on is kept an hour after its last write."""
 
 
 def context_length(model: str) -> int:
@@ -127,7 +130,8 @@ def build_gateway(config: GatewayConfig, client: redis.Redis,
                             default_tree_nodes=config.default_tree_nodes,
                             default_draft_method=config.default_draft_method)
     store = SessionStore(client, lease_s=config.session_lease_s,
-                         wait_replicas=config.redis_wait_replicas)
+                         wait_replicas=config.redis_wait_replicas,
+                         finished_ttl_s=config.finished_session_ttl_s)
     orchestrator = Orchestrator(client, store, ChannelPool(config.mesh),
                                 replace(config.orchestrator, model_name=name))
 
