@@ -83,6 +83,7 @@ async def test_stop_strings_and_bad_words_at_the_limit_are_taken(both):
 @pytest.mark.parametrize(("fields", "quoted"), [
     ({"model": "m" * 100_000}, "m" * 64 + "..."),
     ({"draft_method": "d" * 100_000}, "d" * 64 + "..."),
+    ({"guided_regex": "(" + "a" * 20_000}, "aaa..."),  # the compiler quotes the grammar
 ])
 async def test_errors_quote_a_long_value_cut_short(tokenizer, fields, quoted):
     async with make_client(tokenizer, FakeGenerator([[1]])) as http:
@@ -111,12 +112,13 @@ async def test_mapping_a_request_does_not_hold_up_the_event_loop(tokenizer, monk
     """A mapping that takes a while (here: tokenizing a bad word waits for /health to answer)
     runs in a worker thread: /health, and every stream, go on meanwhile. On the event loop it
     would hold /health up until it ended (the wait times out: the request maps nothing)."""
-    health_answered = threading.Event()
+    mapping, health_answered = threading.Event(), threading.Event()
     waited: list[bool] = []
     word_ids = CompletionsApi._word_ids
 
     def slow_word_ids(self, text: str) -> list[int]:
-        waited.append(health_answered.wait(timeout=2.0))
+        mapping.set()
+        waited.append(health_answered.wait(timeout=5.0))
         return word_ids(self, text)
 
     monkeypatch.setattr(CompletionsApi, "_word_ids", slow_word_ids)
@@ -126,7 +128,8 @@ async def test_mapping_a_request_does_not_hold_up_the_event_loop(tokenizer, monk
              else {"messages": [{"role": "user", "content": "Hi"}]})
     async with make_client(tokenizer, generator) as http:
         async def health():
-            await asyncio.sleep(0.05)  # once the mapping has begun
+            while not mapping.is_set():  # once the mapping has begun
+                await asyncio.sleep(0.01)
             response = await http.get("/health")
             health_answered.set()
             return response
