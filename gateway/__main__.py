@@ -9,13 +9,14 @@ from pathlib import Path
 import typer
 
 from cascade.protocol.methods import DEFAULT_DRAFT_METHOD, DRAFT_METHODS
-from cascade.serving.memory_stream import DEFAULT_STREAM_LEN, MemoryMode
+from cascade.serving.memory_stream import DEFAULT_STREAM_BYTES, DEFAULT_STREAM_LEN, MemoryMode
 from cascade.serving.mesh import SERVER_NAME_HELP, TLS_DIR_HELP, TOKEN_HELP, mesh_or_exit
 from cascade.serving.mesh import SESSION_KEY_HELP, refuse_open
 from cascade.serving.process import setup_logging
 from cascade.serving.telemetry import setup_telemetry
 from gateway.orchestrator import OrchestratorSettings
 from gateway.server import GatewayConfig, serve
+from gateway.session_store import FINISHED_SESSION_TTL_S, SESSION_TTL_S
 from gateway.sharing import PrefixSharing
 
 cli = typer.Typer(add_completion=False)
@@ -51,7 +52,7 @@ def main(
     session_key_file: Path = typer.Option(None, envvar="CASCADE_SESSION_KEY_FILE",
                                           help=SESSION_KEY_HELP),
     max_body_bytes: int = typer.Option(1 << 20, help="Largest HTTP request body (413 above "
-                                       "it) and gRPC prompt."),
+                                       "it) and gRPC request message (RESOURCE_EXHAUSTED)."),
     max_sessions_per_key: int = typer.Option(64, help="Concurrent sessions one API key may run "
                                              "on this gateway (429 above it; 0: no limit)."),
     tokens_per_minute_per_key: int = typer.Option(0, help="Tokens (prompt and generated) one "
@@ -83,6 +84,10 @@ def main(
         "a failover whatever gateway the client resumes on. A round not acknowledged in time "
         "breaks the stream (the client resumes from what is replicated). 0: the primary's "
         "acknowledgement."),
+    finished_session_ttl_s: int = typer.Option(
+        FINISHED_SESSION_TTL_S, min=1, max=SESSION_TTL_S, help="Seconds Redis keeps a session "
+        "that has ended (finished or failed), for clients that replay it after a dropped "
+        "connection; one that can go on is kept an hour after its last write."),
     memory_stream_len: int = typer.Option(
         DEFAULT_STREAM_LEN, help="Finished generations the speculation memory's Redis stream "
         "keeps (the oldest are trimmed)."),
@@ -90,6 +95,10 @@ def main(
         PrefixSharing.PER_KEY.value, help="Whose live prompts a session's pods may copy KV "
         "prefixes from: per-key (the same API key's sessions only; see docs/security.md) or "
         "shared (every session: single-tenant deployments)."),
+    memory_stream_max_bytes: int = typer.Option(
+        DEFAULT_STREAM_BYTES, min=1, help="Bytes the speculation memory's Redis stream keeps "
+        "(4 a token; the oldest entries are trimmed): at most a quarter of Redis's maxmemory, "
+        "which the gateway reads at its first append, whatever this says."),
 ) -> None:
     """Serve the OpenAI-compatible HTTP API and the gRPC Generate stream."""
     setup_logging()
@@ -107,9 +116,11 @@ def main(
                                                 round_timeout_s=round_timeout_s,
                                                 memory=speculation_memory,
                                                 memory_stream_len=memory_stream_len,
+                                                memory_stream_bytes=memory_stream_max_bytes,
                                                 prefix_sharing=prefix_sharing), mesh,
                            max_body_bytes, max_sessions_per_key, tokens_per_minute_per_key,
-                           session_lease_s, tree_nodes, draft_method, redis_wait_replicas)
+                           session_lease_s, tree_nodes, draft_method, redis_wait_replicas,
+                           finished_session_ttl_s=finished_session_ttl_s)
     asyncio.run(serve(config))
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from opentelemetry import context as otel_context
 
 from cascade.serving import metrics
-from cascade.serving.memory_stream import DEFAULT_STREAM_LEN, MemoryMode
+from cascade.serving.memory_stream import DEFAULT_STREAM_BYTES, DEFAULT_STREAM_LEN, MemoryMode
 from gateway.session_store import SessionRecord
 from gateway.sharing import PrefixSharing
 
@@ -41,6 +41,8 @@ class OrchestratorSettings:
     session's suffix methods draft from, and whether this gateway shares them."""
     memory_stream_len: int = DEFAULT_STREAM_LEN
     """Finished generations the memory's Redis stream keeps."""
+    memory_stream_bytes: int = DEFAULT_STREAM_BYTES
+    """Bytes the memory's Redis stream keeps (at most a quarter of Redis's maxmemory)."""
     model_name: str = ""
     """The served model's name, part of every memory scope."""
     prefix_sharing: PrefixSharing = PrefixSharing.PER_KEY

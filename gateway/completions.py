@@ -72,21 +72,33 @@ class CompletionsApi:
 
     async def _completions(self, body: schemas.CompletionRequest, http: Request, caller: str,
                            slot: Slot) -> Response:
-        prompts = [await self._prompt_tokens(p) for p in body.prompt]
-        requests = [with_logprobs(self._generation_request(
-            body, ids, generated_max_tokens(body), "prompt"), body) for ids in prompts]
-        echoes = [echoed_prompt(body, p, ids, self.tokenizer)
-                  for p, ids in zip(body.prompt, prompts)]
+        # Mapping tokenizes the prompts and bad words and compiles a grammar, which takes a
+        # while: off the event loop, which serves every stream (and /health), as gRPC does.
+        requests, echoes = await asyncio.to_thread(self._completion_requests, body)
         return await self._respond("completion", body, http, caller, slot, requests, echoes)
 
     async def _chat_completions(self, body: schemas.ChatCompletionRequest, http: Request,
                                 caller: str, slot: Slot) -> Response:
-        prompt_tokens = await asyncio.to_thread(self._apply_chat_template, body)
+        request = await asyncio.to_thread(self._chat_request, body)  # off the loop, as above
+        return await self._respond("chat", body, http, caller, slot, [request], [None])
+
+    def _completion_requests(self, body: schemas.CompletionRequest
+                             ) -> tuple[list[GenerationRequest], list[EchoedPrompt | None]]:
+        """Each prompt's generation and what its choices echo (in a worker thread)."""
+        prompts = [self._prompt_tokens(p) for p in body.prompt]
+        requests = [with_logprobs(self._generation_request(
+            body, ids, generated_max_tokens(body), "prompt"), body) for ids in prompts]
+        echoes = [echoed_prompt(body, p, ids, self.tokenizer)
+                  for p, ids in zip(body.prompt, prompts)]
+        return requests, echoes
+
+    def _chat_request(self, body: schemas.ChatCompletionRequest) -> GenerationRequest:
+        """The conversation's generation (in a worker thread)."""
+        prompt_tokens = self._apply_chat_template(body)
         max_tokens = body.requested_max_tokens
         max_field = "max_tokens" if body.max_completion_tokens is None else "max_completion_tokens"
         request = self._generation_request(body, prompt_tokens, max_tokens, "messages", max_field)
-        return await self._respond("chat", body, http, caller, slot,
-                                   [with_logprobs(request, body)], [None])
+        return with_logprobs(request, body)
 
     async def _respond(self, kind: str, body: schemas.GenerationFields, http: Request,
                        caller: str, slot: Slot, requests: list[GenerationRequest],
@@ -148,9 +160,8 @@ class CompletionsApi:
                                           body.requested_logprobs is not None)
         return JSONResponse(choices.response(kind, meta, views, list(results), usage_))
 
-    async def _prompt_tokens(self, prompt: str | list[int]) -> list[int]:
-        """Token ids as given (each checked against the vocabulary), or the text tokenized
-        (off the event loop, which serves every stream: a long prompt takes a while)."""
+    def _prompt_tokens(self, prompt: str | list[int]) -> list[int]:
+        """Token ids as given (each checked against the vocabulary), or the text tokenized."""
         if isinstance(prompt, list):
             vocab = len(self.tokenizer)
             bad = next((t for t in prompt if not 0 <= t < vocab), None)
@@ -158,7 +169,7 @@ class CompletionsApi:
                 raise bad_request(f"prompt: token id {bad} is outside the vocabulary "
                                   f"[0, {vocab}).", param="prompt")
             return list(prompt)
-        return list((await asyncio.to_thread(self.tokenizer, prompt)).input_ids)
+        return list(self.tokenizer(prompt).input_ids)
 
     def _deltas(self, request: GenerationRequest, body: schemas.GenerationFields,
                 slot: Slot, prompt: EchoedPrompt | None = None) -> AsyncIterator[Delta]:

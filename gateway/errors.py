@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from cascade.protocol.limits import shortened
 from cascade.protocol.requests import describe_validation_error
 from gateway.generation import (
     AtCapacity,
@@ -61,7 +62,7 @@ def bad_request(message: str, param: str | None = None, code: str | None = None)
 def model_not_found(model: str) -> APIError:
     return APIError(
         404,
-        f"The model '{model}' does not exist.",
+        f"The model '{shortened(model)}' does not exist.",
         param="model",
         code="model_not_found",
     )

@@ -10,7 +10,7 @@ from typing import Any
 
 from cascade.protocol.chat import chat_prompt_ids, has_chat_template
 from cascade.protocol.grammar import Grammar
-from cascade.protocol.limits import RequestInvalid
+from cascade.protocol.limits import RequestInvalid, shortened
 from cascade.protocol.requests import (
     GenerationRequest,
     ServerDefaults,
@@ -82,7 +82,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         """The generation and its stop strings; RequestInvalid (INVALID_ARGUMENT) says what to
         fix, with the same message the HTTP API gives."""
         if msg.model and msg.model != self.model_name:
-            raise RequestInvalid(f"Invalid value for 'model': the model '{msg.model}' does not "
+            raise RequestInvalid(f"Invalid value for 'model': the model "
+                                 f"'{shortened(msg.model)}' does not "
                                  f"exist; use '{self.model_name}'.", "model",
                                  code="model_not_found")
         options = validate_options(options_fields(msg))

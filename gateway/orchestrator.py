@@ -23,6 +23,7 @@ import redis.asyncio as redis
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
+from cascade.protocol.limits import shortened
 from cascade.protocol.requests import GenerationRequest
 from cascade.protocol.settings import FinishReason
 from cascade.protocol.wire import (
@@ -76,7 +77,7 @@ class Orchestrator:
         self.affinity = PromptAffinity()
         """The pods of prompts being generated (their sessions share the prefill)."""
         self.memory = MemorySharing(client, settings.memory, settings.model_name,
-                                    settings.memory_stream_len)
+                                    settings.memory_stream_len, settings.memory_stream_bytes)
 
     def generate(self, request: GenerationRequest) -> AsyncIterator[GeneratedChunk]:
         return self._observed(request, lambda context, ending: self._generate(
@@ -93,7 +94,8 @@ class Orchestrator:
         fields = await self.store.record(session_id)
         known = bool(fields) and "request" in fields
         if not known or not secrets.compare_digest(fields.get("caller", ""), caller):
-            raise SessionLost(f"no session {session_id!r} (it never existed or has expired)")
+            raise SessionLost(f"no session {shortened(session_id)!r} (it never existed or has "
+                              "expired)")
         if after_round and len(await self.store.round_ends(session_id)) < after_round:
             raise RoundsLost(f"session {session_id} has fewer stored rounds than the {after_round}"
                              " the client received (Redis lost them in a failover; gateways "

@@ -12,6 +12,7 @@ import json
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
+from cascade.protocol.limits import shortened
 from gateway import echo
 from gateway.auth import ApiKeys
 from gateway.errors import APIError, bad_request
@@ -26,8 +27,8 @@ def resume_after(session_id: str, last_event_id: str | None, after: int | None) 
     if last_event_id:
         sid, _, number = last_event_id.strip().rpartition(".")
         if sid != session_id or not (number.isascii() and number.isdigit()):  # not '²', '١'
-            raise bad_request(f"Invalid Last-Event-ID {last_event_id!r}: expected "
-                              f"'{session_id}.<round>' as sent in the stream's id: lines.",
+            raise bad_request(f"Invalid Last-Event-ID {shortened(last_event_id)!r}: "
+                              f"expected '{shortened(session_id)}.<round>' as sent in the stream's id: lines.",
                               param="Last-Event-ID")
         return int(number)
     if after is not None and after < 0:

@@ -26,7 +26,7 @@ from gateway.grpc_api import GatewayServicer
 from gateway.http_app import HttpSettings, create_app
 from gateway.limits import KeyLimits
 from gateway.orchestrator import Orchestrator, OrchestratorSettings
-from gateway.session_store import SessionStore, connect
+from gateway.session_store import FINISHED_SESSION_TTL_S, SessionStore, connect
 
 log = logging.getLogger("gateway")
 SERVICE_NAME = gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].full_name
@@ -55,7 +55,8 @@ class GatewayConfig:
     mesh: MeshSecurity = OPEN
     """How the gateway dials drafters and verifiers (mutual TLS, shared token)."""
     max_body_bytes: int = 1 << 20
-    """Largest HTTP body (413) and gRPC prompt (INVALID_ARGUMENT)."""
+    """Largest HTTP body (413) and gRPC request message (RESOURCE_EXHAUSTED; a prompt over it
+    alone, INVALID_ARGUMENT)."""
     max_sessions_per_key: int = 64
     """Concurrent sessions per API key on this gateway (429 / RESOURCE_EXHAUSTED); 0: none."""
     max_tokens_per_minute_per_key: int = 0
@@ -70,6 +71,9 @@ class GatewayConfig:
     redis_wait_replicas: int = 0
     """Each round's append returns once this many Redis replicas have it (0: the primary's
     acknowledgement; after a failover the gateway writes back what it holds)."""
+    finished_session_ttl_s: int = FINISHED_SESSION_TTL_S
+    """How long Redis keeps a session that has ended (finished or failed), for clients that
+    replay it; one that can go on is kept an hour after its last write."""
 
 
 def context_length(model: str) -> int:
@@ -126,7 +130,8 @@ def build_gateway(config: GatewayConfig, client: redis.Redis,
                             default_tree_nodes=config.default_tree_nodes,
                             default_draft_method=config.default_draft_method)
     store = SessionStore(client, lease_s=config.session_lease_s,
-                         wait_replicas=config.redis_wait_replicas)
+                         wait_replicas=config.redis_wait_replicas,
+                         finished_ttl_s=config.finished_session_ttl_s)
     orchestrator = Orchestrator(client, store, ChannelPool(config.mesh),
                                 replace(config.orchestrator, model_name=name))
 
@@ -142,7 +147,8 @@ def build_gateway(config: GatewayConfig, client: redis.Redis,
                                ApiKeys(config.api_keys), limits, config.max_body_bytes)
     binding = ServiceBinding(gateway_pb2_grpc.add_GatewayServicer_to_server, servicer,
                              SERVICE_NAME)
-    return app, GrpcService([binding], config.host, config.grpc_port, config.grace_s)
+    return app, GrpcService([binding], config.host, config.grpc_port, config.grace_s,
+                            max_receive_bytes=config.max_body_bytes)
 
 
 async def serve(config: GatewayConfig) -> None:

@@ -18,7 +18,10 @@ Every write goes through a Lua script that first checks the epoch, so an owner t
 and replaced cannot write after the new one took over. Appends also check the expected length,
 so a chunk is never stored twice or out of order, and a repeated append of the chunk just stored
 succeeds without writing (so redis-py may retry appends after a lost reply). Everything carries
-a TTL.
+a TTL: ``ttl_s`` (an hour) while a session can go on (running, or cancelled and resumable), the
+shorter ``finished_ttl_s`` (ten minutes, ``--finished-session-ttl-s``) once it has ended
+(finished or failed), when all it is kept for is a client replaying it after a dropped
+connection.
 
 ``connect`` (cascade.serving.registry) makes the client every gateway uses: explicit timeouts,
 and redis-py's retries with exponential backoff on connection errors and timeouts (a stream
@@ -143,9 +146,18 @@ return 1
 SET_IF_EPOCH_SCRIPT = """
 if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return 0 end
 redis.call('HSET', KEYS[1], unpack(ARGV, 3))
-redis.call('EXPIRE', KEYS[1], ARGV[2])
+for i = 1, #KEYS do redis.call('EXPIRE', KEYS[i], ARGV[2]) end
 return 1
 """
+"""Sets the record's fields ARGV[3:] if the epoch is ARGV[1]; every key in KEYS (the record
+first) then expires in ARGV[2] seconds."""
+
+SESSION_TTL_S = 3600
+"""How long a session that can go on is kept after its last write."""
+FINISHED_SESSION_TTL_S = 600
+"""How long an ended session is kept by default (for a client replaying it)."""
+FINAL_STATUSES = ("finished", "failed")
+"""Statuses after which a session only replays (a cancelled one can still be resumed)."""
 
 REASSIGN_SCRIPT = """
 local epoch = redis.call('HGET', KEYS[1], 'epoch')
@@ -224,17 +236,22 @@ class SessionEnded(RuntimeError):
 
 
 class SessionStore:
-    def __init__(self, client: redis.Redis, ttl_s: int = 3600, owner: str = "",
+    def __init__(self, client: redis.Redis, ttl_s: int = SESSION_TTL_S, owner: str = "",
                  lease_s: float = 10.0, wait_replicas: int = 0, wait_ms: int = 1000,
-                 wait_tries: int = 8) -> None:
-        """``owner``: this gateway's id in leases (a fresh one per process by default);
+                 wait_tries: int = 8, finished_ttl_s: int = FINISHED_SESSION_TTL_S) -> None:
+        """``ttl_s``: how long a session that can go on is kept after its last write;
+        ``finished_ttl_s``: how long one that has ended is (never longer than ``ttl_s``);
+        ``owner``: this gateway's id in leases (a fresh one per process by default);
         ``wait_replicas``: each write of a record or of rounds (``create``, ``append``,
         ``restore``) returns once every replica in sync, and at least this many, has it
         (gateway.replication: Redis ``WAIT`` of at most ``wait_ms``, asked up to
         ``wait_tries`` times), so a session or a chunk a client was told of survives the
         primary's death even when the client moves to another gateway or its gateway dies
         too."""
+        if finished_ttl_s <= 0:
+            raise ValueError(f"finished_ttl_s must be positive, got {finished_ttl_s}")
         self.client, self.ttl_s, self.lease_s = client, ttl_s, lease_s
+        self.finished_ttl_s = min(finished_ttl_s, ttl_s)
         self.waiter = (ReplicaWaiter(client, wait_replicas, wait_ms, wait_tries)
                        if wait_replicas else None)
         self.owner = owner or secrets.token_hex(6)
@@ -258,7 +275,8 @@ class SessionStore:
         """Append one round's tokens if the epoch and length match; returns the new length.
         ``finish_reason`` (the final round's) records the session finished in the same step."""
         keys = session_keys(session_id)
-        args = [epoch, expected_len, self.ttl_s, self._lease_ms, finish_reason, *tokens]
+        ttl_s = self.finished_ttl_s if finish_reason else self.ttl_s
+        args = [epoch, expected_len, ttl_s, self._lease_ms, finish_reason, *tokens]
         result = await self._write(self._append, keys, args)
         if result == -1:
             raise StaleEpoch(f"session {session_id}: epoch {epoch} is no longer current")
@@ -279,8 +297,9 @@ class SessionStore:
         if finish_reason:
             record |= {"status": "finished", "finish_reason": finish_reason}
         fields = _flat(record)
+        ttl_s = self.finished_ttl_s if finish_reason else self.ttl_s
         result = await self._write(self._restore, session_keys(session_id),
-                                   [epoch, self.ttl_s, len(fields), len(tokens), *fields,
+                                   [epoch, ttl_s, len(fields), len(tokens), *fields,
                                     *tokens, *round_ends])
         if result == -1:
             raise StaleEpoch(f"session {session_id}: epoch {epoch} is no longer current")
@@ -297,9 +316,10 @@ class SessionStore:
 
     async def finish(self, session_id: str, epoch: int, status: str,
                      finish_reason: str = "") -> None:
-        record_key = session_keys(session_id)[0]
-        args = [epoch, self.ttl_s, "status", status, "finish_reason", finish_reason]
-        if not await self._set_if_epoch(keys=[record_key], args=args):
+        """Record a final status (or "cancelled"); an ended session's keys expire sooner."""
+        ttl_s = self.finished_ttl_s if status in FINAL_STATUSES else self.ttl_s
+        args = [epoch, ttl_s, "status", status, "finish_reason", finish_reason]
+        if not await self._set_if_epoch(keys=list(session_keys(session_id)), args=args):
             raise StaleEpoch(f"session {session_id}: epoch {epoch} is no longer current")
 
     async def reassign(self, session_id: str, epoch: int, drafter: str, verifier: str) -> int:

@@ -31,9 +31,13 @@ def prefix_scope(mode: PrefixSharing, caller: str) -> str:
 
 
 class MemorySharing:
-    def __init__(self, client: redis.Redis, mode: MemoryMode, model: str, stream_len: int
-                 ) -> None:
+    def __init__(self, client: redis.Redis, mode: MemoryMode, model: str, stream_len: int,
+                 stream_bytes: int = memory_stream.DEFAULT_STREAM_BYTES) -> None:
         self.client, self.mode, self.model, self.stream_len = client, mode, model, stream_len
+        self.stream_bytes = stream_bytes
+        self._fitted = False
+        """Whether ``stream_bytes`` was checked against Redis's maxmemory (on the first
+        append)."""
 
     def scope(self, request) -> str | None:
         """The session's scope (None: the memory is off)."""
@@ -46,7 +50,12 @@ class MemorySharing:
         if scope is None:
             return
         try:
+            if not self._fitted:
+                self.stream_bytes = await memory_stream.fit_to_maxmemory(self.client,
+                                                                         self.stream_bytes)
+                self._fitted = True
             await memory_stream.append(self.client, scope, request.prompt_tokens,
-                                       list(generated), self.stream_len)
+                                       list(generated), self.stream_len,
+                                       max_bytes=self.stream_bytes)
         except Exception as exc:  # noqa: BLE001 - the generation is complete and stored
             log.warning("speculation memory: could not share a generation: %s", exc)

@@ -36,7 +36,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationInfo, field_validator
 
 from cascade.protocol.grammar import Grammar
-from cascade.protocol.limits import RequestInvalid
+from cascade.protocol.limits import RequestInvalid, shortened
 from cascade.protocol.requests import Lenient
 
 NO_PARAMETERS = {"type": "object", "properties": {}, "additionalProperties": False}
@@ -81,8 +81,8 @@ class ToolFields(Lenient):
         if value not in (None, "none") and not names:
             raise ValueError('needs "tools"')
         if isinstance(value, NamedToolChoice) and value.function.name not in names:
-            raise ValueError(f"names function {value.function.name!r}, which is not in "
-                             f"\"tools\" ({', '.join(names)})")
+            raise ValueError(f"names function {shortened(value.function.name)!r}, which is not "
+                             f"in \"tools\" ({shortened(', '.join(names))})")
         return value
 
     @property

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 from llguidance import LLMatcher
 
+from cascade.protocol.limits import shortened
+
 GRAMMAR_KINDS = ("json_schema", "json_object", "regex", "lark", "choice")
 """json_schema: ``spec`` is a JSON schema (as JSON text); json_object: any JSON object (``spec``
 empty); regex: ``spec`` is a regular expression (Rust regex syntax, matched whole); lark:
@@ -40,7 +42,8 @@ class Grammar:
 
     def __post_init__(self) -> None:
         if self.kind not in GRAMMAR_KINDS:
-            raise ValueError(f"kind must be one of {', '.join(GRAMMAR_KINDS)}, got {self.kind!r}")
+            raise ValueError(f"kind must be one of {', '.join(GRAMMAR_KINDS)}, got "
+                             f"{shortened(self.kind)!r}")
         if len(self.spec) > MAX_GRAMMAR_CHARS:
             raise ValueError(f"spec is {len(self.spec)} characters; at most {MAX_GRAMMAR_CHARS}")
 
@@ -70,14 +73,19 @@ def to_llguidance(grammar: Grammar) -> str:
     return LLMatcher.grammar_from_lark(_choice_lark(grammar.spec))
 
 
+PROBLEM_CHARS = 240
+"""The most of a compiler's message an error passes on (llguidance quotes the grammar: a
+20,000-character regex made a 60,000-character message)."""
+
+
 def grammar_problem(grammar: Grammar) -> str | None:
-    """What makes ``grammar`` unusable (malformed, or a feature llguidance does not support);
-    None when it compiles."""
+    """What makes ``grammar`` unusable (malformed, or a feature llguidance does not support),
+    cut to PROBLEM_CHARS; None when it compiles."""
     try:
         is_error, messages = LLMatcher.validate_grammar_with_warnings(to_llguidance(grammar))
     except ValueError as exc:
-        return str(exc)
-    return messages[0].strip() if is_error else None
+        return shortened(str(exc), PROBLEM_CHARS)
+    return shortened(messages[0].strip(), PROBLEM_CHARS) if is_error else None
 
 
 def _json(text: str, what: str):

@@ -1,7 +1,18 @@
 """Request length rules shared by the HTTP and gRPC front ends: the prompt must leave room in the
-context, and the completion must fit in what is left."""
+context, and the completion must fit in what is left; and how an error message quotes what the
+client sent (never all of a long value)."""
 
 from __future__ import annotations
+
+
+QUOTED_CHARS = 64
+"""The most characters of a client's value an error message quotes."""
+
+
+def shortened(text: str, limit: int = QUOTED_CHARS) -> str:
+    """``text`` cut to ``limit`` characters (and "..."), for an error message: a message that
+    quoted a 1 MB field whole would be a 1 MB answer (and a 1 MB log line)."""
+    return text if len(text) <= limit else f"{text[:limit]}..."
 
 
 class RequestInvalid(ValueError):

@@ -16,11 +16,11 @@ Defaults, documented once (OpenAI's where OpenAI has the field):
 | logit_bias | {} | up to 300 token ids (as strings) -> a bias in [-100, 100] added to the target's logits |
 | presence_penalty, frequency_penalty | 0 | [-2, 2]: subtracted from the logit of every token generated before the position (once, or per occurrence); drafted tokens before it count |
 | repetition_penalty | 1 | (0, 10]: the logits of tokens in the prompt or generated before the position are divided (positive) or multiplied (negative) by it |
-| bad_words | [] | up to 32 strings (vLLM): never generated, as tokenized alone and after a space |
+| bad_words | [] | up to 32 strings of at most 256 characters (vLLM): never generated, as tokenized alone and after a space |
 | min_tokens | 0 | [0, max_tokens (or what the request may generate)]: no stop token (end of sequence, stop_token_ids) is chosen before this many tokens |
 | stop_token_ids | [] | up to 15 token ids of the vocabulary; generation also ends after any of them (kept in the output) |
 | max_tokens | completions: 16; chat and gRPC: as many as fit, up to the server limit | [1, limit]; completions with echo: [0, limit] (gateway.echo) |
-| stop | none | up to 4 strings |
+| stop | none | up to 4 strings (OpenAI's limit) of at most 512 characters |
 | num_draft_tokens | the server's default k (4) | [0, 32]; 0 decodes on the target alone |
 | draft_method | the server's default (`--draft-method`, "model"; requests that need the drafter model's q — a speculative cascade, the recursive rule, the adaptive schedule — get "model") | cascade.protocol.methods.DRAFT_METHODS |
 | acceptance | "lossless" | "lossless", "keyed" (lossless, and a seeded sampled request's text depends on its prompt and seed alone, whatever was drafted), "recursive" (lossless; sampled trees whose children are drafted from q and tried in turn, SpecInfer) or "cascade" (a speculative cascade: faster, lossy) |
@@ -56,7 +56,7 @@ from pydantic import (
     model_validator,
 )
 
-from cascade.protocol.limits import RequestInvalid, fit_lengths
+from cascade.protocol.limits import RequestInvalid, fit_lengths, shortened
 from cascade.protocol.methods import DEFAULT_DRAFT_METHOD, DRAFT_METHODS
 from cascade.protocol.settings import (
     MAX_DRAFT_TOKENS,
@@ -80,6 +80,12 @@ from cascade.protocol.settings import (
 CASCADE_RULE_NAMES = ("chow", "diff", "opt", "token_v1", "token_v2", "token_v3")
 
 MAX_STOP_STRINGS = 4
+MAX_STOP_CHARS = 512
+"""Longest stop string: stop strings are stored with each choice's session in Redis (a stream
+resumed elsewhere stops at the same text), so they are bounded like the rest of a request."""
+MAX_BAD_WORD_CHARS = 256
+"""Longest bad word, checked before it is tokenized (a word must come to at most
+MAX_BAD_WORD_TOKENS tokens anyway; tokenizing a 1 MB one first would hold up the gateway)."""
 MAX_TOP_K = 2**31 - 1
 BOUND_CHECKS = {"gt": (">", operator.gt), "ge": (">=", operator.ge), "lt": ("<", operator.lt),
                 "le": ("<=", operator.le)}
@@ -110,6 +116,13 @@ def valid_text(value: str) -> str:
     except UnicodeEncodeError:
         raise ValueError("must be valid Unicode text (it contains a lone surrogate)") from None
     return value
+
+
+def _bounded_text(value: str, limit: int, what: str) -> str:
+    """``value`` if it is valid text of at most ``limit`` characters."""
+    if len(value) > limit:
+        raise ValueError(f"{what} may be at most {limit} characters, got one of {len(value)}")
+    return valid_text(value)
 
 
 class GenerationOptions(Lenient):
@@ -190,10 +203,16 @@ class GenerationOptions(Lenient):
     @classmethod
     def _stop_as_list(cls, value: Any) -> Any:
         if isinstance(value, str):
-            return [valid_text(value)]
-        if isinstance(value, list) and all(isinstance(item, str) for item in value):
-            return [valid_text(item) for item in value]
-        raise ValueError(f"must be a string or a list of up to {MAX_STOP_STRINGS} strings")
+            value = [value]
+        if not isinstance(value, list) or len(value) > MAX_STOP_STRINGS or not all(
+                isinstance(item, str) for item in value):
+            raise ValueError(f"must be a string or a list of up to {MAX_STOP_STRINGS} strings")
+        return [_bounded_text(item, MAX_STOP_CHARS, "a stop string") for item in value]
+
+    @field_validator("bad_words")
+    @classmethod
+    def _short_bad_words(cls, value: list[str]) -> list[str]:
+        return [_bounded_text(word, MAX_BAD_WORD_CHARS, "a bad word") for word in value]
 
     @field_validator("logit_bias")
     @classmethod
@@ -210,7 +229,8 @@ class GenerationOptions(Lenient):
     @classmethod
     def _known_method(cls, value: str) -> str:
         if value not in DRAFT_METHODS:
-            raise ValueError(f"must be one of {', '.join(sorted(DRAFT_METHODS))}, got {value!r}")
+            raise ValueError(f"must be one of {', '.join(sorted(DRAFT_METHODS))}, got "
+                             f"{shortened(value)!r}")
         return value
 
 
@@ -310,8 +330,8 @@ def with_bad_words(request: GenerationRequest, options: GenerationOptions,
         for text in (word, " " + word):
             ids = tuple(tokenize(text))
             if len(ids) > MAX_BAD_WORD_TOKENS:
-                raise RequestInvalid(f"Invalid value for 'bad_words': {word!r} is longer than "
-                                     f"{MAX_BAD_WORD_TOKENS} tokens.", "bad_words")
+                raise RequestInvalid(f"Invalid value for 'bad_words': {shortened(word)!r} is "
+                                     f"longer than {MAX_BAD_WORD_TOKENS} tokens.", "bad_words")
             if ids:
                 sequences[ids] = None
     return replace(request, sampling=replace(request.sampling, bad_words=tuple(sequences)))

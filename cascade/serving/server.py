@@ -40,6 +40,13 @@ SERVER_OPTIONS = [
 ]
 
 
+def server_options(max_receive_bytes: int = MAX_MESSAGE_BYTES) -> list[tuple[str, int]]:
+    """SERVER_OPTIONS with another limit on received messages."""
+    return [("grpc.max_receive_message_length", max_receive_bytes),
+            *(option for option in SERVER_OPTIONS
+              if option[0] != "grpc.max_receive_message_length")]
+
+
 @dataclass
 class ServiceBinding:
     """One servicer to add to the server and its full service name (for health/reflection)."""
@@ -52,8 +59,12 @@ class ServiceBinding:
 class GrpcService:
     def __init__(self, bindings: list[ServiceBinding], host: str = "127.0.0.1", port: int = 0,
                  grace_s: float = 10.0, watchdog: ExecutorWatchdog | None = None,
-                 mesh: MeshSecurity = OPEN, health_port: int | None = None) -> None:
+                 mesh: MeshSecurity = OPEN, health_port: int | None = None,
+                 max_receive_bytes: int = MAX_MESSAGE_BYTES) -> None:
         self.bindings, self.host, self.port, self.grace_s = bindings, host, port, grace_s
+        self.max_receive_bytes = max_receive_bytes
+        """Largest request message (RESOURCE_EXHAUSTED above it, before it is parsed): the
+        gateway's public port takes what its HTTP API takes (--max-body-bytes)."""
         self.mesh = mesh
         """Mutual TLS and/or the shared token the port requires (pods; the gateway's public
         API authenticates clients with API keys instead)."""
@@ -82,7 +93,7 @@ class GrpcService:
         self.health = health.aio.HealthServicer()
         self.server = grpc.aio.server(
             interceptors=[*self.mesh.server_interceptors(), ErrorInterceptor()],
-            options=SERVER_OPTIONS)
+            options=server_options(self.max_receive_bytes))
         for binding in self.bindings:
             binding.add(binding.servicer, self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
