@@ -219,7 +219,7 @@ class GenerationOptions(Lenient):
     def _bias_by_token_id(cls, value: dict[str, float]) -> dict[str, float]:
         for key, bias in value.items():
             if not (key.isascii() and key.isdigit()):  # not '²' or '١' (int() refuses them)
-                raise ValueError(f"keys must be token ids (non-negative integers), got {key!r}")
+                raise ValueError(f"keys must be token ids (non-negative integers), got {shortened(key)!r}")
             if not -MAX_LOGIT_BIAS <= bias <= MAX_LOGIT_BIAS:
                 raise ValueError(f"biases must be in [-{MAX_LOGIT_BIAS:g}, "
                                  f"{MAX_LOGIT_BIAS:g}], got {bias}")

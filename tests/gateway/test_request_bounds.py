@@ -84,6 +84,7 @@ async def test_stop_strings_and_bad_words_at_the_limit_are_taken(both):
     ({"model": "m" * 100_000}, "m" * 64 + "..."),
     ({"draft_method": "d" * 100_000}, "d" * 64 + "..."),
     ({"guided_regex": "(" + "a" * 20_000}, "aaa..."),  # the compiler quotes the grammar
+    ({"logit_bias": {"x" * 100_000: 1}}, "x" * 64 + "..."),
 ])
 async def test_errors_quote_a_long_value_cut_short(tokenizer, fields, quoted):
     async with make_client(tokenizer, FakeGenerator([[1]])) as http:
