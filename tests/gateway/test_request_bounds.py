@@ -13,31 +13,13 @@ import httpx
 import pytest
 
 from cascade.protocol.requests import MAX_BAD_WORD_CHARS, MAX_STOP_CHARS, validate_options
-from cascade.serving.server import GrpcService, ServiceBinding
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc
 from gateway.completions import CompletionsApi
-from gateway.grpc_api import GatewayServicer
-from http_fixtures import MODEL, SETTINGS, FakeGenerator, make_client, script
+from http_fixtures import MODEL, FakeGenerator, make_client, script
 
 PROMPT = "Hello world " * 6
 LONGEST_ERROR = 400
 """An error message's length whatever the client sent (it quotes at most a short part)."""
-
-
-@pytest.fixture
-async def both(tokenizer):
-    """(HTTP client, gRPC stub, their generators) over the same tokenizer and limits."""
-    http_generator, grpc_generator = (FakeGenerator(script(tokenizer, "ok")) for _ in range(2))
-    servicer = GatewayServicer(tokenizer, grpc_generator, MODEL,
-                               SETTINGS.server_defaults(tokenizer.eos_token_id))
-    service = GrpcService([ServiceBinding(gateway_pb2_grpc.add_GatewayServicer_to_server,
-                                          servicer, "cascade.v1.Gateway")])
-    port = await service.start()
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-    async with make_client(tokenizer, http_generator) as http:
-        yield http, gateway_pb2_grpc.GatewayStub(channel), http_generator, grpc_generator
-    await channel.close()
-    await service.drain()
 
 
 TOO_MUCH = [

@@ -7,10 +7,8 @@ import grpc
 import pytest
 
 from cascade.protocol.requests import ServerDefaults
-from cascade.serving.server import GrpcService, ServiceBinding
-from cascade.v1 import gateway_pb2, gateway_pb2_grpc
-from gateway.grpc_api import GatewayServicer
-from http_fixtures import MODEL, SETTINGS, FakeGenerator, make_client, script
+from cascade.v1 import gateway_pb2
+from http_fixtures import MODEL, SETTINGS
 
 SAME = [  # fields as the HTTP API names them; gRPC has the same names
     {"max_tokens": 5, "temperature": 0.5, "top_p": 0.9, "top_k": 40, "seed": 7,
@@ -53,22 +51,6 @@ BAD = [
     {"max_tokens": 5, "draft_min_confidence": 0.99999999},
 ]
 PROMPT = "Hello world " * 6
-
-
-@pytest.fixture
-async def both(tokenizer):
-    """(HTTP client, gRPC stub, their generators) over the same tokenizer and limits."""
-    http_generator, grpc_generator = (FakeGenerator(script(tokenizer, "ok")) for _ in range(2))
-    defaults = SETTINGS.server_defaults(tokenizer.eos_token_id)
-    servicer = GatewayServicer(tokenizer, grpc_generator, MODEL, defaults)
-    service = GrpcService([ServiceBinding(gateway_pb2_grpc.add_GatewayServicer_to_server,
-                                          servicer, "cascade.v1.Gateway")])
-    port = await service.start()
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-    async with make_client(tokenizer, http_generator) as http:
-        yield http, gateway_pb2_grpc.GatewayStub(channel), http_generator, grpc_generator
-    await channel.close()
-    await service.drain()
 
 
 async def _grpc(stub, fields: dict):
