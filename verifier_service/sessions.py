@@ -33,9 +33,7 @@ from cascade.pod.messages import (
     assumed_outcome,
     context_feature_chunks,
     draft_from_pb,
-    follows,
     model_limits,
-    verdict_outcome,
     verdict_to_pb,
 )
 from cascade.protocol.methods import DEFAULT_DRAFT_METHOD
@@ -51,6 +49,7 @@ from cascade.serving import metrics
 from cascade.serving.errors import Overloaded, StaleEpoch
 from cascade.serving.telemetry import current_context, start_span
 from cascade.v1 import verifier_pb2
+from verifier_service.ahead import guessed_right, untagged
 from verifier_service.catch_up import catches_up, rebased
 from verifier_service.epochs import EpochMemory
 from verifier_service.planner import DraftPlanner
@@ -226,7 +225,7 @@ class SessionTable:
 
     async def catch_up(self, session: OpenSession, round_number: int) -> verifier_pb2.Verdict:
         """One round of ``session`` decoded alone while its next block is on its way."""
-        if not self.planner.is_awaiting(session.sequence):
+        if not self.awaits_block(session):
             session.asked_by = session.last_verdict
         self.planner.await_block(session.sequence)  # its plan stands until the block
         verdict = await self.verify(session, verifier_pb2.DraftBlock(
@@ -248,10 +247,10 @@ class SessionTable:
         awaited = self.planner.is_awaiting(session.sequence)  # rounds caught up since asked
         if awaited and not catching_up:
             if block.HasField("assumes"):  # sent ahead: the awaited block if its guess is right
-                if not _guessed_right(session, block, session.asked_by):
+                if not guessed_right(session, block, session.asked_by):
                     metrics.SSD_DROPPED_BLOCKS.inc()
                     return None
-                block = _untagged(block)
+                block = untagged(block)
             if session.sequence.is_finished:
                 return None  # it was on its way when the generation ended: dropped
             if (block.epoch == session.epoch and not block.parents
@@ -259,8 +258,8 @@ class SessionTable:
                 block = rebased(self.planner, session, block)
                 draft = draft_from_pb(block, self.limits.vocab_size)
             self.planner.block_came(session.sequence)
-        if assumed_outcome(block) is not None and not _guessed_right(session, block,
-                                                                     session.last_verdict):
+        if assumed_outcome(block) is not None and not guessed_right(session, block,
+                                                                    session.last_verdict):
             metrics.SSD_DROPPED_BLOCKS.inc()
             return None
         if (block.epoch == session.epoch and block.round == session.last_round
@@ -300,26 +299,6 @@ class SessionTable:
         return verifier_pb2.Verdict(
             session_id=block.session_id, epoch=block.epoch, round=block.round, is_stale=True,
             committed_len=len(session.sequence.committed))
-
-
-def _guessed_right(session: OpenSession, block: verifier_pb2.DraftBlock,
-                   verdict: verifier_pb2.Verdict | None) -> bool:
-    """Whether a block sent ahead assumes the outcome ``verdict`` decided, and is the round
-    after it (``verdict``: the round just verified, or, while the session catches up, the
-    verdict that asked for the block on its way)."""
-    return (verdict is not None and not session.sequence.is_finished
-            and block.epoch == session.epoch and block.round == verdict.round + 1
-            and assumed_outcome(block) == verdict_outcome(verdict) and follows(block, verdict))
-
-
-def _untagged(block: verifier_pb2.DraftBlock) -> verifier_pb2.DraftBlock:
-    """A block sent ahead on the right guess, as the plain block it stands for (drafted while
-    the round before was verified)."""
-    plain = verifier_pb2.DraftBlock()
-    plain.CopyFrom(block)
-    plain.ClearField("assumes")
-    plain.predrafted = True
-    return plain
 
 
 def _longest_block(msg: verifier_pb2.SessionOpen) -> int:
