@@ -1,5 +1,7 @@
 """One generation: a single trace across gateway, drafter and verifier, and consistent metrics."""
 
+import asyncio
+
 import grpc
 import httpx
 import pytest
@@ -35,10 +37,21 @@ async def scrape(cluster) -> dict[tuple[str, tuple], float]:
             for family in text_string_to_metric_families(text) for s in family.samples}
 
 
+async def finished_spans(tracing, name: str, timeout_s: float = 5.0):
+    """The finished spans once one named ``name`` is among them: a server's span ends when
+    its handler returns, which may be after the client has read the last message."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not any(s.name == name for s in tracing.get_finished_spans()):
+        if asyncio.get_running_loop().time() > deadline:
+            break
+        await asyncio.sleep(0.01)
+    return tracing.get_finished_spans()
+
+
 async def test_one_generation_is_one_trace_across_services(tracing, cluster):
     tracing.clear()
     await generate(cluster, "import os\n")
-    spans = tracing.get_finished_spans()
+    spans = await finished_spans(tracing, "/cascade.v1.Verifier/Verify")
     root = next(s for s in spans if s.name == "generate")
     in_trace = [s for s in spans if s.context.trace_id == root.context.trace_id]
     names = {s.name for s in in_trace}

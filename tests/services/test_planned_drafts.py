@@ -394,7 +394,9 @@ async def test_a_session_sent_to_draft_among_sessions_decoded_alone_misses_no_st
     first = next(i for i, r in enumerate(rounds) if r.num_drafted)
     between = [r for r in rounds[first + 1:-1] if not r.num_drafted]
     assert len(between) >= 3 and all(len(r.tokens) == 1 for r in between)
-    assert metrics.CAUGHT_UP_ROUNDS._value.get() - caught_before >= len(between)
+    # most of those rounds were caught up; the rest the plan decoded alone (when the link's
+    # wait made a block not pay for a while), which timing decides
+    assert 3 <= metrics.CAUGHT_UP_ROUNDS._value.get() - caught_before <= len(between) + 1
     drafted = [r for r in rounds if r.num_drafted]
     assert len(drafted) >= 3
     for r in drafted:  # the target drafts for itself: every verified token is accepted
