@@ -210,12 +210,12 @@ class DraftPlanner:
                 held = 2 * result.num_accepted >= draft.num_tokens > 0
                 state.ready = draft.num_tokens if held else 0  # a match that holds: ask for
                 continue  # the next block of it at once
-            if state.is_tree:
+            judged = _judged(draft, result)
+            if state.is_tree and judged == draft.num_tokens:
                 path = result.path if result.path is not None else range(result.num_accepted)
                 self.book.observe_tree(id(sequence), state.method, draft.num_tokens, path)
-            else:
-                self.book.observe(id(sequence), state.method, draft.num_tokens,
-                                  result.num_accepted)
+            elif not state.is_tree:
+                self.book.observe(id(sequence), state.method, judged, result.num_accepted)
             state.previous = draft.num_tokens
             metrics.PLANNED_DRAFT_TOKENS.observe(draft.num_tokens)
         unforced = plan_pass(self._inputs(items, floors=False), self.cost)
@@ -283,6 +283,15 @@ class DraftPlanner:
             state.probe.is_probing = False
             return 0
         return self.probes.at_zero(state.method, state.probe, state.most)
+
+
+def _judged(draft: Draft, result: RoundOutcome) -> int:
+    """Drafted tokens the round judged: all it verified, unless a stop token among the
+    accepted ones ended the generation there (the round then emits no token of the
+    verifier's own), when the drafts after it were never judged."""
+    own = len(result.tokens) - result.num_filled - result.num_accepted
+    is_cut = result.finish_reason is not None and own <= 0
+    return result.num_accepted if is_cut else draft.num_tokens
 
 
 def shadow_path(tokens: Sequence[int], parents: Sequence[int] | None,

@@ -116,3 +116,4 @@ async def test_a_block_sent_ahead_for_the_asking_verdict_is_taken_after_rounds_c
         assert not sessions.awaits_block(session)
     finally:
         await sessions.close(session)
+

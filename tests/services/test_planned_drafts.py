@@ -438,3 +438,23 @@ async def test_a_chain_alone_on_its_pod_sends_its_tail_token_once_its_position_i
     assert sent == [(10, [110]), (11, [111])]  # each once its position is committed
     assert await run(load=2) == ([], [])
     assert await run(load=1, budget=6) == ([], [])
+
+
+def test_drafts_after_a_stop_among_the_accepted_are_not_judged():
+    """A round a stop token among the accepted drafts ended: the drafts after it were never
+    judged, so the plan's estimates record no rejection for them (a stop from the verifier's
+    own token after a rejection is a rejection)."""
+    from types import SimpleNamespace
+
+    from cascade.core.blocks import RoundOutcome
+    from cascade.protocol.settings import FinishReason
+
+    planner, stop = DraftPlanner(CHEAP), FinishReason.STOP
+    cut, rejected = (SimpleNamespace(committed=[1] * 12, cache=SimpleNamespace(tokens=[1] * 10),
+                                     pending_tokens=lambda draft: 5) for _ in range(2))
+    for sequence, outcome in ((cut, RoundOutcome(2, [5, 6], 12, stop)),
+                              (rejected, RoundOutcome(2, [5, 6, 7], 13, stop))):
+        planner.enroll(sequence, "model")
+        planner.observe([(sequence, Draft([5, 6, 8, 9]))], [outcome], 0.0)
+    assert planner.book.of(id(cut), "model").trials[:3] == [1.0, 1.0, 0.0]
+    assert planner.book.of(id(rejected), "model").trials[:3] == [1.0, 1.0, 1.0]
