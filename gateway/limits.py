@@ -82,6 +82,8 @@ class KeyLimits:
     def unhold(self, slot: Slot, num_tokens: int) -> None:
         """Give back up to ``num_tokens`` of what ``slot`` holds."""
         given = min(slot.held, num_tokens)
+        if given <= 0:  # nothing held (no token limit, or all of it generated)
+            return
         slot.held -= given
         self.held[slot.key] -= given
         if self.held[slot.key] <= 0:
