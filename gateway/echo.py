@@ -28,6 +28,7 @@ log-probabilities, the prompt's included).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 
@@ -85,9 +86,10 @@ async def echoed(deltas: AsyncIterator[Delta], prompt: EchoedPrompt, tokenizer: 
         if prompt.is_alone:
             delta = replace(delta, text="", logprobs=(), completion_tokens=0, round=None,
                             finish_reason=delta.finish_reason and "length")
-        if is_first:
+        if is_first:  # a long prompt's entries take a while: off the event loop
+            scores = await asyncio.to_thread(_prompt_scores, prompt, delta, tokenizer)
             delta = replace(delta, text=prompt.text + delta.text,
-                            logprobs=_prompt_scores(prompt, delta, tokenizer) + delta.logprobs)
+                            logprobs=scores + delta.logprobs)
             is_first = False
         yield delta
 

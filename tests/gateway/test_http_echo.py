@@ -137,3 +137,38 @@ async def test_best_of_ranks_echoed_candidates_by_their_log_probabilities(tokeni
             "best_of": 2, "n": 1})).json()
     choice = result["choices"][0]
     assert choice["text"] == PROMPT + OUTPUT and choice["logprobs"]["token_logprobs"][0] is None
+
+
+async def test_a_long_prompts_entries_are_built_off_the_event_loop(tokenizer, monkeypatch):
+    """Building the echoed prompt's entries (each token and its alternatives decoded) takes a
+    while for a long prompt: it runs in a worker thread, so /health answers meanwhile (on the
+    event loop the wait below would time out)."""
+    import asyncio
+    import threading
+
+    from gateway import echo
+
+    building, health_answered, waited = threading.Event(), threading.Event(), []
+    entries = echo.prompt_entries
+
+    def slow_entries(*args):
+        building.set()
+        waited.append(health_answered.wait(timeout=5.0))
+        return entries(*args)
+
+    monkeypatch.setattr(echo, "prompt_entries", slow_entries)
+    generator = ScoringGenerator(script(tokenizer, OUTPUT))
+    body = {"model": MODEL, "prompt": PROMPT, "echo": True, "logprobs": 1, "max_tokens": 3}
+    async with make_client(tokenizer, generator) as http:
+        async def health():
+            while not building.is_set():
+                await asyncio.sleep(0.01)
+            response = await http.get("/health")
+            health_answered.set()
+            return response
+
+        echoed, checked = await asyncio.gather(http.post("/v1/completions", json=body),
+                                               health())
+    assert echoed.status_code == 200 and checked.status_code == 200
+    assert echoed.json()["choices"][0]["text"].startswith(PROMPT)
+    assert waited == [True]
