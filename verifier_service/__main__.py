@@ -37,16 +37,19 @@ OPTIONS = (
     option("admission_wait_s", float, typer.Option(
         _DEFAULTS.admission_wait_s, help="How long a session waits for KV memory before "
         "RESOURCE_EXHAUSTED.")),
+    option("max_kv_share", float, typer.Option(
+        _DEFAULTS.max_kv_share, min=0.01, max=1.0, help="Most of the KV budget one API key's "
+        "sessions may hold while another key's sessions wait for memory (1: no share).")),
     option("session_key_file", Path, typer.Option(
         None, envvar="CASCADE_SESSION_KEY_FILE", help=SESSION_KEY_HELP)),
 )
 
 
 def build(runner, host, port, grace_s, *, mesh, registry, kv_tokens, max_batch_tokens,
-          max_wait_ms, batching, invariant, share_prefixes, admission_wait_s,
+          max_wait_ms, batching, invariant, share_prefixes, admission_wait_s, max_kv_share,
           session_key_file):
     settings = VerifierSettings(kv_tokens or None, admission_wait_s, max_batch_tokens,
-                                max_wait_ms, batching, invariant, share_prefixes)
+                                max_wait_ms, batching, invariant, share_prefixes, max_kv_share)
     try:
         mesh = dataclasses.replace(mesh, session_key=load_session_key(session_key_file))
     except (ValueError, OSError) as exc:

@@ -53,6 +53,9 @@ class VerifierSettings:
     share_prefixes: bool = True
     """A new session copies the prompt prefix a live session holds instead of computing it
     (``cascade.core.prefix_share``)."""
+    max_kv_share: float = 0.5
+    """Most of the KV budget one prefix scope (an API key) may hold while another's sessions
+    wait for memory (``verifier_service.admission``)."""
 
     def __post_init__(self) -> None:
         if self.max_batch_tokens < 1:
@@ -63,6 +66,8 @@ class VerifierSettings:
             raise ValueError(f"admission_wait_s must be >= 0, got {self.admission_wait_s}")
         if self.max_wait_ms < 0:
             raise ValueError(f"max_wait_ms must be >= 0, got {self.max_wait_ms}")
+        if not 0 < self.max_kv_share <= 1:
+            raise ValueError(f"max_kv_share must be in (0, 1], got {self.max_kv_share}")
 
 
 @dataclass

@@ -1,9 +1,8 @@
 """The verifier's open sessions: epochs, rounds, and each session's SequenceVerifier.
 
-Admission: a session's KV memory (prompt plus max_new_tokens) is reserved when it opens; when the
-engine's budget has no room, the open waits up to ``admission_wait_s`` for closing sessions to make
-some, then fails with RESOURCE_EXHAUSTED (``Overloaded``), which the gateway turns into HTTP 429.
-Blocks go through the ``StepScheduler``, which batches them across sessions.
+Admission (``verifier_service.admission``): a session's KV memory is reserved when it opens,
+waiting for memory (and for its key's fair share) up to ``admission_wait_s``, else
+RESOURCE_EXHAUSTED. Blocks go through the ``StepScheduler``, which batches them across sessions.
 
 Fencing: the highest epoch seen per session wins. A block whose epoch or base_len does not match
 is answered with a stale verdict and changes nothing; a block repeated with the round just
@@ -25,7 +24,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 
 from cascade.core.blocks import Draft, RoundOutcome
-from cascade.core.engine import KVBudgetExhausted, VerifyEngine
+from cascade.core.engine import VerifyEngine
 from cascade.core.runner import ModelRunner
 from cascade.core.step_cost import load_or_profile
 from cascade.core.verification import SequenceVerifier
@@ -46,9 +45,10 @@ from cascade.protocol.validation import (
     session_settings,
 )
 from cascade.serving import metrics
-from cascade.serving.errors import Overloaded, StaleEpoch
+from cascade.serving.errors import StaleEpoch
 from cascade.serving.telemetry import current_context, start_span
 from cascade.v1 import verifier_pb2
+from verifier_service.admission import Admission
 from verifier_service.ahead import guessed_right, untagged
 from verifier_service.catch_up import catches_up, rebased
 from verifier_service.epochs import EpochMemory
@@ -93,7 +93,8 @@ class SessionTable:
         self.scheduler = StepScheduler(self.engine, executor, self.settings, self.planner)
         self.sessions: dict[str, OpenSession] = {}
         self.highest_epoch = EpochMemory()
-        self._freed = asyncio.Condition()
+        self.admission = Admission(self.engine, self.settings.admission_wait_s,
+                                   self.settings.max_kv_share, lambda: bool(self.sessions))
 
     @property
     def num_active(self) -> int:
@@ -106,10 +107,11 @@ class SessionTable:
         check_tree_nodes(msg.tree_nodes)
         check_scope(msg.prefix_scope, "prefix_scope")
         self._check_epoch(msg.session_id, msg.epoch)
-        sequence = await self._admit(lambda: SequenceVerifier(
+        sequence = await self.admission.admit(lambda: SequenceVerifier(
             self.runner, list(msg.context_tokens), settings.sampling, msg.prompt_len,
             settings.policy, self.engine, tree_room=msg.tree_nodes,
-            prefix_scope=msg.prefix_scope))
+            prefix_scope=msg.prefix_scope), msg.prefix_scope,
+            msg.prompt_len + settings.sampling.max_new_tokens + msg.tree_nodes)
         try:
             self._check_epoch(msg.session_id, msg.epoch)  # a newer owner may have come meanwhile
         except StaleEpoch:
@@ -131,27 +133,6 @@ class SessionTable:
         seen = self.highest_epoch.get(session_id, 0)
         if epoch < seen:
             raise StaleEpoch(f"session {session_id}: epoch {epoch} < current {seen}")
-
-    async def _admit(self, build) -> SequenceVerifier:
-        """``build()`` once KV memory allows, waiting up to admission_wait_s for it."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.settings.admission_wait_s
-        metrics.REQUESTS_WAITING.inc()
-        try:
-            while True:
-                try:
-                    return build()
-                except KVBudgetExhausted as exc:
-                    remaining = deadline - loop.time()
-                    if remaining <= 0 or exc.never_fits or not self.sessions:
-                        raise Overloaded(f"{exc}; retry later or on another verifier") from exc
-                    async with self._freed:
-                        try:
-                            await asyncio.wait_for(self._freed.wait(), remaining)
-                        except TimeoutError:
-                            pass
-        finally:
-            metrics.REQUESTS_WAITING.dec()
 
     def _observe_memory(self) -> None:
         metrics.VERIFIER_SESSIONS.set(len(self.sessions))
@@ -207,8 +188,7 @@ class SessionTable:
         except RuntimeError:  # the executor shut down (the pod stops): no step runs any more
             sequence.close()
         self._observe_memory()
-        async with self._freed:
-            self._freed.notify_all()
+        await self.admission.freed()
 
     def _is_stale(self, session: OpenSession, block: verifier_pb2.DraftBlock) -> bool:
         current = self.highest_epoch.get(session.session_id, 0)

@@ -63,8 +63,8 @@ class PrefixShare:
         with self._lock:
             self._live.discard(cache)
 
-    def _scoped(self, scope: str) -> list[RegionCache]:
-        """The live caches of ``scope``: only those may give a new cache of it a prefix."""
+    def of_scope(self, scope: str) -> list[RegionCache]:
+        """The live caches of ``scope`` (only those may give a new cache of it a prefix)."""
         with self._lock:
             return [cache for cache in self._live if cache.scope == scope]
 
@@ -77,7 +77,7 @@ class PrefixShare:
             if p.cache.tokens or p.hidden_layers:
                 continue
             limit = len(p.tokens) - p.num_leading - p.num_logits  # rows whose logits it needs
-            source, length = longest_held(self._scoped(p.cache.scope), p.tokens, limit,
+            source, length = longest_held(self.of_scope(p.cache.scope), p.tokens, limit,
                                           p.cache)
             if source is not None and length >= MIN_SHARED:
                 self.store.copy(source.region, p.cache.region, length)
@@ -89,7 +89,7 @@ class PrefixShare:
         when sharing is off: nothing is worth waiting for)."""
         if not self.enabled:
             return len(tokens)
-        return longest_held(self._scoped(scope), tokens, len(tokens))[1]
+        return longest_held(self.of_scope(scope), tokens, len(tokens))[1]
 
 
 def longest_held(caches, tokens: list[int], limit: int, exclude=None) -> tuple[object, int]:
