@@ -49,9 +49,9 @@ class KeyLimits:
             raise KeyAtLimit(f"This API key already runs {self.per_key} concurrent sessions, "
                              "its limit; retry when one has finished.")
         if self.tokens_per_minute and self._recent(key) >= self.tokens_per_minute:
-            wait = WINDOW_S - (time.monotonic() - self.spent[key][0][0])
             raise KeyAtLimit(f"This API key generated {self.tokens_per_minute} tokens in the "
-                             "last minute, its limit; retry later.", retry_after=wait)
+                             "last minute, its limit; retry later.",
+                             retry_after=self._retry_after(key))
         self.active[key] += 1
         return Slot(self, key)
 
@@ -71,11 +71,10 @@ class KeyLimits:
                              f"{self.tokens_per_minute} per minute; lower max_tokens or send a "
                              "shorter prompt.")
         if self._recent(key) + self.held[key] + cost > self.tokens_per_minute:
-            window = self.spent.get(key)
-            wait = WINDOW_S - (time.monotonic() - window[0][0]) if window else WINDOW_S
             raise KeyAtLimit(f"This API key's sessions spent or hold {self.tokens_per_minute} "
                              "tokens of the last minute, its limit, with this request's "
-                             "prompt and max_tokens; retry later.", retry_after=wait)
+                             "prompt and max_tokens; retry later.",
+                             retry_after=self._retry_after(key))
         slot.held, slot.prompt = slot.held + cost, num_prompt
         self.held[key] += cost
 
@@ -88,6 +87,11 @@ class KeyLimits:
         self.held[slot.key] -= given
         if self.held[slot.key] <= 0:
             del self.held[slot.key]
+
+    def _retry_after(self, key: str) -> float:
+        """Seconds until the key's oldest charge of the last minute leaves its window."""
+        window = self.spent.get(key)
+        return WINDOW_S - (time.monotonic() - window[0][0]) if window else WINDOW_S
 
     def _recent(self, key: str) -> int:
         window = self.spent.get(key)

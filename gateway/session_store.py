@@ -275,7 +275,7 @@ class SessionStore:
         """Append one round's tokens if the epoch and length match; returns the new length.
         ``finish_reason`` (the final round's) records the session finished in the same step."""
         keys = session_keys(session_id)
-        ttl_s = self.finished_ttl_s if finish_reason else self.ttl_s
+        ttl_s = self._ttl(bool(finish_reason))
         args = [epoch, expected_len, ttl_s, self._lease_ms, finish_reason, *tokens]
         result = await self._write(self._append, keys, args)
         if result == -1:
@@ -297,7 +297,7 @@ class SessionStore:
         if finish_reason:
             record |= {"status": "finished", "finish_reason": finish_reason}
         fields = _flat(record)
-        ttl_s = self.finished_ttl_s if finish_reason else self.ttl_s
+        ttl_s = self._ttl(bool(finish_reason))
         result = await self._write(self._restore, session_keys(session_id),
                                    [epoch, ttl_s, len(fields), len(tokens), *fields,
                                     *tokens, *round_ends])
@@ -306,6 +306,10 @@ class SessionStore:
         if result == -2:
             raise LengthMismatch(f"session {session_id}: stored tokens are not a prefix of "
                                  "the gateway's")
+
+    def _ttl(self, has_ended: bool) -> int:
+        """How long a session's keys are kept after this write."""
+        return self.finished_ttl_s if has_ended else self.ttl_s
 
     async def _write(self, script, keys: tuple[str, ...], args: list) -> int:
         """``script``'s result; with ``wait_replicas``, once the replicas have what it wrote
@@ -317,7 +321,7 @@ class SessionStore:
     async def finish(self, session_id: str, epoch: int, status: str,
                      finish_reason: str = "") -> None:
         """Record a final status (or "cancelled"); an ended session's keys expire sooner."""
-        ttl_s = self.finished_ttl_s if status in FINAL_STATUSES else self.ttl_s
+        ttl_s = self._ttl(status in FINAL_STATUSES)
         args = [epoch, ttl_s, "status", status, "finish_reason", finish_reason]
         if not await self._set_if_epoch(keys=list(session_keys(session_id)), args=args):
             raise StaleEpoch(f"session {session_id}: epoch {epoch} is no longer current")

@@ -58,9 +58,9 @@ async def text_deltas(chunks: AsyncIterator[GeneratedChunk], tokenizer: Decoder,
                       ) -> AsyncIterator[Delta]:
     """One Delta per generated chunk; a stop string ends it early and closes the generation.
     With ``rounds`` each Delta also describes its round, token by token. Chunks of rounds up
-    to ``seen_rounds`` (a resumed
-    stream's start, which its client has) only advance the text: no Delta for them, not even
-    for the final round when the client has it (its stream broke before the end marker)."""
+    to ``seen_rounds`` (a resumed stream's start, which its client has) only advance the text:
+    no Delta for them, not even for the final round when the client has it (its stream broke
+    before the end marker)."""
     text = TextStream(tokenizer, stops)
     reader = RoundReader(text, tokenizer) if rounds else None
     deferred, last, seen_final = 0, None, False
