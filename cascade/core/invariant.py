@@ -88,15 +88,60 @@ class Bucket:
     """The first slot when the bucket is one contiguous run of slots (a view, no gather)."""
 
 
-def plan(feeds, window: int | None, groups: int, rule: RowRule) -> list[Bucket]:
+def plan(feeds, window: int | None, groups: int, rule: RowRule, pad_limit: int = 0
+         ) -> list[Bucket]:
     """The step's attention for one kind of layer, built once and used by every such layer."""
-    buckets: dict[tuple[int, int], list[Group]] = defaultdict(list)
-    offset = 0
+    members, offset = [], 0
     for feed in feeds:
-        for group in _groups(feed, offset, window):
-            buckets[len(group.slots), rule.pad(len(group.rows))].append(group)
+        members += _groups(feed, offset, window)
         offset += len(feed.tokens)
-    return [_bucket(span, rows, members, groups) for (span, rows), members in buckets.items()]
+    return buckets(members, groups, rule, pad_limit)
+
+
+SPAN_WASTE = 2.0
+"""Groups of different spans share a bucket while its padded keys stay within this factor of
+their own (one long row gets a product of its own rather than making short ones pay for it)."""
+
+
+def buckets(members: list[Group], groups: int, rule: RowRule, pad_limit: int = 0
+            ) -> list[Bucket]:
+    """Groups batched into products: by span and padded query count; groups of spans up to
+    ``pad_limit`` (``span_pad_limit``: padding them with masked key blocks up to it changes
+    nothing) share products whatever their spans and query counts, each padded to its longest
+    span (within ``SPAN_WASTE``) and its largest padded query count (a count the rule gives
+    too)."""
+    by_key: dict[tuple[int, int], list[Group]] = defaultdict(list)
+    short = []
+    for group in members:
+        if len(group.slots) <= pad_limit:
+            short.append(group)
+        else:
+            by_key[len(group.slots), rule.pad(len(group.rows))].append(group)
+    out = [_bucket(span, rows, chosen, groups) for (span, rows), chosen in by_key.items()]
+    chosen, total = [], 0
+    for group in sorted(short, key=lambda g: len(g.slots)):
+        span = len(group.slots)
+        if chosen and span * (len(chosen) + 1) > SPAN_WASTE * (total + span):
+            out.append(_merged(chosen, groups, rule))
+            chosen, total = [], 0
+        chosen.append(group)
+        total += span
+    return out + ([_merged(chosen, groups, rule)] if chosen else [])
+
+
+def _merged(members: list[Group], groups: int, rule: RowRule) -> Bucket:
+    span = max(len(g.slots) for g in members)
+    rows = max(rule.pad(len(g.rows)) for g in members)
+    return _bucket(span, rows, [_padded_span(g, span) for g in members], groups)
+
+
+def _padded_span(group: Group, span: int) -> Group:
+    """``group`` over ``span`` key slots: the added ones (its first slot again) masked."""
+    extra = span - len(group.slots)
+    if not extra:
+        return group
+    return Group(group.rows, group.slots + group.slots[:1] * extra,
+                 torch.cat([group.visible, group.visible.new_zeros(len(group.rows), extra)], 1))
 
 
 def _groups(feed, offset: int, window: int | None) -> list[Group]:
@@ -206,6 +251,8 @@ class DenseCall:
     width: int
     """Query columns per batch row (real ones and padding)."""
     rule: RowRule
+    pad_limit: int = 0
+    """``Invariance.pad_limit``: groups of spans up to it may share a product."""
     batches: list[int] | None = None
     """The batch row each row's queries and slots are in; None: row i is batch row i. Rows
     that share a batch row see different slots: the nodes of a token tree, each its own
@@ -250,7 +297,7 @@ def attend_dense(call: DenseCall, query: torch.Tensor, keys: torch.Tensor,
 
 
 def _dense_plan(call: DenseCall, window, groups: int, stride: int, length: int) -> list:
-    members: dict[tuple[int, int], list[Group]] = defaultdict(list)
+    members: list[Group] = []
     for row, (slots, queries) in enumerate(call.rows):
         b = call.batches[row] if call.batches is not None else row
         sequence = [b * stride + s for s in slots]
@@ -261,5 +308,49 @@ def _dense_plan(call: DenseCall, window, groups: int, stride: int, length: int) 
             full = sequence + [b * stride + length] * (end - len(sequence))
             group = Group([b * call.width + c for c, _ in chosen], full[first:end],
                           _visible(torch.arange(first, end), [p for _, p in chosen], window))
-            members[end - first, call.rule.pad(len(chosen))].append(group)
-    return [_bucket(span, rows, groups_, groups) for (span, rows), groups_ in members.items()]
+            members.append(group)
+    return buckets(members, groups, call.rule, call.pad_limit)
+
+
+PAD_PROBE_LIMIT = 4096
+"""The longest key span the start-up probe pads to."""
+
+
+def span_pad_limit(model, rule: RowRule, seed: int = 0) -> int:
+    """The longest span (whole key blocks, 0 for none) up to which ``canonical_attention``
+    gives a query the same numbers over its key span alone and padded with masked key blocks
+    (next to a group of another span), for this model's head sizes and query counts the rule
+    gives: groups of spans up to it share one product (``buckets``). Past some length the
+    products over keys block their reduction by the key count, so the limit is probed, not
+    assumed."""
+    config = model.config
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    generator = torch.Generator().manual_seed(seed)
+    limit = KEY_BLOCK
+    for padded_to in range(2 * KEY_BLOCK, PAD_PROBE_LIMIT + 1, KEY_BLOCK):
+        spans = {KEY_BLOCK, padded_to // 2 // KEY_BLOCK * KEY_BLOCK, padded_to - KEY_BLOCK}
+        if not all(_pads_alike(kv_heads, heads // kv_heads * rows, dim, span, padded_to,
+                               generator)
+                   for span in spans for rows in {rule.pad(1), rule.pad(5)}):
+            break
+        limit = padded_to
+    return limit if limit > KEY_BLOCK else 0
+
+
+def _pads_alike(kv_heads: int, rows: int, dim: int, span: int, padded_to: int,
+                generator: torch.Generator) -> bool:
+    query = torch.randn(kv_heads, 2, rows, dim, generator=generator)
+    keys = torch.randn(kv_heads, 2, padded_to, dim, generator=generator)
+    values = torch.randn(kv_heads, 2, padded_to, dim, generator=generator)
+    hidden = torch.rand(1, 2, rows, padded_to, generator=generator) < 0.3
+    hidden[..., 0] = False
+    hidden[:, 0, :, span:] = True  # the first group: span keys, padded
+    for softcap in (None, 30.0):
+        alone = canonical_attention(query[:, :1], keys[:, :1, :span], values[:, :1, :span],
+                                    hidden[:, :1, :, :span], 0.125, softcap)
+        padded = canonical_attention(query, keys, values, hidden, 0.125, softcap)
+        if not torch.equal(padded[:, :1], alone):
+            return False
+    return True

@@ -8,7 +8,6 @@ import logging
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +43,9 @@ class Invariance:
     """Queries of one attention group (the float32 products over keys)."""
     verified: bool
     """False when no candidate made the products invariant (the largest is used)."""
+    pad_limit: int = 0
+    """Key spans up to this length give a query the same numbers padded with masked key blocks
+    up to it, so queries of different spans share one product (probed; 0: none)."""
 
 
 @torch.inference_mode()
@@ -61,8 +63,11 @@ def probe(model, seed: int = 0) -> Invariance:
     if linear is None or attention is None:
         log.warning("no row rule makes this model's matrix products row-invariant on this "
                     "machine: the batch-invariant pass is unverified")
+    from cascade.core.invariant import span_pad_limit
+
     return Invariance(linear or RULES[-1], attention or RULES[-1],
-                      linear is not None and attention is not None)
+                      linear is not None and attention is not None,
+                      span_pad_limit(model, attention) if attention is not None else 0)
 
 
 def _counts(rule: RowRule, groups: int = 1) -> list[int]:
@@ -70,23 +75,30 @@ def _counts(rule: RowRule, groups: int = 1) -> list[int]:
 
 
 def _distinct_weights(model) -> list:
-    """One product per distinct weight shape: ``nn.Linear`` (x @ W.T) and transformers'
-    ``Conv1D`` (GPT-2: x @ W)."""
+    """One product per distinct weight shape, as the model computes it: each ``nn.Linear``
+    (x @ W.T) and transformers' ``Conv1D`` (GPT-2: x @ W) called as a module, so a packed one
+    (``cascade.core.packed_weights``) is probed as it runs."""
     from transformers.pytorch_utils import Conv1D
 
     seen, products = set(), []
     for module in model.modules():
-        if isinstance(module, (torch.nn.Linear, Conv1D)):
-            weight = module.weight
-            key = (type(module), tuple(weight.shape), weight.dtype)
-            if key not in seen:
-                seen.add(key)
-                if isinstance(module, torch.nn.Linear):
-                    products.append((lambda x, w=weight: F.linear(x, w), weight.shape[1],
-                                     weight.dtype))
-                else:
-                    products.append((lambda x, w=weight: x @ w, weight.shape[0], weight.dtype))
+        if isinstance(module, torch.nn.Linear):
+            width, out = module.in_features, module.out_features
+        elif isinstance(module, Conv1D):
+            width, out = module.nx, module.nf
+        else:
+            continue
+        dtype = module.bias.dtype if module.bias is not None else _weight_dtype(module)
+        key = (type(module), width, out, dtype)
+        if key not in seen:
+            seen.add(key)
+            products.append((module, width, dtype))
     return products
+
+
+def _weight_dtype(module) -> torch.dtype:
+    packed = getattr(module, "packed", None)
+    return packed.dtype if packed is not None else module.weight.dtype
 
 
 def _rows_invariant(product, width: int, dtype: torch.dtype, counts: list[int],

@@ -41,10 +41,14 @@ import torch
 
 from cascade.core.engine import Pass, VerifyEngine
 from cascade.core.invariant import KEY_BLOCK
+from cascade.core import packed_weights
 from cascade.core.paths import cache_root
 from cascade.core.row_rules import padded
 
 FORMAT_VERSION = 2
+PASS_REVISION = 2
+"""Bumped when the pass's code changes what a shape costs (2: packed weight products, one
+attention call per layer), so profiles cached before are measured again."""
 MIN_SECONDS = 1e-6
 """Floor of a prediction (a fit never promises a free pass)."""
 PROFILE_WEIGHT = 0.25
@@ -408,7 +412,8 @@ def identity(runner, invariant: bool = True) -> dict:
              "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
              "torch": torch.__version__, "cpu": cpu, "cpu_flags": flags,
              "threads": torch.get_num_threads(), "device": str(runner.device),
-             "pass": "invariant" if invariant else "plain"}
+             "pass": "invariant" if invariant else "plain", "revision": PASS_REVISION,
+             "weights": "packed" if packed_weights.is_packed(model) else "dense"}
     if runner.device.type == "cuda":
         found["gpu"] = torch.cuda.get_device_name(runner.device)
     return found

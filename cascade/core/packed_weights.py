@@ -1,0 +1,150 @@
+"""Weight products on the CPU through oneDNN, with each weight packed once at load.
+
+``torch.nn.functional.linear`` on the CPU hands a product to MKL, which picks its kernel by the
+row count: a vector kernel for one row, small-matrix kernels below 16 rows, blocked kernels
+above. Each gives a row different bits, so the batch-invariant pass (``cascade.core.invariant``)
+had to pad every product to 16 rows in float32, paying a 16-row product for a one-token decode
+step (2.5x the vector kernel), and MKL re-packs the weight on every call besides.
+
+oneDNN's matrix product over a weight reordered once into its blocked layout
+(``torch.ops.mkldnn._reorder_linear_weight``, the layout ``torch.compile``'s CPU freezing uses)
+computes every row of a product of two or more rows alike whatever the row count (measured by
+``cascade.core.row_rules.probe`` at start-up, as before), costs about what the vector kernel
+costs at one or two rows, and in bfloat16 takes the hardware's bfloat16 dot products. ``pack``
+swaps a model's ``nn.Linear`` (and GPT-2's ``Conv1D``) modules, in place, for ones that call it.
+
+Memory: a packed module keeps only the packed weight; ``weight`` still reads (unpacked on
+demand, slowly: for an occasional reader, not a pass; writing into it changes nothing). A weight
+another module shares (tied input and output embeddings) is kept as it is and packed in a copy.
+``copy.deepcopy`` of a packed module gives an ordinary one with its dense weight, to change and
+pack again.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections import Counter
+
+import torch
+from torch import nn
+from transformers.pytorch_utils import Conv1D
+
+PACKABLE_DTYPES = (torch.float32, torch.bfloat16)
+
+
+def available(model) -> bool:
+    """Whether ``model``'s products can run packed: on the CPU, with oneDNN, in float32 or
+    bfloat16, unless the environment sets ``CASCADE_PACKED_WEIGHTS=0``."""
+    parameter = next(model.parameters())
+    return (parameter.device.type == "cpu" and parameter.dtype in PACKABLE_DTYPES
+            and torch.backends.mkldnn.is_available()
+            and os.environ.get("CASCADE_PACKED_WEIGHTS", "1") != "0")
+
+
+def is_packed(model) -> bool:
+    """Whether any of ``model``'s products runs on a packed weight."""
+    return any(isinstance(m, _Packed) for m in model.modules())
+
+
+def pack(model) -> int:
+    """Swap ``model``'s linear modules for packed ones (idempotent); returns how many were
+    packed (0 where ``available`` is False)."""
+    if not available(model):
+        return 0
+    shared = Counter(id(p) for m in model.modules() for p in m._parameters.values()
+                     if p is not None)
+    count = 0
+    for module in model.modules():
+        if type(module) is nn.Linear:
+            _swap(module, PackedLinear, module.weight, shared[id(module.weight)] > 1)
+        elif type(module) is Conv1D:
+            _swap(module, PackedConv1D, module.weight.t(), shared[id(module.weight)] > 1)
+        else:
+            continue
+        count += 1
+    return count
+
+
+def _swap(module: nn.Module, kind: type, weight: torch.Tensor, keep_dense: bool) -> None:
+    """``weight``: [out, in]."""
+    with torch.no_grad():
+        packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), None)
+    module.__class__ = kind
+    module.packed = packed
+    module.dense_kept = keep_dense
+    if not keep_dense:
+        del module._parameters["weight"]
+
+
+def _unpack(module: nn.Module, kind: type, dense: torch.Tensor) -> None:
+    """Make a packed ``module`` an ordinary ``kind`` again, holding ``dense``."""
+    del module.packed, module.dense_kept
+    module.__class__ = kind
+    if "weight" not in module._parameters:
+        module._parameters["weight"] = nn.Parameter(dense)
+
+
+def product(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """x [..., in] @ packed.T (+ bias) -> [..., out]."""
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+
+
+class _Packed:
+    """What packed modules share: ``weight`` reads unpacked, a deep copy is an ordinary module,
+    and conversions (``model.to(dtype)``) unpack, convert and pack again where packing is
+    still available."""
+
+    plain: type
+    packed: torch.Tensor
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return product(x, self.packed, self.bias)
+
+    def __getattr__(self, name: str):
+        if name == "weight" and "weight" not in self._parameters:  # dropped: unpack it
+            return self._dense()
+        return super().__getattr__(name)
+
+    def __deepcopy__(self, memo: dict) -> nn.Module:
+        return _unpacked_copy(self, self.plain, self._dense(), memo)
+
+    def _apply(self, fn, recurse: bool = True):
+        kept, plain, kind = self.dense_kept, self.plain, type(self)
+        _unpack(self, plain, self._dense())
+        plain._apply(self, fn, recurse)
+        weight = self.weight
+        if weight.device.type == "cpu" and weight.dtype in PACKABLE_DTYPES:
+            _swap(self, kind, weight if plain is nn.Linear else weight.t(), kept)
+        return self
+
+
+def _unpacked_copy(module: nn.Module, kind: type, dense: torch.Tensor, memo: dict) -> nn.Module:
+    """A deep copy of a packed ``module`` as an ordinary ``kind`` holding ``dense`` (the
+    packed weight cannot be copied, and a copy is made to be changed)."""
+    clone = kind.__new__(kind)
+    memo[id(module)] = clone
+    for name, value in module.__dict__.items():
+        if name not in ("packed", "dense_kept"):
+            clone.__dict__[name] = copy.deepcopy(value, memo)
+    if "weight" not in clone._parameters:
+        clone._parameters["weight"] = nn.Parameter(dense)
+    return clone
+
+
+class PackedLinear(_Packed, nn.Linear):
+    """An ``nn.Linear`` whose product runs on its packed weight (made by ``pack``)."""
+
+    plain = nn.Linear
+
+    def _dense(self) -> torch.Tensor:
+        return self.packed.to_dense()
+
+
+class PackedConv1D(_Packed, Conv1D):
+    """GPT-2's ``Conv1D`` (x @ W + b, W [in, out]) on its packed transposed weight."""
+
+    plain = Conv1D
+
+    def _dense(self) -> torch.Tensor:
+        return self.packed.to_dense().t().contiguous()
