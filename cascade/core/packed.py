@@ -2,18 +2,21 @@
 
 The tokens every row feeds this step are concatenated into one ``[1, N]`` batch (no padding):
 position ids carry each row's own positions, the linear layers see all N tokens at once, and
-attention runs per row against that row's region of the ``KVStore``. The last part plugs into
-transformers through its public extension points:
+attention reads each row's region of the ``KVStore``. The last part plugs into transformers
+through its public extension points:
 
 - ``PackedStep.update`` stands where the model expects a cache: it writes the step's keys and
   values into the rows' regions (one ``index_copy_`` per layer);
-- ``packed_attention`` is registered as an attention implementation (``AttentionInterface``):
-  for each row it attends from the row's queries to a view of the row's cached keys and values,
-  causal with the offset of the row's cached length, limited to the layer's sliding window when
-  it has one, with attention-logit soft-capping when the model asks for it. Called without a
-  ``PackedStep`` (ordinary ``generate`` or a ``DynamicCache`` on the same model) it is plain SDPA
-  (or the model's own eager attention for a model without SDPA support), with the masks
-  transformers builds for that implementation;
+- ``packed_attention`` is registered as an attention implementation (``AttentionInterface``).
+  In the plain pass the rows are gathered into one padded batch (``batched_rows``: a row's
+  queries against its span of keys, causal with the offset of the row's cached length, limited
+  to the layer's sliding window when it has one, a tree node seeing its ancestors) and attended
+  by one SDPA call per layer (soft-capped attention where the model asks for it); a row far
+  longer than the others gets a call of its own rather than padding every row to its length.
+  The batch-invariant pass attends by ``cascade.core.invariant``'s fixed key spans. Called
+  without a ``PackedStep`` (ordinary ``generate`` or a ``DynamicCache`` on the same model) it is
+  plain SDPA (or the model's own eager attention for a model without SDPA support), with the
+  masks transformers builds for that implementation;
 - rotary embeddings whose frequencies depend on the sequence length (dynamic NTK, LongRoPE) are
   computed per row, from the row's own length, so a row's result never depends on the rows it
   is batched with.
@@ -116,11 +119,12 @@ class PackedStep:
                                                  values[0, :, :count].to(self.store.values.dtype))
         return keys, values
 
-    def _masks(self, window: int | None, device: torch.device) -> list[torch.Tensor | None]:
-        """Each row's mask for one kind of layer (sliding or not), built once per step."""
+    def _batches(self, window: int | None, device: torch.device) -> list[RowBatch]:
+        """The rows as padded batches for one kind of layer (sliding or not), built once per
+        step: ``batched_rows``."""
         key = (window, device)
         if key not in self._mask_cache:
-            self._mask_cache[key] = [_row_mask(f, window, device) for f in self.feeds]
+            self._mask_cache[key] = batched_rows(self.feeds, window, device)
         return self._mask_cache[key]
 
     def attend(self, query: torch.Tensor, layer: int, scaling: float | None,
@@ -128,11 +132,12 @@ class PackedStep:
         """query: [1, heads, N + fill, head_dim] -> [1, N + fill, heads, head_dim] (filler rows
         get zeros). ``window``: a query at position q sees keys q - window + 1 .. q (None: all
         of 0 .. q)."""
-        outputs = self._attend_invariant(query, layer, scaling, window, softcap) \
-            if self.invariance else self._attend_rows(query, layer, scaling, window, softcap)
-        if self.fill:
-            outputs.append(query.new_zeros(*query.shape[:2], self.fill, query.shape[-1]))
-        return torch.cat(outputs, dim=2).transpose(1, 2).contiguous()
+        if self.invariance:
+            outputs = self._attend_invariant(query, layer, scaling, window, softcap)
+            if self.fill:
+                outputs.append(query.new_zeros(*query.shape[:2], self.fill, query.shape[-1]))
+            return torch.cat(outputs, dim=2).transpose(1, 2).contiguous()
+        return self._attend_batched(query, layer, scaling, window, softcap)
 
     def _attend_invariant(self, query, layer, scaling, window, softcap) -> list[torch.Tensor]:
         """Every row through ``cascade.core.invariant.attend`` (its plan built once per kind
@@ -141,26 +146,110 @@ class PackedStep:
         key = ("invariant", window, groups)
         if key not in self._mask_cache:
             self._mask_cache[key] = invariant.plan(self.feeds, window, groups,
-                                                   self.invariance.attention)
+                                                   self.invariance.attention,
+                                                   self.invariance.pad_limit)
         scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
         out = invariant.attend(self._mask_cache[key], self.store.keys[layer],
                                self.store.values[layer], query, scaling, softcap)
         return [out[:, :, : len(self.slots)]]
 
-    def _attend_rows(self, query, layer, scaling, window, softcap) -> list[torch.Tensor]:
-        """Each row through SDPA (or soft-capped attention) with its own mask."""
-        outputs, offset = [], 0
-        for feed, mask in zip(self.feeds, self._masks(window, query.device)):
-            count, length = len(feed.tokens), feed.length
-            first = 0 if window is None else max(0, feed.start - window + 1)
-            span = slice(feed.region.start + first, feed.region.start + length)
-            keys = self.store.keys[layer, :, span].unsqueeze(0)  # views of the store
-            values = self.store.values[layer, :, span].unsqueeze(0)
-            rows = query[:, :, offset : offset + count]
-            outputs.append(_row_attention(rows, keys.to(rows.dtype), values.to(rows.dtype),
-                                          mask, scaling, softcap))
-            offset += count
-        return outputs
+    def _attend_batched(self, query, layer, scaling, window, softcap) -> torch.Tensor:
+        """The rows through SDPA (or soft-capped attention), one call per batch of rows
+        (``batched_rows``: usually the whole step)."""
+        heads, dim = query.shape[1], query.shape[-1]
+        keys, values = self.store.keys[layer], self.store.values[layer]
+        out = query.new_zeros(heads, query.shape[2], dim)
+        for batch in self._batches(window, query.device):
+            rows = query[0].index_select(1, batch.queries).view(heads, batch.rows, -1, dim)
+            result = _row_attention(rows.transpose(0, 1), batch.gather(keys, rows.dtype),
+                                    batch.gather(values, rows.dtype), batch.mask, scaling,
+                                    softcap)  # [rows, heads, width, dim]
+            result = result.transpose(0, 1).reshape(heads, -1, dim)
+            out.index_copy_(1, batch.packed, result.index_select(1, batch.real))
+        return out.transpose(0, 1)[None].contiguous()
+
+
+@dataclass(frozen=True)
+class RowBatch:
+    """Rows attended by one SDPA call: each row's queries padded to ``width``, its keys (a
+    span of its region) padded to ``span``; ``mask`` hides the padding and what a row's query
+    must not see."""
+
+    rows: int
+    span: int
+    keys: torch.Tensor
+    """[rows * span] store slots (padding repeats a row's first slot)."""
+    first_slot: int | None
+    """For one row: its first slot (its keys are a view of the store, no gather)."""
+    queries: torch.Tensor
+    """[rows * width] packed query indices (padding repeats a row's first query)."""
+    real: torch.Tensor
+    """Indices into rows * width of the real queries ..."""
+    packed: torch.Tensor
+    """... and their packed indices."""
+    mask: torch.Tensor | None
+    """[rows, 1, width, span] bool, True where a query sees a key; None: every key."""
+
+    def gather(self, store: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """One layer's keys or values [kv_heads, capacity, d] -> [rows, kv_heads, span, d]."""
+        if self.first_slot is not None:
+            return store.narrow(1, self.first_slot, self.span).unsqueeze(0).to(dtype)
+        picked = store.index_select(1, self.keys).view(store.shape[0], self.rows, self.span, -1)
+        return picked.transpose(0, 1).to(dtype)
+
+
+BATCH_WASTE = 2.0
+"""A batch of rows pads their keys to its longest row's; rows join a batch while its padded
+keys stay within this factor of their own (so one long row among short ones gets a call of
+its own rather than making every short row attend over its length)."""
+
+
+def batched_rows(feeds: list[Feed], window: int | None, device: torch.device
+                 ) -> list[RowBatch]:
+    """The step's rows grouped into ``RowBatch``es: rows sorted by key span, a new batch
+    begun where padding to the longest would exceed ``BATCH_WASTE``."""
+    offsets = torch.tensor([0] + [len(f.tokens) for f in feeds]).cumsum(0).tolist()
+    spans = [f.length - _first_key(f, window) for f in feeds]
+    order = sorted(range(len(feeds)), key=lambda i: spans[i])
+    groups: list[list[int]] = [[]]
+    for i in order:
+        group = groups[-1]
+        if group and spans[i] * (len(group) + 1) > BATCH_WASTE * (sum(spans[j] for j in group)
+                                                                  + spans[i]):
+            groups.append(group := [])
+        group.append(i)
+    return [_row_batch([feeds[i] for i in g], [offsets[i] for i in g], window, device)
+            for g in groups]
+
+
+def _first_key(feed: Feed, window: int | None) -> int:
+    """The row's first slot any of its queries can see."""
+    return 0 if window is None else max(0, feed.start - window + 1)
+
+
+def _row_batch(feeds: list[Feed], offsets: list[int], window: int | None,
+               device: torch.device) -> RowBatch:
+    width = max(len(f.tokens) for f in feeds)
+    span = max(f.length - _first_key(f, window) for f in feeds)
+    mask = torch.zeros(len(feeds), 1, width, span, dtype=torch.bool)
+    keys, queries, real, packed = [], [], [], []
+    for b, (feed, offset) in enumerate(zip(feeds, offsets)):
+        first, count = _first_key(feed, window), len(feed.tokens)
+        own = feed.length - first
+        slots = torch.arange(feed.region.start + first, feed.region.start + feed.length)
+        keys.append(torch.cat([slots, slots[:1].expand(span - own)]))
+        queries += list(range(offset, offset + count)) + [offset] * (width - count)
+        real += range(b * width, b * width + count)
+        packed += range(offset, offset + count)
+        row_mask = _row_mask(feed, window, torch.device("cpu"))
+        mask[b, 0, :count, :own] = True if row_mask is None else row_mask
+        mask[b, 0, count:, 0] = True  # padding queries: any one key (their output is dropped)
+    one = len(feeds) == 1
+    full = one and width == len(feeds[0].tokens) and bool(mask.all())
+    return RowBatch(len(feeds), span, torch.cat(keys).to(device),
+                    int(keys[0][0]) if one else None, torch.tensor(queries, device=device),
+                    torch.tensor(real, device=device), torch.tensor(packed, device=device),
+                    None if full else mask.to(device))
 
 
 def _row_mask(feed: Feed, window: int | None, device: torch.device) -> torch.Tensor | None:
