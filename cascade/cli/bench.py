@@ -103,6 +103,36 @@ def bench_load(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT,
         console.print(f"wrote {path}")
 
 
+def bench_engine(target: Path = typer.Option(None, help="Model folder (default: the "
+                                              "SmolLM2-135M-Instruct target)."),
+                 dtypes: list[str] = typer.Option(["float32", "bfloat16"], "--dtype",
+                                                  help="float32 or bfloat16 (repeat the flag)."),
+                 threads: int = typer.Option(None, min=1, help="torch threads (default: all "
+                                             "cores)."),
+                 repeats: int = typer.Option(5, min=1, help="Timed calls per cell after a "
+                                             "warm-up (the median is reported)."),
+                 context: int = typer.Option(100, min=1, help="Cached tokens per row."),
+                 hf_compile: bool = typer.Option(True, "--hf-compile/--no-hf-compile",
+                                                 help="Also time transformers with a static "
+                                                 "cache under torch.compile (compiles for "
+                                                 "minutes)."),
+                 out: Path = typer.Option(Path("runs/bench-engine"), help="Where engine.json "
+                                          "and table.md go.")) -> None:
+    """The verify engine's step (plain and batch-invariant) beside transformers eager and
+    compiled, torch's matmul floor and the memory-bandwidth limit, on rows of one token,
+    drafts, a token tree and a prefill, per dtype."""
+    from cascade.bench.engine import EngineBenchConfig, default_threads, run_on_console
+
+    if target is None:
+        target = pair_folders(None, None, "smollm2")[0]
+    try:
+        config = EngineBenchConfig(target, tuple(dtypes), threads or default_threads(), repeats,
+                                   context, hf_compile, out)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    run_on_console(config, console)
+
+
 def bench_cascades(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT,
                    pair: str = PAIR_OPT,
                    k: int = typer.Option(4, "--k", min=1, max=32, help="Drafted tokens per "

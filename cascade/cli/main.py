@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cascade.cli.bench import bench, bench_cascades, bench_load
+from cascade.cli.bench import bench, bench_cascades, bench_engine, bench_load
 from cascade.cli.models import distill, models_app
 from cascade.cli.options import DRAFTER_OPT, PAIR_OPT, TARGET_OPT, pair_folders
 from cascade.protocol.methods import DEFAULT_DRAFT_METHOD, DRAFT_METHODS
@@ -23,6 +23,7 @@ app.command()(distill)
 app.command()(bench)
 app.command("bench-load")(bench_load)
 app.command("bench-cascades")(bench_cascades)
+app.command("bench-engine")(bench_engine)
 console = Console()
 
 

@@ -1,0 +1,460 @@
+"""``cascade bench-engine``: the verify engine's step beside what a user would run instead, on
+the same shapes, in float32 and bfloat16.
+
+    cascade bench-engine [--target DIR] [--dtype float32 --dtype bfloat16] [--repeats 5]
+                         [--context 100] [--threads N] [--no-hf-compile] [--out DIR]
+    python -m cascade.bench.engine [the same options]
+
+Shapes: 1, 4, 16 and 32 rows of one token; one row of 5, 9 and 17 tokens (a draft of 4, 8 and
+16 after the row's pending token); one row of a 16-node token tree (17 tokens); a 512-token
+prefill. Every row but the prefill's holds ``context`` cached tokens, and every call of a cell
+sees that same cached length: the engine's sequences are set back to what they committed after
+their prefill, the transformers caches cropped back (untimed). Each cell is the median of
+``repeats`` calls after a warm-up call, in milliseconds per step:
+
+- engine plain and engine invariant: ``VerifyEngine.step`` with ``invariant=False`` / ``True``,
+  acceptance and commit included; the prefill a fresh sequence each call, closed afterwards;
+- transformers eager: the plain model (not the engine's), a ``DynamicCache`` holding the
+  context of every row, one forward of the step's tokens with an attention mask and
+  ``logits_to_keep`` covering them (the tree fed as a chain of as many tokens; the prefill one
+  forward over its tokens, no cache before it);
+- transformers compiled: a ``StaticCache`` sized for context + the step's tokens and
+  ``torch.compile(model, dynamic=True)``, compiled once per dtype: its dynamic shapes still
+  specialise sizes of 1, so it traces four graphs (one row of one token, several rows of one,
+  one row of several, the prefill), each a minute or two on two cores; the context is fed by
+  the uncompiled model. A failed compile leaves the column empty (``compile_error``);
+- torch floor: every weight product of the model alone, ``F.linear(x, W)`` over the step's
+  tokens (rows x tokens; GPT-2's ``Conv1D``: x @ W), the output head over the positions whose
+  logits the step keeps, summed;
+- bandwidth limit: the bytes of those weights / the memory read bandwidth, measured here as
+  the best of several sums over a tensor four times the largest CPU cache (at least 1 GiB).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from transformers import AutoModelForCausalLM, DynamicCache, StaticCache
+
+from cascade.bench.engine_report import (DtypeResult, EngineBenchResult, Shape, ShapeResult,
+                                         header, save, table)
+from cascade.bench.run import machine
+from cascade.core.blocks import Draft
+from cascade.core.engine import VerifyEngine
+from cascade.core.invariant import KEY_BLOCK
+from cascade.core.row_rules import padded
+from cascade.core.runner import DTYPES, ModelRunner, ModelSpec
+from cascade.core.verification import SequenceVerifier
+from cascade.protocol.settings import SamplingParams
+
+BENCH_DTYPES = ("float32", "bfloat16")
+TREE_PARENTS = (-1, -1, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6)
+"""A 16-node tree: two root children, each node two children, breadth first (depth 4)."""
+NEW_TOKENS = 32
+"""max_new_tokens of the engine's sequences (room for the longest draft)."""
+COLUMNS = ("plain", "invariant", "eager", "compiled", "floor")
+
+OnProgress = Callable[[str, int, int], None]
+"""``progress(description, done, total)``: what is being measured, out of how many cells."""
+
+
+def default_threads() -> int:
+    return os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class EngineBenchConfig:
+    """What ``run_engine_bench`` measures."""
+
+    target: Path
+    dtypes: tuple[str, ...] = BENCH_DTYPES
+    threads: int = field(default_factory=default_threads)
+    repeats: int = 5
+    context: int = 100
+    """Cached tokens per row."""
+    hf_compile: bool = True
+    out: Path = Path("runs/bench-engine")
+    rows: tuple[int, ...] = (1, 4, 16, 32)
+    drafts: tuple[int, ...] = (4, 8, 16)
+    tree: tuple[int, ...] = TREE_PARENTS
+    """The tree shape's parents (empty: no tree shape)."""
+    prefill: int = 512
+    """The prefill shape's tokens (0: none)."""
+    bandwidth_mib: int = 0
+    """Size of the bandwidth probe's tensor (0: four times the largest cache, at least 1 GiB)."""
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.dtypes) - set(BENCH_DTYPES))
+        if unknown or not self.dtypes:
+            raise ValueError(f"dtypes must be among {BENCH_DTYPES}, got {list(self.dtypes)}")
+        if min(self.repeats, self.context, self.threads) < 1:
+            raise ValueError("repeats, context and threads must be at least 1")
+
+    def shapes(self) -> list[Shape]:
+        shapes = [Shape(f"{n} row{'s' if n > 1 else ''} x 1", n, 1) for n in self.rows]
+        shapes += [Shape(f"1 row x {k + 1} (draft {k})", 1, k + 1) for k in self.drafts]
+        if self.tree:
+            nodes = len(self.tree)
+            shapes.append(Shape(f"1 row x {nodes + 1} (tree {nodes})", 1, nodes + 1,
+                                tuple(self.tree)))
+        if self.prefill:
+            shapes.append(Shape(f"prefill {self.prefill}", 1, self.prefill, prefill=True))
+        return shapes
+
+
+def _median_ms(prepare: Callable[[], Callable[[], object]], repeats: int
+               ) -> tuple[float, float]:
+    """``prepare()`` sets up one call untimed and returns it; the first call is a warm-up.
+    Returns (median ms of the other ``repeats``, the warm-up's ms)."""
+    times = []
+    for _ in range(repeats + 1):
+        call = prepare()
+        started = time.perf_counter()
+        call()
+        times.append(1000 * (time.perf_counter() - started))
+    return statistics.median(times[1:]), times[0]
+
+
+def cpu_flags() -> dict[str, bool]:
+    """Whether the CPU has avx512_bf16 and AMX, as ``lscpu`` (else /proc/cpuinfo) shows."""
+    try:
+        text = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        text = ""
+    if "Flags" not in text:
+        try:
+            text = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            text = ""
+    flags = set(text.split())
+    return {"avx512_bf16": "avx512_bf16" in flags,
+            "amx": any(f.startswith("amx") for f in flags)}
+
+
+def _largest_cache_bytes() -> int:
+    sizes = [0]
+    for path in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = path.read_text().strip()
+        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+        sizes.append(int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text))
+    return max(sizes)
+
+
+def read_bandwidth(size_bytes: int = 0, tries: int = 5) -> float:
+    """Bytes per second a sum reads from memory: the best of ``tries`` over a float32 tensor of
+    ``size_bytes`` (0: four times the largest cache, at least 1 GiB)."""
+    size_bytes = size_bytes or max(1 << 30, 4 * _largest_cache_bytes())
+    data = torch.ones(size_bytes // 4, dtype=torch.float32)
+    best = float("inf")
+    for _ in range(tries):
+        started = time.perf_counter()
+        data.sum()
+        best = min(best, time.perf_counter() - started)
+    return data.nbytes / best
+
+
+def _context(row: int, length: int, vocab: int) -> list[int]:
+    """A row's own tokens (rows share no prefix, so the engine copies none)."""
+    generator = torch.Generator().manual_seed(1000 + row)
+    return torch.randint(0, vocab, (length,), generator=generator).tolist()
+
+
+def _draft(shape: Shape, vocab: int) -> Draft:
+    """The shape's draft after the row's pending token (distinct tokens: a tree's siblings)."""
+    tokens = [(7 + 3 * i) % vocab for i in range(shape.tokens - 1)]
+    return Draft(tokens, parents=list(shape.parents) if shape.parents else None)
+
+
+def _step(engine: VerifyEngine, items: list) -> None:
+    """One engine step; a row's failure (kept in its slot by the engine) is raised."""
+    for result in engine.step(items):
+        if isinstance(result, Exception):
+            raise result
+
+
+class EngineRows:
+    """One engine and its prefilled sequences, each set back to its post-prefill state before
+    every call so that every call feeds the same tokens after the same cached context."""
+
+    def __init__(self, runner: ModelRunner, invariant: bool, config: EngineBenchConfig) -> None:
+        rows, nodes = max(config.rows, default=1), len(config.tree)
+        region = padded(config.context + NEW_TOKENS + nodes + KEY_BLOCK, KEY_BLOCK)
+        fresh = padded(config.prefill + NEW_TOKENS + nodes + KEY_BLOCK, KEY_BLOCK)
+        self.engine = VerifyEngine(runner, kv_tokens=rows * region + fresh, invariant=invariant)
+        self.runner, self.nodes, self.prefill_rows = runner, nodes, 0
+        self.sequences = [self._sequence(_context(i, config.context, runner.vocab_size))
+                          for i in range(rows)]
+        _step(self.engine, [(s, Draft([])) for s in self.sequences])
+        self.committed = [list(s.committed) for s in self.sequences]
+
+    def _sequence(self, context: list[int]) -> SequenceVerifier:
+        return SequenceVerifier(self.runner, context, SamplingParams(max_new_tokens=NEW_TOKENS),
+                                engine=self.engine, tree_room=self.nodes)
+
+    def prepare(self, shape: Shape) -> Callable[[], None]:
+        if shape.prefill:
+            return self._prepare_prefill(shape)
+        draft = _draft(shape, self.runner.vocab_size)
+        for sequence, committed in zip(self.sequences[: shape.rows], self.committed):
+            sequence.committed = list(committed)
+        items = [(s, draft) for s in self.sequences[: shape.rows]]
+        return lambda: _step(self.engine, items)
+
+    def _prepare_prefill(self, shape: Shape) -> Callable[[], None]:
+        """A fresh sequence (the previous one closed) whose prefill is the call."""
+        self.close_prefill()
+        self.prefill_rows += 1
+        self.fresh = self._sequence(_context(-self.prefill_rows, shape.tokens,
+                                             self.runner.vocab_size))
+        return lambda: _step(self.engine, [(self.fresh, Draft([]))])
+
+    def close_prefill(self) -> None:
+        if getattr(self, "fresh", None) is not None:
+            self.fresh.close()
+            self.fresh = None
+
+    def close(self) -> None:
+        self.close_prefill()
+        for sequence in self.sequences:
+            sequence.close()
+
+
+def _ids(shape: Shape, length: int, vocab: int) -> torch.Tensor:
+    """[rows, length] the rows' tokens (the engine's contexts; the step's tokens after)."""
+    return torch.tensor([_context(i, length, vocab) for i in range(shape.rows)])
+
+
+@torch.inference_mode()
+def _hf_forward(model, ids: torch.Tensor, cache, cached: int, keep: int):
+    mask = torch.ones(ids.shape[0], cached + ids.shape[1], dtype=torch.long)
+    return model(input_ids=ids, attention_mask=mask, cache=cache, use_cache=True,
+                 logits_to_keep=keep)
+
+
+def _hf_prepare(model, forward, shape: Shape, context: int, static: bool
+                ) -> Callable[[], Callable[[], object]]:
+    """``prepare`` for ``_median_ms``: a cache holding every row's context (fed by ``model``,
+    untimed), cropped back to it before each call of ``forward`` on the step's tokens."""
+    vocab = model.get_output_embeddings().weight.shape[0]
+    cached = 0 if shape.prefill else context
+    new_cache = (partial(StaticCache, max_cache_len=cached + shape.tokens) if static
+                 else DynamicCache)
+    cache = new_cache(config=model.config)
+    step = torch.randint(0, vocab, (shape.rows, shape.tokens),
+                         generator=torch.Generator().manual_seed(5))
+    if cached:
+        _hf_forward(model, _ids(shape, cached, vocab), cache, 0, 1)
+    elif static:  # allocated outside the compiled graph, as a prefill would (cropped below)
+        _hf_forward(model, step, cache, 0, 1)
+
+    def prepare() -> Callable[[], object]:
+        nonlocal cache
+        if not cached and not static:
+            cache = new_cache(config=model.config)  # a prefill builds its own cache
+        elif cache.get_seq_length() > cached:
+            cache.crop(cached - int(cache.get_seq_length()))
+        return partial(_hf_forward, forward, step, cache, cached, shape.kept)
+
+    return prepare
+
+
+def compile_model(model):
+    """``torch.compile`` with dynamic shapes (one compile per dtype; see the module docstring)."""
+    torch._dynamo.reset()
+    return torch.compile(model, dynamic=True)
+
+
+def linear_weights(model) -> list[tuple[torch.Tensor, bool, bool]]:
+    """Every weight product of ``model``: (weight, is GPT-2's Conv1D (x @ W), is the output
+    head)."""
+    from transformers.pytorch_utils import Conv1D
+
+    head = model.get_output_embeddings()
+    return [(m.weight, isinstance(m, Conv1D), m is head) for m in model.modules()
+            if isinstance(m, (torch.nn.Linear, Conv1D))]
+
+
+def weight_bytes(model) -> int:
+    """Bytes of the weights of ``linear_weights`` (a tied weight once)."""
+    unique = {w.data_ptr(): w.nbytes for w, _, _ in linear_weights(model)}
+    return sum(unique.values())
+
+
+def floor_inputs(model, shape: Shape) -> list[tuple[torch.Tensor, torch.Tensor, bool]]:
+    """(x, weight, is Conv1D) for every product of ``linear_weights``: x has the step's
+    ``shape.fed`` rows (the output head's: the positions whose logits the step keeps)."""
+    inputs = []
+    for weight, conv1d, head in linear_weights(model):
+        width = weight.shape[0] if conv1d else weight.shape[1]
+        rows = shape.rows * shape.kept if head else shape.fed
+        inputs.append((torch.randn(rows, width, dtype=weight.dtype), weight, conv1d))
+    return inputs
+
+
+def floor_prepare(model, shape: Shape) -> Callable[[], Callable[[], object]]:
+    """``prepare`` for ``_median_ms``: every product of ``floor_inputs``."""
+    inputs = floor_inputs(model, shape)
+
+    @torch.inference_mode()
+    def call() -> None:
+        for x, weight, conv1d in inputs:
+            torch.matmul(x, weight) if conv1d else F.linear(x, weight)
+
+    return lambda: call
+
+
+class _Compiled:
+    """The compiled column of one dtype: the compiled model, or the reason it failed."""
+
+    def __init__(self, model, enabled: bool) -> None:
+        self.model, self.error = (compile_model(model) if enabled else None), None
+
+    def measure(self, model, shape: Shape, config: EngineBenchConfig
+                ) -> tuple[float | None, float | None]:
+        if self.model is None or self.error is not None:
+            return None, None
+        try:
+            return _median_ms(_hf_prepare(model, self.model, shape, config.context, True),
+                              config.repeats)
+        except Exception as exc:  # noqa: BLE001 - the column stays empty, the run goes on
+            self.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            return None, None
+
+
+def _measure_shape(shape: Shape, engines: dict[str, EngineRows], model, compiled: _Compiled,
+                   config: EngineBenchConfig, note: Callable[[str], None]) -> ShapeResult:
+    """Every column of one shape but the bandwidth limit (``bandwidth_ms`` is left 0)."""
+    cells = {}
+    for name, rows in engines.items():
+        note(f"engine {name}")
+        cells[name] = _median_ms(partial(rows.prepare, shape), config.repeats)[0]
+        rows.close_prefill()
+    note("transformers eager")
+    cells["eager"] = _median_ms(_hf_prepare(model, model, shape, config.context, False),
+                                config.repeats)[0]
+    note("transformers compiled")
+    compiled_ms, compile_ms = compiled.measure(model, shape, config)
+    note("torch floor")
+    floor_ms = _median_ms(floor_prepare(model, shape), config.repeats)[0]
+    return ShapeResult(shape, cells["plain"], cells["invariant"], cells["eager"], compiled_ms,
+                       floor_ms, 0.0, shape.fed,
+                       None if compile_ms is None else compile_ms / 1000)
+
+
+class _Counter:
+    """Progress over every cell of the run."""
+
+    def __init__(self, progress: OnProgress, total: int) -> None:
+        self.progress, self.total, self.done = progress, total, 0
+
+    def note(self, prefix: str) -> Callable[[str], None]:
+        """A cell's announcer for descriptions that begin with ``prefix``."""
+        def announce(column: str) -> None:
+            self.progress(f"{prefix}: {column}", self.done, self.total)
+            self.done += 1
+
+        return announce
+
+
+def _measure_dtype(dtype: str, config: EngineBenchConfig, bandwidth: float,
+                   counter: _Counter) -> DtypeResult:
+    runner = ModelRunner.load(ModelSpec(str(config.target), dtype=dtype))
+    model = AutoModelForCausalLM.from_pretrained(config.target, dtype=DTYPES[dtype]).eval()
+    engines = {"plain": EngineRows(runner, False, config),
+               "invariant": EngineRows(runner, True, config)}
+    compiled = _Compiled(model, config.hf_compile)
+    try:
+        results = [_measure_shape(shape, engines, model, compiled, config,
+                                  counter.note(f"{dtype} {shape.name}"))
+                   for shape in config.shapes()]
+    finally:
+        for rows in engines.values():
+            rows.close()
+    total_bytes = weight_bytes(model)
+    for result in results:
+        result.bandwidth_ms = 1000 * total_bytes / bandwidth
+        if compiled.error:
+            result.compiled_ms = result.compile_s = None
+    return DtypeResult(dtype, total_bytes, results, compiled.error)
+
+
+def run_engine_bench(config: EngineBenchConfig,
+                     progress: OnProgress = lambda description, done, total: None
+                     ) -> EngineBenchResult:
+    """Every shape's cells in every dtype (see the module docstring), on ``config.threads``
+    torch threads (the caller's count is restored afterwards)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(config.threads)
+    try:
+        progress("memory read bandwidth", 0, 1)
+        bandwidth = read_bandwidth(config.bandwidth_mib << 20)
+        counter = _Counter(progress, len(config.dtypes) * len(config.shapes()) * len(COLUMNS))
+        dtypes = [_measure_dtype(d, config, bandwidth, counter) for d in config.dtypes]
+        progress("done", counter.total, counter.total)
+    finally:
+        torch.set_num_threads(before)
+    return EngineBenchResult(machine(), config.threads, cpu_flags(), bandwidth / 1e9,
+                             config.context, config.repeats, str(config.target), dtypes)
+
+
+def run_on_console(config: EngineBenchConfig, console: Console) -> EngineBenchResult:
+    """``run_engine_bench`` with a progress bar, then each dtype's table printed and saved to
+    ``config.out``."""
+    started = time.perf_counter()
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn()]
+    with Progress(*columns, console=console) as bar:
+        task = bar.add_task("starting", total=None)
+        result = run_engine_bench(config, lambda description, done, total: bar.update(
+            task, description=description, completed=done, total=total))
+    console.print(f"memory read bandwidth {result.bandwidth_gb_s:.1f} GB/s; the run took "
+                  f"{time.perf_counter() - started:.0f} s")
+    for dtype in result.dtypes:
+        console.print(f"\n{header(result, dtype)}\n\n{table(dtype)}", markup=False,
+                      highlight=False, soft_wrap=True)
+    for path in save(result, config.out):
+        console.print(f"wrote {path}")
+    return result
+
+
+def main() -> None:
+    """``python -m cascade.bench.engine``: what ``cascade bench-engine`` runs."""
+    import argparse
+
+    from cascade.tools.pairs import default_pair
+
+    parser = argparse.ArgumentParser(description="The verify engine's step beside "
+                                     "transformers, torch's floor and the bandwidth limit.")
+    parser.add_argument("--target", type=Path, default=None,
+                        help="model folder (default: SmolLM2-135M-Instruct)")
+    parser.add_argument("--dtype", action="append", choices=BENCH_DTYPES, dest="dtypes",
+                        help="repeat for several (default: float32 and bfloat16)")
+    parser.add_argument("--threads", type=int, default=default_threads(),
+                        help="torch threads (default: all cores)")
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="timed calls per cell after a warm-up (the median is reported)")
+    parser.add_argument("--context", type=int, default=100, help="cached tokens per row")
+    parser.add_argument("--hf-compile", action=argparse.BooleanOptionalAction, default=True,
+                        help="also time transformers under torch.compile (minutes)")
+    parser.add_argument("--out", type=Path, default=Path("runs/bench-engine"),
+                        help="where engine.json and table.md go")
+    args = parser.parse_args()
+    target = args.target or default_pair(None, None, "smollm2")[0]
+    run_on_console(EngineBenchConfig(target, tuple(args.dtypes or BENCH_DTYPES), args.threads,
+                                     args.repeats, args.context, args.hf_compile, args.out),
+                   Console())
+
+
+if __name__ == "__main__":
+    main()
