@@ -34,12 +34,12 @@ from __future__ import annotations
 from collections import defaultdict
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.nn.functional as F
 
-from cascade.core.row_rules import RowRule, padded
+from cascade.core.row_rules import Invariance, RowRule, padded, probe
 
 KEY_BLOCK = 64
 """Key spans end on a multiple of this many positions (the masked keys a decode step pays)."""
@@ -310,6 +310,14 @@ def _dense_plan(call: DenseCall, window, groups: int, stride: int, length: int) 
                           _visible(torch.arange(first, end), [p for _, p in chosen], window))
             members.append(group)
     return buckets(members, groups, call.rule, call.pad_limit)
+
+
+def probe_invariance(model) -> Invariance:
+    """``row_rules.probe``'s rules for ``model`` on this machine, with the span the attention
+    products may be padded to (``span_pad_limit``; 0 where no rule was verified)."""
+    found = probe(model)
+    return replace(found, pad_limit=span_pad_limit(model, found.attention) if found.verified
+                   else 0)
 
 
 PAD_PROBE_LIMIT = 4096

@@ -63,11 +63,8 @@ def probe(model, seed: int = 0) -> Invariance:
     if linear is None or attention is None:
         log.warning("no row rule makes this model's matrix products row-invariant on this "
                     "machine: the batch-invariant pass is unverified")
-    from cascade.core.invariant import span_pad_limit
-
     return Invariance(linear or RULES[-1], attention or RULES[-1],
-                      linear is not None and attention is not None,
-                      span_pad_limit(model, attention) if attention is not None else 0)
+                      linear is not None and attention is not None)
 
 
 def _counts(rule: RowRule, groups: int = 1) -> list[int]:

@@ -21,8 +21,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreT
 
 from cascade.core.dtypes import auto_dtype
 from cascade.core import packed_weights
-from cascade.core.invariant import DenseCall, dense_call
-from cascade.core.row_rules import Invariance, probe
+from cascade.core.invariant import DenseCall, dense_call, probe_invariance
+from cascade.core.row_rules import Invariance
 from cascade.core.packed import enable, rope_switch
 from cascade.core.vocab_map import VocabMap
 from cascade.core.prefix_share import adopt_prefix, common_prefix_len
@@ -92,7 +92,7 @@ class ModelRunner:
     def probed_invariance(self) -> Invariance:
         with _PROBE_LOCK:
             if self.invariance is None:
-                self.invariance = probe(self.model)
+                self.invariance = probe_invariance(self.model)
             return self.invariance
 
     def set_invariant(self, on: bool = True) -> None:
