@@ -117,13 +117,24 @@ def _median_ms(prepare: Callable[[], Callable[[], object]], repeats: int
                ) -> tuple[float, float]:
     """``prepare()`` sets up one call untimed and returns it; the first call is a warm-up.
     Returns (median ms of the other ``repeats``, the warm-up's ms)."""
-    times = []
+    medians, warm_up = _interleaved({"only": prepare}, repeats)
+    return medians["only"], warm_up["only"]
+
+
+def _interleaved(prepares: dict[str, Callable[[], Callable[[], object]]], repeats: int
+                 ) -> tuple[dict[str, float], dict[str, float]]:
+    """Each column's warm-up call, then ``repeats`` rounds timing one call of every column in
+    turn (so a machine that slows down for a while slows every column alike). Returns (median
+    ms per column, warm-up ms per column)."""
+    times: dict[str, list[float]] = {name: [] for name in prepares}
     for _ in range(repeats + 1):
-        call = prepare()
-        started = time.perf_counter()
-        call()
-        times.append(1000 * (time.perf_counter() - started))
-    return statistics.median(times[1:]), times[0]
+        for name, prepare in prepares.items():
+            call = prepare()
+            started = time.perf_counter()
+            call()
+            times[name].append(1000 * (time.perf_counter() - started))
+    return ({name: statistics.median(t[1:]) for name, t in times.items()},
+            {name: t[0] for name, t in times.items()})
 
 
 def cpu_flags() -> dict[str, bool]:
@@ -334,21 +345,19 @@ class _Compiled:
 
 def _measure_shape(shape: Shape, engines: dict[str, EngineRows], model, compiled: _Compiled,
                    config: EngineBenchConfig, note: Callable[[str], None]) -> ShapeResult:
-    """Every column of one shape but the bandwidth limit (``bandwidth_ms`` is left 0)."""
-    cells = {}
-    for name, rows in engines.items():
-        note(f"engine {name}")
-        cells[name] = _median_ms(partial(rows.prepare, shape), config.repeats)[0]
+    """Every column of one shape but the bandwidth limit (``bandwidth_ms`` is left 0); the
+    engine, eager and floor columns interleaved (``_interleaved``)."""
+    note("engine plain, engine invariant, transformers eager, torch floor", 4)
+    prepares = {name: partial(rows.prepare, shape) for name, rows in engines.items()}
+    prepares["eager"] = _hf_prepare(model, model, shape, config.context, False)
+    prepares["floor"] = floor_prepare(model, shape)
+    cells, _ = _interleaved(prepares, config.repeats)
+    for rows in engines.values():
         rows.close_prefill()
-    note("transformers eager")
-    cells["eager"] = _median_ms(_hf_prepare(model, model, shape, config.context, False),
-                                config.repeats)[0]
     note("transformers compiled")
     compiled_ms, compile_ms = compiled.measure(model, shape, config)
-    note("torch floor")
-    floor_ms = _median_ms(floor_prepare(model, shape), config.repeats)[0]
     return ShapeResult(shape, cells["plain"], cells["invariant"], cells["eager"], compiled_ms,
-                       floor_ms, 0.0, shape.fed,
+                       cells["floor"], 0.0, shape.fed,
                        None if compile_ms is None else compile_ms / 1000)
 
 
@@ -360,9 +369,9 @@ class _Counter:
 
     def note(self, prefix: str) -> Callable[[str], None]:
         """A cell's announcer for descriptions that begin with ``prefix``."""
-        def announce(column: str) -> None:
+        def announce(column: str, cells: int = 1) -> None:
             self.progress(f"{prefix}: {column}", self.done, self.total)
-            self.done += 1
+            self.done += cells
 
         return announce
 

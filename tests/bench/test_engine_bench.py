@@ -1,6 +1,7 @@
 """``cascade bench-engine`` on a tiny Llama (no speed assertions): every cell is measured, the
 floor multiplies as many rows as the step feeds, the tables name every shape."""
 
+import copy
 import json
 
 import pytest
@@ -51,7 +52,7 @@ def test_the_floor_multiplies_the_tokens_the_step_feeds(result):
 
 def test_the_floor_feeds_every_weight_the_steps_rows(result):
     config, _, _ = result
-    model = tiny_llama(seed=3).model
+    model = copy.deepcopy(tiny_llama(seed=3).model)  # plain modules, as transformers loads
     shapes = {s.name: s for s in config.shapes()}
     inputs = floor_inputs(model, shapes["4 rows x 1"])
     head = model.get_output_embeddings().weight
