@@ -294,4 +294,12 @@ async def test_a_planning_verifier_does_not_count_pre_drafting_as_waited_for(
     # decoded alone (none are made while the verifier decodes the session alone)
     assert drafted and all(r.speculation == (HIT[0] if path == "hit"
                                              else common_pb2.SPECULATION_MISS) for r in drafted)
-    assert exposed == 1.0 if path == "miss" else exposed <= 0.7 ** len(drafted) + 1e-9
+    if path == "miss":
+        assert exposed == 1.0
+    else:  # each pre-drafted block's sample is 0: after n of them the average is <= 0.7 ** n
+        # (a block drafted after a round decoded alone, which a busy machine can cause, is
+        # waited for and counts 1, so the run's trailing pre-drafted blocks bound it)
+        trailing = 0
+        for block in (r for r in rounds if r.num_drafted):
+            trailing = trailing + 1 if block.speculation == HIT[0] else 0
+        assert trailing >= 1 and exposed <= 0.7 ** trailing + 1e-9
