@@ -26,7 +26,8 @@ from cascade.core.invariant import KEY_BLOCK
 from cascade.core.row_rules import padded
 from cascade.core.kv_store import KVShape, KVStore, Region, default_budget
 from cascade.core.logprobs import leading_entries, score_ahead
-from cascade.core.packed import Feed, enable, packed_forward, rope_switch
+from cascade.core.packed import Feed, enable, packed_forward
+from cascade.core.row_rope import rope_switch
 from cascade.core.prefix_share import PrefixShare
 from cascade.core.runner import ForwardOutput, ModelRunner, common_prefix_len
 from cascade.core.trees import leaf_chain_len

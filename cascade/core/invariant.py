@@ -328,7 +328,7 @@ def span_pad_limit(model, rule: RowRule, seed: int = 0) -> int:
     """The longest span (whole key blocks, 0 for none) up to which ``canonical_attention``
     gives a query the same numbers over its key span alone and padded with masked key blocks
     (next to a group of another span), for this model's head sizes and query counts the rule
-    gives: groups of spans up to it share one product (``buckets``). Past some length the
+    gives (spans sampled for each length: one block, half of it, one block short of it): groups of spans up to it share one product (``buckets``). Past some length the
     products over keys block their reduction by the key count, so the limit is probed, not
     assumed."""
     config = model.config

@@ -30,7 +30,6 @@ bidirectional attention, linear-attention layers, attention outside ``AttentionI
 from __future__ import annotations
 
 import sys
-from contextvars import ContextVar
 from dataclasses import dataclass
 
 import torch
@@ -38,10 +37,11 @@ import torch.nn.functional as F
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
-from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from cascade.core import invariant
 from cascade.core.kv_store import KVStore, Region
+from cascade.core.row_rope import (ROWS, config_rope_types, has_length_dependent_rope,
+                                   is_length_dependent, per_row_rotary)
 from cascade.core.row_rules import Invariance
 from cascade.core.trees import ancestor_mask
 from cascade.protocol.trees import depths
@@ -56,8 +56,6 @@ _PREPARED_MASK = torch.ones(1, 1, 1, 1, dtype=torch.bool)
 _SUPPORTED_LAYER_TYPES = {"full_attention", "sliding_attention"}
 _UNSUPPORTED_KWARGS = {"s_aux": "attention sinks", "sinks": "attention sinks",
                        "position_bias": "an attention position bias"}
-_ROWS: ContextVar[tuple[tuple[int, int], ...] | None] = ContextVar("packed_rows", default=None)
-"""During a packed pass: (tokens fed, sequence length after the step) per row, in order."""
 
 
 class UnsupportedModel(ValueError):
@@ -366,8 +364,8 @@ def unsupported_reason(model) -> str | None:
         return "it uses bidirectional attention (use_bidirectional_attention)"
     if any(hasattr(m, "sinks") for m in model.modules()):
         return "its attention has sinks"
-    dependent = sorted(t for t in _config_rope_types(config) if _is_length_dependent(t))
-    if dependent and not any(_has_length_dependent_rope(m) for m in model.modules()):
+    dependent = sorted(t for t in config_rope_types(config) if is_length_dependent(t))
+    if dependent and not any(has_length_dependent_rope(m) for m in model.modules()):
         return (f"its rope ({dependent}) depends on the sequence length and has no rotary "
                 f"module that can be computed per row")
     if not getattr(model, "_supports_sdpa", True) and not hasattr(
@@ -388,74 +386,8 @@ def enable(model) -> None:
     model.set_attn_implementation(ATTENTION if getattr(model, "_supports_sdpa", True)
                                   else ATTENTION_EAGER)
     for module in model.modules():
-        if _has_length_dependent_rope(module):
-            module.register_forward_hook(_per_row_rotary, with_kwargs=True)
-
-
-def rope_switch(model) -> int | None:
-    """For a model whose rotary frequencies depend on the row's length (LongRoPE, dynamic NTK):
-    the longest row of the first regime (its original positions), so a position's keys depend
-    on the pass that fed it; None for any other model."""
-    config = model.config
-    if not any(_is_length_dependent(t) for t in _config_rope_types(config)):
-        return None
-    params = getattr(config, "rope_parameters", None) or {}
-    return (params.get("original_max_position_embeddings")
-            or getattr(config, "original_max_position_embeddings", None)
-            or config.max_position_embeddings)
-
-
-def _is_length_dependent(rope_type: str) -> bool:
-    """The rope types whose frequencies transformers recomputes from the longest position."""
-    return "dynamic" in rope_type or rope_type == "longrope"
-
-
-def _config_rope_types(config) -> set[str]:
-    params = getattr(config, "rope_parameters", None) or {}
-    per_layer_type = [p for p in params.values() if isinstance(p, dict)]
-    return {p.get("rope_type", "default") for p in per_layer_type or [params]}
-
-
-def _has_length_dependent_rope(module) -> bool:
-    rope_type = getattr(module, "rope_type", None)
-    types = rope_type.values() if isinstance(rope_type, dict) else [rope_type]
-    return (hasattr(type(module).forward, "__wrapped__")
-            and any(isinstance(t, str) and _is_length_dependent(t) for t in types))
-
-
-def _per_row_rotary(module, args, kwargs, output):
-    """Forward hook on a rotary embedding: inside a packed pass, recompute (cos, sin) row by
-    row, each from its own sequence length (transformers' update looks at the whole batch)."""
-    rows = _ROWS.get()
-    if rows is None:
-        return None
-    bound = dict(zip(("x", "position_ids", "layer_type"), args)) | kwargs
-    x, positions, layer_type = bound["x"], bound["position_ids"], bound.get("layer_type")
-    parts, offset = [], 0
-    for count, length in rows:
-        span = slice(offset, offset + count)
-        parts.append(_rotary_row(module, x[:, span], positions[..., span], layer_type, length))
-        offset += count
-    return tuple(torch.cat(chunks, dim=-2) for chunks in zip(*parts))
-
-
-def _rotary_row(module, x, positions, layer_type, length):
-    """(cos, sin) for one row [1, count, dim], with the frequencies transformers uses for a
-    sequence of ``length`` positions (computed afresh: its dynamic update keeps state)."""
-    rope_type = module.rope_type if layer_type is None else module.rope_type[layer_type]
-    extra = {} if layer_type is None else {"layer_type": layer_type}
-    forward = type(module).forward.__wrapped__  # without transformers' batch-wide update
-    if not _is_length_dependent(rope_type):
-        return forward(module, x, positions, **extra)
-    name = "inv_freq" if layer_type is None else f"{layer_type}_inv_freq"
-    inv_freq, _ = ROPE_INIT_FUNCTIONS[rope_type](module.config, x.device, seq_len=length,
-                                                 **extra)
-    saved = getattr(module, name)
-    setattr(module, name, inv_freq.to(saved.dtype))
-    try:
-        return forward(module, x, positions, **extra)
-    finally:
-        setattr(module, name, saved)
+        if has_length_dependent_rope(module):
+            module.register_forward_hook(per_row_rotary, with_kwargs=True)
 
 
 @torch.inference_mode()
@@ -480,7 +412,7 @@ def packed_forward(model, store: KVStore, feeds: list[Feed], keep: torch.Tensor,
         keep = torch.cat([keep, keep[-1:].expand(invariance.linear.pad(wanted) - wanted)])
     step = PackedStep(store, feeds, fill, invariance)
     lengths = [(len(f.tokens), int(p.max()) + 1) for f, p in zip(feeds, row_positions)]
-    rows = _ROWS.set(tuple(lengths + ([(fill, 1)] if fill else [])))
+    rows = ROWS.set(tuple(lengths + ([(fill, 1)] if fill else [])))
     try:
         output = model(input_ids=tokens[None].to(device),
                        position_ids=positions[None].to(device), past_key_values=step,
@@ -488,7 +420,7 @@ def packed_forward(model, store: KVStore, feeds: list[Feed], keep: torch.Tensor,
                        logits_to_keep=keep.to(device), output_hidden_states=hidden,
                        packed_step=step)
     finally:
-        _ROWS.reset(rows)
+        ROWS.reset(rows)
     states = tuple(h[0, :count] for h in output.hidden_states) if hidden else ()
     return output.logits[0, :wanted].float(), states
 

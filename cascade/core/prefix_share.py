@@ -21,7 +21,7 @@ logits it needs, which is always fed. Rows that ask for hidden states of every p
 feature drafter's context) are left alone.
 
 Not shared: models whose rotary frequencies depend on the row's length (LongRoPE, dynamic NTK,
-``packed.rope_switch``): a position's keys there depend on the length of the pass that fed it,
+``row_rope.rope_switch``): a position's keys there depend on the length of the pass that fed it,
 so a copy could come from the other regime.
 
 Who shares: caches of one *scope* only (``RegionCache.scope``, ``SequenceCache.scope``; the

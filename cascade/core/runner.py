@@ -23,7 +23,8 @@ from cascade.core.dtypes import auto_dtype
 from cascade.core import packed_weights
 from cascade.core.invariant import DenseCall, dense_call, probe_invariance
 from cascade.core.row_rules import Invariance
-from cascade.core.packed import enable, rope_switch
+from cascade.core.packed import enable
+from cascade.core.row_rope import rope_switch
 from cascade.core.vocab_map import VocabMap
 from cascade.core.prefix_share import adopt_prefix, common_prefix_len
 
