@@ -27,6 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from cascade.core.kv_store import attention_heads
+
 
 @dataclass(frozen=True)
 class FeatureDrafterConfig:
@@ -50,8 +52,7 @@ class FeatureDrafterConfig:
         layers, hidden = c.num_hidden_layers, c.hidden_size
         rope = getattr(c, "rope_parameters", None) or {}
         theta = rope.get("rope_theta", getattr(c, "rope_theta", 10000.0))
-        heads = c.num_attention_heads
-        kv_heads = getattr(c, "num_key_value_heads", None) or heads
+        heads, kv_heads, _ = attention_heads(c)
         inner = getattr(c, "intermediate_size", None) or getattr(c, "n_inner", None) or 4 * hidden
         eps = getattr(c, "rms_norm_eps", None) or 1e-5
         picked = sorted({min(3, layers), layers // 2 + 1, max(layers - 2, 1)})

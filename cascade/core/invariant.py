@@ -39,6 +39,7 @@ from dataclasses import dataclass, field, replace
 import torch
 import torch.nn.functional as F
 
+from cascade.core.kv_store import attention_heads
 from cascade.core.row_rules import Invariance, RowRule, padded, probe
 
 KEY_BLOCK = 64
@@ -99,7 +100,7 @@ def plan(feeds, window: int | None, groups: int, rule: RowRule, pad_limit: int =
 
 
 SPAN_WASTE = 2.0
-"""Groups of different spans share a bucket while its padded keys stay within this factor of
+"""Groups of different spans share a padded product while its keys stay within this factor of
 their own (one long row gets a product of its own rather than making short ones pay for it)."""
 
 
@@ -118,15 +119,23 @@ def buckets(members: list[Group], groups: int, rule: RowRule, pad_limit: int = 0
         else:
             by_key[len(group.slots), rule.pad(len(group.rows))].append(group)
     out = [_bucket(span, rows, chosen, groups) for (span, rows), chosen in by_key.items()]
+    return out + [_merged([short[i] for i in chosen], groups, rule)
+                  for chosen in span_groups([len(g.slots) for g in short])]
+
+
+def span_groups(spans: list[int]) -> list[list[int]]:
+    """Indices of ``spans`` grouped for products padded to their longest: in order of span, a
+    new group begun where padding every member to the longest would pass ``SPAN_WASTE`` times
+    their own total (the invariant attention's buckets, the plain pass's batches of rows)."""
+    out: list[list[int]] = []
     chosen, total = [], 0
-    for group in sorted(short, key=lambda g: len(g.slots)):
-        span = len(group.slots)
-        if chosen and span * (len(chosen) + 1) > SPAN_WASTE * (total + span):
-            out.append(_merged(chosen, groups, rule))
+    for i in sorted(range(len(spans)), key=spans.__getitem__):
+        if chosen and spans[i] * (len(chosen) + 1) > SPAN_WASTE * (total + spans[i]):
+            out.append(chosen)
             chosen, total = [], 0
-        chosen.append(group)
-        total += span
-    return out + ([_merged(chosen, groups, rule)] if chosen else [])
+        chosen.append(i)
+        total += spans[i]
+    return out + ([chosen] if chosen else [])
 
 
 def _merged(members: list[Group], groups: int, rule: RowRule) -> Bucket:
@@ -328,13 +337,10 @@ def span_pad_limit(model, rule: RowRule, seed: int = 0) -> int:
     """The longest span (whole key blocks, 0 for none) up to which ``canonical_attention``
     gives a query the same numbers over its key span alone and padded with masked key blocks
     (next to a group of another span), for this model's head sizes and query counts the rule
-    gives (spans sampled for each length: one block, half of it, one block short of it): groups of spans up to it share one product (``buckets``). Past some length the
-    products over keys block their reduction by the key count, so the limit is probed, not
-    assumed."""
-    config = model.config
-    heads = config.num_attention_heads
-    kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    gives (spans sampled for each length: one block, half of it, one block short of it):
+    groups of spans up to it share one product (``buckets``). Past some length the products
+    over keys block their reduction by the key count, so the limit is probed, not assumed."""
+    heads, kv_heads, dim = attention_heads(model.config)
     generator = torch.Generator().manual_seed(seed)
     limit = KEY_BLOCK
     for padded_to in range(2 * KEY_BLOCK, PAD_PROBE_LIMIT + 1, KEY_BLOCK):

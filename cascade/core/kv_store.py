@@ -32,6 +32,13 @@ class Region:
     size: int
 
 
+def attention_heads(config) -> tuple[int, int, int]:
+    """(query heads, key/value heads, head size) of a transformers model config."""
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    return heads, kv_heads, getattr(config, "head_dim", None) or config.hidden_size // heads
+
+
 @dataclass(frozen=True)
 class KVShape:
     """What one cached position holds, per layer."""
@@ -43,11 +50,9 @@ class KVShape:
 
     @classmethod
     def of(cls, model) -> KVShape:
-        c = model.config
-        heads = c.num_attention_heads
-        kv_heads = getattr(c, "num_key_value_heads", None) or heads
-        head_dim = getattr(c, "head_dim", None) or c.hidden_size // heads
-        return cls(c.num_hidden_layers, kv_heads, head_dim, next(model.parameters()).dtype)
+        _, kv_heads, head_dim = attention_heads(model.config)
+        return cls(model.config.num_hidden_layers, kv_heads, head_dim,
+                   next(model.parameters()).dtype)
 
     @property
     def bytes_per_token(self) -> int:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from itertools import accumulate
 
 import torch
 import torch.nn.functional as F
@@ -196,28 +197,15 @@ class RowBatch:
         return picked.transpose(0, 1).to(dtype)
 
 
-BATCH_WASTE = 2.0
-"""A batch of rows pads their keys to its longest row's; rows join a batch while its padded
-keys stay within this factor of their own (so one long row among short ones gets a call of
-its own rather than making every short row attend over its length)."""
-
-
 def batched_rows(feeds: list[Feed], window: int | None, device: torch.device
                  ) -> list[RowBatch]:
-    """The step's rows grouped into ``RowBatch``es: rows sorted by key span, a new batch
-    begun where padding to the longest would exceed ``BATCH_WASTE``."""
-    offsets = torch.tensor([0] + [len(f.tokens) for f in feeds]).cumsum(0).tolist()
+    """The step's rows grouped into ``RowBatch``es by key span (``invariant.span_groups``: one
+    long row among short ones gets a call of its own rather than making every short row
+    attend over its length)."""
+    offsets = list(accumulate((len(f.tokens) for f in feeds), initial=0))
     spans = [f.length - _first_key(f, window) for f in feeds]
-    order = sorted(range(len(feeds)), key=lambda i: spans[i])
-    groups: list[list[int]] = [[]]
-    for i in order:
-        group = groups[-1]
-        if group and spans[i] * (len(group) + 1) > BATCH_WASTE * (sum(spans[j] for j in group)
-                                                                  + spans[i]):
-            groups.append(group := [])
-        group.append(i)
     return [_row_batch([feeds[i] for i in g], [offsets[i] for i in g], window, device)
-            for g in groups]
+            for g in invariant.span_groups(spans)]
 
 
 def _first_key(feed: Feed, window: int | None) -> int:

@@ -36,8 +36,11 @@ PACKABLE_DTYPES = (torch.float32, torch.bfloat16)
 def available(model) -> bool:
     """Whether ``model``'s products can run packed: on the CPU, with oneDNN, in float32 or
     bfloat16, unless the environment sets ``CASCADE_PACKED_WEIGHTS=0``."""
-    parameter = next(model.parameters())
-    return (parameter.device.type == "cpu" and parameter.dtype in PACKABLE_DTYPES
+    return _packable(next(model.parameters()))
+
+
+def _packable(tensor: torch.Tensor) -> bool:
+    return (tensor.device.type == "cpu" and tensor.dtype in PACKABLE_DTYPES
             and torch.backends.mkldnn.is_available()
             and os.environ.get("CASCADE_PACKED_WEIGHTS", "1") != "0")
 
@@ -56,18 +59,16 @@ def pack(model) -> int:
                      if p is not None)
     count = 0
     for module in model.modules():
-        if type(module) is nn.Linear:
-            _swap(module, PackedLinear, module.weight, shared[id(module.weight)] > 1)
-        elif type(module) is Conv1D:
-            _swap(module, PackedConv1D, module.weight.t(), shared[id(module.weight)] > 1)
-        else:
-            continue
-        count += 1
+        kind = _PACKED_KINDS.get(type(module))
+        if kind is not None:
+            _swap(module, kind, shared[id(module.weight)] > 1)
+            count += 1
     return count
 
 
-def _swap(module: nn.Module, kind: type, weight: torch.Tensor, keep_dense: bool) -> None:
-    """``weight``: [out, in]."""
+def _swap(module: nn.Module, kind: type, keep_dense: bool) -> None:
+    """Make ``module`` (an ordinary ``kind.plain``) a packed ``kind``."""
+    weight = kind.out_by_in(module.weight)
     with torch.no_grad():
         packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), None)
     module.__class__ = kind
@@ -113,9 +114,8 @@ class _Packed:
         kept, plain, kind = self.dense_kept, self.plain, type(self)
         _unpack(self, plain, self._dense())
         plain._apply(self, fn, recurse)
-        weight = self.weight
-        if weight.device.type == "cpu" and weight.dtype in PACKABLE_DTYPES:
-            _swap(self, kind, weight if plain is nn.Linear else weight.t(), kept)
+        if _packable(self.weight):
+            _swap(self, kind, kept)
         return self
 
 
@@ -137,6 +137,11 @@ class PackedLinear(_Packed, nn.Linear):
 
     plain = nn.Linear
 
+    @staticmethod
+    def out_by_in(weight: torch.Tensor) -> torch.Tensor:
+        """The plain module's weight as the [out, in] matrix that is packed."""
+        return weight
+
     def _dense(self) -> torch.Tensor:
         return self.packed.to_dense()
 
@@ -146,5 +151,12 @@ class PackedConv1D(_Packed, Conv1D):
 
     plain = Conv1D
 
+    @staticmethod
+    def out_by_in(weight: torch.Tensor) -> torch.Tensor:
+        return weight.t()
+
     def _dense(self) -> torch.Tensor:
         return self.packed.to_dense().t().contiguous()
+
+
+_PACKED_KINDS = {nn.Linear: PackedLinear, Conv1D: PackedConv1D}

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import torch
 
+from cascade.core.kv_store import attention_heads
+
 log = logging.getLogger(__name__)
 
 
@@ -85,7 +87,7 @@ def _distinct_weights(model) -> list:
             width, out = module.nx, module.nf
         else:
             continue
-        dtype = module.bias.dtype if module.bias is not None else _weight_dtype(module)
+        dtype = _weight_dtype(module)
         key = (type(module), width, out, dtype)
         if key not in seen:
             seen.add(key)
@@ -94,6 +96,7 @@ def _distinct_weights(model) -> list:
 
 
 def _weight_dtype(module) -> torch.dtype:
+    """The dtype of the module's product (a packed weight's, without unpacking it)."""
     packed = getattr(module, "packed", None)
     return packed.dtype if packed is not None else module.weight.dtype
 
@@ -115,10 +118,7 @@ def _rows_invariant(product, width: int, dtype: torch.dtype, counts: list[int],
 
 def _attention_invariant(model, rule: RowRule, generator: torch.Generator) -> bool:
     """The two attention products, in float32, for a few key spans and batch sizes."""
-    config = model.config
-    heads = config.num_attention_heads
-    kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    heads, kv_heads, dim = attention_heads(model.config)
     counts = _counts(rule, heads // kv_heads)
     for span in (64, 256):
         keys = torch.randn(span, dim, generator=generator)

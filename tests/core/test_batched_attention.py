@@ -6,10 +6,10 @@ are grouped into batches by their key spans."""
 import pytest
 import torch
 
-from cascade.core.invariant import Group, buckets
+from cascade.core.invariant import SPAN_WASTE, Group, buckets
 from cascade.core.kv_store import KVShape, KVStore
 from cascade.core.row_rules import RowRule
-from cascade.core.packed import BATCH_WASTE, Feed, batched_rows, enable, packed_forward
+from cascade.core.packed import Feed, batched_rows, enable, packed_forward
 from cascade.core.trees import ancestor_mask
 from models import tiny_gemma2, tiny_gpt2, tiny_llama, tiny_mistral, tiny_qwen2_sliding
 
@@ -73,7 +73,7 @@ def test_one_long_row_is_batched_apart_from_short_ones():
     batches = batched_rows(_feeds([10, 12, 2000, 11]), None, torch.device("cpu"))
     assert [(b.rows, b.span) for b in batches] == [(3, 13), (1, 2001)]
     assert batches[1].first_slot == 10 + 1 + 12 + 1  # the third region's first slot
-    assert 3 * 13 <= BATCH_WASTE * (11 + 12 + 13)
+    assert 3 * 13 <= SPAN_WASTE * (11 + 12 + 13)
 
 
 def test_a_row_alone_reads_its_keys_as_a_view_of_the_store():
