@@ -1,7 +1,9 @@
-"""Admission: a session's KV memory (prompt plus max_new_tokens) is reserved when it opens; when
-the engine's budget has no room, the open waits up to ``admission_wait_s`` for closing sessions
-to make some, then fails with RESOURCE_EXHAUSTED (``Overloaded``), which the gateway turns into
-HTTP 429.
+"""Admission: a session opens when the engine's KV store has the blocks its context needs now
+(not its whole max_tokens: blocks grow with the sequence, and running sequences are preempted
+when they run out, ``cascade.core.paged_cache``); when it has not, the open waits up to
+``admission_wait_s`` for closing sessions to make some, then fails with RESOURCE_EXHAUSTED
+(``Overloaded``), which the gateway turns into HTTP 429. One whose prompt plus max_tokens could
+never fit the whole store fails at once.
 
 Fair share: while sessions of another prefix scope (another API key: ``SessionOpen.prefix_scope``)
 that holds less than ``max_kv_share`` of the budget wait for memory, a scope that would pass that
@@ -17,6 +19,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from cascade.core.engine import KVBudgetExhausted, VerifyEngine
+from cascade.core.kv_store import BLOCK_SIZE
 from cascade.serving import metrics
 from cascade.serving.errors import Overloaded
 
@@ -33,7 +36,7 @@ class Admission:
 
     async def admit(self, build, scope: str, positions: int):
         """``build()`` once KV memory and ``scope``'s share allow (``positions``: what it
-        reserves), waiting up to ``wait_s`` for them."""
+        takes now), waiting up to ``wait_s`` for them."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.wait_s
         self.waiting[scope] += 1
@@ -70,7 +73,8 @@ class Admission:
 
     def _held(self, scope: str) -> int:
         """KV positions the live sessions of ``scope`` hold."""
-        return sum(c.region.size for c in self.engine.prefixes.of_scope(scope) if c.region)
+        return BLOCK_SIZE * sum(len(c.table) + c.pending
+                                for c in self.engine.prefixes.of_scope(scope))
 
     async def _wait(self, timeout_s: float) -> None:
         async with self._freed:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from cascade.core.blocks import Draft
 from cascade.core.engine import VerifyEngine
+from cascade.core.paged_cache import Preempted
 from cascade.core.prefix_share import longest_common
 from cascade.core.verification import SequenceVerifier
 from cascade.serving import metrics
@@ -94,8 +95,8 @@ class StepScheduler:
         self._worker: asyncio.Task | None = None
         self._expected: set[int] = set()
         """ids of the sequences of the last step that have not finished."""
-        self._shared_seen = 0
-        """The engine's copied prefix positions already counted in the metric."""
+        self._counted = {"queried": 0, "shared": 0, "preempted": 0}
+        """The engine's counters as last added to the metrics."""
 
     async def submit(self, sequence: SequenceVerifier, draft: Draft | None):
         """The engine's result for this item (raises the item's own error)."""
@@ -129,10 +130,17 @@ class StepScheduler:
             else:
                 self._observe(items, results, started)
             for item, result in zip(batch, results):
-                if not item.future.done():
+                if isinstance(result, Preempted):  # runs again once blocks free
+                    self._requeue(item)
+                elif not item.future.done():
                     item.future.set_result(result)
             self._expected = self._coming_back([i.sequence for i in batch])
             await asyncio.sleep(0)  # the callers resume and may queue their next items
+
+    def _requeue(self, item: _Item) -> None:
+        item.tokens = item.sequence.pending_tokens(item.draft)
+        self.queue.append(item)
+        metrics.VERIFIER_QUEUE_DEPTH.inc()
 
     def _coming_back(self, sequences: list) -> set[int]:
         """The sessions of the last step the next one waits for: all that go on, except,
@@ -161,11 +169,24 @@ class StepScheduler:
     def _observe_step(self, items: list, results: list, started: float) -> None:
         seconds = time.perf_counter() - started
         metrics.VERIFIER_STEP_SECONDS.observe(seconds)
-        shared = self.engine.prefixes.shared_tokens
-        metrics.VERIFIER_PREFIX_SHARED.inc(shared - self._shared_seen)
-        self._shared_seen = shared
+        self._count_engine()
         if self.planner is not None and not any(isinstance(r, Exception) for r in results):
             self.planner.observe(items, results, seconds)
+
+    def _count_engine(self) -> None:
+        """The engine's prefix-cache and preemption counters into the metrics."""
+        engine, counted = self.engine, self._counted
+        now = {"queried": engine.prefixes.queried_tokens,
+               "shared": engine.prefixes.shared_tokens, "preempted": engine.preemptions}
+        metrics.PREFIX_CACHE_QUERIES.inc(now["queried"] - counted["queried"])
+        metrics.PREFIX_CACHE_HITS.inc(now["shared"] - counted["shared"])
+        metrics.NUM_PREEMPTIONS.inc(now["preempted"] - counted["preempted"])
+        self._counted = now
+        store = engine.store
+        metrics.KV_BLOCKS.labels("used").set(store.held)
+        metrics.KV_BLOCKS.labels("cached").set(store.cached)
+        metrics.KV_BLOCKS.labels("free").set(store.available - store.cached)
+        metrics.KV_CACHE_USAGE.set(store.usage)
 
     async def _gather(self) -> None:
         """Wait (at most max_wait_ms) until the last step's sessions are back in the queue."""

@@ -111,7 +111,7 @@ class SessionTable:
             self.runner, list(msg.context_tokens), settings.sampling, msg.prompt_len,
             settings.policy, self.engine, tree_room=msg.tree_nodes,
             prefix_scope=msg.prefix_scope), msg.prefix_scope,
-            msg.prompt_len + settings.sampling.max_new_tokens + msg.tree_nodes)
+            len(msg.context_tokens) + msg.tree_nodes + 1)
         try:
             self._check_epoch(msg.session_id, msg.epoch)  # a newer owner may have come meanwhile
         except StaleEpoch:

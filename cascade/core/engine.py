@@ -8,10 +8,13 @@ instead (a feature drafter's first block). A bad item fails alone: its slot in t
 the exception (whatever it is: a bad draft, a grammar the row's tokens break, a sequence
 closed meanwhile), the other rows are verified.
 
-Memory: every sequence the engine admits holds a region of the engine's ``KVStore`` for its whole
-life (``admit``); a sequence that does not fit raises ``KVBudgetExhausted``, which servers turn
-into RESOURCE_EXHAUSTED. ``engine_for(runner)`` is the engine the in-process loop uses (default
-budget), so the exactness tests run the same code as the verifier pod.
+Memory: every sequence the engine admits holds a table of blocks of the engine's ``KVStore``,
+grown as it grows (``cascade.core.paged_cache``); admission counts the blocks it needs now, and
+a sequence that does not fit raises ``KVBudgetExhausted``, which servers turn into
+RESOURCE_EXHAUSTED. When a pass needs more blocks than are free, other sequences are preempted
+(``paged_cache.make_room``). New sequences take the prefix a live or ended sequence of their
+scope holds (``cascade.core.prefix_cache``). ``engine_for(runner)`` is the engine the in-process
+loop uses (default budget), so the exactness tests run the same code as the verifier pod.
 """
 
 from __future__ import annotations
@@ -23,30 +26,20 @@ import torch
 
 from cascade.core.batch_accept import accept_rows
 from cascade.core.invariant import KEY_BLOCK
-from cascade.core.row_rules import padded
-from cascade.core.kv_store import KVShape, KVStore, Region, default_budget
+from cascade.core.kv_store import BLOCK_SIZE, KVShape, KVStore, blocks_for, default_budget
 from cascade.core.logprobs import leading_entries, score_ahead
 from cascade.core.packed import Feed, enable, packed_forward
+from cascade.core.paged_cache import KVBudgetExhausted, PagedCache, Preempted, make_room
+from cascade.core.prefix_cache import PrefixCache
 from cascade.core.row_rope import rope_switch
-from cascade.core.prefix_share import PrefixShare
-from cascade.core.runner import ForwardOutput, ModelRunner, common_prefix_len
-from cascade.core.trees import leaf_chain_len
+from cascade.core.runner import ForwardOutput, ModelRunner
 from cascade.protocol.logprobs import TokenLogprobs
-
-
-class KVBudgetExhausted(Exception):
-    """No region of the KV store is large enough for a new sequence now (``never_fits``: not
-    even when the store is empty)."""
-
-    def __init__(self, message: str, never_fits: bool = False) -> None:
-        super().__init__(message)
-        self.never_fits = never_fits
 
 
 class Pass(NamedTuple):
     """One row of a step: make ``cache`` hold ``tokens`` and return outputs of its tail."""
 
-    cache: RegionCache
+    cache: PagedCache
     tokens: list[int]
     num_logits: int
     hidden_layers: tuple[int, ...] = ()
@@ -67,44 +60,6 @@ class Pass(NamedTuple):
     resumed past it; 0: none."""
 
 
-class RegionCache:
-    """The KV entries of one sequence: ``tokens`` are exactly the positions its region holds."""
-
-    def __init__(self, engine: VerifyEngine, region: Region, scope: str = "") -> None:
-        self.engine, self.region, self.scope = engine, region, scope
-        self.tokens: list[int] = []
-
-    def feed(self, tokens: list[int], num_logits: int,
-             parents: tuple[int, ...] | None = None) -> Feed:
-        """The row that makes the region hold ``tokens`` (rejected positions are forgotten by
-        shortening, nothing is copied); at least the last ``num_logits`` are fed again. With
-        ``parents`` the last tokens are a tree: afterwards the region holds, as a sequence, the
-        part before the tree and its leading chain, until ``compact`` keeps a path."""
-        if len(tokens) > self.region.size:
-            raise ValueError(f"{len(tokens)} tokens exceed the sequence's KV region "
-                             f"({self.region.size})")
-        reuse = min(common_prefix_len(self.tokens, tokens), len(tokens) - num_logits)
-        held = len(tokens) - len(parents or ()) + leaf_chain_len(parents or ())
-        self.tokens = list(tokens[:held])
-        return Feed(self.region, reuse, tokens[reuse:], parents)
-
-    def compact(self, base: int, path: list[int], tokens: list[int]) -> None:
-        """Keep a tree's accepted path: move the KV entries of nodes ``path`` (fed from slot
-        ``base``) into slots base, base + 1, ... (only those entries move)."""
-        sources = [base + node for node in path]
-        targets = list(range(base, base + len(path)))
-        if sources != targets:
-            self.engine.store.move(self.region, sources, targets)
-        self.tokens = self.tokens[:base] + tokens
-
-    def release(self) -> None:
-        if self.region is not None:
-            self.engine.prefixes.discard(self)
-            self.engine.store.release(self.region)
-            self.region = None
-            self.tokens = []
-
-
 class VerifyEngine:
     """The target, its KV store, and the batched pass over many sequences."""
 
@@ -114,18 +69,22 @@ class VerifyEngine:
         enable(runner.model)
         shape = KVShape.of(runner.model)
         capacity = kv_tokens or default_budget(shape, runner.max_length)
-        self.store = KVStore(shape, capacity, runner.device)
-        self.rope_switch = rope_switch(runner.model)
-        """Where the target's rotary frequencies change with the row's length (None: never)."""
-        self.prefixes = PrefixShare(self.store, share_prefixes and self.rope_switch is None)
-        """Live sequences' prefixes, copied into new sequences that begin the same way (not
-        where a position's keys depend on the length of the pass that fed it)."""
-        self.lock = threading.Lock()
-        """Held for a whole step: one model pass at a time."""
         self.invariance = runner.probed_invariance() if invariant else None
         """The batch-invariant pass's rules (``cascade.core.invariant``): a position's logits
         do not depend on what else is in the pass, so speculation never changes greedy output;
         None: the plain pass."""
+        assert BLOCK_SIZE % KEY_BLOCK == 0
+        self.store = KVStore(shape, capacity, runner.device, zero_values=invariant)
+        self.rope_switch = rope_switch(runner.model)
+        """Where the target's rotary frequencies change with the row's length (None: never)."""
+        self.prefixes = PrefixCache(self.store, share_prefixes and self.rope_switch is None)
+        """Live and ended sequences' prefixes, taken by new sequences that begin the same way
+        (not where a position's keys depend on the length of the pass that fed it)."""
+        self.lock = threading.Lock()
+        """Held for a whole step: one model pass at a time."""
+        self.preemptions = 0
+        """Sequences preempted to make room, since the engine started."""
+        self._admitted = 0
 
     @property
     def invariant(self) -> bool:
@@ -135,25 +94,28 @@ class VerifyEngine:
     def invariance_verified(self) -> bool:
         return self.invariant and self.invariance.verified
 
-    def admit(self, num_positions: int, scope: str = "") -> RegionCache:
-        """A cache with room for ``num_positions`` positions, or KVBudgetExhausted; it shares
-        prefixes with caches of ``scope`` only (``cascade.core.prefix_share``). In the
-        invariant mode the region is rounded up to whole key blocks and its values zeroed (the
-        canonical attention reads a query's whole block; masked entries must be finite)."""
-        if self.invariant:
-            num_positions = padded(num_positions, KEY_BLOCK)
-        if num_positions > self.store.capacity:
+    def admit(self, num_positions: int, scope: str = "", now: int | None = None
+              ) -> PagedCache:
+        """A cache for a sequence of at most ``num_positions`` positions whose first pass
+        feeds ``now`` (default: all of them), or KVBudgetExhausted: when the store cannot
+        hold ``num_positions`` even empty (``never_fits``), or when its free blocks, less
+        those promised to admitted sequences not yet fed and one block of growth per live
+        sequence, do not cover ``now``. It shares prefixes with caches of ``scope`` only
+        (``cascade.core.prefix_cache``)."""
+        if blocks_for(num_positions) > self.store.num_blocks:
             raise KVBudgetExhausted(
                 f"prompt plus max_new_tokens ({num_positions} positions) exceed the verifier's "
                 f"whole KV budget ({self.store.capacity}); lower max_tokens", never_fits=True)
-        region = self.store.reserve(num_positions)
-        if region is None:
+        need = blocks_for(min(num_positions, num_positions if now is None else now))
+        live = self.prefixes.live()
+        promised = sum(c.pending for c in live) + len(live)  # a block of growth each
+        if need + promised > self.store.available:
             raise KVBudgetExhausted(
-                f"the verifier's KV budget cannot hold {num_positions} more positions now "
-                f"({self.store.reserved} of {self.store.capacity} reserved)")
-        if self.invariant:
-            self.store.values[:, :, region.start : region.start + region.size].zero_()
-        cache = RegionCache(self, region, scope)
+                f"the verifier's KV store cannot take {need * BLOCK_SIZE} more positions now "
+                f"({self.store.reserved} of {self.store.capacity} held, "
+                f"{promised * BLOCK_SIZE} promised)")
+        self._admitted += 1
+        cache = PagedCache(self, scope, self._admitted, need)
         self.prefixes.add(cache)
         return cache
 
@@ -172,7 +134,14 @@ class VerifyEngine:
             except Exception as exc:  # noqa: BLE001 - a bad row fails alone
                 results[i] = exc
         if passes:
-            self._conclude([items[i] for i in owners], self.run(passes), owners, results)
+            outputs = self.run_rows(passes)
+            for i, output in zip(owners, outputs):
+                if isinstance(output, Preempted):
+                    results[i] = output
+            kept = [(i, o) for i, o in zip(owners, outputs) if not isinstance(o, Preempted)]
+            if kept:
+                self._conclude([items[i] for i, _ in kept], [o for _, o in kept],
+                               [i for i, _ in kept], results)
         return results
 
     @staticmethod
@@ -192,32 +161,53 @@ class VerifyEngine:
                                   else _guarded(sequence.conclude, draft, output, result))
 
     def run(self, passes: list[Pass]) -> list[ForwardOutput]:
-        """One packed forward pass over every row (new rows first take the prefix a live
-        sequence holds: ``cascade.core.prefix_share``)."""
+        """``run_rows``, raising when a row's sequence was preempted."""
+        outputs = self.run_rows(passes)
+        for output in outputs:
+            if isinstance(output, Preempted):
+                raise output
+        return outputs
+
+    def run_rows(self, passes: list[Pass]) -> list[ForwardOutput | Preempted]:
+        """One packed forward pass over every row (new rows first take the prefix a live or
+        ended sequence holds: ``cascade.core.prefix_cache``; sequences are preempted when
+        the store lacks blocks: ``paged_cache.make_room``). A row whose own sequence was
+        preempted gets ``Preempted`` instead of outputs."""
         with self.lock:
             self.prefixes.fill(passes)
+            dropped = make_room(self, passes)
+            kept = [p for i, p in enumerate(passes) if i not in dropped]
+            outputs = iter(self._forward(kept) if kept else [])
+        return [Preempted("this sequence's KV blocks were taken for others; it runs again "
+                          "once blocks free") if i in dropped else next(outputs)
+                for i in range(len(passes))]
+
+    def _forward(self, passes: list[Pass]) -> list[ForwardOutput]:
+        for p in passes:
+            self._feed_first_regime(p)
+        ahead = [self._score_ahead(p) for p in passes]
+        passes = [p for p, _ in ahead]
+        feeds: list[Feed] = []
+        try:
             for p in passes:
-                self._feed_first_regime(p)
-            ahead = [self._score_ahead(p) for p in passes]
-            passes = [p for p, _ in ahead]
-            feeds = [p.cache.feed(p.tokens, p.num_leading + p.num_logits, p.parents)
-                     for p in passes]
+                feeds.append(p.cache.feed(p.tokens, p.num_leading + p.num_logits, p.parents))
             keep, ends, end = [], [], 0
             for p, f in zip(passes, feeds):
                 end += len(f.tokens)
                 keep.append(torch.arange(end - p.num_leading - p.num_logits, end))
                 ends.append(end)
             vocab_map = self.runner.vocab_map
-            try:
-                logits, states = packed_forward(self.runner.model, self.store, feeds,
-                                                torch.cat(keep),
-                                                any(p.hidden_layers for p in passes),
-                                                None if vocab_map is None else vocab_map.to_local,
-                                                self.invariance)
-            except BaseException:  # nothing was cached: the regions hold only what they held
-                for p, f in zip(passes, feeds):
-                    p.cache.tokens = p.cache.tokens[: f.start]
-                raise
+            logits, states = packed_forward(self.runner.model, self.store, feeds,
+                                            torch.cat(keep),
+                                            any(p.hidden_layers for p in passes),
+                                            None if vocab_map is None else vocab_map.to_local,
+                                            self.invariance)
+        except BaseException:  # nothing was cached: the tables hold only what they held
+            for p, f in zip(passes, feeds):
+                p.cache.tokens = p.cache.tokens[: f.start]
+            raise
+        for p in passes:  # committed positions are final: the prefix cache may keep them
+            self.prefixes.register(p.cache, len(p.tokens) - p.num_logits)
         return self._outputs(passes, feeds, ends, logits.cpu(), states,
                              [scored for _, scored in ahead])
 

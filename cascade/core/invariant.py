@@ -159,14 +159,14 @@ def _groups(feed, offset: int, window: int | None) -> list[Group]:
     spans: dict[tuple[int, int], list[int]] = defaultdict(list)
     for i, position in enumerate(positions[:chain]):
         spans[key_span(position, window)].append(i)
-    base = feed.region.start
-    out = [Group([offset + i for i in index], list(range(base + first, base + end)),
+    table = feed.table
+    out = [Group([offset + i for i in index], table.slots(first, end).tolist(),
                  _visible(torch.arange(first, end), [positions[i] for i in index], window))
            for (first, end), index in spans.items()]
     for node, position in enumerate(positions[chain:]):
         first, end = key_span(position, window)
-        slots = [base + slot for slot in _node_slots(node, feed.parents, feed.tree_start)]
-        slots += [base] * (end - len(slots))  # past the node: masked, any finite entry does
+        slots = [table.slot(slot) for slot in _node_slots(node, feed.parents, feed.tree_start)]
+        slots += [table.slot(0)] * (end - len(slots))  # past the node: masked, finite entries
         out.append(Group([offset + chain + node], slots[first:end],
                          _visible(torch.arange(first, end), [position], window)))
     return out

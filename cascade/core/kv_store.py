@@ -1,12 +1,20 @@
-"""KV memory for many sequences: one preallocated store, one contiguous region per sequence.
+"""KV memory for many sequences: one preallocated store of fixed-size blocks, a block table per
+sequence.
 
-Layout: per layer, keys and values are ``[kv_heads, capacity, head_dim]``; a sequence owns the
-positions ``region.start .. region.start + region.size - 1`` of that middle axis, so its cached
-keys are a *view* of the store (no gather before attention) and forgetting rejected positions is
-only a shorter length (nothing is copied). A region is sized for the sequence's whole life
-(prompt plus ``max_new_tokens``) when the sequence is admitted, so a running sequence never runs
-out of memory and nothing has to be preempted; the price is that admission counts the worst
-case. Free space is a sorted list of holes, allocated first-fit and merged on release.
+Layout: per layer, keys and values are ``[kv_heads, blocks * BLOCK_SIZE, head_dim]``; block b
+holds store slots ``b * BLOCK_SIZE ..``. A sequence's ``BlockTable`` lists its blocks in order,
+so its position p lives in slot ``table[p // BLOCK_SIZE] * BLOCK_SIZE + p % BLOCK_SIZE``. A
+sequence holds blocks for the positions it has (memory follows its actual length, not its
+``max_tokens``); blocks past its length (rejected drafts, tree nodes) go back at its next pass.
+A growing table takes the block after its last one when that is free, so most tables are one
+run of slots and attention reads them as a view.
+
+Blocks are reference-counted: a block several sequences begin with (a shared prompt) is held
+once. A block whose tokens are final can be *registered* under a key (the prefix cache's chained
+hash, ``cascade.core.prefix_cache``); when its last holder lets go it stays filled, evictable,
+and a later sequence with the same key takes it instead of computing it. Allocation takes free
+blocks first (lowest id after the preferred one), then evicts registered ones least recently
+released first. A registered or shared block is never written: a writer copies it first.
 
 The store is allocated with ``torch.empty``: the operating system commits pages only as
 sequences write them, so an idle verifier with a large budget stays small.
@@ -14,9 +22,10 @@ sequences write them, so an idle verifier with a large budget stays small.
 
 from __future__ import annotations
 
-import bisect
+import heapq
 import os
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,10 +35,9 @@ DEFAULT_MEMORY_FRACTION = 0.4
 """Share of the memory available at start-up that the default budget may use."""
 
 
-@dataclass(frozen=True)
-class Region:
-    start: int
-    size: int
+BLOCK_SIZE = 64
+"""Positions per block: a multiple of the invariant attention's key block, so the key span of a
+sequence's last position never reaches past its last block."""
 
 
 def attention_heads(config) -> tuple[int, int, int]:
@@ -84,74 +92,187 @@ def default_budget(shape: KVShape, max_length: int) -> int:
     return max(max_length, min(64 * max_length, budget))
 
 
-class KVStore:
-    """Keys and values of every admitted sequence, and the allocator of their regions."""
+def blocks_for(positions: int) -> int:
+    """Blocks that hold ``positions`` positions."""
+    return -(-positions // BLOCK_SIZE)
 
-    def __init__(self, shape: KVShape, capacity: int, device: torch.device | str = "cpu") -> None:
+
+class BlockTable:
+    """A sequence's blocks, in position order."""
+
+    def __init__(self) -> None:
+        self.blocks: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.blocks)
+
+    def slot(self, position: int) -> int:
+        return self.blocks[position // BLOCK_SIZE] * BLOCK_SIZE + position % BLOCK_SIZE
+
+    def slots(self, first: int, end: int) -> torch.Tensor:
+        """[end - first] the store slots of positions ``first .. end - 1``."""
+        positions = torch.arange(first, end)
+        table = torch.tensor(self.blocks, dtype=torch.long)
+        return table[positions // BLOCK_SIZE] * BLOCK_SIZE + positions % BLOCK_SIZE
+
+    def run_start(self, first: int, end: int) -> int | None:
+        """The first store slot of positions ``first .. end - 1`` when they are one run of
+        slots (their keys are then a view of the store), else None."""
+        if end <= first:
+            return None
+        low, high = first // BLOCK_SIZE, (end - 1) // BLOCK_SIZE
+        run = self.blocks[low : high + 1]
+        if run != list(range(run[0], run[0] + len(run))):
+            return None
+        return self.slot(first)
+
+
+class KVStore:
+    """Keys and values of every sequence, and the allocator of their blocks."""
+
+    def __init__(self, shape: KVShape, capacity: int, device: torch.device | str = "cpu",
+                 zero_values: bool = False) -> None:
+        """``capacity``: positions (rounded down to whole blocks, at least one).
+        ``zero_values``: a block's values are zeroed before its first use (the invariant
+        attention multiplies masked entries by zero weights, so they must be finite)."""
         if capacity < 1:
             raise ValueError(f"KV budget must be at least one token, got {capacity}")
-        self.shape, self.capacity = shape, capacity
-        dims = (shape.num_layers, shape.num_kv_heads, capacity, shape.head_dim)
+        self.shape = shape
+        self.num_blocks = max(1, capacity // BLOCK_SIZE)
+        self.capacity = self.num_blocks * BLOCK_SIZE
+        dims = (shape.num_layers, shape.num_kv_heads, self.capacity, shape.head_dim)
         self.keys = torch.empty(dims, dtype=shape.dtype, device=device)
         self.values = torch.empty(dims, dtype=shape.dtype, device=device)
-        self._holes: list[tuple[int, int]] = [(0, capacity)]  # (start, size), by start
+        self.zero_values = zero_values
+        self._untouched = set(range(self.num_blocks))
+        self._free = list(range(self.num_blocks))  # a heap; may hold ids taken meanwhile
+        self._is_free = [True] * self.num_blocks
+        self._num_free = self.num_blocks
+        self._refs = [0] * self.num_blocks
+        self._evictable: OrderedDict[int, None] = OrderedDict()
+        """Registered blocks nobody holds, least recently released first."""
+        self._key_of: dict[int, bytes] = {}
+        self._block_of: dict[bytes, int] = {}
         self._lock = threading.Lock()
-        self.reserved = 0
+        self.evicted = 0
+        """Registered blocks given to new use since the store was made."""
+
+    @property
+    def available(self) -> int:
+        """Blocks a sequence can take now (free, or registered and held by nobody)."""
+        return self.num_blocks - self.held
+
+    @property
+    def held(self) -> int:
+        """Blocks some sequence holds."""
+        return self.num_blocks - self._num_free - len(self._evictable)
+
+    @property
+    def cached(self) -> int:
+        """Registered blocks nobody holds (the prefix cache's, evictable)."""
+        return len(self._evictable)
 
     @property
     def usage(self) -> float:
-        """Reserved share of the store, 0..1."""
-        return self.reserved / self.capacity
+        """Held share of the store, 0..1 (cached blocks nobody holds count as free)."""
+        return self.held / self.num_blocks
 
-    def reserve(self, size: int) -> Region | None:
-        """A region of ``size`` positions, or None when no hole is large enough."""
-        if size < 1:
-            raise ValueError(f"a region needs at least one position, got {size}")
+    @property
+    def reserved(self) -> int:
+        """Positions in blocks some sequence holds."""
+        return self.held * BLOCK_SIZE
+
+    def allocate(self, after: int | None = None) -> int | None:
+        """A block for new entries (held once), the one after ``after`` when it is free; None
+        when every block is held."""
         with self._lock:
-            for i, (start, hole) in enumerate(self._holes):
-                if hole >= size:
-                    if hole == size:
-                        del self._holes[i]
-                    else:
-                        self._holes[i] = (start + size, hole - size)
-                    self.reserved += size
-                    return Region(start, size)
-        return None
+            block = self._take_free(after)
+            if block is None and self._evictable:
+                block, _ = self._evictable.popitem(last=False)
+                del self._block_of[self._key_of.pop(block)]
+                self.evicted += 1
+            if block is None:
+                return None
+            self._refs[block] = 1
+        if self.zero_values and block in self._untouched:
+            self.values[:, :, block * BLOCK_SIZE : (block + 1) * BLOCK_SIZE].zero_()
+        self._untouched.discard(block)
+        return block
 
-    def release(self, region: Region) -> None:
+    def _take_free(self, after: int | None) -> int | None:
+        if after is not None and after + 1 < self.num_blocks and self._is_free[after + 1]:
+            block = after + 1
+        else:
+            while self._free and not self._is_free[self._free[0]]:
+                heapq.heappop(self._free)
+            if not self._free:
+                return None
+            block = heapq.heappop(self._free)
+        self._is_free[block] = False
+        self._num_free -= 1
+        return block
+
+    def new_table(self, positions: int) -> BlockTable:
+        """A table with blocks for ``positions`` positions (a run of blocks when free), or
+        ValueError when the store has too few."""
+        table = BlockTable()
+        for _ in range(blocks_for(positions)):
+            block = self.allocate(table.blocks[-1] if table.blocks else None)
+            if block is None:
+                for taken in table.blocks:
+                    self.release(taken)
+                raise ValueError(f"the KV store has no room for {positions} positions")
+            table.blocks.append(block)
+        return table
+
+    def hold(self, block: int) -> None:
+        """One more holder of ``block`` (a shared or cached prefix)."""
         with self._lock:
-            i = bisect.bisect(self._holes, (region.start, region.size))
-            self._holes.insert(i, (region.start, region.size))
-            self.reserved -= region.size
-            self._merge_around(i)
+            self._refs[block] += 1
+            self._evictable.pop(block, None)
 
-    def _merge_around(self, i: int) -> None:
-        if i + 1 < len(self._holes) and sum(self._holes[i]) == self._holes[i + 1][0]:
-            self._holes[i] = (self._holes[i][0], self._holes[i][1] + self._holes[i + 1][1])
-            del self._holes[i + 1]
-        if i > 0 and sum(self._holes[i - 1]) == self._holes[i][0]:
-            self._holes[i - 1] = (self._holes[i - 1][0],
-                                  self._holes[i - 1][1] + self._holes[i][1])
-            del self._holes[i]
+    def release(self, block: int) -> None:
+        """One holder fewer; a block nobody holds becomes evictable (registered) or free."""
+        with self._lock:
+            self._refs[block] -= 1
+            if self._refs[block] > 0:
+                return
+            if block in self._key_of:
+                self._evictable[block] = None
+            else:
+                self._is_free[block] = True
+                self._num_free += 1
+                heapq.heappush(self._free, block)
 
-    def move(self, region: Region, sources: list[int], targets: list[int]) -> None:
-        """Copy the entries of slots ``sources`` of ``region`` to slots ``targets`` (every
+    def register(self, block: int, key: bytes) -> None:
+        """``block`` holds the final entries of the prefix ``key`` names (the first block
+        registered under a key keeps it)."""
+        with self._lock:
+            if block not in self._key_of and key not in self._block_of:
+                self._key_of[block], self._block_of[key] = key, block
+
+    def lookup(self, key: bytes) -> int | None:
+        with self._lock:
+            return self._block_of.get(key)
+
+    def is_shared(self, block: int) -> bool:
+        """Whether writing ``block`` would change what another holder or the cache holds."""
+        return self._refs[block] > 1 or block in self._key_of
+
+    def is_registered(self, block: int) -> bool:
+        return block in self._key_of
+
+    def copy_block(self, source: int, target: int, count: int = BLOCK_SIZE) -> None:
+        """The first ``count`` slots of block ``source`` into block ``target`` (every layer)."""
+        src, dst = source * BLOCK_SIZE, target * BLOCK_SIZE
+        for store in (self.keys, self.values):
+            store[:, :, dst : dst + count] = store[:, :, src : src + count]
+
+    def move(self, table: BlockTable, sources: list[int], targets: list[int]) -> None:
+        """Copy the entries of positions ``sources`` of ``table`` to positions ``targets`` (every
         layer; the sources are read before anything is written)."""
-        src = torch.tensor(sources, device=self.keys.device) + region.start
-        dst = torch.tensor(targets, device=self.keys.device) + region.start
+        device = self.keys.device
+        src = torch.tensor([table.slot(p) for p in sources], device=device)
+        dst = torch.tensor([table.slot(p) for p in targets], device=device)
         self.keys[:, :, dst] = self.keys[:, :, src]
         self.values[:, :, dst] = self.values[:, :, src]
-
-    def copy(self, source: Region, target: Region, count: int) -> None:
-        """Copy the first ``count`` slots of ``source`` to the first of ``target`` (every
-        layer): a shared prompt prefix computed once (``cascade.core.prefix_share``)."""
-        if count > min(source.size, target.size):
-            raise ValueError(f"cannot copy {count} slots between regions of {source.size} "
-                             f"and {target.size}")
-        for store in (self.keys, self.values):
-            store[:, :, target.start : target.start + count] = \
-                store[:, :, source.start : source.start + count]
-
-    def largest_hole(self) -> int:
-        with self._lock:
-            return max((size for _, size in self._holes), default=0)

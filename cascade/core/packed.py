@@ -2,11 +2,11 @@
 
 The tokens every row feeds this step are concatenated into one ``[1, N]`` batch (no padding):
 position ids carry each row's own positions, the linear layers see all N tokens at once, and
-attention reads each row's region of the ``KVStore``. The last part plugs into transformers
+attention reads each row's blocks of the ``KVStore``. The last part plugs into transformers
 through its public extension points:
 
 - ``PackedStep.update`` stands where the model expects a cache: it writes the step's keys and
-  values into the rows' regions (one ``index_copy_`` per layer);
+  values into the rows' blocks (one ``index_copy_`` per layer);
 - ``packed_attention`` is registered as an attention implementation (``AttentionInterface``).
   In the plain pass the rows are gathered into one padded batch (``batched_rows``: a row's
   queries against its span of keys, causal with the offset of the row's cached length, limited
@@ -40,7 +40,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
 
 from cascade.core import invariant
-from cascade.core.kv_store import KVStore, Region
+from cascade.core.kv_store import BlockTable, KVStore
 from cascade.core.row_rope import (ROWS, config_rope_types, has_length_dependent_rope,
                                    is_length_dependent, per_row_rotary)
 from cascade.core.row_rules import Invariance
@@ -65,14 +65,14 @@ class UnsupportedModel(ValueError):
 
 @dataclass(frozen=True)
 class Feed:
-    """What one row feeds in a step: ``tokens`` into slots ``start ..`` of its region.
+    """What one row feeds in a step: ``tokens`` into positions ``start ..`` of its block table.
 
     Without ``parents`` slot and position coincide. With them the last ``len(parents)`` tokens
     are the nodes of a token tree (``cascade.core.trees``) whose root is the token before them:
     node i sits at position root + depth(i) and sees the slots before the tree, its ancestors
     and itself."""
 
-    region: Region
+    table: BlockTable
     start: int
     tokens: list[int]
     parents: tuple[int, ...] | None = None
@@ -104,9 +104,8 @@ class PackedStep:
         self.store, self.feeds, self.fill, self.invariance = store, feeds, fill, invariance
         self._mask_cache: dict[tuple, list] = {}
         """Per kind of layer: the rows' masks, or the invariant attention's plan."""
-        slots = [torch.arange(f.region.start + f.start, f.region.start + f.start + len(f.tokens))
-                 for f in feeds]
-        self.slots = torch.cat(slots).to(store.keys.device)  # [N] store positions written
+        slots = [f.table.slots(f.start, f.length) for f in feeds]
+        self.slots = torch.cat(slots).to(store.keys.device)  # [N] store slots written
 
     def update(self, keys: torch.Tensor, values: torch.Tensor, layer_idx: int, *args, **kwargs):
         """keys, values: [1, kv_heads, N + fill, head_dim] for the packed tokens (filler rows
@@ -171,7 +170,7 @@ class PackedStep:
 @dataclass(frozen=True)
 class RowBatch:
     """Rows attended by one SDPA call: each row's queries padded to ``width``, its keys (a
-    span of its region) padded to ``span``; ``mask`` hides the padding and what a row's query
+    span of its positions) padded to ``span``; ``mask`` hides the padding and what a row's query
     must not see."""
 
     rows: int
@@ -179,7 +178,8 @@ class RowBatch:
     keys: torch.Tensor
     """[rows * span] store slots (padding repeats a row's first slot)."""
     first_slot: int | None
-    """For one row: its first slot (its keys are a view of the store, no gather)."""
+    """For one row whose keys are one run of slots (its blocks follow each other): the first
+    (its keys are then a view of the store, no gather)."""
     queries: torch.Tensor
     """[rows * width] packed query indices (padding repeats a row's first query)."""
     real: torch.Tensor
@@ -222,7 +222,7 @@ def _row_batch(feeds: list[Feed], offsets: list[int], window: int | None,
     for b, (feed, offset) in enumerate(zip(feeds, offsets)):
         first, count = _first_key(feed, window), len(feed.tokens)
         own = feed.length - first
-        slots = torch.arange(feed.region.start + first, feed.region.start + feed.length)
+        slots = feed.table.slots(first, feed.length)
         keys.append(torch.cat([slots, slots[:1].expand(span - own)]))
         queries += list(range(offset, offset + count)) + [offset] * (width - count)
         real += range(b * width, b * width + count)
@@ -233,7 +233,8 @@ def _row_batch(feeds: list[Feed], offsets: list[int], window: int | None,
     one = len(feeds) == 1
     full = one and width == len(feeds[0].tokens) and bool(mask.all())
     return RowBatch(len(feeds), span, torch.cat(keys).to(device),
-                    int(keys[0][0]) if one else None, torch.tensor(queries, device=device),
+                    feeds[0].table.run_start(_first_key(feeds[0], window), feeds[0].length)
+                    if one else None, torch.tensor(queries, device=device),
                     torch.tensor(real, device=device), torch.tensor(packed, device=device),
                     None if full else mask.to(device))
 

@@ -1,7 +1,7 @@
 """Verification: the target model scores a draft in one pass and keeps what the policy allows.
 
 A ``SequenceVerifier`` owns the committed tokens of one generation (prompt included) and its
-region of the engine's KV store (``cascade.core.engine``). A round feeds the last committed token
+blocks of the engine's KV store (``cascade.core.engine``). A round feeds the last committed token
 plus the k drafted tokens, gets the k+1 target distributions, applies the session's acceptance
 policy with its per-position random numbers, and commits the accepted tokens plus one recovered or
 bonus token. A draft with no tokens is plain target decoding (k = 0).
@@ -59,9 +59,10 @@ class SequenceVerifier:
         """``context`` is the prompt followed by any tokens already committed (a moved session
         resumes this way); ``prompt_len`` says where the prompt ends (default: all of it);
         ``policy`` defaults to the one for the temperature; ``engine`` to the runner's own.
-        Reserves KV memory for prompt plus max_new_tokens, plus ``tree_room`` positions so a
-        tree of that many nodes fits to the end (``KVBudgetExhausted`` when it does not fit);
-        ``close`` gives it back (so does garbage collection). ``prefix_scope``: whose
+        Admitted for the KV blocks its context and one tree of ``tree_room`` nodes need now
+        (``KVBudgetExhausted`` when they are not free, or when prompt plus max_new_tokens plus
+        the tree could never fit); its blocks grow as it does; ``close`` gives them back (so
+        does garbage collection). ``prefix_scope``: whose
         sequences it may copy prompt prefixes from (``cascade.core.prefix_share``)."""
         prompt_len = len(context) if prompt_len is None else prompt_len
         if not 0 < prompt_len <= len(context):
@@ -84,8 +85,9 @@ class SequenceVerifier:
         self.committed: list[int] = list(context)
         self.engine = engine or engine_for(runner)
         self.positions = prompt_len + params.max_new_tokens + tree_room
-        """Positions reserved for this generation (the region may be rounded up)."""
-        self.cache = self.engine.admit(self.positions, prefix_scope)
+        """Most positions this generation can hold."""
+        self.cache = self.engine.admit(self.positions, prefix_scope,
+                                       now=len(context) + tree_room + 1)
         self._release = weakref.finalize(self, self.cache.release)
         self.finish_reason: FinishReason | None = None
         self.stats = SpecStats()
@@ -117,8 +119,8 @@ class SequenceVerifier:
         return self.params.max_drafts_after(len(self.generated))
 
     def close(self) -> None:
-        """Give the KV region back (idempotent). Call it where the engine's steps run (the
-        model thread): a region released under a running step would fail the whole step."""
+        """Give the KV blocks back (idempotent). Call it where the engine's steps run (the
+        model thread): blocks released under a running step would fail the whole step."""
         self._release()
 
     @property

@@ -59,7 +59,20 @@ VERIFIER_SESSIONS = Gauge("cascade:verifier_active_sessions",
 REQUESTS_WAITING = Gauge("cascade:num_requests_waiting",
                          "Sessions waiting for the verifier's KV memory to admit them.")
 KV_CACHE_USAGE = Gauge("cascade:kv_cache_usage_perc",
-                       "Share of the verifier's KV budget reserved by open sessions (0..1).")
+                       "Share of the verifier's KV blocks held by open sessions (0..1; cached "
+                       "blocks nobody holds count as free).")
+KV_BLOCKS = Gauge("cascade:kv_blocks", "The verifier's KV blocks by state: used (held by "
+                  "sessions), cached (an ended prefix's, evictable), free.", ["state"])
+PREFIX_CACHE_QUERIES = Counter("cascade:prefix_cache_queries",
+                               "Prompt positions new sessions looked up in the verifier's "
+                               "prefix cache (vLLM's prefix_cache_queries).")
+PREFIX_CACHE_HITS = Counter("cascade:prefix_cache_hits",
+                            "Of those, positions whose keys and values a session took from a "
+                            "live or ended sequence of its scope instead of computing them "
+                            "(vLLM's prefix_cache_hits).")
+NUM_PREEMPTIONS = Counter("cascade:num_preemptions",
+                          "Sessions whose KV blocks were taken to make room for a pass; each "
+                          "recomputes its context at its next pass (vLLM's num_preemptions).")
 VERIFIER_INVARIANT = Gauge("cascade:verifier_invariant_pass",
                            "1 when the verifier's passes are batch-invariant and the start-up "
                            "probe verified them on this machine (greedy output never depends "
@@ -69,10 +82,6 @@ VERIFIER_BATCH_SIZE = Histogram("cascade:verifier_batch_size", "Items per engine
 VERIFIER_STEP_SECONDS = Histogram("cascade:verifier_step_seconds",
                                   "One engine step: the packed pass and every row's acceptance.",
                                   buckets=LATENCY_BUCKETS)
-VERIFIER_PREFIX_SHARED = Counter("cascade:verifier_prefix_shared_tokens",
-                                 "Prompt positions whose keys and values a new session copied "
-                                 "from a live one beginning the same way, instead of computing "
-                                 "them (n choices of a prompt, a common system prompt).")
 VERIFY_SECONDS = Histogram("cascade:verify_seconds", "Target pass plus acceptance per block.",
                            buckets=LATENCY_BUCKETS)
 # Drafter.

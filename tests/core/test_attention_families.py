@@ -96,7 +96,7 @@ def _packed_logits(model, rows: list[list[int]]) -> list[torch.Tensor]:
     """Every position's logits of each row, all rows fed in one packed pass from empty."""
     enable(model)
     store = KVStore(KVShape.of(model), 256, torch.device("cpu"))
-    feeds = [Feed(store.reserve(len(row)), 0, row) for row in rows]
+    feeds = [Feed(store.new_table(len(row)), 0, row) for row in rows]
     total = sum(len(row) for row in rows)
     logits, _ = packed_forward(model, store, feeds, torch.arange(total))
     return list(logits.split([len(row) for row in rows]))

@@ -43,7 +43,7 @@ def test_one_batched_pass_gives_each_row_its_own_sequences_logits(family):
     model = runner.model
     enable(model)
     store = KVStore(KVShape.of(model), 1024)
-    regions = [store.reserve(128) for _ in ROWS]
+    regions = [store.new_table(128) for _ in ROWS]
     prefill = [Feed(r, 0, context) for r, (context, _, _) in zip(regions, ROWS) if context]
     packed_forward(model, store, prefill, torch.tensor([0]))
     feeds = [Feed(r, len(context), tokens, parents)
@@ -60,7 +60,7 @@ def test_one_batched_pass_gives_each_row_its_own_sequences_logits(family):
 
 def _feeds(lengths: list[int]) -> list[Feed]:
     store = KVStore(KVShape(1, 1, 4, torch.float32), 4096)
-    return [Feed(store.reserve(length + 1), length, [1]) for length in lengths]
+    return [Feed(store.new_table(length + 1), length, [1]) for length in lengths]
 
 
 def test_rows_of_similar_spans_share_one_batch():
@@ -70,9 +70,10 @@ def test_rows_of_similar_spans_share_one_batch():
 
 
 def test_one_long_row_is_batched_apart_from_short_ones():
-    batches = batched_rows(_feeds([10, 12, 2000, 11]), None, torch.device("cpu"))
+    feeds = _feeds([10, 12, 2000, 11])
+    batches = batched_rows(feeds, None, torch.device("cpu"))
     assert [(b.rows, b.span) for b in batches] == [(3, 13), (1, 2001)]
-    assert batches[1].first_slot == 10 + 1 + 12 + 1  # the third region's first slot
+    assert batches[1].first_slot == feeds[2].table.slot(0)  # its blocks are one run
     assert 3 * 13 <= SPAN_WASTE * (11 + 12 + 13)
 
 

@@ -9,7 +9,7 @@ import torch
 from cascade.core.blocks import Draft
 from cascade.core.engine import KVBudgetExhausted, VerifyEngine
 from cascade.core.invariant import KEY_BLOCK
-from cascade.core.kv_store import KVShape, KVStore, available_memory
+from cascade.core.kv_store import BLOCK_SIZE, available_memory
 from cascade.core.loop import speculative_rounds
 from cascade.core.verification import InvalidDraft, SequenceVerifier
 from cascade.protocol.settings import (
@@ -74,45 +74,44 @@ def test_context_ids_outside_the_vocabulary_are_refused_before_any_pass():
     assert engine.store.reserved == 0
 
 
-def test_admission_is_bounded_by_the_kv_budget_and_memory_comes_back():
+def test_admission_counts_what_a_sequence_needs_now_and_memory_comes_back():
     target = tiny_llama(0)
-    engine = VerifyEngine(target, kv_tokens=100, invariant=False)
-    first = SequenceVerifier(target, [1] * 10, SamplingParams(max_new_tokens=40), engine=engine)
-    second = SequenceVerifier(target, [2] * 10, SamplingParams(max_new_tokens=40), engine=engine)
-    assert engine.store.usage == 1.0
-    with pytest.raises(KVBudgetExhausted, match="KV budget"):
-        SequenceVerifier(target, [3] * 5, SamplingParams(max_new_tokens=5), engine=engine)
+    engine = VerifyEngine(target, kv_tokens=4 * BLOCK_SIZE, invariant=False)
+    long = SamplingParams(max_new_tokens=3 * BLOCK_SIZE)  # a worst case of 4 blocks each
+    first = SequenceVerifier(target, [1] * 10, long, engine=engine)
+    second = SequenceVerifier(target, [2] * 10, long, engine=engine)
+    with pytest.raises(KVBudgetExhausted, match="cannot take"):  # 2 promised + 1 growth each
+        SequenceVerifier(target, [3] * 5, long, engine=engine)
+    assert first.verify(Draft([])).committed_len == 11
+    assert engine.store.reserved == BLOCK_SIZE  # what it holds, not its max_tokens
+    with pytest.raises(KVBudgetExhausted, match="whole KV budget") as never:
+        SequenceVerifier(target, [3] * 5, SamplingParams(max_new_tokens=4 * BLOCK_SIZE),
+                         engine=engine)
+    assert never.value.never_fits
     first.close()
     first.close()  # idempotent
-    third = SequenceVerifier(target, [3] * 5, SamplingParams(max_new_tokens=5), engine=engine)
+    third = SequenceVerifier(target, [3] * 5, long, engine=engine)
     assert third.verify(Draft([])).committed_len == 6
-    del second  # garbage collection gives the region back too
+    third.close()
+    del second  # garbage collection gives the blocks back too
     gc.collect()
-    assert engine.store.reserved == 10
+    assert engine.store.reserved == 0
 
 
-def test_invariant_regions_are_whole_key_blocks_with_zeroed_values():
+def test_fresh_blocks_of_the_invariant_store_have_zeroed_values():
     target = tiny_llama(0)
-    engine = VerifyEngine(target, kv_tokens=3 * KEY_BLOCK)
+    engine = VerifyEngine(target, kv_tokens=3 * BLOCK_SIZE)
     engine.store.values.fill_(float("nan"))  # whatever an earlier tenant left
-    cache = engine.admit(KEY_BLOCK + 1)
-    assert cache.region.size == 2 * KEY_BLOCK and engine.store.reserved == 2 * KEY_BLOCK
-    span = slice(cache.region.start, cache.region.start + cache.region.size)
-    assert torch.count_nonzero(engine.store.values[:, :, span]) == 0
-    with pytest.raises(KVBudgetExhausted, match="KV budget"):
-        engine.admit(KEY_BLOCK + 1)
-
-
-def test_the_store_allocates_first_fit_and_merges_holes():
-    shape = KVShape(num_layers=1, num_kv_heads=1, head_dim=2, dtype=torch.float32)
-    store = KVStore(shape, capacity=10)
-    a, b, c = store.reserve(3), store.reserve(3), store.reserve(4)
-    assert (a.start, b.start, c.start) == (0, 3, 6) and store.reserve(1) is None
-    store.release(a)
-    store.release(c)
-    assert store.largest_hole() == 4
-    store.release(b)  # the three holes merge back into one
-    assert store.largest_hole() == 10 and store.reserved == 0
+    sequence = SequenceVerifier(target, [5] * (BLOCK_SIZE + 1), SamplingParams(max_new_tokens=4),
+                                engine=engine)
+    sequence.verify(Draft([]))
+    blocks = sequence.cache.table.blocks
+    assert len(blocks) == 2 and engine.store.reserved == 2 * BLOCK_SIZE
+    for block in blocks:
+        span = slice(block * BLOCK_SIZE, (block + 1) * BLOCK_SIZE)
+        assert torch.isfinite(engine.store.values[:, :, span]).all()
+    unwritten = slice(blocks[1] * BLOCK_SIZE + 1, (blocks[1] + 1) * BLOCK_SIZE)  # past the 65 fed
+    assert torch.count_nonzero(engine.store.values[:, :, unwritten]) == 0
 
 
 def test_the_default_budget_respects_a_container_memory_limit(tmp_path):
