@@ -76,16 +76,16 @@ def test_context_ids_outside_the_vocabulary_are_refused_before_any_pass():
 
 def test_admission_counts_what_a_sequence_needs_now_and_memory_comes_back():
     target = tiny_llama(0)
-    engine = VerifyEngine(target, kv_tokens=4 * BLOCK_SIZE, invariant=False)
-    long = SamplingParams(max_new_tokens=3 * BLOCK_SIZE)  # a worst case of 4 blocks each
+    engine = VerifyEngine(target, kv_tokens=3 * BLOCK_SIZE + 10, invariant=False)
+    long = SamplingParams(max_new_tokens=2 * BLOCK_SIZE)  # a worst case of 3 blocks each
     first = SequenceVerifier(target, [1] * 10, long, engine=engine)
     second = SequenceVerifier(target, [2] * 10, long, engine=engine)
-    with pytest.raises(KVBudgetExhausted, match="cannot take"):  # 2 promised + 1 growth each
+    with pytest.raises(KVBudgetExhausted, match="cannot take"):  # 1 promised + 1 growth each
         SequenceVerifier(target, [3] * 5, long, engine=engine)
     assert first.verify(Draft([])).committed_len == 11
     assert engine.store.reserved == BLOCK_SIZE  # what it holds, not its max_tokens
     with pytest.raises(KVBudgetExhausted, match="whole KV budget") as never:
-        SequenceVerifier(target, [3] * 5, SamplingParams(max_new_tokens=4 * BLOCK_SIZE),
+        SequenceVerifier(target, [3] * 5, SamplingParams(max_new_tokens=3 * BLOCK_SIZE),
                          engine=engine)
     assert never.value.never_fits
     first.close()
