@@ -273,6 +273,8 @@ class Orchestrator:
             job.is_finished = finish is not None
             if job.is_finished:
                 self._background(self.memory.remember(request, generated))
+                self._background(self.pods.prefixes.served(
+                    request.prompt_tokens + generated, self._scope(request), job.verifier))
             yield GeneratedChunk(job.record.session_id, tokens, result.num_accepted,
                                  result.num_drafted, finish, result.draft_us, result.verify_us,
                                  result.round_us, result.num_deferred,
@@ -323,7 +325,7 @@ class Orchestrator:
             sampling=sampling_to_pb(request.sampling),
             acceptance=acceptance_to_pb(request.acceptance),
             owner_tag=self.channels.mesh.owner_tag(job.record.session_id, job.epoch),
-            prefix_scope=prefix_scope(self.settings.prefix_sharing, request.caller))
+            prefix_scope=self._scope(request))
         if job.drafter is None:
             stub = verifier_pb2_grpc.VerifierStub(channel)
             return stub.Decode(verifier_pb2.DecodeRequest(session=session))
@@ -335,6 +337,9 @@ class Orchestrator:
             owner_tag=session.owner_tag, memory_scope=self.memory.scope(request),
             prefix_scope=session.prefix_scope)
         return drafter_pb2_grpc.DrafterStub(channel).RunSession(run)
+
+    def _scope(self, request: GenerationRequest) -> str:
+        return prefix_scope(self.settings.prefix_sharing, request.caller)
 
     async def _recover(self, request, job: SessionJob, exc: Exception, attempt: int,
                        generated: list[int]) -> None:

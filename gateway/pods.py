@@ -1,5 +1,7 @@
-"""Which pods a session runs on: the least-loaded drafter and verifier from the registry,
-passing over pods cooling down after a hang, and the wait for a live verifier after a failure."""
+"""Which pods a session runs on: the verifier that served a prefix of its prompt when its load
+allows (``gateway.prefix_routing``), else the least-loaded one, and the least-loaded drafter,
+from the registry; passing over pods cooling down after a hang; and the wait for a live
+verifier after a failure."""
 
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ from cascade.serving.channels import ChannelPool
 from cascade.serving.registry import least_loaded
 from gateway.assignment import OrchestratorSettings, SessionJob
 from gateway.generation import Overloaded
+from gateway.prefix_routing import PrefixRouter
+from gateway.sharing import prefix_scope
 
 POD_POLL_S = 0.5
 """How often a session waiting for a live verifier looks again."""
@@ -26,16 +30,21 @@ class PodPicker:
         self.client, self.channels, self.settings = client, channels, settings
         self._cooling: dict[str, float] = {}
         """Pods that hung -> when (monotonic) they may be picked again."""
+        self.prefixes = PrefixRouter(client)
 
     async def pick(self, request: GenerationRequest, exclude: set[str]) -> tuple[str | None, str]:
-        """The least-loaded pods, passing over those cooling down after a hang: a verifier that
-        is cooling is still used when no other one is left; a drafter is not (the verifier
-        then decodes alone, which is exact too)."""
+        """The verifier holding a prefix of the prompt when its load allows, else the
+        least-loaded one, and the least-loaded drafter, passing over pods cooling down after a
+        hang: a verifier that is cooling is still used when no other one is left; a drafter is
+        not (the verifier then decodes alone, which is exact too)."""
         cooling = self.cooling_now()
-        verifier = (await least_loaded(self.client, "verifier", exclude | cooling)
+        scope = prefix_scope(self.settings.prefix_sharing, request.caller)
+        verifier = (await self.prefixes.pick(request.prompt_tokens, scope, exclude | cooling)
+                    or await least_loaded(self.client, "verifier", exclude | cooling)
                     or await least_loaded(self.client, "verifier", exclude))
         if verifier is None:
             raise Overloaded("no verifier is available")
+        await self.prefixes.served(request.prompt_tokens, scope, verifier)
         drafter = None
         if request.num_draft_tokens > 0:
             drafter = await least_loaded(self.client, "drafter", exclude | cooling)

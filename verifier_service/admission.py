@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from cascade.core.engine import KVBudgetExhausted, VerifyEngine
-from cascade.core.kv_store import BLOCK_SIZE
+from cascade.core.kv_store import BLOCK_SIZE, blocks_for
 from cascade.serving import metrics
 from cascade.serving.errors import Overloaded
 
@@ -62,18 +62,19 @@ class Admission:
         """KVBudgetExhausted if ``scope`` would pass its share while another scope, under its
         own share, waits."""
         share = int(self.max_share * self.engine.store.capacity)
-        if not any(other != scope and self._held(other) < share for other in self.waiting):
+        if not any(other != scope and self.held(other) < share for other in self.waiting):
             return
-        held = self._held(scope)
-        if held + positions > share:
+        held = self.held(scope)
+        if held + (blocks_for(positions) + 1) * BLOCK_SIZE > share:  # and a block of growth
             raise KVBudgetExhausted(
                 f"this key's sessions hold {held} of the verifier's {self.engine.store.capacity} "
                 f"KV positions while other keys' sessions wait (a key's share while others "
                 f"wait: {share})")
 
-    def _held(self, scope: str) -> int:
-        """KV positions the live sessions of ``scope`` hold."""
-        return BLOCK_SIZE * sum(len(c.table) + c.pending
+    def held(self, scope: str) -> int:
+        """KV positions the live sessions of ``scope`` hold or were promised (``promised``:
+        not yet fed, and a block of growth each)."""
+        return BLOCK_SIZE * sum(len(c.table) + c.pending + 1
                                 for c in self.engine.prefixes.of_scope(scope))
 
     async def _wait(self, timeout_s: float) -> None:

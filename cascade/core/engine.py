@@ -107,17 +107,22 @@ class VerifyEngine:
                 f"prompt plus max_new_tokens ({num_positions} positions) exceed the verifier's "
                 f"whole KV budget ({self.store.capacity}); lower max_tokens", never_fits=True)
         need = blocks_for(min(num_positions, num_positions if now is None else now))
-        live = self.prefixes.live()
-        promised = sum(c.pending for c in live) + len(live)  # a block of growth each
+        promised = self.promised()
         if need + promised > self.store.available:
             raise KVBudgetExhausted(
-                f"the verifier's KV store cannot take {need * BLOCK_SIZE} more positions now "
+                f"the verifier's KV budget cannot take {need * BLOCK_SIZE} more positions now "
                 f"({self.store.reserved} of {self.store.capacity} held, "
-                f"{promised * BLOCK_SIZE} promised)")
+                f"{promised * BLOCK_SIZE} promised to admitted sessions)")
         self._admitted += 1
         cache = PagedCache(self, scope, self._admitted, need)
         self.prefixes.add(cache)
         return cache
+
+    def promised(self) -> int:
+        """Blocks admitted sequences may still take without anyone being preempted: those of
+        sequences not yet fed (or preempted), and one block of growth per live sequence."""
+        live = self.prefixes.live()
+        return sum(c.pending for c in live) + len(live)
 
     def step(self, items: list) -> list:
         """Verify ``(sequence, draft)`` pairs in one pass; see the module docstring."""

@@ -31,13 +31,10 @@ from pathlib import Path
 
 import torch
 
+from cascade.protocol.prefix_keys import BLOCK_SIZE
+
 DEFAULT_MEMORY_FRACTION = 0.4
 """Share of the memory available at start-up that the default budget may use."""
-
-
-BLOCK_SIZE = 64
-"""Positions per block: a multiple of the invariant attention's key block, so the key span of a
-sequence's last position never reaches past its last block."""
 
 
 def attention_heads(config) -> tuple[int, int, int]:

@@ -6,7 +6,8 @@ Two sources, the longer wins:
 
 - **The cache of ended sequences** (``KVStore.register``). A sequence's full blocks of
   committed positions are registered as it goes and when it ends, each under a chained hash
-  of its scope and every token up to the block's end (``block_keys``); a block nobody holds
+  of its scope and every token up to the block's end
+  (``cascade.protocol.prefix_keys``); a block nobody holds
   stays filled until the store needs it (least recently released first). The next turn of a
   chat, the next step of an agent loop and every request with a known system prompt start
   from there.
@@ -38,28 +39,15 @@ key time guesses of another key's prompt.
 
 from __future__ import annotations
 
-import hashlib
 import threading
 import weakref
 
 from cascade.core.kv_store import BLOCK_SIZE, KVStore
 from cascade.core.prefix_share import MIN_SHARED, longest_held
+from cascade.protocol.prefix_keys import block_keys
 
 # Annotations name the engine's ``Pass`` and ``PagedCache`` without importing them: the engine
 # imports this module.
-
-
-def block_keys(tokens: list[int], scope: str, start: int = 0,
-               parent: bytes | None = None) -> list[bytes]:
-    """The chained keys of the full blocks of ``tokens`` from block ``start`` on (``parent``:
-    the key of block ``start - 1``; the chain's root is the scope)."""
-    key = parent if start else hashlib.sha256(b"cascade-kv\0" + scope.encode()).digest()
-    keys = []
-    for first in range(start * BLOCK_SIZE, len(tokens) - BLOCK_SIZE + 1, BLOCK_SIZE):
-        block = b"".join(t.to_bytes(4, "little") for t in tokens[first : first + BLOCK_SIZE])
-        key = hashlib.sha256(key + block).digest()
-        keys.append(key)
-    return keys
 
 
 class PrefixCache:

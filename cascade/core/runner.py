@@ -26,7 +26,9 @@ from cascade.core.row_rules import Invariance
 from cascade.core.packed import enable
 from cascade.core.row_rope import rope_switch
 from cascade.core.vocab_map import VocabMap
-from cascade.core.prefix_share import adopt_prefix, common_prefix_len
+from cascade.core.kv_store import KVShape
+from cascade.core.prefix_share import (ENDED_BYTES, EndedCaches, HeldTokens, adopt_prefix,
+                                       common_prefix_len)
 
 _PROBE_LOCK = threading.Lock()
 
@@ -81,6 +83,9 @@ class ModelRunner:
         (``cascade.core.prefix_share.adopt_prefix``)."""
         self.shared_tokens = 0
         """Positions its caches copied instead of feeding, since it was loaded."""
+        self.ended = EndedCaches(ENDED_BYTES // max(KVShape.of(model).bytes_per_token, 1))
+        """Caches of ended sequences, kept while room allows: a new cache of the same scope
+        copies the prefix one holds too (the next turn of a chat, an agent's next step)."""
         self.rope_switch = rope_switch(model)
         """Where its rotary frequencies change with the row's length (None: they do not): a
         position's keys then depend on the pass that fed it, so its caches share no prefix."""
@@ -165,11 +170,20 @@ class SequenceCache:
         # old positions and cannot be rolled back once past its window; the model's masks
         # still apply each layer's window.
         self.cache = DynamicCache()
-        self.tokens: list[int] = []
+        self._held = HeldTokens()
+        weakref.finalize(self, runner.ended.keep, scope, self._held, self.cache)
         self.grown: dict[tuple[int, ...], int] = {}
         """Token-tree nodes the cache holds past ``tokens`` (``keep_grown``): each node's path
         of tokens after them -> its slot after them."""
         runner.live_caches.add(self)
+
+    @property
+    def tokens(self) -> list[int]:
+        return self._held.tokens
+
+    @tokens.setter
+    def tokens(self, value: list[int]) -> None:
+        self._held.tokens = value
 
     def keep_grown(self, paths: dict[tuple[int, ...], int]) -> None:
         """Keep a token tree's fed nodes (``paths``: ``grown``) past ``tokens`` until the

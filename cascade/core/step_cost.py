@@ -40,7 +40,7 @@ from pathlib import Path
 import torch
 
 from cascade.core.engine import Pass, VerifyEngine
-from cascade.core.invariant import KEY_BLOCK
+from cascade.core.kv_store import BLOCK_SIZE
 from cascade.core import packed_weights
 from cascade.core.paths import cache_root
 from cascade.core.row_rules import padded
@@ -355,8 +355,8 @@ def profile(runner, seconds: float = 20.0, grid: ProfileGrid | None = None,
     a pass's time does not depend on them, and prefilling every row would eat the budget."""
     shapes = (grid or ProfileGrid()).within(runner.max_length).shapes()
     positions, num_rows = max(c + t for _, t, c in shapes), max(r for r, _, _ in shapes)
-    engine = VerifyEngine(runner, kv_tokens=num_rows * padded(positions, KEY_BLOCK),
-                          invariant=invariant)
+    room = (padded(positions, BLOCK_SIZE) + BLOCK_SIZE) * num_rows  # and admission's growth
+    engine = VerifyEngine(runner, kv_tokens=room, invariant=invariant)
     engine.store.keys.normal_()  # no uninitialised memory: denormals or NaN would be slow
     engine.store.values.normal_()
     caches = [engine.admit(positions) for _ in range(num_rows)]

@@ -137,7 +137,7 @@ def test_batched_speculative_sampling_emits_each_rows_own_target_distribution():
     q = torch.softmax(torch.randn(2, vocab, generator=torch.Generator().manual_seed(1)), -1)
     drafted = torch.multinomial(q, 4000, replacement=True,
                                 generator=torch.Generator().manual_seed(2))  # [2, 4000]
-    engine = VerifyEngine(target, kv_tokens=500 * KEY_BLOCK)
+    engine = VerifyEngine(target, kv_tokens=1000 * KEY_BLOCK)
     firsts: dict[str, list[int]] = {name: [] for name in groups}
     for start in range(0, 4000, 500):
         items = []

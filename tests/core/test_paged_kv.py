@@ -8,7 +8,7 @@ from cascade.core.blocks import Draft
 from cascade.core.engine import VerifyEngine
 from cascade.core.kv_store import BLOCK_SIZE, KVShape, KVStore
 from cascade.core.paged_cache import Preempted
-from cascade.core.prefix_cache import block_keys
+from cascade.protocol.prefix_keys import block_keys
 from cascade.core.verification import SequenceVerifier
 from cascade.protocol.settings import SamplingParams
 from models import random_prompts, tiny_gemma2, tiny_gpt2, tiny_llama, tiny_mistral
@@ -115,8 +115,8 @@ def _alone(target, prompt, params) -> list[int]:
 def test_many_sequences_in_a_small_store_are_preempted_and_still_exact():
     target = tiny_llama(0)
     prompts = random_prompts(6, seed=5, min_len=10, max_len=50)
-    params = SamplingParams(max_new_tokens=100)  # up to 3 blocks each, 18 in all
-    engine = VerifyEngine(target, kv_tokens=8 * BLOCK_SIZE)
+    params = SamplingParams(max_new_tokens=150)  # up to 4 blocks each, 24 in all
+    engine = VerifyEngine(target, kv_tokens=12 * BLOCK_SIZE)
     sequences = [SequenceVerifier(target, p, params, engine=engine) for p in prompts]
     steps = 0
     while any(not s.is_finished for s in sequences):

@@ -1,7 +1,9 @@
-"""Shared prompt prefixes: a new sequence copies the keys and values of the prefix a live one
-holds instead of feeding it again, and its outcomes are bit for bit what feeding gives."""
+"""Shared prompt prefixes: a new sequence takes the keys and values of the prefix a live one (or,
+on a drafter, an ended one) holds instead of feeding it again, and its outcomes are bit for bit
+what feeding gives."""
 
 import asyncio
+import gc
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -9,7 +11,7 @@ import torch
 
 from cascade.core.blocks import Draft
 from cascade.core.engine import VerifyEngine
-from cascade.core.prefix_share import MIN_SHARED
+from cascade.core.prefix_share import MIN_SHARED, EndedCaches, HeldTokens
 from cascade.core.verification import SequenceVerifier
 from cascade.protocol.settings import SamplingParams
 from models import random_prompts, tiny_llama
@@ -69,7 +71,7 @@ def test_only_the_common_part_is_copied_and_only_from_live_sequences():
     _same(shared, alone)
     first.close(), second.close()
     third, _ = _rounds(engine, target, system + a, [Draft([1])])
-    assert engine.prefixes.shared_tokens == len(system)  # nothing live to copy from
+    assert engine.prefixes.shared_tokens == len(system)  # nothing live; no full block ended
     third.close()
 
 
@@ -203,3 +205,35 @@ def test_a_drafter_cache_copies_only_within_its_scope():
     assert runner.shared_tokens == 0
     runner.new_cache("key:a").forward_to(prompt + [5])
     assert runner.shared_tokens == len(prompt)
+
+
+def test_a_drafter_cache_takes_the_prefix_an_ended_one_of_its_scope_held():
+    runner = tiny_llama(1)
+    prompt = random_prompts(1, seed=14, min_len=30, max_len=30)[0]
+    runner.new_cache("key:a").forward_to(prompt + [3])  # the sequence ends at once
+    gc.collect()
+    assert runner.ended.positions == len(prompt) + 1
+    runner.new_cache("key:b").forward_to(prompt + [4])  # another key's: computed
+    assert runner.shared_tokens == 0
+    cache = runner.new_cache("key:a")
+    taken = cache.forward_to(prompt + [5]).logits
+    assert runner.shared_tokens == len(prompt)
+    fresh = tiny_llama(1).new_cache().forward_to(prompt + [5]).logits
+    torch.testing.assert_close(taken, fresh, rtol=1e-5, atol=1e-5)
+
+
+def test_ended_caches_keep_the_most_recently_used_within_their_room():
+    runner = tiny_llama(1)
+    ended = EndedCaches(max_positions=70)
+    prompts = random_prompts(3, seed=15, min_len=30, max_len=30)
+    for prompt in prompts:
+        cache = runner.new_cache("k")
+        cache.forward_to(prompt)
+        ended.keep("k", HeldTokens(list(cache.tokens)), cache.cache)
+    assert [e.tokens for e in ended.of_scope("k")] == prompts[1:]  # the oldest went
+    ended.touch(ended.of_scope("k")[0])
+    cache = runner.new_cache("k")
+    cache.forward_to(prompts[0])
+    ended.keep("k", HeldTokens(list(cache.tokens)), cache.cache)
+    assert [e.tokens for e in ended.of_scope("k")] == [prompts[1], prompts[0]]
+    assert ended.positions == 60 and ended.of_scope("other") == []

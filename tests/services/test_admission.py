@@ -19,7 +19,7 @@ PROMPT = random_prompts(1, seed=50, min_len=10, max_len=10)[0]
 
 
 def opening(name: str, scope: str) -> verifier_pb2.SessionOpen:
-    """A session reserving 64 positions (the invariant pass's key block)."""
+    """A session needing one block now (its context and a step)."""
     return verifier_pb2.SessionOpen(
         session_id=name, epoch=1, context_tokens=PROMPT, prompt_len=len(PROMPT),
         sampling=sampling_to_pb(SamplingParams(max_new_tokens=40)), prefix_scope=scope)
@@ -28,9 +28,10 @@ def opening(name: str, scope: str) -> verifier_pb2.SessionOpen:
 async def test_a_key_that_took_its_share_waits_while_another_key_waits(gpt2_pair):
     target, _ = gpt2_pair
     _, sessions = build_verifier(target, grace_s=1.0, step_cost=CHEAP, settings=VerifierSettings(
-        kv_tokens=4 * 64, admission_wait_s=5.0, max_kv_share=0.5))
+        kv_tokens=8 * 64, admission_wait_s=5.0, max_kv_share=0.5))
     greedy = [await sessions.open(opening(f"a{i}", "key:a")) for i in range(4)]  # all of it
-    assert sessions.engine.store.reserved == 4 * 64  # no one else waited: a key may take all
+    # a block each now and one of growth: no one else waited, so a key may take all
+    assert sessions.admission.held("key:a") == 8 * 64 and sessions.engine.promised() == 8
     more = asyncio.ensure_future(sessions.open(opening("a4", "key:a")))
     await asyncio.sleep(0.05)  # key a waits first
     other = asyncio.ensure_future(sessions.open(opening("b0", "key:b")))

@@ -6,6 +6,7 @@ import threading
 import time
 
 from cascade.core.engine import VerifyEngine
+from cascade.core.kv_store import BLOCK_SIZE
 from cascade.protocol.settings import SamplingParams
 from cascade.protocol.wire import sampling_to_pb
 from cascade.v1 import verifier_pb2
@@ -41,7 +42,7 @@ async def test_a_session_closed_while_its_step_runs_fails_no_other(gpt2_pair, mo
     await sessions.close(a)
     verdict = await b_verdict
     assert list(verdict.tokens) == hf_greedy(target, b_prompt, 1)
-    assert a.sequence.is_closed and sessions.engine.store.reserved == b.sequence.cache.region.size
+    assert a.sequence.is_closed and sessions.engine.store.reserved == len(b.sequence.cache.table) * BLOCK_SIZE
     await sessions.close(b)
     assert sessions.engine.store.reserved == 0
 

@@ -1,0 +1,35 @@
+"""Prefix affinity through a real Redis: a prompt goes to the verifier that served a prefix of it,
+while that verifier's load allows, and never across scopes."""
+
+from cascade.protocol.prefix_keys import BLOCK_SIZE
+from cascade.serving.registry import Heartbeat
+from gateway.prefix_routing import PrefixRouter
+
+CHAT = list(range(3, 3 + 2 * BLOCK_SIZE + 10))
+
+
+async def _register(client, loads: dict[str, int]) -> None:
+    for address, load in loads.items():
+        await Heartbeat(client, "verifier", address, lambda load=load: load).beat()
+
+
+async def test_a_prompt_goes_to_the_verifier_of_its_longest_served_prefix(redis_client):
+    await _register(redis_client, {"v1:1": 0, "v2:1": 2, "v3:1": 1})
+    router = PrefixRouter(redis_client, slack=2)
+    assert await router.pick(CHAT, "key:a", set()) is None  # nothing served yet: load decides
+    await router.served(CHAT[: 2 * BLOCK_SIZE], "key:a", "v2:1")
+    await router.served(CHAT[:BLOCK_SIZE], "key:a", "v3:1")  # the first block's latest server
+    assert await router.pick(CHAT + [7, 8], "key:a", set()) == "v2:1"  # the longest prefix
+    assert await router.pick(CHAT[: BLOCK_SIZE + 5], "key:a", set()) == "v3:1"
+    assert await router.pick(CHAT, "key:b", set()) is None  # another tenant's prefixes
+    assert await router.pick(CHAT, "key:a", {"v2:1"}) == "v3:1"  # excluded: the next longest
+    assert await router.pick(CHAT[:BLOCK_SIZE - 1], "key:a", set()) is None  # no full block
+
+
+async def test_a_busy_prefix_holder_gives_way_to_load(redis_client):
+    await _register(redis_client, {"v1:1": 0, "v2:1": 5})
+    router = PrefixRouter(redis_client, slack=4)
+    await router.served(CHAT, "key:a", "v2:1")
+    assert await router.pick(CHAT, "key:a", set()) is None  # 5 sessions over the idle one
+    await _register(redis_client, {"v2:1": 4})
+    assert await router.pick(CHAT, "key:a", set()) == "v2:1"
