@@ -1,7 +1,7 @@
 """The choices of one request's prompt go to the same pods.
 
 A verifier computes a prompt's keys and values once and copies them into every other session
-that begins the same way (``cascade.core.prefix_share``), so the ``n`` choices and ``best_of``
+that begins the same way (``cascade.core.prefix_cache``), so the ``n`` choices and ``best_of``
 candidates of a request, which are sessions of their own, gain only when they meet on one
 verifier. ``PromptAffinity`` remembers the pods picked for a (request group, prompt) while a
 session of it runs on this gateway; the group's other sessions of that prompt take those pods,

@@ -1,6 +1,6 @@
 """What the gateway gives the speculation memory (cascade.serving.memory_stream): each session's
 scope, sent to its drafter, and every finished generation, appended to the cluster's stream;
-and each session's prefix-sharing scope (cascade.core.prefix_share), sent to both pods."""
+and each session's prefix-sharing scope (cascade.core.prefix_cache), sent to both pods."""
 
 from __future__ import annotations
 

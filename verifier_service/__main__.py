@@ -15,8 +15,8 @@ from verifier_service.server import build_verifier
 _DEFAULTS = VerifierSettings()
 OPTIONS = (
     option("kv_tokens", int, typer.Option(
-        0, help="KV budget in tokens shared by all sessions (0: 40 % of the memory available "
-        "at start-up, at most 64 full-length sequences).")),
+        0, help="KV budget in tokens shared by all sessions, in blocks of 64 (0: 40 % of the "
+        "memory available at start-up, at most 64 full-length sequences).")),
     option("max_batch_tokens", int, typer.Option(
         _DEFAULTS.max_batch_tokens, help="Most tokens one engine step feeds.")),
     option("max_wait_ms", float, typer.Option(
@@ -31,9 +31,10 @@ OPTIONS = (
         "any draft length, batch or load (--no-invariant: the plain pass, up to 10 % faster "
         "in bfloat16, 50 % in float32 at one session without speculation).")),
     option("share_prefixes", bool, typer.Option(
-        True, help="A new session copies the keys and values of the prompt prefix a live "
-        "session holds (n choices of one prompt, a common system prompt) instead of computing "
-        "them again (--no-share-prefixes: every session computes its whole prompt).")),
+        True, help="A new session takes the keys and values of the prompt prefix a live or "
+        "ended session of its scope holds (n choices of one prompt, a chat's next turn, a "
+        "common system prompt) instead of computing them again (--no-share-prefixes: every "
+        "session computes its whole prompt).")),
     option("admission_wait_s", float, typer.Option(
         _DEFAULTS.admission_wait_s, help="How long a session waits for KV memory before "
         "RESOURCE_EXHAUSTED.")),

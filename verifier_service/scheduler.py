@@ -52,8 +52,8 @@ class VerifierSettings:
     """The batch-invariant pass (``cascade.core.invariant``): a position's logits do not depend
     on the rest of the pass, so greedy output never depends on k, batching or load."""
     share_prefixes: bool = True
-    """A new session copies the prompt prefix a live session holds instead of computing it
-    (``cascade.core.prefix_share``)."""
+    """A new session takes the prompt prefix a live or ended session of its scope holds
+    instead of computing it (``cascade.core.prefix_cache``)."""
     max_kv_share: float = 0.5
     """Most of the KV budget one prefix scope (an API key) may hold while another's sessions
     wait for memory (``verifier_service.admission``)."""
@@ -224,7 +224,7 @@ class StepScheduler:
     def _take(self) -> list[_Item]:
         """The next batch, in arrival order, within the token budget. A new sequence whose
         prompt begins like another new one's in the batch waits for the next step, where it
-        copies that prefix instead of computing it again (``cascade.core.prefix_share``)."""
+        copies that prefix instead of computing it again (``cascade.core.prefix_cache``)."""
         batch, held, tokens = [], [], 0
         limit = self.settings.max_batch_tokens if self.settings.enabled else 0
         while self.queue:

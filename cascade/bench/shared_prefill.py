@@ -52,14 +52,16 @@ async def _choices(engine: VerifyEngine, prompt: list[int], n: int, max_tokens: 
 
 def measure(runner: ModelRunner, prompt_tokens: int, n: int, max_tokens: int, repeats: int
             ) -> dict[bool, list[tuple[float, float]]]:
-    prompt = [(7 * i + 11) % runner.vocab_size for i in range(prompt_tokens)]
+    def prompt(run: int) -> list[int]:  # one per run: ended runs' cached blocks never help
+        return [(7 * i + 11 + 101 * run) % runner.vocab_size for i in range(prompt_tokens)]
+
     engines = {share: VerifyEngine(runner, kv_tokens=n * (prompt_tokens + max_tokens + 128),
                                    share_prefixes=share) for share in (True, False)}
-    asyncio.run(_choices(engines[False], prompt[:32], 1, 2))  # warm up
+    asyncio.run(_choices(engines[False], prompt(0)[:32], 1, 2))  # warm up
     runs: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
-    for _ in range(repeats):
+    for repeat in range(repeats):
         for share, engine in engines.items():
-            runs[share].append(asyncio.run(_choices(engine, prompt, n, max_tokens)))
+            runs[share].append(asyncio.run(_choices(engine, prompt(1 + repeat), n, max_tokens)))
     return runs
 
 

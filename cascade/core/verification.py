@@ -63,7 +63,7 @@ class SequenceVerifier:
         (``KVBudgetExhausted`` when they are not free, or when prompt plus max_new_tokens plus
         the tree could never fit); its blocks grow as it does; ``close`` gives them back (so
         does garbage collection). ``prefix_scope``: whose
-        sequences it may copy prompt prefixes from (``cascade.core.prefix_share``)."""
+        sequences it may copy prompt prefixes from (``cascade.core.prefix_cache``)."""
         prompt_len = len(context) if prompt_len is None else prompt_len
         if not 0 < prompt_len <= len(context):
             raise ValueError(f"prompt_len must be in [1, {len(context)}], got {prompt_len}")

@@ -74,11 +74,18 @@ def _generate(engine, target, prompt, drafts, scope=""):
 
 FAMILIES = {"llama": tiny_llama, "gpt2": tiny_gpt2, "mistral": tiny_mistral,
             "gemma2": tiny_gemma2}
+CASES = [(family, torch.float32) for family in sorted(FAMILIES)] + [("llama", torch.bfloat16)]
 
 
-@pytest.mark.parametrize("family", sorted(FAMILIES))
-def test_a_cached_prefix_gives_what_a_fresh_prefill_gives_bit_for_bit(family):
-    target = FAMILIES[family](0)
+def _target(family: str, dtype: torch.dtype):
+    runner = FAMILIES[family](0)
+    runner.model.to(dtype)
+    return runner
+
+
+@pytest.mark.parametrize(("family", "dtype"), CASES)
+def test_a_cached_prefix_gives_what_a_fresh_prefill_gives_bit_for_bit(family, dtype):
+    target = _target(family, dtype)
     prompt = random_prompts(1, seed=3, min_len=2 * BLOCK_SIZE + 9, max_len=2 * BLOCK_SIZE + 9)[0]
     drafts = [Draft([5, 9, 13]), Draft([]), Draft([7, 7])]
     fresh = _generate(VerifyEngine(target, kv_tokens=16 * BLOCK_SIZE), target, prompt, drafts)
@@ -112,8 +119,9 @@ def _alone(target, prompt, params) -> list[int]:
     return sequence.generated
 
 
-def test_many_sequences_in_a_small_store_are_preempted_and_still_exact():
-    target = tiny_llama(0)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_many_sequences_in_a_small_store_are_preempted_and_still_exact(dtype):
+    target = _target("llama", dtype)
     prompts = random_prompts(6, seed=5, min_len=10, max_len=50)
     params = SamplingParams(max_new_tokens=150)  # up to 4 blocks each, 24 in all
     engine = VerifyEngine(target, kv_tokens=12 * BLOCK_SIZE)

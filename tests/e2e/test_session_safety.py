@@ -10,6 +10,7 @@ import grpc
 import httpx
 import pytest
 
+from cascade.protocol.prefix_keys import BLOCK_SIZE
 from cascade.protocol.settings import DraftConfig, SamplingParams
 from cascade.serving.channels import ChannelPool
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc
@@ -211,3 +212,25 @@ async def test_two_keys_with_the_same_prompt_share_no_prefix(cluster_with):
                 same = await http.post("/v1/completions", json=short, headers=bearer("key-a"))
                 assert same.status_code == 200, same.text
                 assert engine.prefixes.shared_tokens > 0
+
+
+async def test_two_keys_never_take_each_others_ended_prompt_blocks(cluster_with):
+    """Key A's ended request leaves its prompt's full KV blocks cached on the verifier; key B's
+    request of the same prompt computes it (the hit counters stay at zero, so its first token
+    is no sooner), and key A's next request takes them."""
+    prompt = "the secret system prompt of one tenant, long enough to fill whole KV blocks " * 8
+    short = {**BODY, "prompt": prompt, "max_tokens": 2}
+    async with cluster_with(None, api_keys=KEYS) as cluster:
+        prefixes = cluster.verifier_sessions.engine.prefixes
+        async with httpx.AsyncClient(base_url=cluster.http_url, timeout=60) as http:
+            first = await http.post("/v1/completions", json=short, headers=bearer("key-a"))
+            assert first.status_code == 200, first.text
+            assert prefixes.shared_tokens == 0
+            queried = prefixes.queried_tokens
+            other = await http.post("/v1/completions", json=short, headers=bearer("key-b"))
+            assert other.status_code == 200, other.text
+            assert prefixes.queried_tokens > queried and prefixes.shared_tokens == 0
+            again = await http.post("/v1/completions", json=short, headers=bearer("key-a"))
+            assert again.status_code == 200, again.text
+            assert prefixes.shared_tokens >= BLOCK_SIZE
+            assert again.json()["choices"][0]["text"] == first.json()["choices"][0]["text"]
