@@ -12,6 +12,7 @@ from cascade.protocol.prefix_keys import block_keys
 from cascade.core.verification import SequenceVerifier
 from cascade.protocol.settings import SamplingParams
 from models import random_prompts, tiny_gemma2, tiny_gpt2, tiny_llama, tiny_mistral
+from test_prefix_share import _rounds
 
 SHAPE = KVShape(num_layers=1, num_kv_heads=1, head_dim=2, dtype=torch.float32)
 
@@ -59,15 +60,9 @@ def test_block_keys_chain_every_earlier_token_and_the_scope():
 
 
 def _generate(engine, target, prompt, drafts, scope=""):
-    """Greedy rounds of ``drafts`` on ``engine``; the outcomes and each round's logits."""
-    sequence = SequenceVerifier(target, prompt, SamplingParams(max_new_tokens=10), engine=engine,
-                                prefix_scope=scope)
-    seen = []
-    for draft in drafts:
-        if sequence.is_finished:
-            break
-        outcome = sequence.verify(draft)
-        seen.append((outcome, sequence.last_forward.logits.clone()))
+    """Greedy rounds of ``drafts`` on ``engine``, then the sequence ends; the outcomes and
+    each round's logits."""
+    sequence, seen = _rounds(engine, target, prompt, drafts, scope=scope)
     sequence.close()
     return seen
 

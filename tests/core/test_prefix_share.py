@@ -20,9 +20,9 @@ from verifier_service.scheduler import StepScheduler, VerifierSettings
 GREEDY = SamplingParams(max_new_tokens=12)
 
 
-def _rounds(engine, target, prompt, drafts, params=GREEDY):
+def _rounds(engine, target, prompt, drafts, params=GREEDY, scope=""):
     """Each round's outcome and logits for ``drafts`` (one block per round) on ``engine``."""
-    sequence = SequenceVerifier(target, prompt, params, engine=engine)
+    sequence = SequenceVerifier(target, prompt, params, engine=engine, prefix_scope=scope)
     seen = []
     for draft in drafts:
         if sequence.is_finished:

@@ -16,8 +16,8 @@ PARAMS = SamplingParams(max_new_tokens=150)  # up to 4 blocks each
 
 
 def _alone(target, prompt) -> list[int]:
-    sequence = SequenceVerifier(target, prompt, PARAMS,
-                                engine=VerifyEngine(target, kv_tokens=8 * BLOCK_SIZE))
+    engine = VerifyEngine(target, kv_tokens=8 * BLOCK_SIZE)
+    sequence = SequenceVerifier(target, prompt, PARAMS, engine=engine)
     while not sequence.is_finished:
         sequence.verify(Draft([]))
     return sequence.generated
