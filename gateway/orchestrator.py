@@ -274,7 +274,8 @@ class Orchestrator:
             if job.is_finished:
                 self._background(self.memory.remember(request, generated))
                 self._background(self.pods.prefixes.served(
-                    request.prompt_tokens + generated, self._scope(request), job.verifier))
+                    request.prompt_tokens + generated, self._scope(request), job.verifier,
+                    job.drafter))
             yield GeneratedChunk(job.record.session_id, tokens, result.num_accepted,
                                  result.num_drafted, finish, result.draft_us, result.verify_us,
                                  result.round_us, result.num_deferred,

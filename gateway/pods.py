@@ -1,7 +1,7 @@
-"""Which pods a session runs on: the verifier that served a prefix of its prompt when its load
-allows (``gateway.prefix_routing``), else the least-loaded one, and the least-loaded drafter,
-from the registry; passing over pods cooling down after a hang; and the wait for a live
-verifier after a failure."""
+"""Which pods a session runs on: the verifier and drafter that served a prefix of its prompt
+when their load allows (``gateway.prefix_routing``), else the least-loaded ones, from the
+registry; passing over pods cooling down after a hang; and the wait for a live verifier after a
+failure."""
 
 from __future__ import annotations
 
@@ -33,21 +33,23 @@ class PodPicker:
         self.prefixes = PrefixRouter(client)
 
     async def pick(self, request: GenerationRequest, exclude: set[str]) -> tuple[str | None, str]:
-        """The verifier holding a prefix of the prompt when its load allows, else the
-        least-loaded one, and the least-loaded drafter, passing over pods cooling down after a
-        hang: a verifier that is cooling is still used when no other one is left; a drafter is
-        not (the verifier then decodes alone, which is exact too)."""
+        """The verifier and the drafter holding a prefix of the prompt when their load allows,
+        else the least-loaded ones, passing over pods cooling down after a hang: a verifier
+        that is cooling is still used when no other one is left; a drafter is not (the
+        verifier then decodes alone, which is exact too)."""
         cooling = self.cooling_now()
         scope = prefix_scope(self.settings.prefix_sharing, request.caller)
-        verifier = (await self.prefixes.pick(request.prompt_tokens, scope, exclude | cooling)
+        prompt = request.prompt_tokens
+        verifier = (await self.prefixes.pick("verifier", prompt, scope, exclude | cooling)
                     or await least_loaded(self.client, "verifier", exclude | cooling)
                     or await least_loaded(self.client, "verifier", exclude))
         if verifier is None:
             raise Overloaded("no verifier is available")
-        await self.prefixes.served(request.prompt_tokens, scope, verifier)
         drafter = None
         if request.num_draft_tokens > 0:
-            drafter = await least_loaded(self.client, "drafter", exclude | cooling)
+            drafter = (await self.prefixes.pick("drafter", prompt, scope, exclude | cooling)
+                       or await least_loaded(self.client, "drafter", exclude | cooling))
+        await self.prefixes.served(prompt, scope, verifier, drafter)
         return drafter, verifier
 
     def cooling_now(self) -> set[str]:

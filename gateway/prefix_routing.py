@@ -1,13 +1,14 @@
-"""Prefix affinity: a prompt goes to the verifier that last served a prefix of it, while that
-verifier is not much busier than the least-loaded one.
+"""Prefix affinity: a prompt goes to the verifier (and the drafter) that last served a prefix of
+it, while that pod is not much busier than the least-loaded one of its role.
 
-A verifier keeps the KV blocks of ended sequences (``cascade.core.prefix_cache``), so the next
-turn of a chat or the next step of an agent loop prefills only what is new, *on that verifier*.
-Every gateway records, in Redis, which verifier each block-prefix of a prompt went to (the keys
-are the verifier's own chained block keys, ``cascade.protocol.prefix_keys``, so they carry the
-tenant scope too), with a time to live; a new prompt looks up all its block keys in one round
-trip and takes the verifier of the longest one found, unless that verifier is not live, is
-excluded, or carries more than ``slack`` sessions over the least-loaded live one: then load
+A verifier keeps the KV blocks of ended sequences (``cascade.core.prefix_cache``), and a drafter
+its ended caches (``cascade.core.prefix_share.EndedCaches``), so the next turn of a chat or the
+next step of an agent loop prefills only what is new, *on those pods*. Every gateway records,
+in Redis, which pod of each role each block-prefix of a prompt went to (the keys are the
+verifier's own chained block keys, ``cascade.protocol.prefix_keys``, so they carry the tenant
+scope too), with a time to live; a new prompt looks up all its block keys in one round trip
+and takes the pod of the longest one found, unless that pod is not live, is excluded, or
+carries more than ``slack`` sessions over the least-loaded live one of its role: then load
 decides, as without affinity.
 """
 
@@ -36,18 +37,19 @@ class PrefixRouter:
         self.client, self.ttl_s, self.slack = client, ttl_s, slack
 
     @staticmethod
-    def keys(tokens: list[int], scope: str) -> list[str]:
-        return [KEY_PREFIX + key.hex() for key in block_keys(tokens, scope)]
+    def keys(role: str, tokens: list[int], scope: str) -> list[str]:
+        return [f"{KEY_PREFIX}{role}:{key.hex()}" for key in block_keys(tokens, scope)]
 
-    async def pick(self, tokens: list[int], scope: str, exclude: set[str]) -> str | None:
-        """The verifier holding the longest remembered prefix of ``tokens`` when its load
-        allows, else None (the caller picks by load). A Redis error is None too."""
-        keys = self.keys(tokens, scope)
+    async def pick(self, role: str, tokens: list[int], scope: str, exclude: set[str]
+                   ) -> str | None:
+        """The pod of ``role`` holding the longest remembered prefix of ``tokens`` when its
+        load allows, else None (the caller picks by load). A Redis error is None too."""
+        keys = self.keys(role, tokens, scope)
         if not keys:
             return None
         try:
             found = await self.client.mget(keys)
-            pods = {p.address: p.load for p in await live_pods(self.client, "verifier")
+            pods = {p.address: p.load for p in await live_pods(self.client, role)
                     if p.address not in exclude}
         except redis.RedisError as exc:
             log.warning("prefix affinity skipped: %s", exc)
@@ -61,15 +63,18 @@ class PrefixRouter:
                 return address
         return None
 
-    async def served(self, tokens: list[int], scope: str, verifier: str) -> None:
-        """Remember that ``verifier`` now holds the prefixes of ``tokens`` (best effort)."""
-        keys = self.keys(tokens, scope)
-        if not keys:
+    async def served(self, tokens: list[int], scope: str, verifier: str,
+                     drafter: str | None = None) -> None:
+        """Remember that the pods now hold the prefixes of ``tokens`` (best effort)."""
+        pods = {"verifier": verifier, "drafter": drafter}
+        keys = {role: self.keys(role, tokens, scope) for role, pod in pods.items() if pod}
+        if not keys["verifier"]:
             return
         try:
             async with self.client.pipeline(transaction=False) as pipe:
-                for key in keys:
-                    pipe.set(key, verifier, ex=self.ttl_s)
+                for role, names in keys.items():
+                    for key in names:
+                        pipe.set(key, pods[role], ex=self.ttl_s)
                 await pipe.execute()
         except redis.RedisError as exc:
             log.warning("prefix affinity not recorded: %s", exc)
