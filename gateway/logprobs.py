@@ -47,14 +47,22 @@ def _with_itself(entry: LogprobEntry) -> LogprobEntry:
 
 def completion_logprobs(items: tuple[LogprobEntry, ...], offset: int = 0) -> dict[str, Any]:
     """Completions' shape: parallel lists; ``offset``: where the first token's text starts in
-    the completion text."""
+    the completion text. Each token's alternatives include the token itself, so there may be
+    N + 1 of them (OpenAI's legacy completions and vLLM do so; chat's are the top N)."""
     offsets, at = [], offset
     for item in items:
         offsets.append(at)
         at += len(item.token)
     return {"tokens": [i.token for i in items], "token_logprobs": [i.logprob for i in items],
-            "top_logprobs": [None if i.top is None else dict(i.top) for i in items],
-            "text_offset": offsets}
+            "top_logprobs": [_top_with_itself(i) for i in items], "text_offset": offsets}
+
+
+def _top_with_itself(item: LogprobEntry) -> dict[str, float] | None:
+    if item.top is None:
+        return None
+    top = dict(item.top)
+    top.setdefault(item.token, item.logprob)
+    return top
 
 
 def chat_logprobs(items: tuple[LogprobEntry, ...]) -> dict[str, Any]:
