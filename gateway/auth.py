@@ -20,7 +20,7 @@ from fastapi import FastAPI, Request
 from gateway.errors import APIError, error_response
 from gateway.playground import is_playground
 
-PUBLIC_PATHS = frozenset({"/health", "/ready", "/metrics"})
+PUBLIC_PATHS = frozenset({"/health", "/ready", "/metrics", "/version"})
 ANONYMOUS = "anonymous"
 
 

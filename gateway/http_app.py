@@ -25,6 +25,7 @@ from gateway.generation import Generator
 from gateway.limits import BodyLimit, KeyLimits
 from gateway.playground import install_playground, page_settings
 from gateway.resume import install_resume
+from gateway.tokenizer_api import install_tokenizer_routes
 
 ReadyCheck = Callable[[], bool | Awaitable[bool]]
 
@@ -59,6 +60,7 @@ def create_app(
         return await api.chat_completions(body, request)
 
     install_resume(app, tokenizer, generator, keys, limits)
+    install_tokenizer_routes(app, settings, tokenizer)
     _add_info_routes(app, settings, ready, registry)
     if settings.playground:
         install_playground(app, page_settings(settings.model_name,

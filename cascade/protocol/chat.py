@@ -18,13 +18,14 @@ def has_chat_template(tokenizer) -> bool:
     return bool(getattr(tokenizer, "chat_template", None))
 
 
-def chat_ids(tokenizer, messages: Sequence[dict], tools: list[dict] | None = None
-             ) -> list[int]:
+def chat_ids(tokenizer, messages: Sequence[dict], tools: list[dict] | None = None,
+             add_generation_prompt: bool = True) -> list[int]:
     """Token ids of ``messages`` through the chat template, with the assistant turn opened
-    (``tools``: function definitions for a template that renders them)."""
-    return list(tokenizer.apply_chat_template(list(messages), tools=tools,
-                                              add_generation_prompt=True, tokenize=True,
-                                              return_dict=False, sanitize_control_tokens=True))
+    (unless ``add_generation_prompt`` is False; ``tools``: function definitions for a template
+    that renders them)."""
+    return list(tokenizer.apply_chat_template(
+        list(messages), tools=tools, add_generation_prompt=add_generation_prompt,
+        tokenize=True, return_dict=False, sanitize_control_tokens=True))
 
 
 def chat_prompt_ids(tokenizer, text: str) -> list[int]:
