@@ -184,7 +184,7 @@ class CompletionsApi:
 
     def _check_model(self, model: str) -> None:
         if model != self.settings.model_name:
-            raise model_not_found(model)
+            raise model_not_found(model, self.settings.model_name)
 
     def _apply_chat_template(self, body: schemas.ChatCompletionRequest) -> list[int]:
         if not has_chat_template(self.tokenizer):

@@ -59,10 +59,12 @@ def bad_request(message: str, param: str | None = None, code: str | None = None)
     return APIError(400, message, param=param, code=code)
 
 
-def model_not_found(model: str) -> APIError:
+def model_not_found(model: str, served: str | None = None) -> APIError:
+    """404 for a request naming ``model``; ``served``: the model this gateway serves."""
+    hint = f"; this server serves '{served}' (GET /v1/models lists it)" if served else ""
     return APIError(
         404,
-        f"The model '{shortened(model)}' does not exist.",
+        f"The model '{shortened(model)}' does not exist{hint}.",
         param="model",
         code="model_not_found",
     )

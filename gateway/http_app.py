@@ -86,7 +86,7 @@ def _add_info_routes(
     @app.get("/v1/models/{model:path}")
     async def get_model(model: str) -> dict[str, Any]:
         if model != settings.model_name:
-            raise model_not_found(model)
+            raise model_not_found(model, settings.model_name)
         return schemas.model_card(settings.model_name, created)
 
     @app.get("/health")

@@ -41,7 +41,7 @@ def install_tokenizer_routes(app: FastAPI, settings: HttpSettings,
                              tokenizer: PreTrainedTokenizerBase) -> None:
     def check(model: str | None) -> None:
         if model is not None and model != settings.model_name:
-            raise model_not_found(model)
+            raise model_not_found(model, settings.model_name)
 
     @app.post("/tokenize")
     async def tokenize(body: TokenizeRequest) -> dict[str, Any]:

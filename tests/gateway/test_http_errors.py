@@ -136,7 +136,9 @@ async def test_invalid_json_and_unknown_model(tokenizer):
     assert broken.status_code == 400 and "JSON" in broken.json()["error"]["message"]
     assert not_object.status_code == 400 and "JSON object" in not_object.json()["error"]["message"]
     assert unknown.status_code == 404
-    assert unknown.json()["error"] == {"message": "The model 'gpt-9' does not exist.",
+    assert unknown.json()["error"] == {"message": f"The model 'gpt-9' does not exist; this "
+                                                  f"server serves '{MODEL}' (GET /v1/models "
+                                                  f"lists it).",
                                        "type": "invalid_request_error", "param": "model",
                                        "code": "model_not_found"}
 
