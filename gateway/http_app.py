@@ -81,13 +81,13 @@ def _add_info_routes(
 
     @app.get("/v1/models")
     async def list_models() -> dict[str, Any]:
-        return schemas.model_list(settings.model_name, created)
+        return schemas.model_list(settings.model_name, created, settings.context_length)
 
     @app.get("/v1/models/{model:path}")
     async def get_model(model: str) -> dict[str, Any]:
         if model != settings.model_name:
             raise model_not_found(model, settings.model_name)
-        return schemas.model_card(settings.model_name, created)
+        return schemas.model_card(settings.model_name, created, settings.context_length)
 
     @app.get("/health")
     async def health() -> dict[str, str]:

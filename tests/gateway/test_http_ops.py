@@ -6,6 +6,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from http_fixtures import (
     MODEL,
+    SETTINGS,
     FakeGenerator,
     make_client,
     make_openai,
@@ -31,7 +32,8 @@ async def test_models_health_ready_metrics(tokenizer):
         missing = await http.get("/v1/nothing")
     assert models["object"] == "list" and sdk_models == [MODEL]
     assert models["data"][0] == {"id": MODEL, "object": "model",
-                                 "created": models["data"][0]["created"], "owned_by": "cascade"}
+                                 "created": models["data"][0]["created"], "owned_by": "cascade",
+                                 "max_model_len": SETTINGS.context_length}
     assert health.status_code == 200 and health.json() == {"status": "ok"}
     assert not_ready.status_code == 503 and is_ready.status_code == 200
     assert "cascade_test_events_total 3.0" in metrics.text
