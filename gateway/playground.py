@@ -15,6 +15,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
+from fastapi.responses import RedirectResponse
 
 from cascade.protocol.methods import DEFAULT_DRAFT_METHOD, DRAFT_METHODS
 from cascade.protocol.requests import CASCADE_RULE_NAMES
@@ -40,7 +41,12 @@ def page_settings(model_name: str, default_num_draft_tokens: int,
 
 
 def install_playground(app: FastAPI, settings: dict[str, Any]) -> None:
-    """Serves the page at /playground/ and its settings at /playground/settings.json."""
+    """Serves the page at /playground/ and its settings at /playground/settings.json; ``/``
+    leads there."""
+
+    @app.get("/", include_in_schema=False)
+    async def root() -> RedirectResponse:
+        return RedirectResponse(f"{PATH}/")
 
     @app.get(f"{PATH}/settings.json", include_in_schema=False)
     async def playground_settings() -> dict[str, Any]:
@@ -50,5 +56,6 @@ def install_playground(app: FastAPI, settings: dict[str, Any]) -> None:
 
 
 def is_playground(path: str) -> bool:
-    """The page and its files are public (the page holds no secrets)."""
-    return path == PATH or path.startswith(f"{PATH}/")
+    """The page, its files and ``/`` (which leads to it) are public (the page holds no
+    secrets)."""
+    return path in ("/", PATH) or path.startswith(f"{PATH}/")

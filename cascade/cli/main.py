@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+import httpx
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -72,11 +73,7 @@ def up(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT, pair: str = PAIR_
     cluster = LocalCluster(config)
     with console.status("starting redis, verifier, drafters, gateway"):
         cluster.start()
-    console.print(f"gateway: [bold]{cluster.http_url}/v1[/] (OpenAI API), gRPC "
-                  f"[bold]{cluster.grpc_address}[/]; logs in {cluster.config.workdir}")
-    console.print(f"pods speak mutual TLS (certificates in {cluster.config.workdir}/mesh); "
-                  "Redis wants the password in its redis-auth.conf")
-    console.print("Ctrl-C stops the cluster.")
+    _print_ready(cluster)
     try:
         while True:
             cluster.processes["gateway"].wait()
@@ -87,6 +84,27 @@ def up(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT, pair: str = PAIR_
         with console.status("stopping"):
             cluster.stop()
         console.print("stopped")
+
+
+def _print_ready(cluster: LocalCluster) -> None:
+    """Where to reach what ``cascade up`` started, and a first command to try."""
+    model = served_model(cluster.http_url)
+    console.print(f"gateway: [bold]{cluster.http_url}/v1[/] (OpenAI API) serving model "
+                  f"[bold]{model}[/], gRPC [bold]{cluster.grpc_address}[/]")
+    console.print(f"playground: [bold]{cluster.http_url}/playground/[/]; metrics: "
+                  f"{cluster.http_url}/metrics; logs in {cluster.config.workdir}")
+    console.print(f"try: cascade generate --gateway {cluster.grpc_address} \"import os\"")
+    console.print(f"pods speak mutual TLS (certificates in {cluster.config.workdir}/mesh); "
+                  "Redis wants the password in its redis-auth.conf")
+    console.print("Ctrl-C stops the cluster.")
+
+
+def served_model(http_url: str) -> str:
+    """The id the gateway serves (what requests name as ``model``), or ``?`` if it is silent."""
+    try:
+        return httpx.get(f"{http_url}/v1/models", timeout=5).json()["data"][0]["id"]
+    except (httpx.HTTPError, KeyError, IndexError, ValueError):
+        return "?"
 
 
 @app.command("mesh-certs")

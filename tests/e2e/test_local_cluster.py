@@ -5,6 +5,7 @@ import socket
 
 import httpx
 
+from cascade.cli.main import served_model
 from cascade.tools import local_cluster
 from cascade.tools.local_cluster import ClusterConfig, LocalCluster
 
@@ -40,7 +41,8 @@ def test_local_cluster_starts_serves_and_stops_cleanly(tiny_pair_dirs, tmp_path,
     pids = [p.pid for p in cluster.processes.values()] + [cluster.redis.process.pid]
     try:
         assert sorted(cluster.processes) == ["drafter-0", "drafter-1", "gateway", "verifier"]
-        body = {"model": "target", "prompt": "import os", "max_tokens": 8, "temperature": 0}
+        assert served_model(cluster.http_url) == target.name  # what `cascade up` prints
+        body = {"model": target.name, "prompt": "import os", "max_tokens": 8, "temperature": 0}
         response = httpx.post(f"{cluster.http_url}/v1/completions", json=body, timeout=60)
         assert response.status_code == 200, response.text
         assert response.json()["usage"]["completion_tokens"] >= 1

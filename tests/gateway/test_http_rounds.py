@@ -110,6 +110,8 @@ async def test_playground_page_and_settings_are_public(tokenizer):
         script_file = await http.get("/playground/playground.js")
         page_settings = (await http.get("/playground/settings.json")).json()
         api = await http.get("/v1/models")
+        root = await http.get("/")
+    assert root.status_code == 307 and root.headers["location"] == "/playground/"
     assert page.status_code == 200 and "text/html" in page.headers["content-type"]
     assert 'id="request-form"' in page.text and "playground.js" in page.text
     assert script_file.status_code == 200 and "cascade_rounds" in script_file.text
@@ -123,3 +125,4 @@ async def test_playground_can_be_turned_off(tokenizer):
     async with make_client(tokenizer, FakeGenerator([]), settings=settings) as http:
         assert (await http.get("/playground/")).status_code == 404
         assert (await http.get("/playground/settings.json")).status_code == 404
+        assert (await http.get("/")).status_code == 404
