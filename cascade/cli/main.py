@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import socket
 import statistics
 from pathlib import Path
 
+import grpc
 import httpx
 import typer
 from rich.console import Console
@@ -32,14 +34,40 @@ DTYPE_OPT = typer.Option("auto", help="The pods' dtype: float32, bfloat16 or aut
                          "where the hardware runs it fast, measured; float32 elsewhere).")
 
 
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
 def _cluster_config(target, drafter, pair, drafters, port, grpc_port, dtype,
                     gateway_args: tuple[str, ...] = (), redis_replicas: int = 0,
                     invariant: bool = True) -> ClusterConfig:
+    """The local cluster's settings, checked before anything starts (ValueError: what to
+    fix)."""
+    if dtype not in DTYPES:
+        raise ValueError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    for flag, number in (("--port", port), ("--grpc-port", grpc_port)):
+        if number and not _is_free(number):
+            raise ValueError(f"{flag} {number} is in use; stop what holds it, or pass "
+                             f"{flag} 0 for a free one")
     target, drafter = pair_folders(target, drafter, pair)
     return ClusterConfig(target, drafter, num_drafters=drafters, http_port=port,
                          grpc_port=grpc_port, dtype=dtype, gateway_args=gateway_args,
                          redis_replicas=redis_replicas,
                          verifier_args=() if invariant else ("--no-invariant",))
+
+
+def _fail(message: str) -> None:
+    """One line saying what went wrong and what to do, and exit status 1 (no traceback)."""
+    console.print(f"[red]error:[/] {message}", highlight=False)
+    raise typer.Exit(1)
+
+
+def _is_free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 @app.command()
@@ -189,12 +217,17 @@ def generate(prompt: str,
     run = dict(prompt=prompt, max_tokens=max_tokens, temperature=temperature, seed=seed,
                chat=chat, acceptance="" if rule else acceptance)
     console.print(prompt, style="bold", end="\n" if chat else "", markup=False, highlight=False)
-    spec = stream_generation(gateway, num_draft_tokens=num_draft_tokens,
-                             on_response=_print_round, cascade_rule=rule, cascade_alpha=alpha,
-                             schedule=schedule, tree_nodes=tree_nodes,
-                             tree_expansion=tree_expansion, **run)
-    console.print()
-    base = stream_generation(gateway, num_draft_tokens=0, **run) if baseline else None
+    try:
+        spec = stream_generation(gateway, num_draft_tokens=num_draft_tokens,
+                                 on_response=_print_round, cascade_rule=rule,
+                                 cascade_alpha=alpha, schedule=schedule, tree_nodes=tree_nodes,
+                                 tree_expansion=tree_expansion, **run)
+        console.print()
+        base = stream_generation(gateway, num_draft_tokens=0, **run) if baseline else None
+    except grpc.RpcError as exc:
+        _fail(f"the gateway at {gateway} answered {exc.code().name}: {exc.details()}"
+              + (" (is `cascade up` running? --gateway names another address)"
+                 if exc.code() == grpc.StatusCode.UNAVAILABLE else ""))
     _report(spec, base, num_draft_tokens, schedule, tree_nodes)
 
 
@@ -207,7 +240,11 @@ def demo(prompt: str = typer.Argument("Explain how a rainbow forms."),
          grpc_port: int = typer.Option(50050, help="Gateway gRPC port (0: a free one)."),
          dtype: str = DTYPE_OPT) -> None:
     """Start the local cluster, run one generation through it, and stop it."""
-    cluster = LocalCluster(_cluster_config(target, drafter, pair, 1, port, grpc_port, dtype))
+    try:
+        config = _cluster_config(target, drafter, pair, 1, port, grpc_port, dtype)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    cluster = LocalCluster(config)
     with console.status("starting redis, verifier, drafter, gateway"):
         cluster.start()
     try:

@@ -1,0 +1,36 @@
+"""The command line's mistakes end in one line saying what to fix, not a traceback, and before
+anything starts."""
+
+import socket
+
+from typer.testing import CliRunner
+
+from cascade.cli.main import app
+
+RUNNER = CliRunner()
+
+
+def test_a_bad_dtype_is_refused_before_anything_starts():
+    result = RUNNER.invoke(app, ["up", "--dtype", "float64"])
+    assert result.exit_code == 2
+    assert "--dtype must be one of auto, float32, bfloat16, float16" in result.output
+
+
+def test_a_port_in_use_is_named_with_what_to_do():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = RUNNER.invoke(app, ["demo", "--port", str(port)])
+    assert result.exit_code == 2
+    assert f"--port {port} is in use" in result.output and "--port 0" in result.output
+
+
+def test_generate_without_a_gateway_says_so_in_one_line():
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{closed.getsockname()[1]}"  # bound, never listening
+    result = RUNNER.invoke(app, ["generate", "hi", "--gateway", address, "--no-baseline"])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert "error:" in result.output and "UNAVAILABLE" in result.output
+    assert "cascade up" in result.output
