@@ -200,9 +200,9 @@ class EngineRows:
 
     def __init__(self, runner: ModelRunner, invariant: bool, config: EngineBenchConfig) -> None:
         rows, nodes = max(config.rows, default=1), len(config.tree)
-        region = padded(config.context + NEW_TOKENS + nodes + KEY_BLOCK, KEY_BLOCK)
+        room = padded(config.context + NEW_TOKENS + nodes + KEY_BLOCK, KEY_BLOCK)
         fresh = padded(config.prefill + NEW_TOKENS + nodes + KEY_BLOCK, KEY_BLOCK)
-        self.engine = VerifyEngine(runner, kv_tokens=rows * region + fresh, invariant=invariant)
+        self.engine = VerifyEngine(runner, kv_tokens=rows * room + fresh, invariant=invariant)
         self.runner, self.nodes, self.prefill_rows = runner, nodes, 0
         self.sequences = [self._sequence(_context(i, config.context, runner.vocab_size))
                           for i in range(rows)]
