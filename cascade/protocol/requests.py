@@ -23,7 +23,7 @@ Defaults, documented once (OpenAI's where OpenAI has the field):
 | stop | none | up to 4 strings (OpenAI's limit) of at most 512 characters |
 | num_draft_tokens | the server's default k (4) | [0, 32]; 0 decodes on the target alone |
 | draft_method | the server's default (`--draft-method`, "model"; requests that need the drafter model's q — a speculative cascade, the recursive rule, the adaptive schedule — get "model") | cascade.protocol.methods.DRAFT_METHODS |
-| acceptance | "lossless" | "lossless", "keyed" (lossless, and a seeded sampled request's text depends on its prompt and seed alone, whatever was drafted), "recursive" (lossless; sampled trees whose children are drafted from q and tried in turn, SpecInfer) or "cascade" (a speculative cascade: faster, lossy) |
+| acceptance | "lossless" | "lossless" (speculative sampling; the keyed rule when the request gives a seed or drafts trees), "keyed" (lossless, and a seeded sampled request's text depends on its prompt and seed alone, whatever was drafted), "recursive" (lossless; sampled trees whose children are drafted from q and tried in turn, SpecInfer) or "cascade" (a speculative cascade: faster, lossy) |
 | cascade_rule | "chow" | chow, diff, opt, token_v1, token_v2, token_v3 (with "cascade") |
 | cascade_alpha | 0.0 | [0, 1]; larger trades quality for speed (with "cascade") |
 | draft_schedule | "auto" | "auto" (the verifier drafts only what pays at its load: each round's length in [0, k], cascade.core.goodput; a speculative cascade is verified as "fixed"), "fixed" (always k) or "adaptive" (k moves in [1, 2k] with the drafter's success; draft_method "model") |
@@ -374,10 +374,12 @@ def build_request(options: GenerationOptions, prompt_tokens: list[int], max_toke
 
 def _lossless_policy(options: GenerationOptions, sampling: SamplingParams,
                      draft: DraftConfig) -> AcceptancePolicy | None:
-    """The keyed or recursive rule where asked for, the keyed one where a sampled request drafts
-    trees without naming one; None: the default for the settings."""
-    if options.acceptance == "cascade" or (options.acceptance == "lossless"
-                                           and not draft.tree_nodes):
+    """The keyed or recursive rule where asked for; the keyed one where a sampled request
+    gives a seed (its text then depends on its prompt, parameters and seed alone, whatever the
+    load makes the drafts) or drafts trees without naming a rule; None: the default for the
+    settings (speculative sampling)."""
+    plain = options.acceptance == "lossless" and not draft.tree_nodes and options.seed is None
+    if options.acceptance == "cascade" or plain:
         return None
     if sampling.is_greedy:
         return AcceptancePolicy(AcceptanceRule.GREEDY)

@@ -71,3 +71,20 @@ def test_an_unknown_default_method_is_refused():
 
     with pytest.raises(ValueError, match="default_draft_method"):
         ServerDefaults(64, default_draft_method="telepathy")
+
+
+@pytest.mark.parametrize(("extra", "rule"), [
+    ({"temperature": 0.8, "seed": 7}, "keyed"),  # a seed reproduces the text by default
+    ({"temperature": 0.8, "seed": 0}, "keyed"),  # zero is a seed too
+    ({"temperature": 0.8}, "speculative"),  # unseeded: plain speculative sampling
+    ({"temperature": 0, "seed": 7}, "greedy"),
+    ({"temperature": 0.8, "seed": 7, "acceptance": "recursive"}, "recursive"),
+    ({"temperature": 0.8, "seed": 7, "acceptance": "cascade"}, "chow"),
+])
+def test_a_seeded_sampled_request_is_verified_with_the_keyed_rule(extra, rule):
+    from cascade.protocol.requests import ServerDefaults, build_request
+    from gateway.schemas import CompletionRequest
+
+    body = CompletionRequest(model=MODEL, prompt="Hi", max_tokens=4, **extra)
+    policy = build_request(body, [1, 2], 4, ServerDefaults(64), "prompt").acceptance
+    assert policy.rule.value == rule

@@ -302,4 +302,6 @@ async def test_a_planning_verifier_does_not_count_pre_drafting_as_waited_for(
         trailing = 0
         for block in (r for r in rounds if r.num_drafted):
             trailing = trailing + 1 if block.speculation == HIT[0] else 0
-        assert trailing >= 1 and exposed <= 0.7 ** trailing + 1e-9
+        last = max(i for i, r in enumerate(rounds) if r.num_drafted)
+        after_alone = last == 0 or not rounds[last - 1].num_drafted
+        assert (trailing >= 1 or after_alone) and exposed <= 0.7 ** trailing + 1e-9
