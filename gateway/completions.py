@@ -41,6 +41,24 @@ from gateway.streaming import Delta, EventStreamResponse, collect, text_deltas
 from gateway.tools import tool_calls_of, with_tools
 
 
+def check_chat_template(tokenizer: PreTrainedTokenizerBase, model: str, instead: str) -> None:
+    """400 naming 'messages' when the model has no chat template (``instead``: what to do)."""
+    if not has_chat_template(tokenizer):
+        raise bad_request(f"The model '{model}' has no chat template, so 'messages' cannot be "
+                          f"formatted; {instead}.", param="messages")
+
+
+def templated_ids(tokenizer: PreTrainedTokenizerBase, messages: list[dict],
+                  tools: list[dict] | None = None, add_generation_prompt: bool = True
+                  ) -> list[int]:
+    """``chat_ids``, with what the template refuses as a 400 naming 'messages'."""
+    try:
+        return chat_ids(tokenizer, messages, tools, add_generation_prompt)
+    except (jinja2.TemplateError, ValueError) as exc:
+        raise bad_request(f"Invalid 'messages' for this model's chat template: {exc}",
+                          "messages") from exc
+
+
 class CompletionsApi:
     """Validates requests against the model's limits and turns them into generations."""
 
@@ -187,19 +205,11 @@ class CompletionsApi:
             raise model_not_found(model, self.settings.model_name)
 
     def _apply_chat_template(self, body: schemas.ChatCompletionRequest) -> list[int]:
-        if not has_chat_template(self.tokenizer):
-            raise bad_request(
-                f"The model '{self.settings.model_name}' has no chat template, so 'messages' "
-                "cannot be formatted; use /v1/completions with a prompt instead.",
-                param="messages",
-            )
+        check_chat_template(self.tokenizer, self.settings.model_name,
+                            "use /v1/completions with a prompt instead")
         tools = body.template_tools()
         messages = with_tools(body.template_messages(), tools, self.tokenizer.chat_template)
-        try:
-            return chat_ids(self.tokenizer, messages, tools)
-        except (jinja2.TemplateError, ValueError) as exc:
-            message = f"Invalid 'messages' for this model's chat template: {exc}"
-            raise bad_request(message, "messages") from exc
+        return templated_ids(self.tokenizer, messages, tools)
 
     def _generation_request(
         self,

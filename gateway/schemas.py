@@ -122,6 +122,12 @@ def _is_token_ids(value: Any) -> bool:
         isinstance(t, int) and not isinstance(t, bool) for t in value)
 
 
+def template_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
+    """``messages`` as the chat template reads them."""
+    return [m.model_dump(exclude_none=True, exclude_defaults=True) | {
+        "role": m.role, "content": m.content} for m in messages]
+
+
 class ChatMessage(Lenient):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str
@@ -205,8 +211,7 @@ class ChatCompletionRequest(GenerationFields, ToolFields):
         return self.max_tokens
 
     def template_messages(self) -> list[dict[str, Any]]:
-        return [m.model_dump(exclude_none=True, exclude_defaults=True) | {
-            "role": m.role, "content": m.content} for m in self.messages]
+        return template_messages(self.messages)
 
     def requested_grammar(self) -> tuple[Grammar, str] | None:
         """A structured-output field's grammar, or the one tool_choice imposes; not both."""

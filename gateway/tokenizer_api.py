@@ -8,17 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import jinja2
 from fastapi import FastAPI
 from pydantic import Field
 from transformers import PreTrainedTokenizerBase
 
 import cascade
-from cascade.protocol.chat import chat_ids, has_chat_template
 from cascade.protocol.requests import Lenient
+from gateway.completions import check_chat_template, templated_ids
 from gateway.errors import bad_request, model_not_found
 from gateway.http_settings import HttpSettings
-from gateway.schemas import ChatMessage
+from gateway.schemas import ChatMessage, template_messages
 
 
 class TokenizeRequest(Lenient):
@@ -80,16 +79,9 @@ def _encoded(body: TokenizeRequest, tokenizer: PreTrainedTokenizerBase, model: s
     if body.prompt is not None:
         special = True if body.add_special_tokens is None else body.add_special_tokens
         return tokenizer(body.prompt, add_special_tokens=special).input_ids
-    if not has_chat_template(tokenizer):
-        raise bad_request(f"The model '{model}' has no chat template, so 'messages' cannot be "
-                          "formatted; send a 'prompt' instead.", param="messages")
-    messages = [m.model_dump(exclude_none=True, exclude_defaults=True)
-                | {"role": m.role, "content": m.content} for m in body.messages]
-    try:
-        tokens = chat_ids(tokenizer, messages, add_generation_prompt=body.add_generation_prompt)
-    except (jinja2.TemplateError, ValueError) as exc:
-        raise bad_request(f"Invalid 'messages' for this model's chat template: {exc}",
-                          "messages") from exc
+    check_chat_template(tokenizer, model, "send a 'prompt' instead")
+    tokens = templated_ids(tokenizer, template_messages(body.messages),
+                           add_generation_prompt=body.add_generation_prompt)
     if body.add_special_tokens and tokenizer.bos_token_id is not None and (
             not tokens or tokens[0] != tokenizer.bos_token_id):
         tokens = [tokenizer.bos_token_id] + tokens

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import statistics
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from cascade.protocol.methods import DEFAULT_DRAFT_METHOD, DRAFT_METHODS
 from cascade.serving.memory_stream import MemoryMode
 from cascade.tools.client import GenerationSummary, stream_generation
 from cascade.tools.local_cluster import ClusterConfig, LocalCluster
+from cascade.tools.redis_server import is_bindable
 
 app = typer.Typer(add_completion=False, help="Cascade: speculative decoding across machines.")
 app.add_typer(models_app, name="models")
@@ -45,7 +45,7 @@ def _cluster_config(target, drafter, pair, drafters, port, grpc_port, dtype,
     if dtype not in DTYPES:
         raise ValueError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     for flag, number in (("--port", port), ("--grpc-port", grpc_port)):
-        if number and not _is_free(number):
+        if number and not is_bindable(number):
             raise ValueError(f"{flag} {number} is in use; stop what holds it, or pass "
                              f"{flag} 0 for a free one")
     target, drafter = pair_folders(target, drafter, pair)
@@ -59,15 +59,6 @@ def _fail(message: str) -> None:
     """One line saying what went wrong and what to do, and exit status 1 (no traceback)."""
     console.print(f"[red]error:[/] {message}", highlight=False)
     raise typer.Exit(1)
-
-
-def _is_free(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 @app.command()

@@ -106,7 +106,7 @@ class VerifyEngine:
             raise KVBudgetExhausted(
                 f"prompt plus max_new_tokens ({num_positions} positions) exceed the verifier's "
                 f"whole KV budget ({self.store.capacity}); lower max_tokens", never_fits=True)
-        need = blocks_for(min(num_positions, num_positions if now is None else now))
+        need = blocks_for(num_positions if now is None else min(now, num_positions))
         promised = self.promised()
         if need + promised > self.store.available:
             raise KVBudgetExhausted(
@@ -139,11 +139,12 @@ class VerifyEngine:
             except Exception as exc:  # noqa: BLE001 - a bad row fails alone
                 results[i] = exc
         if passes:
-            outputs = self.run_rows(passes)
-            for i, output in zip(owners, outputs):
+            kept = []
+            for i, output in zip(owners, self.run_rows(passes)):
                 if isinstance(output, Preempted):
                     results[i] = output
-            kept = [(i, o) for i, o in zip(owners, outputs) if not isinstance(o, Preempted)]
+                else:
+                    kept.append((i, output))
             if kept:
                 self._conclude([items[i] for i, _ in kept], [o for _, o in kept],
                                [i for i, _ in kept], results)

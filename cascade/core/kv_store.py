@@ -151,8 +151,6 @@ class KVStore:
         self._key_of: dict[int, bytes] = {}
         self._block_of: dict[bytes, int] = {}
         self._lock = threading.Lock()
-        self.evicted = 0
-        """Registered blocks given to new use since the store was made."""
 
     @property
     def available(self) -> int:
@@ -187,7 +185,6 @@ class KVStore:
             if block is None and self._evictable:
                 block, _ = self._evictable.popitem(last=False)
                 del self._block_of[self._key_of.pop(block)]
-                self.evicted += 1
             if block is None:
                 return None
             self._refs[block] = 1
@@ -209,17 +206,24 @@ class KVStore:
         self._num_free -= 1
         return block
 
+    def grow(self, table: BlockTable, count: int) -> bool:
+        """Add blocks to ``table`` until it has ``count``, each after its last one when that is
+        free; False when the store runs out first (the blocks taken stay in the table)."""
+        while len(table) < count:
+            block = self.allocate(table.blocks[-1] if table.blocks else None)
+            if block is None:
+                return False
+            table.blocks.append(block)
+        return True
+
     def new_table(self, positions: int) -> BlockTable:
         """A table with blocks for ``positions`` positions (a run of blocks when free), or
         ValueError when the store has too few."""
         table = BlockTable()
-        for _ in range(blocks_for(positions)):
-            block = self.allocate(table.blocks[-1] if table.blocks else None)
-            if block is None:
-                for taken in table.blocks:
-                    self.release(taken)
-                raise ValueError(f"the KV store has no room for {positions} positions")
-            table.blocks.append(block)
+        if not self.grow(table, blocks_for(positions)):
+            for taken in table.blocks:
+                self.release(taken)
+            raise ValueError(f"the KV store has no room for {positions} positions")
         return table
 
     def hold(self, block: int) -> None:
@@ -255,9 +259,6 @@ class KVStore:
     def is_shared(self, block: int) -> bool:
         """Whether writing ``block`` would change what another holder or the cache holds."""
         return self._refs[block] > 1 or block in self._key_of
-
-    def is_registered(self, block: int) -> bool:
-        return block in self._key_of
 
     def copy_block(self, source: int, target: int, count: int = BLOCK_SIZE) -> None:
         """The first ``count`` slots of block ``source`` into block ``target`` (every layer)."""

@@ -88,19 +88,18 @@ class PagedCache:
         self.keys = self.keys[: first // BLOCK_SIZE]
         for i in range(first // BLOCK_SIZE, len(blocks)):
             if self.store.is_shared(blocks[i]):
-                copy = self._allocate(blocks[i - 1] if i else None)
+                copy = self.store.allocate(blocks[i - 1] if i else None)
+                if copy is None:
+                    raise self._exhausted()
                 self.store.copy_block(blocks[i], copy)
                 self.store.release(blocks[i])
                 blocks[i] = copy
-        while len(blocks) < need:
-            blocks.append(self._allocate(blocks[-1] if blocks else None))
+        if not self.store.grow(self.table, need):
+            raise self._exhausted()
 
-    def _allocate(self, after: int | None) -> int:
-        block = self.store.allocate(after)
-        if block is None:
-            raise KVBudgetExhausted(f"the verifier's KV store has no free block "
-                                    f"({self.store.num_blocks} blocks, all held)")
-        return block
+    def _exhausted(self) -> KVBudgetExhausted:
+        return KVBudgetExhausted(f"the verifier's KV store has no free block "
+                                 f"({self.store.num_blocks} blocks, all held)")
 
     def compact(self, base: int, path: list[int], tokens: list[int]) -> None:
         """Keep a tree's accepted path: move the KV entries of nodes ``path`` (fed from slot

@@ -92,7 +92,8 @@ class PrefixCache:
             self.shared_tokens += self._take(p.cache, p.tokens, limit)
 
     def _take(self, cache: PagedCache, tokens: list[int], limit: int) -> int:
-        cached = self.cached_blocks(tokens[:limit], cache.scope)
+        keys = block_keys(tokens[:limit], cache.scope)
+        cached = self._registered(keys)
         source, live = longest_held(self.of_scope(cache.scope), tokens, limit, cache)
         if live < MIN_SHARED or live <= len(cached) * BLOCK_SIZE:
             source, live = None, len(cached) * BLOCK_SIZE
@@ -103,7 +104,7 @@ class PrefixCache:
         for block in blocks:
             self.store.hold(block)
         cache.table.blocks = list(blocks)
-        cache.keys = block_keys(tokens[: len(blocks) * BLOCK_SIZE], cache.scope)
+        cache.keys = keys[: len(blocks)]
         tail = live % BLOCK_SIZE if source is not None else 0
         if tail:
             copy = self.store.allocate(blocks[-1] if blocks else None)
@@ -115,10 +116,10 @@ class PrefixCache:
         cache.tokens = list(tokens[:live])
         return live
 
-    def cached_blocks(self, tokens: list[int], scope: str) -> list[int]:
-        """The registered blocks holding the longest run of full blocks of ``tokens``."""
+    def _registered(self, keys: list[bytes]) -> list[int]:
+        """The registered blocks of the longest run of ``keys`` (a prefix's chained keys)."""
         blocks = []
-        for key in block_keys(tokens, scope):
+        for key in keys:
             block = self.store.lookup(key)
             if block is None:
                 break
@@ -131,7 +132,7 @@ class PrefixCache:
         if not self.enabled:
             return len(tokens)
         live = longest_held(self.of_scope(scope), tokens, len(tokens))[1]
-        return max(live, len(self.cached_blocks(tokens, scope)) * BLOCK_SIZE)
+        return max(live, len(self._registered(block_keys(tokens, scope))) * BLOCK_SIZE)
 
     def register(self, cache: PagedCache, end: int) -> None:
         """Register ``cache``'s full blocks of positions before ``end`` (final entries)."""

@@ -58,8 +58,8 @@ class EndedCaches:
     def __init__(self, max_positions: int) -> None:
         self.max_positions = max_positions
         self._entries: OrderedDict[int, Ended] = OrderedDict()
+        """id(entry) -> entry, least recently used first."""
         self._lock = threading.Lock()
-        self._next = 0
         self.positions = 0
 
     def keep(self, scope: str, held: HeldTokens, cache) -> None:
@@ -67,9 +67,9 @@ class EndedCaches:
         tokens = list(held.tokens)
         if len(tokens) < MIN_SHARED or not _has_tensors(cache):
             return
+        entry = Ended(scope, tokens, cache)
         with self._lock:
-            self._next += 1
-            self._entries[self._next] = Ended(scope, tokens, cache)
+            self._entries[id(entry)] = entry
             self.positions += len(tokens)
             while self.positions > self.max_positions and self._entries:
                 _, oldest = self._entries.popitem(last=False)
@@ -82,10 +82,8 @@ class EndedCaches:
     def touch(self, entry: Ended) -> None:
         """``entry`` gave a prefix: it is the last to go."""
         with self._lock:
-            for key, value in self._entries.items():
-                if value is entry:
-                    self._entries.move_to_end(key)
-                    return
+            if id(entry) in self._entries:
+                self._entries.move_to_end(id(entry))
 
 
 def _has_tensors(cache) -> bool:

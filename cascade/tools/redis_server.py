@@ -40,7 +40,7 @@ def free_port() -> int:
     low = _ephemeral_low()
     for _ in range(200):
         port = random.randrange(LOWEST_PICK, low) if low > LOWEST_PICK + 1000 else _any_port()
-        if port not in _HANDED_OUT and _bindable(port):
+        if port not in _HANDED_OUT and is_bindable(port):
             _HANDED_OUT.add(port)
             return port
     raise RuntimeError("no free loopback port found")
@@ -59,7 +59,8 @@ def _any_port() -> int:
         return sock.getsockname()[1]
 
 
-def _bindable(port: int) -> bool:
+def is_bindable(port: int) -> bool:
+    """Whether nothing holds loopback ``port`` now."""
     with socket.socket() as sock:
         try:
             sock.bind(("127.0.0.1", port))
