@@ -166,6 +166,7 @@ class DraftLoop:
         first_round = self.latest.round + 1 if self.latest is not None else 0
         block = await self._draft(first_round, self.committed)
         await stream.send(verifier_pb2.VerifyRequest(block=block))
+        sent = time.perf_counter()
         origin = (common_pb2.SPECULATION_MISS if self.speculation.is_on
                   else common_pb2.SPECULATION_UNSPECIFIED)
         while True:
@@ -184,6 +185,7 @@ class DraftLoop:
                     tokens=tokens_after(block, self.committed[block.base_len:]),
                     draft_us=block.draft_us, source=block.source)
             self.committed.extend(verdict.tokens)
+            self._judged(verdict, block, sent)
             yield self._relay(verdict, block, origin, cache)
             if self.planned_length == 0 and not ends_generation(verdict):
                 async for relayed in self._alone(stream):  # the verifier decodes alone
@@ -192,6 +194,15 @@ class DraftLoop:
             if ends_generation(verdict):
                 return
             block, origin = await self._next_block(stream, verdict, cache)
+            sent = time.perf_counter()
+
+    def _judged(self, verdict: verifier_pb2.Verdict, block: verifier_pb2.DraftBlock,
+                sent: float) -> None:
+        """Tell the proposer how its block fared and what the round cost (``RoundCosts``)."""
+        self.proposer.costs.observe("round_s", time.perf_counter() - sent)
+        verified = (verdict.num_verified if verdict.HasField("num_verified")
+                    else len(block.tokens))
+        self.proposer.judged(block.source, verified, verdict.num_accepted)
 
     def _relay(self, verdict: verifier_pb2.Verdict, block: verifier_pb2.DraftBlock,
                origin: common_pb2.Speculation, cache: SpeculationCache | None
@@ -216,9 +227,12 @@ class DraftLoop:
         soon as the proposer has a draft it expects to pay (the speculation memory matched)."""
         shadows = self._shadows(stream)
         noted = False
+        last = time.perf_counter()
         try:
             while True:
                 verdict = await stream.receive()
+                self.proposer.costs.observe("alone_s", time.perf_counter() - last)
+                last = time.perf_counter()
                 self._observe(verdict)
                 self.committed.extend(verdict.tokens)
                 if shadows is not None:
@@ -245,14 +259,15 @@ class DraftLoop:
     def _shadows_exact(self) -> bool:
         """Shadow blocks score exactly in a greedy session (a draft is accepted while it equals
         the committed tokens) whose proposer drafts from tokens alone (no target features) and
-        has no estimates of its own (the memory's drafts say when they are ready instead)."""
+        has a shadow drafter (``Proposer.shadow_propose``: not the memory's drafts, which say
+        when they are ready instead)."""
         return (self.params.is_greedy and not self.proposer.wants_target_features
-                and not self.proposer.drafts_past_plan)
+                and self.proposer.shadow_propose() is not None)
 
     def _shadows(self, stream: VerifierStream) -> Shadows | None:
         if not self._shadows_exact:
             return None
-        return Shadows(self.proposer.propose, self.executor, stream.send, self.request.epoch,
+        return Shadows(self.proposer.shadow_propose(), self.executor, stream.send, self.request.epoch,
                        self.config.num_draft_tokens, self.num_sessions,
                        self.request.prompt_len + self.config.num_draft_tokens,
                        budget=self.config.tree_nodes)

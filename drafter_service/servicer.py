@@ -9,6 +9,7 @@ from cascade.pod.messages import model_limits
 from cascade.core.suffix_index import SessionMemory, SuffixIndex
 from cascade.protocol.validation import (
     check_scope,
+    check_token_ids,
     check_verifier_address,
     draft_config,
     session_settings,
@@ -40,6 +41,8 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
         """Checks every field (RequestInvalid names it) before a proposer is built."""
         settings = session_settings(request, self.limits)
         config = draft_config(request.draft, settings.policy)
+        check_token_ids("draft.prediction", config.prediction, self.limits.vocab_size,
+                        self.limits.max_length)
         check_verifier_address(request.verifier_address)
         check_scope(request.memory_scope, "memory_scope")
         check_scope(request.prefix_scope, "prefix_scope")

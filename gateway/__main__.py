@@ -73,11 +73,11 @@ def main(
         "draft from: per-key (each API key its own; see docs/security.md), shared (every "
         "key's) or off (none are shared)."),
     draft_method: str = typer.Option(
-        DEFAULT_DRAFT_METHOD, help="Drafting method of requests that do not name one: model, "
-        "ngram, ngram_then_model, suffix or suffix_then_model (the memory where it matches, "
-        "else the model: as fast as model on chat, faster on repetitive and agentic work). "
-        "Requests that need the model's q (cascades, the recursive rule, the adaptive "
-        "schedule) use model."),
+        DEFAULT_DRAFT_METHOD, help="Drafting method of requests that do not name one: auto "
+        "(each round from whichever source expects the most tokens per second: the speculation "
+        "memory and the session's own tokens, the client's predicted output, the drafter "
+        "model), model, ngram, ngram_then_model, suffix or suffix_then_model. Requests that "
+        "need the model's q (cascades, the recursive rule, the adaptive schedule) use model."),
     redis_wait_replicas: int = typer.Option(
         0, min=0, help="Send a round to the client only once every Redis replica in sync, and "
         "at least this many, has it (WAIT, up to 8 s; with replicas and sentinels): a chunk a client saw then survives "

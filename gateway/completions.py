@@ -15,6 +15,7 @@ from transformers import PreTrainedTokenizerBase
 
 from cascade.protocol.chat import chat_ids, has_chat_template
 from cascade.protocol.limits import RequestInvalid
+from cascade.protocol.prediction import with_prediction
 from cascade.protocol.structured import with_grammar
 from cascade.protocol.requests import (
     GenerationRequest,
@@ -225,14 +226,25 @@ class CompletionsApi:
             request = build_request(body, prompt_tokens, max_tokens, self.server, prompt_field,
                                     max_field)
             request = with_bad_words(request, body, self._word_ids)
-            return with_grammar(request, *(body.requested_grammar() or (None, "")))
+            request = with_grammar(request, *(body.requested_grammar() or (None, "")))
+            return with_prediction(request, body.prediction, self._word_ids,
+                                   self.server.context_length, _not_with_prediction(body))
         except RequestInvalid as exc:
             raise bad_request(str(exc), exc.param, code=exc.code) from exc
 
 
+def _not_with_prediction(body: schemas.GenerationFields) -> list[tuple[str, bool]]:
+    """The request's fields a prediction cannot go with (as OpenAI refuses them), and
+    whether each is set."""
+    return [("n", body.n > 1), ("best_of", (getattr(body, "best_of", None) or 1) > 1),
+            ("logprobs", body.requested_logprobs is not None),
+            ("tools", bool(getattr(body, "tools", None)))]
+
+
 def _view(kind: str, body: schemas.GenerationFields, request: GenerationRequest) -> StreamView:
     meta = schemas.ResponseMeta.new("chatcmpl" if kind == "chat" else "cmpl", body.model)
-    usage = Usage(len(request.prompt_tokens), not request.acceptance.rule.is_lossless)
+    usage = Usage(len(request.prompt_tokens), not request.acceptance.rule.is_lossless,
+                  request.draft.prediction)
     return StreamView(kind, meta, tuple(body.stop), body.include_usage, body.cascade_rounds,
                       usage, logprobs=request.sampling.logprobs is not None,
                       tools=getattr(body, "tool_names", ()))

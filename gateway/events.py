@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from cascade.protocol.prediction import prediction_usage
 from gateway import schemas
 from gateway.logprobs import chat_logprobs, completion_logprobs
 from gateway.generation import GenerationFailed
@@ -25,10 +26,16 @@ class Usage:
     num_prompt: int
     is_cascade: bool
     """A speculative cascade also reports its deferred positions."""
+    prediction: tuple[int, ...] = ()
+    """The request's predicted output (token ids): the usage says how much of it was kept."""
 
-    def of(self, last: Delta) -> dict[str, int]:
+    def of(self, last: Delta) -> dict:
         deferred = last.num_deferred if self.is_cascade else None
-        return schemas.usage(self.num_prompt, last.completion_tokens, deferred)
+        counts = schemas.usage(self.num_prompt, last.completion_tokens, deferred)
+        if self.prediction:
+            counts["completion_tokens_details"] = prediction_usage(self.prediction,
+                                                                   last.token_ids)
+        return counts
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from typing import Any
 from cascade.protocol.chat import chat_prompt_ids, has_chat_template
 from cascade.protocol.grammar import Grammar
 from cascade.protocol.limits import RequestInvalid, shortened
+from cascade.protocol.prediction import with_prediction
 from cascade.protocol.requests import (
     GenerationRequest,
     ServerDefaults,
@@ -51,6 +52,8 @@ def options_fields(msg: gateway_pb2.GenerateRequest) -> dict[str, Any]:
         fields["logit_bias"] = dict(msg.logit_bias)
     if msg.bad_words:
         fields["bad_words"] = list(msg.bad_words)
+    if msg.prediction:
+        fields["prediction"] = {"type": "content", "content": msg.prediction}
     for name in ("acceptance", "cascade_rule", "draft_schedule",
                  "draft_tree_expansion"):  # empty: the default
         if getattr(msg, name):
@@ -95,9 +98,11 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         prompt = self._tokenize(msg.prompt, msg.chat)
         max_tokens = msg.max_tokens if msg.HasField("max_tokens") else None
         request = with_bad_words(build_request(options, prompt, max_tokens, self.server),
-                                 options, lambda text: self.tokenizer(
-                                     text, add_special_tokens=False).input_ids)
+                                 options, self._word_ids)
         request = with_grammar(request, _grammar(msg), "structured_output")
+        request = with_prediction(request, options.prediction, self._word_ids,
+                                  self.server.context_length,
+                                  [("logprobs", msg.HasField("logprobs"))])
         for name in ("logprobs", "prompt_logprobs"):
             if not msg.HasField(name):
                 continue
@@ -107,6 +112,9 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
             request = replace(request, sampling=replace(request.sampling,
                                                         **{name: getattr(msg, name)}))
         return request, options.stop
+
+    def _word_ids(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False).input_ids
 
     def _tokenize(self, text: str, chat: bool) -> list[int]:
         if not chat:

@@ -51,6 +51,8 @@ class Delta:
     """The chunk's tokens' log-probabilities (the request asked; collect: all of them)."""
     prompt_logprobs: tuple[TokenLogprobs, ...] = ()
     """The chunk's ``GeneratedChunk.prompt_logprobs`` (the first round's, for gateway.echo)."""
+    token_ids: tuple[int, ...] = ()
+    """The last delta only: every generated token id counted in completion_tokens."""
 
 
 async def text_deltas(chunks: AsyncIterator[GeneratedChunk], tokenizer: Decoder,
@@ -63,12 +65,13 @@ async def text_deltas(chunks: AsyncIterator[GeneratedChunk], tokenizer: Decoder,
     before the end marker)."""
     text = TextStream(tokenizer, stops)
     reader = RoundReader(text, tokenizer) if rounds else None
-    deferred, last, seen_final = 0, None, False
+    deferred, last, seen_final, ids = 0, None, False, []
     try:
         async for chunk in chunks:
             if last is not None:
                 break  # nothing counts after the chunk that carried the finish_reason
             deferred += chunk.num_deferred
+            ids += chunk.token_ids
             final = chunk.finish_reason is not None
             before = text.num_tokens
             view = reader.read(chunk, final) if reader else None
@@ -82,14 +85,15 @@ async def text_deltas(chunks: AsyncIterator[GeneratedChunk], tokenizer: Decoder,
                 await stop_early(chunks)
                 if not is_seen:
                     yield Delta(visible, "stop", consumed, deferred, view, event_id, scored,
-                                **extra)
+                                **extra, token_ids=tuple(ids[:consumed]))
                 return
             if is_seen:
                 seen_final = final
                 continue
             if final:  # let the generator run to its end before the last delta goes out
                 finish = FINISH_REASONS[FinishReason(chunk.finish_reason)]
-                last = Delta(visible, finish, consumed, deferred, view, event_id, scored, **extra)
+                last = Delta(visible, finish, consumed, deferred, view, event_id, scored,
+                             **extra, token_ids=tuple(ids[:consumed]))
                 continue
             yield Delta(visible, None, consumed, deferred, view, event_id, scored, **extra)
     finally:

@@ -78,11 +78,13 @@ class FaultRunner:
         self.redis = cluster.redis.sync_client()
 
     def generate(self, sampled: bool, on_response=None) -> list[int]:
-        """One streaming generation, resumed on the other gateway if its own dies."""
+        """One streaming generation, resumed on the other gateway if its own dies; the
+        model's blocks of k (a memory run of a repetitive output could end the stream before
+        the round a fault is timed for)."""
         return stream_generation(self.gateways, self.prompt, self.max_tokens, self.k,
                                  temperature=0.8 if sampled else 0.0, seed=self.seed,
                                  chat=False, on_response=on_response, timeout_s=300,
-                                 schedule="fixed").token_ids
+                                 schedule="fixed", draft_method="model").token_ids
 
     def reference(self, sampled: bool) -> list[int]:
         if sampled not in self.references:

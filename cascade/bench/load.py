@@ -45,6 +45,8 @@ class Mode:
     """The requests' draft_tree_nodes (None: unset, chains)."""
     tree_expansion: str = ""
     """The requests' draft_tree_expansion (empty: dynamic)."""
+    method: str = "model"
+    """The requests' draft_method (empty: the server's default)."""
 
 
 SSD_ARGS = ("--speculate", "ahead", "--speculate-max-sessions", "64")
@@ -88,6 +90,8 @@ class LoadConfig:
                  *[Mode(f"fixed-k{k}", f"fixed k={k}", k, batched, shipped)
                    for k in self.fixed_k],
                  Mode("auto", f"auto (k <= {self.k})", self.k, batched, shipped, "auto"),
+                 Mode("default", "the defaults (draft_method auto, schedule auto)", self.k,
+                      batched, shipped, "auto", method=""),
                  Mode("tree", f"trees ({self.tree_nodes} nodes, depth {self.k})", self.k,
                       batched, shipped, "fixed", self.tree_nodes),
                  Mode("tree-auto", f"auto trees (<= {self.tree_nodes} nodes)", self.k,
@@ -158,6 +162,7 @@ async def _client(stub, point: Point, index: int, mode: Mode, max_tokens: int,
         request = gateway_pb2.GenerateRequest(prompt=text, chat=chat, num_draft_tokens=mode.k,
                                               temperature=0.0, max_tokens=max_tokens,
                                               draft_schedule=mode.schedule,
+                                              draft_method=mode.method,
                                               draft_tree_nodes=mode.tree_nodes,
                                               draft_tree_expansion=mode.tree_expansion)
         started = last = time.perf_counter()

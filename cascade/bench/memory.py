@@ -13,7 +13,13 @@ Workloads (built here, deterministic):
 - **code-edit**: a coding agent's edit loop: a 25-line Python file and five edit requests, each
   asking for the whole file back with one small change, each carrying the file as the previous
   answer left it.
+- **extraction**: twenty notes about people, each extracted as JSON under one system prompt
+  (structured answers alike in shape, different in content).
 - **chat**: the benchmark's chat prompts, nothing repeated: the memory must not slow plain chat.
+
+Modes: target-only, each drafting method by name, and the defaults (``auto``: each round from
+whichever source pays, cascade.core.proposers.auto); ``predict`` is the defaults with the
+code-edit requests sending the file as their predicted output (OpenAI's Predicted Outputs).
 
 python -m cascade.bench.memory --target DIR --drafter DIR [--max-tokens 64] [--modes ...]
 """
@@ -99,13 +105,24 @@ EDITS = ["Add type hints to load_config.", "Rename `f` to `handle` in save_confi
          "Use Path.read_text in load_config."]
 
 
-WORKLOADS = ("tool-calls", "code-edit", "chat")
+EXTRACT_SYSTEM = ("Extract the person in the user's note as JSON with the keys name, age, "
+                  "city and job, nothing else. Example: "
+                  '{"name": "Ana Silva", "age": 31, "city": "Lisbon", "job": "nurse"}')
+NAMES = ["Ben Okafor", "Chloe Martin", "Dev Patel", "Eva Novak", "Finn Berg", "Grace Liu",
+         "Hugo Rossi", "Ines Costa", "Jon Park", "Kira Sato"]
+CITIES = ["Oslo", "Lyon", "Pune", "Graz", "Turku", "Xi'an", "Bari", "Porto", "Busan", "Osaka"]
+JOBS = ["teacher", "plumber", "chemist", "pilot", "baker", "lawyer", "nurse", "farmer",
+        "editor", "welder"]
+
+WORKLOADS = ("tool-calls", "code-edit", "extraction", "chat")
 
 
 @dataclass(frozen=True)
 class Mode:
     name: str
     fields: dict
+    predict: bool = False
+    """code-edit sends the file being edited as the request's predicted output."""
 
 
 MODES = {
@@ -115,6 +132,8 @@ MODES = {
     "suffix": Mode("memory: suffix", {"num_draft_tokens": 4, "draft_method": "suffix"}),
     "suffix_then_model": Mode("memory: suffix_then_model (k=4)",
                               {"num_draft_tokens": 4, "draft_method": "suffix_then_model"}),
+    "default": Mode("defaults (auto)", {}),
+    "predict": Mode("defaults + the file as prediction", {}, predict=True),
 }
 
 
@@ -124,6 +143,14 @@ def tool_calls() -> list[list[dict]]:
         history += [{"role": "user", "content": question},
                     {"role": "assistant", "content": json.dumps(call)}]
     return [history + [{"role": "user", "content": r}] for r in REQUESTS * 2]
+
+
+def extraction() -> list[list[dict]]:
+    """Twenty notes about people, one JSON extraction each, under one system prompt."""
+    notes = [f"Met {NAMES[i % 10]} yesterday, {24 + 3 * i % 40} years old, a "
+             f"{JOBS[(3 * i) % 10]} from {CITIES[(7 * i) % 10]}." for i in range(20)]
+    return [[{"role": "system", "content": EXTRACT_SYSTEM}, {"role": "user", "content": n}]
+            for n in notes]
 
 
 def chat() -> list[list[dict]]:
@@ -154,19 +181,23 @@ def _complete(http: httpx.Client, messages: list[dict], fields: dict, max_tokens
     return "".join(text), counts
 
 
-def run_workload(http: httpx.Client, name: str, fields: dict, max_tokens: int) -> dict:
+def run_workload(http: httpx.Client, name: str, fields: dict, max_tokens: int,
+                 predict: bool = False) -> dict:
     counts = Counter()
     started = time.perf_counter()
     if name == "code-edit":
         text = FILE
         for edit in EDITS:
             ask = f"{edit} Return the whole file.\n```python\n{text}```"
-            answer, more = _complete(http, [{"role": "user", "content": ask}], fields,
-                                     max_tokens * 3)
+            predicted = ({"prediction": {"type": "content", "content": f"```python\n{text}```"}}
+                         if predict else {})
+            answer, more = _complete(http, [{"role": "user", "content": ask}],
+                                     {**fields, **predicted}, max_tokens * 3)
             text = answer.split("```python\n")[-1].split("```")[0] or text
             counts += more
     else:
-        conversations = tool_calls() if name == "tool-calls" else chat()
+        conversations = {"tool-calls": tool_calls, "extraction": extraction,
+                         "chat": chat}[name]()
         for i, messages in enumerate(conversations):
             if name == "tool-calls" and i == len(REQUESTS):  # the first pass is over
                 counts["first_pass_s"] = time.perf_counter() - started
@@ -186,8 +217,9 @@ def run(target: Path, drafter: Path, workdir: Path, modes: list[str], max_tokens
         with pinned_cluster(target, drafter, workdir / key) as (cluster, _):
             with httpx.Client(base_url=cluster.http_url, timeout=600) as http:
                 http.model = http.get("/v1/models").json()["data"][0]["id"]
-                results["modes"][key] = {w: run_workload(http, w, fields, max_tokens)
-                                         for w in workloads}
+                results["modes"][key] = {
+                    w: run_workload(http, w, fields, max_tokens, MODES[key].predict)
+                    for w in workloads}
     return results
 
 

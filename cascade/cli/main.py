@@ -77,8 +77,9 @@ def up(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT, pair: str = PAIR_
            "to one of them (0: one Redis)."),
        draft_method: str = typer.Option(
            DEFAULT_DRAFT_METHOD, help="Drafting method of requests that do not name one "
-           "(the gateway's --draft-method; suffix_then_model drafts from the speculation "
-           "memory where it matches).")) -> None:
+           "(the gateway's --draft-method; auto drafts each round from whichever of the "
+           "speculation memory, the client's prediction and the drafter model pays "
+           "most).")) -> None:
     """Start Redis, a verifier, drafters and the gateway; Ctrl-C stops them all."""
     if draft_method not in DRAFT_METHODS:
         raise typer.BadParameter(f"must be one of {', '.join(sorted(DRAFT_METHODS))}",

@@ -77,6 +77,9 @@ def speculative_rounds(
             outcome = verifier.verify(draft)
             timing.draft_s += drafted - started
             timing.verify_s += time.perf_counter() - drafted
+            if proposer is not None:
+                proposer.costs.observe("round_s", time.perf_counter() - drafted)
+                proposer.judged(draft.source, draft.num_tokens, outcome.num_accepted)
             _pass_features(proposer, verifier.last_features)
             yield draft, outcome, verifier
     finally:

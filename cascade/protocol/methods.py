@@ -18,16 +18,27 @@ DRAFT_METHODS: dict[str, str] = {
     "suffix": "cascade.core.proposers.suffix:SuffixProposer",
     # the memory when its draft scores high, else the drafter model (per round)
     "suffix_then_model": "cascade.core.proposers.suffix:SuffixThenModelProposer",
+    # each round, whichever source expects the most tokens per second: the memory and the
+    # session's own tokens, the client's predicted output, the drafter model
+    "auto": "cascade.core.proposers.auto:AutoProposer",
 }
 """name -> "module:Class" of its cascade.core.proposers.Proposer subclass."""
 
-DEFAULT_DRAFT_METHOD = "model"
+DEFAULT_DRAFT_METHOD = "auto"
+MODEL_METHOD = "model"
+"""The method whose every block carries the drafter model's q: what a speculative cascade, the
+recursive rule and the adaptive schedule need."""
 
 LOOKUP_TOKENS = 16
 """Longest chain the suffix methods draft from a match (vLLM's suffix method drafts up to
 16-32): a match's own probabilities end it sooner where earlier text diverged, so k bounds
 only what the drafter model drafts."""
-MEMORY_METHODS = frozenset({"suffix", "suffix_then_model"})
+PREDICTION_TOKENS = 32
+"""Longest block drafted from a client's predicted output (MAX_DRAFT_TOKENS): a prediction is
+usually right for long stretches, and the verifier's plan cuts a block to what pays."""
+PREDICTION_METHODS = frozenset({"auto"})
+"""Methods that draft from a client's predicted output (``DraftConfig.prediction``)."""
+MEMORY_METHODS = frozenset({"suffix", "suffix_then_model", "auto"})
 """Methods that draft from the speculation memory (their blocks may reach LOOKUP_TOKENS)."""
 SELF_ESTIMATED_METHODS = frozenset({"suffix"})
 """Methods every draft of which carries its own survival estimates and costs nothing to make:

@@ -22,7 +22,7 @@ Defaults, documented once (OpenAI's where OpenAI has the field):
 | max_tokens | completions: 16; chat and gRPC: as many as fit, up to the server limit | [1, limit]; completions with echo: [0, limit] (gateway.echo) |
 | stop | none | up to 4 strings (OpenAI's limit) of at most 512 characters |
 | num_draft_tokens | the server's default k (4) | [0, 32]; 0 decodes on the target alone |
-| draft_method | the server's default (`--draft-method`, "model"; requests that need the drafter model's q — a speculative cascade, the recursive rule, the adaptive schedule — get "model") | cascade.protocol.methods.DRAFT_METHODS |
+| draft_method | the server's default (`--draft-method`, "auto": each round from whichever source pays most, cascade.core.proposers.auto; requests that need the drafter model's q — a speculative cascade, the recursive rule, the adaptive schedule — get "model") | cascade.protocol.methods.DRAFT_METHODS |
 | acceptance | "lossless" | "lossless" (speculative sampling; the keyed rule when the request gives a seed or drafts trees), "keyed" (lossless, and a seeded sampled request's text depends on its prompt and seed alone, whatever was drafted), "recursive" (lossless; sampled trees whose children are drafted from q and tried in turn, SpecInfer) or "cascade" (a speculative cascade: faster, lossy) |
 | cascade_rule | "chow" | chow, diff, opt, token_v1, token_v2, token_v3 (with "cascade") |
 | cascade_alpha | 0.0 | [0, 1]; larger trades quality for speed (with "cascade") |
@@ -57,7 +57,8 @@ from pydantic import (
 )
 
 from cascade.protocol.limits import RequestInvalid, fit_lengths, shortened
-from cascade.protocol.methods import DEFAULT_DRAFT_METHOD, DRAFT_METHODS
+from cascade.protocol.methods import DEFAULT_DRAFT_METHOD, DRAFT_METHODS, MODEL_METHOD
+from cascade.protocol.prediction import Prediction
 from cascade.protocol.settings import (
     MAX_DRAFT_TOKENS,
     MAX_ENTROPY,
@@ -176,6 +177,9 @@ class GenerationOptions(Lenient):
     draft_tree_expansion: Literal[TREE_EXPANSIONS] = "dynamic"
     """Cascade extension: how the drafter grows trees (EAGLE-2's dynamic or CAPE's
     confidence-aware expansion)."""
+    prediction: Prediction | None = None
+    """OpenAI's Predicted Outputs: text the client expects back, drafted from
+    (cascade.protocol.prediction)."""
 
     @field_validator("temperature")
     @classmethod
@@ -394,16 +398,16 @@ def _draft_method(options: GenerationOptions, server: ServerDefaults) -> str:
         return options.draft_method
     needs_model = (options.acceptance in ("cascade", "recursive")
                    or options.draft_schedule == "adaptive")
-    return DEFAULT_DRAFT_METHOD if needs_model else server.default_draft_method
+    return MODEL_METHOD if needs_model else server.default_draft_method
 
 
 def _draft_config(options: GenerationOptions, server: ServerDefaults) -> DraftConfig:
     adaptive = options.draft_schedule == "adaptive"
     method = _draft_method(options, server)
-    if adaptive and method != DEFAULT_DRAFT_METHOD:
+    if adaptive and method != MODEL_METHOD:
         raise RequestInvalid("Invalid value for 'draft_schedule': the adaptive schedule follows "
                              f"the drafter model, so it needs draft_method "
-                             f"'{DEFAULT_DRAFT_METHOD}'.", "draft_schedule")
+                             f"'{MODEL_METHOD}'.", "draft_schedule")
     k = options.num_draft_tokens
     k = server.default_num_draft_tokens if k is None else k
     tree_nodes = _tree_nodes(options, server) if k else 0

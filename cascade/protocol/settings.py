@@ -13,10 +13,12 @@ from enum import Enum
 
 from cascade.protocol.grammar import Grammar
 from cascade.protocol.methods import (
-    DEFAULT_DRAFT_METHOD,
     DRAFT_METHODS,
     LOOKUP_TOKENS,
     MEMORY_METHODS,
+    MODEL_METHOD,
+    PREDICTION_METHODS,
+    PREDICTION_TOKENS,
 )
 
 MAX_DRAFT_TOKENS = 32
@@ -191,7 +193,7 @@ class DraftConfig:
     planned: bool = False
     """The verifier's goodput planner picks each round's length in [0, k] (the "auto"
     schedule, cascade.core.goodput); not with ``adaptive``."""
-    method: str = DEFAULT_DRAFT_METHOD
+    method: str = MODEL_METHOD
     """The proposer, by name: one of cascade.protocol.methods.DRAFT_METHODS."""
     ngram_max_n: int = 4
     """Longest context suffix prompt lookup tries to match, in [ngram_min_n, MAX_NGRAM_N]."""
@@ -206,6 +208,9 @@ class DraftConfig:
     tree_expansion: str = "dynamic"
     """How the model drafter grows trees: one of TREE_EXPANSIONS ("confidence" ignores
     ``tree_branching``: each position's width comes from the drafter's confidence)."""
+    prediction: tuple[int, ...] = ()
+    """The client's predicted output (token ids; OpenAI's Predicted Outputs), drafted from by
+    the methods in PREDICTION_METHODS wherever the output joins it."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.num_draft_tokens <= MAX_DRAFT_TOKENS:
@@ -227,6 +232,10 @@ class DraftConfig:
         if method not in DRAFT_METHODS:
             raise ValueError(f"draft method must be one of {sorted(DRAFT_METHODS)}, got {method!r}")
         object.__setattr__(self, "method", method)
+        if self.prediction and method not in PREDICTION_METHODS:
+            raise ValueError(f"a predicted output is drafted from by draft method(s) "
+                             f"{sorted(PREDICTION_METHODS)}, not {method!r}")
+        object.__setattr__(self, "prediction", tuple(self.prediction))
         self._check_tree()
         if self.planned and self.adaptive:
             raise ValueError("a draft schedule is planned by the verifier or adaptive on the "
@@ -264,12 +273,12 @@ class DraftConfig:
             raise ValueError(f"tree_expansion: the recursive rule samples every node's children "
                              f"from q, so its trees grow one way only; send 'dynamic', not "
                              f"{self.tree_expansion!r}")
-        if policy.rule is AcceptanceRule.RECURSIVE and self.method != DEFAULT_DRAFT_METHOD:
+        if policy.rule is AcceptanceRule.RECURSIVE and self.method != MODEL_METHOD:
             raise ValueError(f"the recursive rule verifies against the drafter's q, which only "
-                             f"draft method '{DEFAULT_DRAFT_METHOD}' sends, got '{self.method}'")
-        if not policy.rule.is_lossless and self.method != DEFAULT_DRAFT_METHOD:
+                             f"draft method '{MODEL_METHOD}' sends, got '{self.method}'")
+        if not policy.rule.is_lossless and self.method != MODEL_METHOD:
             raise ValueError(f"a speculative cascade decides on the drafter model's "
-                             f"distribution, so it needs draft method '{DEFAULT_DRAFT_METHOD}', "
+                             f"distribution, so it needs draft method '{MODEL_METHOD}', "
                              f"got '{self.method}'")
 
     @property
@@ -291,10 +300,13 @@ class DraftConfig:
     @property
     def longest_block(self) -> int:
         """The most tokens (a tree's nodes) a block may carry: k, the adaptive bound, a tree's
-        nodes, or for the memory methods' chains LOOKUP_TOKENS (when k > 0)."""
+        nodes, or for the memory methods' chains LOOKUP_TOKENS (PREDICTION_TOKENS with a
+        prediction; when k > 0)."""
         if self.tree_nodes:
             return self.tree_nodes
         most = self.adaptive_bounds[1] if self.adaptive else self.num_draft_tokens
+        if self.prediction and most:
+            return max(most, PREDICTION_TOKENS)
         if self.method in MEMORY_METHODS and most:
             return max(most, LOOKUP_TOKENS)
         return most

@@ -83,6 +83,7 @@ def draft_settings_to_pb(config: DraftConfig) -> common_pb2.DraftSettings:
         tree_nodes=config.tree_nodes,
         tree_branching=config.tree_branching,
         tree_expansion=config.tree_expansion,
+        prediction=config.prediction,
     )
 
 
@@ -102,6 +103,7 @@ def draft_settings_from_pb(msg: common_pb2.DraftSettings) -> DraftConfig:
         tree_nodes=msg.tree_nodes,
         tree_branching=msg.tree_branching or defaults.tree_branching,
         tree_expansion=msg.tree_expansion or defaults.tree_expansion,
+        prediction=tuple(msg.prediction),
     )
 
 

@@ -56,13 +56,14 @@ def stream_generation(address: str | Sequence[str], prompt: str, max_tokens: int
                       max_resumes: int = 5, tree_nodes: int | None = None,
                       tree_expansion: str = "",
                       acceptance: str = "", idle_timeout_s: float | None = None,
-                      on_resume: Callable[[grpc.RpcError], None] | None = None
-                      ) -> GenerationSummary:
+                      on_resume: Callable[[grpc.RpcError], None] | None = None,
+                      draft_method: str = "") -> GenerationSummary:
     """One generation through the gateway; ``cascade_rule`` makes it a speculative cascade,
     ``schedule`` is the request's draft_schedule ("auto", "fixed" or "adaptive"; empty: the
     gateway's default), ``tree_nodes`` its draft_tree_nodes (None: the gateway's default),
     ``tree_expansion`` its draft_tree_expansion (empty: "dynamic"),
-    ``acceptance`` its rule family ("lossless", "keyed"; empty: the default). ``address``: one gateway or several
+    ``acceptance`` its rule family ("lossless", "keyed"; empty: the default), ``draft_method``
+    its drafting method (empty: the gateway's default). ``address``: one gateway or several
     (``host:port,host:port``): when a stream breaks, it is resumed on the next one after the
     last round received, up to ``max_resumes`` times; a stream that sends nothing for
     ``idle_timeout_s`` (a hung gateway) is cancelled and resumed the same way; ``on_resume``
@@ -73,7 +74,8 @@ def stream_generation(address: str | Sequence[str], prompt: str, max_tokens: int
                                           chat=chat, max_tokens=max_tokens,
                                           temperature=temperature, seed=seed, **cascade,
                                           draft_schedule=schedule, draft_tree_nodes=tree_nodes,
-                                          draft_tree_expansion=tree_expansion)
+                                          draft_tree_expansion=tree_expansion,
+                                          draft_method=draft_method)
     gateways = address.split(",") if isinstance(address, str) else list(address)
     summary, position = GenerationSummary(), _Position(idle_timeout_s=idle_timeout_s)
     started = time.perf_counter()

@@ -115,7 +115,7 @@ class TokenLogprobs(_message.Message):
     def __init__(self, logprob: _Optional[float] = ..., top_ids: _Optional[_Iterable[int]] = ..., top_logprobs: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class DraftSettings(_message.Message):
-    __slots__ = ("num_draft_tokens", "max_proposal_tokens", "send_proposal", "min_confidence", "method", "ngram_max_n", "ngram_min_n", "max_entropy", "adaptive", "planned", "tree_nodes", "tree_branching", "tree_expansion")
+    __slots__ = ("num_draft_tokens", "max_proposal_tokens", "send_proposal", "min_confidence", "method", "ngram_max_n", "ngram_min_n", "max_entropy", "adaptive", "planned", "tree_nodes", "tree_branching", "tree_expansion", "prediction")
     NUM_DRAFT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MAX_PROPOSAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
     SEND_PROPOSAL_FIELD_NUMBER: _ClassVar[int]
@@ -129,6 +129,7 @@ class DraftSettings(_message.Message):
     TREE_NODES_FIELD_NUMBER: _ClassVar[int]
     TREE_BRANCHING_FIELD_NUMBER: _ClassVar[int]
     TREE_EXPANSION_FIELD_NUMBER: _ClassVar[int]
+    PREDICTION_FIELD_NUMBER: _ClassVar[int]
     num_draft_tokens: int
     max_proposal_tokens: int
     send_proposal: bool
@@ -142,7 +143,8 @@ class DraftSettings(_message.Message):
     tree_nodes: int
     tree_branching: int
     tree_expansion: str
-    def __init__(self, num_draft_tokens: _Optional[int] = ..., max_proposal_tokens: _Optional[int] = ..., send_proposal: _Optional[bool] = ..., min_confidence: _Optional[float] = ..., method: _Optional[str] = ..., ngram_max_n: _Optional[int] = ..., ngram_min_n: _Optional[int] = ..., max_entropy: _Optional[float] = ..., adaptive: _Optional[bool] = ..., planned: _Optional[bool] = ..., tree_nodes: _Optional[int] = ..., tree_branching: _Optional[int] = ..., tree_expansion: _Optional[str] = ...) -> None: ...
+    prediction: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, num_draft_tokens: _Optional[int] = ..., max_proposal_tokens: _Optional[int] = ..., send_proposal: _Optional[bool] = ..., min_confidence: _Optional[float] = ..., method: _Optional[str] = ..., ngram_max_n: _Optional[int] = ..., ngram_min_n: _Optional[int] = ..., max_entropy: _Optional[float] = ..., adaptive: _Optional[bool] = ..., planned: _Optional[bool] = ..., tree_nodes: _Optional[int] = ..., tree_branching: _Optional[int] = ..., tree_expansion: _Optional[str] = ..., prediction: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Acceptance(_message.Message):
     __slots__ = ("rule", "alpha")

@@ -16,7 +16,7 @@ class ResumeRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., after_round: _Optional[int] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("model", "prompt", "num_draft_tokens", "chat", "max_tokens", "temperature", "top_p", "top_k", "seed", "draft_method", "stop", "acceptance", "cascade_rule", "cascade_alpha", "draft_schedule", "draft_min_confidence", "draft_max_entropy", "draft_tree_nodes", "draft_tree_branching", "draft_tree_expansion", "logprobs", "stop_token_ids", "min_tokens", "logit_bias", "presence_penalty", "frequency_penalty", "repetition_penalty", "bad_words", "structured_output", "prompt_logprobs")
+    __slots__ = ("model", "prompt", "num_draft_tokens", "chat", "max_tokens", "temperature", "top_p", "top_k", "seed", "draft_method", "stop", "acceptance", "cascade_rule", "cascade_alpha", "draft_schedule", "draft_min_confidence", "draft_max_entropy", "draft_tree_nodes", "draft_tree_branching", "draft_tree_expansion", "logprobs", "stop_token_ids", "min_tokens", "logit_bias", "presence_penalty", "frequency_penalty", "repetition_penalty", "bad_words", "structured_output", "prompt_logprobs", "prediction")
     class LogitBiasEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -54,6 +54,7 @@ class GenerateRequest(_message.Message):
     BAD_WORDS_FIELD_NUMBER: _ClassVar[int]
     STRUCTURED_OUTPUT_FIELD_NUMBER: _ClassVar[int]
     PROMPT_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    PREDICTION_FIELD_NUMBER: _ClassVar[int]
     model: str
     prompt: str
     num_draft_tokens: int
@@ -84,7 +85,8 @@ class GenerateRequest(_message.Message):
     bad_words: _containers.RepeatedScalarFieldContainer[str]
     structured_output: _common_pb2.Grammar
     prompt_logprobs: int
-    def __init__(self, model: _Optional[str] = ..., prompt: _Optional[str] = ..., num_draft_tokens: _Optional[int] = ..., chat: _Optional[bool] = ..., max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., seed: _Optional[int] = ..., draft_method: _Optional[str] = ..., stop: _Optional[_Iterable[str]] = ..., acceptance: _Optional[str] = ..., cascade_rule: _Optional[str] = ..., cascade_alpha: _Optional[float] = ..., draft_schedule: _Optional[str] = ..., draft_min_confidence: _Optional[float] = ..., draft_max_entropy: _Optional[float] = ..., draft_tree_nodes: _Optional[int] = ..., draft_tree_branching: _Optional[int] = ..., draft_tree_expansion: _Optional[str] = ..., logprobs: _Optional[int] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., min_tokens: _Optional[int] = ..., logit_bias: _Optional[_Mapping[str, float]] = ..., presence_penalty: _Optional[float] = ..., frequency_penalty: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., bad_words: _Optional[_Iterable[str]] = ..., structured_output: _Optional[_Union[_common_pb2.Grammar, _Mapping]] = ..., prompt_logprobs: _Optional[int] = ...) -> None: ...
+    prediction: str
+    def __init__(self, model: _Optional[str] = ..., prompt: _Optional[str] = ..., num_draft_tokens: _Optional[int] = ..., chat: _Optional[bool] = ..., max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., seed: _Optional[int] = ..., draft_method: _Optional[str] = ..., stop: _Optional[_Iterable[str]] = ..., acceptance: _Optional[str] = ..., cascade_rule: _Optional[str] = ..., cascade_alpha: _Optional[float] = ..., draft_schedule: _Optional[str] = ..., draft_min_confidence: _Optional[float] = ..., draft_max_entropy: _Optional[float] = ..., draft_tree_nodes: _Optional[int] = ..., draft_tree_branching: _Optional[int] = ..., draft_tree_expansion: _Optional[str] = ..., logprobs: _Optional[int] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., min_tokens: _Optional[int] = ..., logit_bias: _Optional[_Mapping[str, float]] = ..., presence_penalty: _Optional[float] = ..., frequency_penalty: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., bad_words: _Optional[_Iterable[str]] = ..., structured_output: _Optional[_Union[_common_pb2.Grammar, _Mapping]] = ..., prompt_logprobs: _Optional[int] = ..., prediction: _Optional[str] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
     __slots__ = ("session_id", "text", "token_ids", "num_accepted", "num_drafted", "finish_reason", "prompt_tokens", "completion_tokens", "accepted_text", "draft_us", "verify_us", "round_us", "num_deferred", "round", "speculation", "drafted_tokens", "drafted_parents", "path", "draft_source", "logprobs", "prompt_token_ids", "prompt_logprobs", "num_forced", "num_filled")

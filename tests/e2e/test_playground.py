@@ -65,6 +65,7 @@ async def figure(pane, name: str) -> str:
 async def test_a_run_streams_coloured_rounds(page, tmp_path):
     await fill_settings(page, "Count with me: one two three", 24, temperature="0",
                         num_draft_tokens="4")
+    await page.select_option("#draft_method", "model")  # every block the model's k
     async with page.expect_response("**/v1/chat/completions") as response_info:
         await page.click("#run")
     pane = page.locator("#pane-speculative")

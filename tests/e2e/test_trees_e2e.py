@@ -15,7 +15,8 @@ from test_gateway_e2e import MAX_TOKENS, PROMPTS, expected_tokens
 
 from conftest import _start_pod
 
-TREE = {"num_draft_tokens": 3, "draft_tree_nodes": 12, "draft_tree_branching": 3}
+TREE = {"num_draft_tokens": 3, "draft_tree_nodes": 12, "draft_tree_branching": 3,
+        "draft_method": "model"}  # the drafter model's trees (auto may draft from its lookup)
 
 
 async def _complete(http: httpx.AsyncClient, prompt: str, **fields) -> dict:
@@ -29,8 +30,8 @@ async def test_greedy_trees_alone_and_batched_with_chains_equal_target_greedy(cl
     """Fixed and auto schedules (auto verifies the best-first prefix of each tree that pays)."""
     tokenizer = cluster.target.tokenizer
     async with httpx.AsyncClient(base_url=cluster.http_url, timeout=60) as http:
-        trees = [_complete(http, p, temperature=0, **TREE,
-                           draft_method=("model", "ngram", "ngram_then_model")[i % 3],
+        trees = [_complete(http, p, temperature=0, **{**TREE, "draft_method": (
+                               "model", "ngram", "ngram_then_model")[i % 3]},
                            draft_schedule=("fixed", "auto")[i % 2])
                  for i, p in enumerate(PROMPTS)]
         chains = [_complete(http, p, temperature=0, num_draft_tokens=2) for p in PROMPTS]

@@ -25,6 +25,30 @@ from cascade.core.suffix_index import SessionMemory
 from cascade.protocol.settings import AcceptancePolicy, DraftConfig, SamplingParams
 
 
+COST_WEIGHT = 0.2
+"""Weight of one measurement in ``RoundCosts``' moving averages."""
+
+
+@dataclass
+class RoundCosts:
+    """What a session's rounds cost, as its drafter loop measures them (moving averages,
+    seconds); a method that chooses between sources each round weighs them by these."""
+
+    round_s: float = 0.05
+    """From sending a block to its verdict (the verifier's pass, its queue, the way there and
+    back)."""
+    alone_s: float = 0.05
+    """Between verdicts of rounds the verifier decodes alone (a token each)."""
+    draft_token_s: float = 0.005
+    """The drafter model's time per drafted token."""
+
+    def observe(self, name: str, seconds: float) -> None:
+        """One measurement of ``name`` (one of the fields)."""
+        if seconds > 0:
+            old = getattr(self, name)
+            setattr(self, name, old + COST_WEIGHT * (seconds - old))
+
+
 class DraftStopped(Exception):
     """A pre-draft was stopped because the verdict it guessed arrived."""
 
@@ -74,6 +98,8 @@ class Proposer(ABC):
         self.config = context.config
         self.prompt_len = context.prompt_len
         self.needs_greedy_q = context.policy is not None and not context.policy.rule.is_lossless
+        self.costs = RoundCosts()
+        """Measured by the drafter loop that runs this proposer (priors until then)."""
 
     def depth_left(self, committed: list[int]) -> int:
         """Most drafted tokens after ``committed`` that can still be emitted (a tree's depth)."""
@@ -124,3 +150,14 @@ class Proposer(ABC):
 
     def observe(self, features: TargetFeatures) -> None:
         """Receive the target's features for newly committed positions (default: ignore)."""
+
+    def judged(self, source: str, num_verified: int, num_accepted: int) -> None:
+        """A block this proposer drafted (``source``: its ``Draft.source``) was verified: its
+        first ``num_verified`` tokens (a tree's nodes) checked, ``num_accepted`` kept
+        (default: ignore)."""
+
+    def shadow_propose(self) -> Callable[..., Draft] | None:
+        """What drafts shadow blocks while the verifier decodes the session alone (None:
+        no shadows; methods whose drafts carry their own estimates say when they are ready
+        instead)."""
+        return None if self.drafts_past_plan else self.propose

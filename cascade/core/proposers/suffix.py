@@ -42,8 +42,10 @@ class SuffixProposer(Proposer):
         own = context_candidates(committed, self.limits)
         remembered = (self.memory.candidates(committed) if self.memory is not None
                       else Candidates.none(self.limits.max_depth))
-        nodes = min(self.config.tree_nodes, num_tokens) if self.config.tree_nodes else 0
-        draft = best_draft(own + remembered, num_tokens, self.params, tree_nodes=nodes)
+        depth, nodes = num_tokens, 0
+        if self.config.tree_nodes:  # a tree: at most k deep, and no deeper than can be emitted
+            nodes, depth = self.config.tree_shape(num_tokens, self.depth_left(committed))
+        draft = best_draft(own + remembered, depth, self.params, tree_nodes=nodes)
         from_memory = bool((remembered.match_lens >= max(draft.match_len, 1)).any())
         return Draft(draft.tokens, parents=draft.parents, survival=draft.probs,
                      source="memory" if from_memory else "suffix")

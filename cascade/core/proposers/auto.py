@@ -1,0 +1,199 @@
+"""The default drafting method: each round, draft from whichever source expects the most
+committed tokens per second of the session's round.
+
+Sources:
+
+- **lookup**: the speculation memory and the session's own tokens (prompt lookup's reach and
+  the cluster's finished generations; ``SuffixProposer``). Free to draft; its draft carries
+  its own estimates (match frequencies).
+- **prediction**: the client's predicted output (``PredictionLookup``). Free to draft; its
+  estimates are the session's measured acceptance of earlier prediction blocks.
+- **model**: the drafter model (``ModelProposer``), at most k tokens and what the verifier's
+  plan asks for. Its estimate is the session's measured acceptance of earlier model blocks;
+  drafting it costs the model's measured time per token.
+
+A round that drafts n tokens expected to have S of them accepted commits 1 + S tokens (the
+verifier adds one of its own) in ``round_s`` (the measured time from block to verdict) plus
+the model's drafting, so each source is worth ``(1 + S) / (round_s + model tokens x
+draft_token_s)`` (``rate``); the best is drafted, the previous round's source on ties. A
+source that stops paying (its acceptance falls) loses to the next; nothing is a fixed
+threshold. The verifier's plan (``cascade.core.goodput``) still cuts each block to what pays
+at its load, and while it decodes the session alone, ``ready`` tells it when a free source's
+draft beats a round decoded alone.
+
+Drafting during verification works as for the model: guesses come from the model's
+distributions over whatever block was sent (``block_distributions``), and each guessed
+outcome's next block is chosen as above.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from cascade.core.blocks import Draft, TargetFeatures
+from cascade.core.proposers.base import Proposer, ProposerContext, RoundCosts
+from cascade.core.proposers.model import ModelProposer
+from cascade.core.proposers.prediction import SOURCE as PREDICTION
+from cascade.core.proposers.prediction import PredictionLookup
+from cascade.core.proposers.suffix import SuffixProposer
+from cascade.core.survival import AcceptanceRates, SessionRates
+from cascade.protocol.settings import MAX_DRAFT_TOKENS
+
+MODEL = "model"
+LOOKUP = "lookup"
+TREE_PRIOR = 1.0
+"""Tokens a model tree is expected to have accepted before any was verified."""
+TREE_WEIGHT = 0.2
+"""Weight of one round in a model tree's moving average of accepted tokens."""
+
+
+@dataclass(frozen=True)
+class Option:
+    """What one source would draft this round."""
+
+    source: str
+    expected: float
+    """Tokens it expects to have accepted."""
+    model_tokens: int = 0
+    """Tokens the drafter model drafts for it (its drafting time)."""
+
+
+def rate(option: Option, costs: RoundCosts) -> float:
+    """Expected committed tokens per second of the round that drafts ``option``."""
+    return (1.0 + option.expected) / (costs.round_s + option.model_tokens * costs.draft_token_s)
+
+
+def best(options: list[Option], costs: RoundCosts, previous: str | None = None
+         ) -> Option | None:
+    """The option with the highest ``rate``; on a tie the previous round's source, then the
+    first listed (None: no option)."""
+    ranked = sorted(options, key=lambda o: (-rate(o, costs), o.source != previous))
+    return ranked[0] if ranked else None
+
+
+class AutoProposer(Proposer):
+    """Each round, the source whose draft pays most (the module docstring)."""
+
+    needs_model = False
+    drafts_past_plan = True
+
+    def __init__(self, context: ProposerContext) -> None:
+        super().__init__(context)
+        self.lookup = SuffixProposer(context)
+        self.model = ModelProposer(context) if context.runner is not None else None
+        self.prediction = (PredictionLookup(context.config.prediction, context.prompt_len,
+                                            MAX_DRAFT_TOKENS)
+                           if context.config.prediction else None)
+        if self.model is not None:
+            self.wants_target_features = self.model.wants_target_features
+            self.feature_layers = self.model.feature_layers
+        self.model_rates = SessionRates(AcceptanceRates(0.0))
+        self.tree_accepted = TREE_PRIOR
+        self.previous: str | None = None
+        self.chosen: dict[str, int] = {}
+        """Rounds each source drafted (for tests and the closing statistics)."""
+
+    def propose(self, committed: list[int], num_tokens: int, stop=None) -> Draft:
+        option, draft = self._choose(committed, num_tokens)
+        if option is None:
+            return Draft([])
+        self.previous = option.source
+        self.chosen[option.source] = self.chosen.get(option.source, 0) + 1
+        if option.source != MODEL:
+            return draft
+        started = time.perf_counter()
+        draft = self.model.propose(committed, option.model_tokens, stop)
+        if draft.num_tokens:
+            self.costs.observe("draft_token_s",
+                               (time.perf_counter() - started) / draft.num_tokens)
+        return draft
+
+    def propose_many(self, contexts: list[list[int]], budgets: list[int], stop=None
+                     ) -> list[Draft]:
+        """Each guessed context's choice; the model's drafts as one batch."""
+        chosen = [self._choose(c, b) for c, b in zip(contexts, budgets, strict=True)]
+        drafts = [draft for _, draft in chosen]
+        by_model = [i for i, (option, _) in enumerate(chosen)
+                    if option is not None and option.source == MODEL]
+        if by_model:
+            made = self.model.propose_many([contexts[i] for i in by_model],
+                                           [chosen[i][0].model_tokens for i in by_model], stop)
+            for i, draft in zip(by_model, made):
+                drafts[i] = draft
+            if len(made) < len(by_model):  # stopped one at a time: keep the drafts before
+                return drafts[:by_model[len(made)]]
+        return drafts
+
+    def _choose(self, committed: list[int], num_tokens: int) -> tuple[Option | None, Draft]:
+        """The best option for the round after ``committed`` and the free source's draft
+        (an empty draft when the model is chosen: it drafts only then)."""
+        drafts = self._free_drafts(committed, num_tokens)
+        options = [Option(source, draft.expected or 0.0) for source, draft in drafts.items()]
+        most = self._model_budget(num_tokens)
+        if most:
+            options.append(Option(MODEL, self._model_expected(most), most))
+        option = best(options, self.costs, self.previous)
+        return option, drafts.get(option.source, Draft([])) if option else Draft([])
+
+    def _free_drafts(self, committed: list[int], num_tokens: int) -> dict[str, Draft]:
+        """The drafts of the sources that cost no drafting time, where they have one."""
+        drafts = {LOOKUP: self.lookup.propose(committed, num_tokens)}
+        if self.prediction is not None and not self.config.tree_nodes:
+            drafts[PREDICTION] = self.prediction.propose(committed, num_tokens)
+        return {source: d for source, d in drafts.items() if d.tokens}
+
+    def _model_budget(self, num_tokens: int) -> int:
+        """Tokens the model may draft: k (a tree's nodes), the budget, the verifier's plan."""
+        if self.model is None:
+            return 0
+        most = num_tokens if self.config.tree_nodes else min(num_tokens,
+                                                             self.config.num_draft_tokens)
+        return most if self.planned is None else min(most, self.planned)
+
+    def _model_expected(self, num_tokens: int) -> float:
+        if self.config.tree_nodes:
+            return self.tree_accepted
+        return float(sum(self.model_rates.survival(num_tokens)))
+
+    def judged(self, source: str, num_verified: int, num_accepted: int) -> None:
+        if source == PREDICTION and self.prediction is not None:
+            self.prediction.judged(num_verified, num_accepted)
+        elif not source and num_verified:  # the model's block
+            if self.config.tree_nodes:
+                self.tree_accepted += TREE_WEIGHT * (num_accepted - self.tree_accepted)
+            else:
+                self.model_rates.observe(num_verified, num_accepted)
+
+    def ready(self, committed: list[int]) -> int:
+        """The best free draft's length when a round drafting it beats a round decoded alone
+        (one token per ``alone_s``), else 0."""
+        budget = self.config.budget(self.sampling, len(committed) - self.prompt_len)
+        drafts = self._free_drafts(committed, budget)
+        options = [Option(source, draft.expected or 0.0) for source, draft in drafts.items()]
+        option = best(options, self.costs)
+        if option is None or rate(option, self.costs) <= 1.0 / self.costs.alone_s:
+            return 0
+        return drafts[option.source].num_tokens
+
+    def shadow_propose(self) -> Callable[..., Draft] | None:
+        """The model's shadows: they keep the verifier's estimate of its blocks current."""
+        return self.model.propose if self.model is not None else None
+
+    @property
+    def can_speculate(self) -> bool:
+        return self.model is not None and self.model.can_speculate
+
+    def block_distributions(self, committed: list[int], drafted: list[int],
+                            parents: list[int] | None = None):
+        if self.model is None:
+            return None
+        return self.model.block_distributions(committed, drafted, parents)
+
+    def filled_after(self, context: list[int]) -> list[int]:
+        return self.model.filled_after(context) if self.model is not None else []
+
+    def observe(self, features: TargetFeatures) -> None:
+        if self.model is not None:
+            self.model.observe(features)
