@@ -202,7 +202,10 @@ def generate(prompt: str,
                                         "text depends on the prompt and seed alone."),
              tree_expansion: str = typer.Option("", help="How trees grow: dynamic (EAGLE-2) or "
                                                 "confidence (CAPE: the drafter's chain plus "
-                                                "runners-up where it is unsure); empty: dynamic.")
+                                                "runners-up where it is unsure); empty: dynamic."),
+             draft_method: str = typer.Option("", help="Drafting method (auto, model, ngram, "
+                                              "suffix, ...); empty: the gateway's default "
+                                              "(auto).")
              ) -> None:
     """Stream a generation: green text was drafted and accepted, plain text the verifier chose."""
     acceptance = "keyed" if keyed or (tree_nodes and temperature > 0) else ""
@@ -213,7 +216,8 @@ def generate(prompt: str,
         spec = stream_generation(gateway, num_draft_tokens=num_draft_tokens,
                                  on_response=_print_round, cascade_rule=rule,
                                  cascade_alpha=alpha, schedule=schedule, tree_nodes=tree_nodes,
-                                 tree_expansion=tree_expansion, **run)
+                                 tree_expansion=tree_expansion, draft_method=draft_method,
+                                 **run)
         console.print()
         base = stream_generation(gateway, num_draft_tokens=0, **run) if baseline else None
     except grpc.RpcError as exc:
@@ -246,6 +250,6 @@ def demo(prompt: str = typer.Argument("Explain how a rainbow forms."),
         generate(prompt, gateway=cluster.grpc_address, max_tokens=max_tokens,
                  num_draft_tokens=num_draft_tokens, temperature=0.0, seed=0, chat=True,
                  baseline=True, rule=None, alpha=0.0, schedule="", tree_nodes=None,
-                 keyed=False, tree_expansion="")
+                 keyed=False, tree_expansion="", draft_method="")
     finally:
         cluster.stop()
