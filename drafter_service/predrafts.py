@@ -53,6 +53,8 @@ class PreDrafter:
         """Pre-draft the next block for the likeliest outcomes of ``block`` (drafted after
         ``base``) until the verdict arrives (``stop``) or ``max_blocks`` are made, the
         likeliest first; send the first ``send_ahead`` of them ahead."""
+        if not self.proposer.guesses_after(block.source, len(block.tokens)):
+            return
         drafted = list(block.tokens)
         guesses = [g.outcome for g in await self._guesses(base, drafted,
                                                           list(block.parents) or None)]

@@ -127,3 +127,23 @@ def test_sampling_from_a_prediction_keeps_the_targets_distribution(gpt2_pair):
         observed = [counts[t] for t in top] + [runs - sum(counts[t] for t in top)]
         expected = [runs * float(p[t]) for t in top] + [runs * float(1 - p[top].sum())]
         assert chisquare(observed, expected).pvalue > 1e-3
+
+
+def test_a_lookup_source_whose_claims_fail_is_trusted_less(pair):
+    """A match that occurred once claims every token; when such blocks keep failing, the
+    session scales its source's estimates down and the model wins the round."""
+    target, drafter = pair
+    config = DraftConfig(4, method="auto")
+    params = SamplingParams(temperature=0.0, max_new_tokens=40)
+    proposer = AutoProposer(ProposerContext(drafter, params, config, prompt_len=3))
+    committed = [7, 8, 9, 1, 2, 3, 4, 7, 8, 9]  # "7 8 9" occurred before: a lookup draft
+    option, draft = proposer._choose(committed, 4)
+    assert option.source == "lookup" and draft.tokens == [1, 2, 3]  # as far as it matched
+    assert proposer.guesses_after("", 4) and proposer.guesses_after(draft.source, 3)
+    assert not proposer.guesses_after(draft.source, 5)  # longer than k: known at once
+    for _ in range(8):
+        proposer.propose(committed, 4)
+        proposer.judged(draft.source, 3, 0)  # the target never agreed
+    assert proposer.trust[draft.source].factor < 0.2
+    option, _ = proposer._choose(committed, 4)
+    assert option.source == MODEL

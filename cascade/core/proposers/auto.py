@@ -47,6 +47,26 @@ TREE_PRIOR = 1.0
 """Tokens a model tree is expected to have accepted before any was verified."""
 TREE_WEIGHT = 0.2
 """Weight of one round in a model tree's moving average of accepted tokens."""
+TRUST_WEIGHT = 0.3
+"""Weight of one round in a lookup source's moving averages of claimed and accepted tokens."""
+
+
+@dataclass
+class Trust:
+    """How far a source's own estimates hold in this session: the moving averages of the
+    tokens its verified blocks expected and of those accepted (a match that occurred once
+    claims every token; on text unlike the memory's, few hold)."""
+
+    claimed: float = 1.0
+    accepted: float = 1.0
+
+    @property
+    def factor(self) -> float:
+        return self.accepted / self.claimed if self.claimed > 0 else 1.0
+
+    def observe(self, claimed: float, accepted: int) -> None:
+        self.claimed += TRUST_WEIGHT * (claimed - self.claimed)
+        self.accepted += TRUST_WEIGHT * (accepted - self.accepted)
 
 
 @dataclass(frozen=True)
@@ -91,6 +111,10 @@ class AutoProposer(Proposer):
             self.feature_layers = self.model.feature_layers
         self.model_rates = SessionRates(AcceptanceRates(0.0))
         self.tree_accepted = TREE_PRIOR
+        self.trust: dict[str, Trust] = {}
+        """Per lookup source ("memory", "suffix"): how far its estimates hold."""
+        self.claims: dict[str, list[float]] = {}
+        """Per lookup source: the estimates of its last draft (what its verdict is held to)."""
         self.previous: str | None = None
         self.chosen: dict[str, int] = {}
         """Rounds each source drafted (for tests and the closing statistics)."""
@@ -101,6 +125,7 @@ class AutoProposer(Proposer):
             return Draft([])
         self.previous = option.source
         self.chosen[option.source] = self.chosen.get(option.source, 0) + 1
+        self._sent(option, draft)
         if option.source != MODEL:
             return draft
         started = time.perf_counter()
@@ -115,6 +140,9 @@ class AutoProposer(Proposer):
         """Each guessed context's choice; the model's drafts as one batch."""
         chosen = [self._choose(c, b) for c, b in zip(contexts, budgets, strict=True)]
         drafts = [draft for _, draft in chosen]
+        for option, draft in chosen:
+            if option is not None:
+                self._sent(option, draft)
         by_model = [i for i, (option, _) in enumerate(chosen)
                     if option is not None and option.source == MODEL]
         if by_model:
@@ -130,7 +158,7 @@ class AutoProposer(Proposer):
         """The best option for the round after ``committed`` and the free source's draft
         (an empty draft when the model is chosen: it drafts only then)."""
         drafts = self._free_drafts(committed, num_tokens)
-        options = [Option(source, draft.expected or 0.0) for source, draft in drafts.items()]
+        options = [Option(source, self._expected(draft)) for source, draft in drafts.items()]
         most = self._model_budget(num_tokens)
         if most:
             options.append(Option(MODEL, self._model_expected(most), most))
@@ -143,6 +171,18 @@ class AutoProposer(Proposer):
         if self.prediction is not None and not self.config.tree_nodes:
             drafts[PREDICTION] = self.prediction.propose(committed, num_tokens)
         return {source: d for source, d in drafts.items() if d.tokens}
+
+    def _expected(self, draft: Draft) -> float:
+        """A free draft's expected accepted tokens: its own estimate, a lookup's scaled by how
+        far its source's estimates have held (``Trust``)."""
+        if draft.source == PREDICTION:  # its estimates are measured already
+            return draft.expected or 0.0
+        return (draft.expected or 0.0) * self.trust.setdefault(draft.source, Trust()).factor
+
+    def _sent(self, option: Option, draft: Draft) -> None:
+        """Note a chosen draft: a lookup's estimates are what its verdict is held to."""
+        if option.source == LOOKUP:
+            self.claims[draft.source] = list(draft.survival or ())
 
     def _model_budget(self, num_tokens: int) -> int:
         """Tokens the model may draft: k (a tree's nodes), the budget, the verifier's plan."""
@@ -160,6 +200,9 @@ class AutoProposer(Proposer):
     def judged(self, source: str, num_verified: int, num_accepted: int) -> None:
         if source == PREDICTION and self.prediction is not None:
             self.prediction.judged(num_verified, num_accepted)
+        elif source in self.claims:  # a lookup source's block
+            claimed = sum(self.claims[source][:num_verified])
+            self.trust.setdefault(source, Trust()).observe(claimed, num_accepted)
         elif not source and num_verified:  # the model's block
             if self.config.tree_nodes:
                 self.tree_accepted += TREE_WEIGHT * (num_accepted - self.tree_accepted)
@@ -171,7 +214,7 @@ class AutoProposer(Proposer):
         (one token per ``alone_s``), else 0."""
         budget = self.config.budget(self.sampling, len(committed) - self.prompt_len)
         drafts = self._free_drafts(committed, budget)
-        options = [Option(source, draft.expected or 0.0) for source, draft in drafts.items()]
+        options = [Option(source, self._expected(draft)) for source, draft in drafts.items()]
         option = best(options, self.costs)
         if option is None or rate(option, self.costs) <= 1.0 / self.costs.alone_s:
             return 0
@@ -184,6 +227,15 @@ class AutoProposer(Proposer):
     @property
     def can_speculate(self) -> bool:
         return self.model is not None and self.model.can_speculate
+
+    def guesses_after(self, source: str, num_tokens: int) -> bool:
+        """Guess outcomes of the model's blocks, and of free blocks no longer than k: guessing
+        costs a pass of the model over the block, which for a short block is about what
+        drafting the next model block just in time would cost (short free blocks are the
+        unsure ones, often followed by the model's). A long free block's next block is most
+        likely free again, known at once from the verdict, and a pass over it would hold the
+        model thread while the verifier waits."""
+        return not source or num_tokens <= self.config.num_draft_tokens
 
     def block_distributions(self, committed: list[int], drafted: list[int],
                             parents: list[int] | None = None):

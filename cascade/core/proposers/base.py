@@ -135,6 +135,11 @@ class Proposer(ABC):
         """Whether the drafter may pre-draft after guessed (uncommitted) contexts."""
         return False
 
+    def guesses_after(self, source: str, num_tokens: int) -> bool:
+        """Whether to guess the outcomes of a block of ``num_tokens`` this proposer drafted
+        from ``source`` (``Draft.source``) while it is verified (default: every block)."""
+        return True
+
     def block_distributions(self, committed: list[int], drafted: list[int],
                             parents: list[int] | None = None) -> torch.Tensor | None:
         """[len(drafted) + 1, vocab] the method's distribution after the committed tokens and
