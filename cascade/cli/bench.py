@@ -59,8 +59,9 @@ def bench_load(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT,
                                                  "--max-wait-ms (default: theirs)."),
                only: list[str] = typer.Option([], "--only", help="Run only this mode (repeat):"
                                               " unbatched, batched, batched-ssd, target-only, "
-                                              "fixed-k<n>, auto, tree, tree-auto, tree-cape, "
-                                              "tree-cape-auto."),
+                                              "fixed-k<n>, auto, default, tree, tree-auto, "
+                                              "tree-cape, tree-cape-auto (every mode but "
+                                              "default drafts with the model)."),
                fixed_k: list[int] = typer.Option([1, 2, 4], "--fixed-k", help="The fixed-k "
                                                  "modes beside auto (repeat)."),
                domain: list[str] = typer.Option([], "--domain", help="Prompt domain the "

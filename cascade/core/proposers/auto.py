@@ -116,15 +116,12 @@ class AutoProposer(Proposer):
         self.claims: dict[str, list[float]] = {}
         """Per lookup source: the estimates of its last draft (what its verdict is held to)."""
         self.previous: str | None = None
-        self.chosen: dict[str, int] = {}
-        """Rounds each source drafted (for tests and the closing statistics)."""
 
     def propose(self, committed: list[int], num_tokens: int, stop=None) -> Draft:
         option, draft = self._choose(committed, num_tokens)
         if option is None:
             return Draft([])
         self.previous = option.source
-        self.chosen[option.source] = self.chosen.get(option.source, 0) + 1
         self._sent(option, draft)
         if option.source != MODEL:
             return draft
