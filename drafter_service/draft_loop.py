@@ -267,8 +267,8 @@ class DraftLoop:
     def _shadows(self, stream: VerifierStream) -> Shadows | None:
         if not self._shadows_exact:
             return None
-        return Shadows(self.proposer.shadow_propose(), self.executor, stream.send, self.request.epoch,
-                       self.config.num_draft_tokens, self.num_sessions,
+        return Shadows(self.proposer.shadow_propose(), self.executor, stream.send,
+                       self.request.epoch, self.config.num_draft_tokens, self.num_sessions,
                        self.request.prompt_len + self.config.num_draft_tokens,
                        budget=self.config.tree_nodes)
 

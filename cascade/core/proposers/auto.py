@@ -154,20 +154,22 @@ class AutoProposer(Proposer):
     def _choose(self, committed: list[int], num_tokens: int) -> tuple[Option | None, Draft]:
         """The best option for the round after ``committed`` and the free source's draft
         (an empty draft when the model is chosen: it drafts only then)."""
-        drafts = self._free_drafts(committed, num_tokens)
-        options = [Option(source, self._expected(draft)) for source, draft in drafts.items()]
+        drafts, options = self._free_options(committed, num_tokens)
         most = self._model_budget(num_tokens)
         if most:
             options.append(Option(MODEL, self._model_expected(most), most))
         option = best(options, self.costs, self.previous)
         return option, drafts.get(option.source, Draft([])) if option else Draft([])
 
-    def _free_drafts(self, committed: list[int], num_tokens: int) -> dict[str, Draft]:
-        """The drafts of the sources that cost no drafting time, where they have one."""
+    def _free_options(self, committed: list[int], num_tokens: int
+                      ) -> tuple[dict[str, Draft], list[Option]]:
+        """The drafts of the sources that cost no drafting time, where they have one, and
+        each as an option."""
         drafts = {LOOKUP: self.lookup.propose(committed, num_tokens)}
         if self.prediction is not None and not self.config.tree_nodes:
             drafts[PREDICTION] = self.prediction.propose(committed, num_tokens)
-        return {source: d for source, d in drafts.items() if d.tokens}
+        drafts = {source: d for source, d in drafts.items() if d.tokens}
+        return drafts, [Option(source, self._expected(d)) for source, d in drafts.items()]
 
     def _expected(self, draft: Draft) -> float:
         """A free draft's expected accepted tokens: its own estimate, a lookup's scaled by how
@@ -210,8 +212,7 @@ class AutoProposer(Proposer):
         """The best free draft's length when a round drafting it beats a round decoded alone
         (one token per ``alone_s``), else 0."""
         budget = self.config.budget(self.sampling, len(committed) - self.prompt_len)
-        drafts = self._free_drafts(committed, budget)
-        options = [Option(source, self._expected(draft)) for source, draft in drafts.items()]
+        drafts, options = self._free_options(committed, budget)
         option = best(options, self.costs)
         if option is None or rate(option, self.costs) <= 1.0 / self.costs.alone_s:
             return 0

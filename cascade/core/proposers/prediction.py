@@ -58,15 +58,19 @@ class PredictionLookup:
         return Draft(tokens, source=SOURCE, survival=self.rates.survival(len(tokens)))
 
     def join(self, generated: list[int]) -> int | None:
-        """Where the output's continuation starts in the prediction (None: nowhere)."""
+        """Where the output's continuation starts in the prediction (None: nowhere): after the
+        longest match of the output's end, one scan of the prediction for its last
+        ``MIN_JOIN`` tokens, then each place's match measured backwards."""
         if not generated:
             return 0
         output = np.asarray(generated[-MAX_JOIN:], dtype=np.int64)
-        for n in range(min(len(output), MAX_JOIN), MIN_JOIN - 1, -1):
-            ends = _ends_of(self.prediction, output[-n:])
-            if ends.size:
-                return int(_nearest_after(ends, self.cursor))
-        return None
+        if len(output) < MIN_JOIN:
+            return None
+        ends = _ends_of(self.prediction, output[-MIN_JOIN:])
+        if not ends.size:
+            return None
+        lengths = _match_lengths(self.prediction, ends, output)
+        return _nearest_after(ends[lengths == lengths.max()], self.cursor)
 
     def judged(self, num_verified: int, num_accepted: int) -> None:
         """A round drafted from the prediction: its first ``num_verified`` tokens were
@@ -82,6 +86,14 @@ def _ends_of(haystack: np.ndarray, needle: np.ndarray) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     windows = np.lib.stride_tricks.sliding_window_view(haystack[:-1], n)
     return np.flatnonzero((windows == needle).all(axis=1)) + n
+
+
+def _match_lengths(haystack: np.ndarray, ends: np.ndarray, needle: np.ndarray) -> np.ndarray:
+    """How many tokens before each of ``ends`` agree with the end of ``needle``."""
+    back = np.arange(1, len(needle) + 1)
+    places = ends[:, None] - back[None, :]  # [E, N]: the nearest token first
+    agree = (places >= 0) & (haystack[np.maximum(places, 0)] == needle[::-1][None, :])
+    return agree.cumprod(axis=1).sum(axis=1)
 
 
 def _nearest_after(ends: np.ndarray, cursor: int) -> int:
