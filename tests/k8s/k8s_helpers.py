@@ -3,9 +3,11 @@ manifest tests."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +19,11 @@ K8S = ROOT / "k8s"
 OVERLAYS = sorted(p.name for p in (K8S / "overlays").iterdir()
                   if (p / "kustomization.yaml").is_file())
 TARGETS = ["base", *OVERLAYS]
-REPLICATED_REDIS = {"ha"}
+COMBINATIONS = {"local+redis-ha": ("overlays/local", ("components/redis-ha",))}
+"""Overlays with a component that no shipped overlay adds, as a user's own overlay would combine
+them (a small test cluster with replicated Redis): {name: (overlay, components)}."""
+ALL_TARGETS = [*TARGETS, *COMBINATIONS]
+REPLICATED_REDIS = {"ha", "local+redis-ha"}
 """Targets with k8s/components/redis-ha: three Redis data nodes and three sentinels."""
 KUBERNETES_VERSION = "1.30.0"
 CRD_GROUPS = {"keda.sh", "cert-manager.io"}  # custom resources: no schema in kubernetes-validate
@@ -41,14 +47,31 @@ def kustomize_dir(target: str) -> Path:
     return K8S / target if target == "base" else K8S / "overlays" / target
 
 
+def render(path: Path) -> list[dict]:
+    result = subprocess.run(["kubectl", "kustomize", str(path)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, f"kubectl kustomize {path} failed:\n{result.stderr}"
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def render_combination(overlay: str, components: tuple[str, ...]) -> list[dict]:
+    """An overlay with more components, through a kustomization in a temporary folder
+    (kustomize takes only relative paths)."""
+    with tempfile.TemporaryDirectory() as folder:
+        def relative(path: str) -> str:
+            return os.path.relpath(K8S / path, folder)
+        kustomization = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+                         "resources": [relative(overlay)],
+                         "components": [relative(c) for c in components]}
+        (Path(folder) / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+        return render(Path(folder))
+
+
 def render_all() -> dict[str, list[dict]]:
-    """{target: rendered objects} for the base and every overlay."""
-    out = {}
-    for target in TARGETS:
-        result = subprocess.run(["kubectl", "kustomize", str(kustomize_dir(target))],
-                                capture_output=True, text=True, timeout=120)
-        assert result.returncode == 0, f"kubectl kustomize {target} failed:\n{result.stderr}"
-        out[target] = [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+    """{target: rendered objects} for the base, every overlay and every combination."""
+    out = {target: render(kustomize_dir(target)) for target in TARGETS}
+    for name, (overlay, components) in COMBINATIONS.items():
+        out[name] = render_combination(overlay, components)
     return out
 
 
@@ -150,6 +173,28 @@ def image_is_pinned(image: str) -> bool:
 def resource_names(container: dict) -> set[str]:
     resources = container.get("resources", {})
     return set(resources.get("requests", {})) | set(resources.get("limits", {}))
+
+
+def cpu_cores(quantity: str | int | float) -> float:
+    """A Kubernetes CPU quantity ("250m", "2", 0.5) in cores."""
+    text = str(quantity)
+    return float(text[:-1]) / 1000 if text.endswith("m") else float(text)
+
+
+def pod_cpu_request(obj: dict) -> float:
+    """CPU the scheduler reserves for one pod of a workload: its containers' requests summed,
+    or its largest init container's where that is more."""
+    spec = pod_template(obj)["spec"]
+
+    def request(container: dict) -> float:
+        return cpu_cores(container.get("resources", {}).get("requests", {}).get("cpu", 0))
+    running = sum(map(request, spec["containers"]))
+    return max([running, *map(request, spec.get("initContainers", []))])
+
+
+def pod_count(obj: dict) -> int:
+    """Pods a workload runs at once (a Job: its parallelism)."""
+    return obj["spec"].get("parallelism" if obj["kind"] == "Job" else "replicas", 1)
 
 
 def peer_is_anywhere(peer: dict) -> bool:

@@ -12,6 +12,7 @@ import pytest
 import typer
 
 from k8s_helpers import (
+    ALL_TARGETS,
     REPLICATED_REDIS,
     CRD_GROUPS,
     GPU,
@@ -28,6 +29,8 @@ from k8s_helpers import (
     main_container,
     named,
     of_kind,
+    pod_count,
+    pod_cpu_request,
     pod_template,
     resource_names,
     role_of,
@@ -41,7 +44,7 @@ def test_overlays_exist():
     assert {"local", "gpu"} <= set(OVERLAYS)
 
 
-@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("target", ALL_TARGETS)
 def test_renders_and_validates_strictly(rendered, target):
     import kubernetes_validate
     from kubernetes_validate import SchemaNotFoundError
@@ -92,6 +95,27 @@ def test_every_container_has_requests_and_limits(rendered, target):
             for section in ("requests", "limits"):
                 assert {"cpu", "memory"} <= set(resources.get(section, {})), \
                     f"{where}: resources.{section} needs cpu and memory"
+
+
+SMALL_NODE_CPU = 2.0
+SMALL_NODE_HEADROOM_CPU = 0.5
+"""CPU left on a small node for its own pods (kube-proxy, the CNI, DNS, a node agent)."""
+
+
+@pytest.mark.parametrize("target", ["local", "local+redis-ha"])
+def test_small_cluster_fits_a_two_cpu_node(rendered, target):
+    """The local overlay, alone and with replicated Redis (its anti-affinity relaxed, every pod
+    on one machine), schedules on one 2-CPU node with headroom: the scheduler reserves every
+    pod's CPU request, the models-prepare Job's included, which must start while the serving
+    pods already hold theirs."""
+    workloads = of_kind(rendered[target], *POD_KINDS)
+    requests = {w["metadata"]["name"]: round(pod_count(w) * pod_cpu_request(w), 3)
+                for w in workloads}
+    assert "cascade-models-prepare" in requests
+    budget = SMALL_NODE_CPU - SMALL_NODE_HEADROOM_CPU
+    assert sum(requests.values()) <= budget, (
+        f"{target}: CPU requests {requests} sum to {sum(requests.values()):.2f} cores, "
+        f"more than the {budget} a {SMALL_NODE_CPU:g}-CPU node has for them")
 
 
 @pytest.mark.parametrize("target", TARGETS)

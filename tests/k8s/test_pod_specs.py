@@ -1,12 +1,14 @@
 """Each pod's life cycle and hardening in the rendered manifests: probes on the right ports
 with a startup window long enough for a model load, a termination grace period covering preStop
-and drain, pinned images, non-root pods with read-only root filesystems."""
+and drain, pinned images, non-root pods with read-only root filesystems, and named ports (of
+probes and of Services' targetPorts) that resolve."""
 
 from __future__ import annotations
 
 import pytest
 
 from k8s_helpers import (
+    ALL_TARGETS,
     MAIN_PORTS,
     MIN_STARTUP_S,
     NEEDS_KUBECTL,
@@ -105,31 +107,47 @@ def test_pods_run_as_non_root(rendered, target):
             assert "/tmp" in mounts, f"{where}: read-only root needs a writable /tmp"
 
 
-@pytest.mark.parametrize("target", TARGETS)
-def test_named_ports_are_declared(rendered, target):
-    """A probe, or a Service's targetPort, that names a port names one its container (a
-    container of every pod the Service selects) declares: an unknown name fails the probe and
-    leaves the Service without endpoints, and nothing before the cluster says so."""
-    objects = rendered[target]
-    workloads = of_kind(objects, *POD_KINDS)
-    for workload in workloads:
+def declared_port_names(container: dict) -> set[str]:
+    return {p["name"] for p in container.get("ports", []) if "name" in p}
+
+
+@pytest.mark.parametrize("target", ALL_TARGETS)
+def test_probe_ports_are_declared(rendered, target):
+    """A probe that names a port names one its own container declares: an unknown name fails
+    the probe (the pod never turns ready, or is restarted), and nothing before the cluster
+    says so."""
+    for workload in of_kind(rendered[target], *POD_KINDS):
         for container in containers(workload):
-            declared = {p["name"] for p in container.get("ports", []) if "name" in p}
+            declared = declared_port_names(container)
             for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
                 probe = container.get(kind, {})
                 for action in ("httpGet", "tcpSocket", "grpc"):
                     port = probe.get(action, {}).get("port")
                     assert not isinstance(port, str) or port in declared, (
-                        f"{workload['metadata']['name']}/{container['name']} {kind}: {port!r}")
+                        f"{target} {workload['metadata']['name']}/{container['name']} "
+                        f"{kind}: port {port!r} is not one of {sorted(declared)}")
+
+
+@pytest.mark.parametrize("target", ALL_TARGETS)
+def test_service_target_ports_resolve(rendered, target):
+    """Every Service with a selector selects pods (selector labels within the pod template's
+    labels), and a targetPort that names a port names one a container of every selected pod
+    declares: otherwise the Service has no endpoints."""
+    objects = rendered[target]
+    workloads = of_kind(objects, *POD_KINDS)
     for service in of_kind(objects, "Service"):
+        selector = service["spec"].get("selector")
+        if not selector:  # endpoints managed by hand (or ExternalName): nothing to resolve
+            continue
+        where = f"{target} Service {service['metadata']['name']}"
         selected = [w for w in workloads
-                    if selector_matches({"matchLabels": service["spec"].get("selector", {})},
+                    if selector_matches({"matchLabels": selector},
                                         pod_template(w)["metadata"]["labels"])]
+        assert selected, f"{where}: selector {selector} matches no pod template"
         for workload in selected:
-            declared = {p["name"] for c in containers(workload) for p in c.get("ports", [])
-                        if "name" in p}
+            declared = set().union(*map(declared_port_names, containers(workload)))
             for port in service["spec"].get("ports", []):
                 target_port = port.get("targetPort")
                 assert not isinstance(target_port, str) or target_port in declared, (
-                    f"Service {service['metadata']['name']}: targetPort {target_port!r} "
-                    f"of {workload['metadata']['name']}")
+                    f"{where}: targetPort {target_port!r} is not a port of "
+                    f"{workload['metadata']['name']} ({sorted(declared)})")
