@@ -6,14 +6,13 @@
 import logging
 
 import typer
-from prometheus_client import REGISTRY
 
 from cascade.core.packed import UnsupportedModel
 from cascade.core.suffix_index import MemoryLimits, SuffixIndex
 
 from cascade.pod.cli import model_server_cli, option
 from cascade.serving.delay import LinkDelay
-from cascade.serving.metrics import MemoryCollector
+from cascade.serving.metrics import DRAFTER, MemoryCollector
 from drafter_service.server import build_drafter
 from drafter_service.speculation import SpeculationConfig, SpeculationMode
 from drafter_service.verifiers import VerifierPolicy
@@ -73,7 +72,7 @@ def build(runner, host, port, grace_s, *, mesh, registry, allowed_verifiers, inj
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
     if memory is not None:
-        REGISTRY.register(MemoryCollector(memory))
+        DRAFTER.register(MemoryCollector(memory))
     return build_drafter(runner, host, port, grace_s, mesh, verifiers,
                          LinkDelay(inject_delay_ms, inject_jitter_ms), speculation, memory,
                          registry)

@@ -11,6 +11,7 @@ from opentelemetry import context as otel_context
 
 from cascade.serving import metrics
 from cascade.serving.memory_stream import DEFAULT_STREAM_BYTES, DEFAULT_STREAM_LEN, MemoryMode
+from gateway.generation import GeneratedChunk
 from gateway.session_store import SessionRecord
 from gateway.sharing import PrefixSharing
 
@@ -80,13 +81,15 @@ class SessionJob:
 
 
 class LatencyClock:
-    """Time to first token, then inter-token latency (a chunk's gap spread over its tokens)."""
+    """Per session: time to first token, then inter-token latency (a chunk's gap spread over
+    its tokens), and each round's acceptance counts, as the client receives them."""
 
     def __init__(self) -> None:
         self.last = time.perf_counter()
         self.is_first = True
 
-    def observe(self, num_tokens: int) -> None:
+    def observe(self, chunk: GeneratedChunk) -> None:
+        num_tokens = len(chunk.token_ids)
         now = time.perf_counter()
         gap = now - self.last
         if self.is_first:
@@ -96,4 +99,6 @@ class LatencyClock:
             for _ in range(num_tokens):
                 metrics.INTER_TOKEN_LATENCY.observe(gap / num_tokens)
         metrics.GENERATION_TOKENS.inc(num_tokens)
+        metrics.SPEC_STATS.observe(chunk.num_drafted, chunk.num_accepted, num_tokens,
+                                   chunk.num_deferred, chunk.num_forced, chunk.num_filled)
         self.last = now

@@ -13,9 +13,10 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from transformers import PreTrainedTokenizerBase
 
+from cascade.serving import metrics
 from gateway import schemas
 from gateway.auth import ApiKeys, install_api_keys
 from gateway.completions import CompletionsApi
@@ -28,6 +29,9 @@ from gateway.resume import install_resume
 from gateway.tokenizer_api import install_tokenizer_routes
 
 ReadyCheck = Callable[[], bool | Awaitable[bool]]
+ServingFacts = Callable[[], Awaitable[dict[str, Any]]]
+"""What the live verifiers serve the model in (e.g. ``{"dtype": "bfloat16"}``), for
+/v1/models."""
 
 
 def create_app(
@@ -38,10 +42,12 @@ def create_app(
     ready: ReadyCheck | None = None,
     registry: CollectorRegistry | None = None,
     limits: KeyLimits | None = None,
+    serving: ServingFacts | None = None,
 ) -> FastAPI:
-    """The FastAPI app; ``ready`` backs GET /ready, ``registry`` GET /metrics (default registry),
+    """The FastAPI app; ``ready`` backs GET /ready, ``registry`` GET /metrics (default: the
+    gateway's, every sample labelled with the served model's name),
     ``limits`` the per-key limits it shares with the gateway's gRPC API (by default its own,
-    from ``settings``)."""
+    from ``settings``), ``serving`` what /v1/models says of the serving pods."""
     app = FastAPI(title="Cascade gateway", version="0.1.0")
     install_error_handlers(app)
     keys = ApiKeys(settings.api_keys)
@@ -61,7 +67,7 @@ def create_app(
 
     install_resume(app, tokenizer, generator, keys, limits)
     install_tokenizer_routes(app, settings, tokenizer)
-    _add_info_routes(app, settings, ready, registry)
+    _add_info_routes(app, settings, ready, registry, serving)
     if settings.playground:
         install_playground(app, page_settings(settings.model_name,
                                               settings.default_num_draft_tokens,
@@ -75,19 +81,25 @@ def _add_info_routes(
     settings: HttpSettings,
     ready: ReadyCheck | None,
     registry: CollectorRegistry | None,
+    serving: ServingFacts | None,
 ) -> None:
     """Model listing, liveness, readiness and Prometheus metrics."""
     created = int(time.time())
+    exposed = registry or metrics.Labelled(metrics.GATEWAY, model_name=settings.model_name)
+
+    async def card() -> dict[str, Any]:
+        facts = await serving() if serving else {}
+        return schemas.model_card(settings.model_name, created, settings.context_length, facts)
 
     @app.get("/v1/models")
     async def list_models() -> dict[str, Any]:
-        return schemas.model_list(settings.model_name, created, settings.context_length)
+        return {"object": "list", "data": [await card()]}
 
     @app.get("/v1/models/{model:path}")
     async def get_model(model: str) -> dict[str, Any]:
         if model != settings.model_name:
             raise model_not_found(model, settings.model_name)
-        return schemas.model_card(settings.model_name, created, settings.context_length)
+        return await card()
 
     @app.get("/health")
     async def health() -> dict[str, str]:
@@ -102,5 +114,5 @@ def _add_info_routes(
         return JSONResponse(status, status_code=200 if ok else 503)
 
     @app.get("/metrics")
-    async def metrics() -> Response:
-        return Response(generate_latest(registry or REGISTRY), media_type=CONTENT_TYPE_LATEST)
+    async def prometheus_metrics() -> Response:
+        return Response(generate_latest(exposed), media_type=CONTENT_TYPE_LATEST)

@@ -112,6 +112,7 @@ class Orchestrator:
             "num_draft_tokens": request.num_draft_tokens})
         metrics.REQUESTS_RUNNING.inc()
         metrics.PROMPT_TOKENS.inc(len(request.prompt_tokens))
+        started = time.perf_counter()
         finish, ending = "error", {"status": "cancelled", "reason": ""}
         inner = inner_for(trace.set_span_in_context(span), ending)
         try:
@@ -130,7 +131,8 @@ class Orchestrator:
                 await inner.aclose()  # a session ended early records its final status here
             finally:  # even when closing is cancelled (a hung Redis past the close timeout)
                 metrics.REQUESTS_RUNNING.dec()
-                metrics.REQUESTS_FINISHED.labels(finish_reason=finish).inc()
+                metrics.REQUESTS_FINISHED.labels(finished_reason=finish).inc()
+                metrics.E2E_REQUEST_LATENCY.observe(time.perf_counter() - started)
                 span.end()
 
     async def _generate(self, request, trace_context, ending: dict
@@ -190,7 +192,7 @@ class Orchestrator:
                 try:
                     async with aclosing(self._run(request, job, generated)) as rounds:
                         async for chunk in rounds:
-                            clock.observe(len(chunk.token_ids))
+                            clock.observe(chunk)
                             job.offered_at = time.monotonic()
                             yield chunk
                             self._taken(job)

@@ -334,11 +334,9 @@ def _chunk(header: dict[str, Any], choice: dict[str, Any], include_usage: bool) 
     return chunk
 
 
-def model_card(model_name: str, created: int, max_model_len: int) -> dict[str, Any]:
-    """OpenAI's model object, with vLLM's ``max_model_len`` (the context length)."""
+def model_card(model_name: str, created: int, max_model_len: int,
+               facts: dict[str, Any]) -> dict[str, Any]:
+    """OpenAI's model object, with vLLM's ``max_model_len`` (the context length) and what the
+    verifiers serve it in (``dtype``)."""
     return {"id": model_name, "object": "model", "created": created, "owned_by": "cascade",
-            "max_model_len": max_model_len}
-
-
-def model_list(model_name: str, created: int, max_model_len: int) -> dict[str, Any]:
-    return {"object": "list", "data": [model_card(model_name, created, max_model_len)]}
+            "max_model_len": max_model_len, **facts}

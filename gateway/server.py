@@ -8,6 +8,7 @@ import logging
 import signal
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 import redis.asyncio as redis
@@ -16,6 +17,7 @@ from huggingface_hub import hf_hub_download
 from transformers import PreTrainedTokenizerFast
 
 from cascade.protocol.methods import DEFAULT_DRAFT_METHOD
+from cascade.protocol.names import default_model_id
 from cascade.serving.channels import ChannelPool
 from cascade.serving.mesh import OPEN, MeshSecurity
 from cascade.serving.registry import live_pods
@@ -119,7 +121,7 @@ def build_gateway(config: GatewayConfig, client: redis.Redis,
     """Returns (FastAPI app, GrpcService) sharing one orchestrator."""
     lifecycle = lifecycle or Lifecycle()
     tokenizer = load_tokenizer(config.model)
-    name = config.model_name or config.model.rstrip("/").split("/")[-1]
+    name = config.model_name or default_model_id(config.model)
     settings = HttpSettings(model_name=name, context_length=context_length(config.model),
                             max_tokens_limit=config.max_tokens_limit,
                             default_num_draft_tokens=config.default_num_draft_tokens,
@@ -141,7 +143,8 @@ def build_gateway(config: GatewayConfig, client: redis.Redis,
         return not lifecycle.draining and bool(await live_pods(client, "verifier"))
 
     limits = KeyLimits(config.max_sessions_per_key, config.max_tokens_per_minute_per_key)
-    app = create_app(settings, tokenizer, orchestrator, ready=ready, limits=limits)  # one
+    app = create_app(settings, tokenizer, orchestrator, ready=ready, limits=limits,  # one
+                     serving=partial(serving_facts, client))
     servicer = GatewayServicer(tokenizer, orchestrator, name,  # limiter for HTTP and gRPC
                                settings.server_defaults(tokenizer.eos_token_id),
                                ApiKeys(config.api_keys), limits, config.max_body_bytes)
@@ -149,6 +152,18 @@ def build_gateway(config: GatewayConfig, client: redis.Redis,
                              SERVICE_NAME)
     return app, GrpcService([binding], config.host, config.grpc_port, config.grace_s,
                             max_receive_bytes=config.max_body_bytes)
+
+
+async def serving_facts(client: redis.Redis) -> dict[str, str]:
+    """What the live verifiers serve the model in: ``{"dtype": "bfloat16"}`` (several, comma-
+    separated, while verifiers of different dtypes serve, e.g. mid-rollout); empty when none
+    answers or Redis does not."""
+    try:
+        verifiers = await live_pods(client, "verifier")
+    except redis.RedisError:
+        return {}
+    dtypes = sorted({str(p.facts["dtype"]) for p in verifiers if "dtype" in p.facts})
+    return {"dtype": ",".join(dtypes)} if dtypes else {}
 
 
 async def serve(config: GatewayConfig) -> None:

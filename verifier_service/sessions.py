@@ -256,8 +256,9 @@ class SessionTable:
         note = self.planner.note(session.sequence)
         verified = note.num_verified if note is not None else draft.num_tokens
         metrics.VERIFY_SECONDS.observe(seconds)
-        metrics.observe_round(verified, outcome.num_accepted, len(outcome.tokens),
-                              outcome.num_deferred, outcome.num_forced, outcome.num_filled)
+        metrics.VERIFIER_SPEC_STATS.observe(verified, outcome.num_accepted, len(outcome.tokens),
+                                            outcome.num_deferred, outcome.num_forced,
+                                            outcome.num_filled)
         session.last_round = block.round
         session.last_verdict = verdict_to_pb(outcome, int(seconds * 1e6),
                                              session.sequence.last_features,

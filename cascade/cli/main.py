@@ -108,23 +108,27 @@ def up(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT, pair: str = PAIR_
 
 def _print_ready(cluster: LocalCluster) -> None:
     """Where to reach what ``cascade up`` started, and a first command to try."""
-    model = served_model(cluster.http_url)
+    card = served_card(cluster.http_url)
     console.print(f"gateway: [bold]{cluster.http_url}/v1[/] (OpenAI API) serving model "
-                  f"[bold]{model}[/], gRPC [bold]{cluster.grpc_address}[/]")
-    console.print(f"playground: [bold]{cluster.http_url}/playground/[/]; metrics: "
-                  f"{cluster.http_url}/metrics; logs in {cluster.config.workdir}")
+                  f"[bold]{card.get('id', '?')}[/] in [bold]{card.get('dtype', '?')}[/] "
+                  f"(--dtype {cluster.config.dtype}), gRPC [bold]{cluster.grpc_address}[/]")
+    console.print(f"playground: [bold]{cluster.http_url}/playground/[/]; logs in "
+                  f"{cluster.config.workdir}")
+    console.print("metrics: " + ", ".join(f"{name} {url}"
+                                          for name, url in cluster.metrics_urls().items()))
     console.print(f"try: cascade generate --gateway {cluster.grpc_address} \"import os\"")
     console.print(f"pods speak mutual TLS (certificates in {cluster.config.workdir}/mesh); "
                   "Redis wants the password in its redis-auth.conf")
     console.print("Ctrl-C stops the cluster.")
 
 
-def served_model(http_url: str) -> str:
-    """The id the gateway serves (what requests name as ``model``), or ``?`` if it is silent."""
+def served_card(http_url: str) -> dict:
+    """The gateway's model card (``id``: what requests name as ``model``; ``dtype``: what the
+    verifiers serve it in), or {} if it is silent."""
     try:
-        return httpx.get(f"{http_url}/v1/models", timeout=5).json()["data"][0]["id"]
-    except (httpx.HTTPError, KeyError, IndexError, ValueError):
-        return "?"
+        return dict(httpx.get(f"{http_url}/v1/models", timeout=5).json()["data"][0])
+    except (httpx.HTTPError, KeyError, IndexError, ValueError, TypeError):
+        return {}
 
 
 @app.command("mesh-certs")

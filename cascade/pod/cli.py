@@ -14,6 +14,7 @@ import typer
 from cascade.core.feature_runner import load_model
 from cascade.core.runner import ModelSpec
 from cascade.pod.process import setup_pod
+from cascade.protocol.names import default_model_id
 from cascade.serving.mesh import SERVER_NAME_HELP, TLS_DIR_HELP, TOKEN_HELP, mesh_or_exit
 from cascade.serving.mesh import refuse_open
 from cascade.serving.metrics import serve_metrics
@@ -50,7 +51,11 @@ def model_server_cli(role: str, default_port: int, summary: str,
                                       "password out of the process list."),
         grace_s: float = typer.Option(10.0, help="Seconds in-flight streams get when draining."),
         threads: int = typer.Option(0, help="torch threads (0 keeps torch's default)."),
-        metrics_port: int = typer.Option(0, help="Serve Prometheus /metrics here (0: off)."),
+        metrics_port: int = typer.Option(0, help="Serve Prometheus /metrics here (0: off), on "
+                                         "--host."),
+        model_name: str = typer.Option("", help="The served model's name in metrics' "
+                                       "model_name label (default: the target folder's name, "
+                                       "as the gateway's --model-name)."),
         target_model: str = typer.Option(None, help="When --model is a feature drafter: the "
                                          "target's folder, whose embedding and head it shares."),
         tls_dir: Path = typer.Option(None, envvar="CASCADE_TLS_DIR", help=TLS_DIR_HELP),
@@ -72,16 +77,33 @@ def model_server_cli(role: str, default_port: int, summary: str,
                     "mesh credentials (--tls-dir or --mesh-token-file)")
         logging.getLogger(role).info("mesh: %s", mesh.describe())
         setup_telemetry(f"cascade-{role}")
-        serve_metrics(metrics_port)
-        runner = load_model(ModelSpec(model, dtype, device), target_model)
+        serve_metrics(metrics_port, role, model_name or default_model_id(target_model or model),
+                      host)
+        runner, served_dtype = _load(role, model, dtype, device, target_model)
         registry = connect(redis_url) if redis_url else None  # one client per pod
         service, sessions = build(runner, host, port, grace_s, mesh=mesh, registry=registry,
                                   **role_options)
         service.health_port = health_port
-        asyncio.run(serve_forever(service, role, registry, advertise, lambda: sessions.num_active))
+        asyncio.run(serve_forever(service, role, registry, advertise, lambda: sessions.num_active,
+                                  {"dtype": served_dtype}))
 
     signature = inspect.signature(main)
     common = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
     main.__signature__ = signature.replace(parameters=common + list(options))
     cli.command(help=summary)(main)
     return cli
+
+
+def _load(role: str, model: str, dtype: str, device: str, target_model: str | None):
+    """(runner, the dtype it runs in), the choice logged; a model folder that is not there, or
+    a dtype not known, ends the process with one line saying so."""
+    for flag, name in (("--model", model), ("--target-model", target_model)):
+        if name and name.startswith(("/", ".")) and not Path(name).is_dir():
+            raise typer.BadParameter(f"no model folder at {name}", param_hint=flag)
+    try:
+        spec = ModelSpec(model, dtype, device)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--dtype") from exc
+    logging.getLogger(role).info("loading %s in %s (--dtype %s) on %s", model, spec.dtype, dtype,
+                                 device)
+    return load_model(spec, target_model), spec.dtype

@@ -16,13 +16,15 @@ def setup_logging(log_level: str = "INFO") -> None:
 
 
 async def serve_forever(service: GrpcService, role: str, client: redis.Redis | None,
-                        advertise: str | None, load: Callable[[], int]) -> None:
+                        advertise: str | None, load: Callable[[], int],
+                        facts: dict[str, str] | None = None) -> None:
     """Start ``service``, register it in the Redis of ``client`` (the pod's registry client,
-    from ``cascade.serving.registry.connect``; closed at the end), serve until a signal."""
+    from ``cascade.serving.registry.connect``; closed at the end) with ``facts`` (e.g. its
+    dtype) in its entry, serve until a signal."""
     port = await service.start()
     address = advertise or f"{service.host}:{port}"
     if client is not None:
-        service.heartbeat = Heartbeat(client, role, address, load)
+        service.heartbeat = Heartbeat(client, role, address, load, facts=facts)
         await service.heartbeat.start()
     logging.getLogger(role).info("%s serving on %s", role, address)
     try:

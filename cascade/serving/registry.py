@@ -1,7 +1,8 @@
 """The registry of live pods in Redis: one hash per role, read by the gateway.
 
 A pod keeps the field ``<address>`` of the hash ``cascade:pods:<role>`` set to
-``{"load": n, "expires_ms": t}`` every ``interval_s``, where ``t`` is Redis's own clock plus
+``{"load": n, "expires_ms": t, ...facts}`` every ``interval_s`` (facts: what it serves, e.g.
+``"dtype": "bfloat16"``), where ``t`` is Redis's own clock plus
 ``ttl_s`` (one clock for every pod and gateway, so skew between machines does not matter). A pod
 that dies stops renewing and counts as gone once its expiry passes; readers delete such fields
 as they meet them. Reading a role is one ``HGETALL`` (no keyspace scan); a malformed field is
@@ -19,7 +20,7 @@ import json
 import logging
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import redis.asyncio as redis
 from redis.asyncio.retry import Retry
@@ -43,7 +44,10 @@ end
 _BEAT = """
 local now = redis.call('TIME')
 local expires = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + tonumber(ARGV[3])
-redis.call('HSET', KEYS[1], ARGV[1], cjson.encode({load = tonumber(ARGV[2]), expires_ms = expires}))
+local entry = cjson.decode(ARGV[4])
+entry.load = tonumber(ARGV[2])
+entry.expires_ms = expires
+redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(entry))
 return expires
 """
 
@@ -109,6 +113,8 @@ class PodInfo:
     role: str
     address: str
     load: int
+    facts: dict = field(default_factory=dict)
+    """What the pod said of itself beside its load (e.g. ``dtype``)."""
 
 
 def role_key(role: str) -> str:
@@ -119,15 +125,18 @@ class Heartbeat:
     """Keeps one pod's registry entry alive while the pod serves."""
 
     def __init__(self, client: redis.Redis, role: str, address: str,
-                 load: Callable[[], int], interval_s: float = 1.0, ttl_s: float = 5.0) -> None:
+                 load: Callable[[], int], interval_s: float = 1.0, ttl_s: float = 5.0,
+                 facts: dict[str, str] | None = None) -> None:
         self.client, self.role, self.address, self.load = client, role, address, load
         self.interval_s, self.ttl_s = interval_s, ttl_s
+        self.facts = json.dumps(facts or {})
         self._task: asyncio.Task | None = None
         self._script = client.register_script(_BEAT)
 
     async def beat(self) -> None:
         await self._script(keys=[role_key(self.role)],
-                           args=[self.address, int(self.load()), int(self.ttl_s * 1000)])
+                           args=[self.address, int(self.load()), int(self.ttl_s * 1000),
+                                 self.facts])
 
     async def _beat_logged(self) -> None:
         try:
@@ -167,14 +176,14 @@ async def live_pods(client: redis.Redis, role: str) -> list[PodInfo]:
         address = field.decode() if isinstance(field, bytes) else field
         try:
             value = json.loads(raw)
-            load, expires_ms = int(value["load"]), int(value["expires_ms"])
-        except (ValueError, KeyError, TypeError) as exc:
+            load, expires_ms = int(value.pop("load")), int(value.pop("expires_ms"))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             log.warning("skipping malformed registry entry %s[%s]: %s", key, address, exc)
             continue
         if expires_ms < now_ms:
             expired += [field, raw]
         else:
-            pods.append(PodInfo(role, address, load))
+            pods.append(PodInfo(role, address, load, value))
     if expired:
         await client.eval(_FORGET, 1, key, *expired)
     return pods

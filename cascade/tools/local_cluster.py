@@ -32,7 +32,7 @@ MAX_PROCESSES_PER_ROLE = 16
 BIND_RETRIES = 3
 """Starts on new ports per process when a port picked for it was taken before it bound it."""
 _BIND_FAILURES = ("failed to bind to address", "address already in use")
-_PORT_FLAGS = ("--port", "--grpc-port")
+_PORT_FLAGS = ("--port", "--grpc-port", "--metrics-port")
 
 
 @dataclass(frozen=True)
@@ -134,12 +134,14 @@ class LocalCluster:
             advertise = (["--advertise", f"127.0.0.1:{self.front(name, port)}"] if self.front
                          else [])
             self._spawn(name, ["verifier_service", "--model", str(c.target),
-                               "--port", str(port), *advertise, *pod, *owner, *c.verifier_args],
+                               "--port", str(port), "--metrics-port", str(free_port()),
+                               *advertise, *pod, *owner, *c.verifier_args],
                         picked=not self.front)
         for i in range(c.num_drafters):
             self._spawn(f"drafter-{i}", ["drafter_service", "--model", str(c.drafter),
                                          "--target-model", str(c.target),
-                                         "--port", str(free_port()), *pod,
+                                         "--port", str(free_port()),
+                                         "--metrics-port", str(free_port()), *pod,
                                          *c.drafter_args], picked=True)
         # The gateway serves loopback only, for this machine's user: no API keys.
         self._spawn("gateway", ["gateway", "--model", str(c.target), "--allow-open",
@@ -223,6 +225,18 @@ class LocalCluster:
         """host:port of gateway ``name``'s gRPC API."""
         args = self._args[name]
         return f"127.0.0.1:{args[args.index('--grpc-port') + 1]}"
+
+    def metrics_urls(self) -> dict[str, str]:
+        """Each process's Prometheus /metrics URL, by process name (the gateway's on its HTTP
+        port)."""
+        urls = {}
+        for name, args in self._args.items():
+            port = args[args.index("--metrics-port") + 1] if "--metrics-port" in args else None
+            if name.startswith("gateway"):
+                urls[name] = f"{self.http_url_of(name)}/metrics"
+            elif port:
+                urls[name] = f"http://127.0.0.1:{port}/metrics"
+        return urls
 
     def address_of(self, name: str) -> str:
         """host:port others reach pod ``name`` (a drafter or verifier process) on."""

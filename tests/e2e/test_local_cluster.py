@@ -5,8 +5,11 @@ import socket
 
 import httpx
 
-from cascade.cli.main import served_model
+from prometheus_client.parser import text_string_to_metric_families
+
+from cascade.cli.main import served_card
 from cascade.tools import local_cluster
+from cascade.tools.client import stream_generation
 from cascade.tools.local_cluster import ClusterConfig, LocalCluster
 
 
@@ -23,30 +26,34 @@ def is_running(pid: int) -> bool:
 
 
 def test_local_cluster_starts_serves_and_stops_cleanly(tiny_pair_dirs, tmp_path, monkeypatch):
-    """Also: a picked port taken before its process binds it (here a drafter's and the
-    gateway's HTTP port) only makes the launcher start that process again on new ones."""
+    """Also: a picked port taken before its process binds it (here the verifier's metrics
+    port, a drafter's and the gateway's HTTP port) only makes the launcher start that process
+    again on new ones."""
     target, drafter = tiny_pair_dirs
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        picks = iter([None, taken.getsockname()[1], None, taken.getsockname()[1]])
+        port = taken.getsockname()[1]  # picked: verifier, its metrics, drafter-0, its metrics,
+        picks = iter([None, port, port, None, None, None, port])  # drafter-1, its, gateway
         free_port = local_cluster.free_port
         monkeypatch.setattr(local_cluster, "free_port",
                             lambda: next(picks, None) or free_port())
         config = ClusterConfig(target, drafter, num_drafters=2, http_port=0, grpc_port=0,
                                workdir=tmp_path)
         cluster = LocalCluster(config).start()
-    for name in ("drafter-0", "gateway"):
+    for name in ("verifier", "drafter-0", "gateway"):
         assert "starting it again on new ports" in (tmp_path / f"{name}.log").read_text()
     pids = [p.pid for p in cluster.processes.values()] + [cluster.redis.process.pid]
     try:
         assert sorted(cluster.processes) == ["drafter-0", "drafter-1", "gateway", "verifier"]
-        assert served_model(cluster.http_url) == target.name  # what `cascade up` prints
+        card = served_card(cluster.http_url)  # what `cascade up` prints
+        assert (card["id"], card["dtype"]) == (target.name, "float32")
         body = {"model": target.name, "prompt": "import os", "max_tokens": 8, "temperature": 0}
         response = httpx.post(f"{cluster.http_url}/v1/completions", json=body, timeout=60)
         assert response.status_code == 200, response.text
         assert response.json()["usage"]["completion_tokens"] >= 1
         assert_closed_to_strangers(cluster)
+        assert_metrics_count_what_clients_got(cluster, target.name)
     finally:
         cluster.stop()
     assert all(p.returncode is not None for p in cluster.processes.values())
@@ -71,6 +78,40 @@ def assert_closed_to_strangers(cluster: LocalCluster) -> None:
         assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
     for process in cluster.processes.values():
         assert cluster.redis.password not in " ".join(process.args)
+
+
+def scrape(url: str) -> dict[tuple[str, tuple], float]:
+    text = httpx.get(url, timeout=10).text
+    assert "_created" not in text
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def assert_metrics_count_what_clients_got(cluster: LocalCluster, model: str) -> None:
+    """Each process serves its own series, labelled with the model; the gateway's acceptance
+    counters add up the rounds its clients received."""
+    urls = cluster.metrics_urls()
+    assert sorted(urls) == ["drafter-0", "drafter-1", "gateway", "verifier"]
+    label = (("model_name", model),)
+    own = {"verifier": "cascade:verifier_queue_depth", "drafter-0": "cascade:draft_seconds_count",
+           "gateway": "cascade:spec_decode_num_drafts_total"}
+    for name, series in own.items():
+        samples = scrape(urls[name])
+        assert (series, label) in samples, name
+        assert not [key for key in samples if key[0] in own.values() and key[0] != series]
+    before = scrape(urls["gateway"])
+    runs = [stream_generation(cluster.grpc_address, prompt, 12, 3, chat=False,
+                              schedule="fixed", draft_method="model")
+            for prompt in ("import os", "def main():")]
+    after = scrape(urls["gateway"])
+
+    def delta(name: str) -> float:
+        return after[(f"cascade:spec_decode_{name}_total", label)] - before.get(
+            (f"cascade:spec_decode_{name}_total", label), 0.0)
+
+    assert delta("num_draft_tokens") == sum(r.stats.num_draft_tokens for r in runs) > 0
+    assert delta("num_accepted_tokens") == sum(r.stats.num_accepted_tokens for r in runs)
+    assert delta("num_drafts") == sum(r.stats.num_drafts for r in runs)
 
 
 def test_demo_runs_both_generations_and_compares_them(tiny_pair_dirs, tmp_path):

@@ -31,10 +31,13 @@ async def generate(cluster, prompt: str, k: int = 3):
 
 
 async def scrape(cluster) -> dict[tuple[str, tuple], float]:
+    """The gateway's samples, by name and labels other than the model's name (on every one)."""
     async with httpx.AsyncClient(base_url=cluster.http_url) as http:
         text = (await http.get("/metrics")).text
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+        model = (await http.get("/v1/models")).json()["data"][0]["id"]
+    samples = [s for family in text_string_to_metric_families(text) for s in family.samples]
+    assert samples and all(s.labels.pop("model_name") == model for s in samples)
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value for s in samples}
 
 
 async def finished_spans(tracing, name: str, timeout_s: float = 5.0):

@@ -13,7 +13,7 @@ PROMPT = "def main():"
 
 
 def finished(reason: str) -> float:
-    return metrics.REQUESTS_FINISHED.labels(finish_reason=reason)._value.get()
+    return metrics.REQUESTS_FINISHED.labels(finished_reason=reason)._value.get()
 
 
 async def statuses(cluster) -> list[str]:

@@ -45,3 +45,26 @@ async def test_ready_by_default(tokenizer):
     async with make_client(tokenizer, FakeGenerator([[1]])) as http:
         assert (await http.get("/ready")).status_code == 200
         assert (await http.get("/metrics")).status_code == 200
+
+
+async def test_models_say_what_the_verifiers_serve_the_model_in(tokenizer, redis_server):
+    """The verifiers' registry entries carry their dtype; /v1/models reads the live ones."""
+    import redis.asyncio as aioredis
+
+    from cascade.serving.registry import Heartbeat
+    from gateway.server import serving_facts
+
+    client = aioredis.from_url(redis_server.url)
+    await client.flushdb()
+    facts = lambda: serving_facts(client)  # noqa: E731
+    async with make_client(tokenizer, FakeGenerator([[1]]), serving=facts) as http:
+        assert "dtype" not in (await http.get("/v1/models")).json()["data"][0]  # none live
+        await Heartbeat(client, "verifier", "10.0.0.1:1", lambda: 0,
+                        facts={"dtype": "bfloat16"}).beat()
+        listed = (await http.get("/v1/models")).json()["data"][0]
+        await Heartbeat(client, "verifier", "10.0.0.2:1", lambda: 0,
+                        facts={"dtype": "float32"}).beat()
+        mixed = (await http.get(f"/v1/models/{MODEL}")).json()
+    await client.aclose()
+    assert listed["dtype"] == "bfloat16" and listed["id"] == MODEL
+    assert mixed["dtype"] == "bfloat16,float32"
