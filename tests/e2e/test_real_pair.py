@@ -21,7 +21,7 @@ MAX_TOKENS = 24
 def real_pair():
     from cascade.tools.smollm import prepare
 
-    target_dir = prepare(default_models_dir())["float32"]
+    target_dir = prepare(default_models_dir())
     target = ModelRunner.load(ModelSpec(str(target_dir)))
     return target_dir, target, ModelRunner.load(ModelSpec(str(DRAFTER)))
 
