@@ -6,6 +6,7 @@ timing, images and pod hardening: test_pod_specs.py)."""
 from __future__ import annotations
 
 import importlib
+import os
 import re
 
 import pytest
@@ -13,15 +14,17 @@ import typer
 
 from k8s_helpers import (
     ALL_TARGETS,
-    REPLICATED_REDIS,
     CRD_GROUPS,
     GPU,
+    K8S,
     KUBERNETES_VERSION,
     MAIN_PORTS,
     NEEDS_KUBECTL,
     OVERLAYS,
     POD_KINDS,
+    REPLICATED_REDIS,
     ROLES,
+    ROOT,
     TARGETS,
     WORKLOAD_KINDS,
     arg_value,
@@ -32,6 +35,7 @@ from k8s_helpers import (
     pod_count,
     pod_cpu_request,
     pod_template,
+    render,
     resource_names,
     role_of,
     selector_matches,
@@ -249,3 +253,21 @@ def test_container_flags_parse_with_the_services_own_command_lines(rendered, tar
                 monkeypatch.delenv(env["name"])
             checked.add(command[2])
     assert checked == set(ENTRY_POINTS)
+
+
+def test_the_deploy_guides_own_models_patch_renders(tmp_path):
+    """docs/deploy.md's patch pointing the pods at your own models applies to the gpu overlay
+    (its `test` ops fail the build if the base's args move) and sets what it says."""
+    guide = (ROOT / "docs" / "deploy.md").read_text()
+    block, = re.findall(r"```yaml\n(# k8s/overlays/prod/kustomization\.yaml\n(?:(?!```).)*"
+                        r"--kv-tokens.*?)```", guide, re.S)
+    gpu = os.path.relpath(K8S / "overlays" / "gpu", tmp_path)
+    (tmp_path / "kustomization.yaml").write_text(block.replace("- ../gpu", f"- {gpu}"))
+    objects = render(tmp_path)
+    target = "/models/llama-3.1-8b-instruct"
+    for role in ROLES:
+        container = main_container(named(objects, "Deployment", role))
+        assert arg_value(container, "--model-name") == "meta-llama/Llama-3.1-8B-Instruct"
+        assert arg_value(container, "--target-model" if role == "drafter" else "--model") == target
+    verifier = main_container(named(objects, "Deployment", "verifier"))
+    assert int(arg_value(verifier, "--kv-tokens")) % 64 == 0

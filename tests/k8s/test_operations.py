@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import tomllib
 
 import pytest
 
@@ -140,7 +141,7 @@ def test_dashboard():
 
 @pytest.mark.parametrize("name, base", [
     ("Dockerfile.cpu", "python:3.11.11-slim-bookworm"),
-    ("Dockerfile.cuda", "nvidia/cuda:12.4.1-runtime-ubuntu22.04"),
+    ("Dockerfile.cuda", "nvidia/cuda:13.0.2-runtime-ubuntu22.04"),
     ("Dockerfile.gateway", "python:3.11.11-slim-bookworm"),
 ])
 def test_dockerfiles(name, base):
@@ -154,6 +155,23 @@ def test_dockerfiles(name, base):
     assert not re.search(r"^(COPY|ADD) .*models", text, re.M), "weights come from the volume"
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert {".venv", ".git", "runs/"} <= set(ignored)
+
+
+def test_model_images_pin_one_torch_within_the_projects_range():
+    """The CPU and CUDA images install the same torch (the one the tests run on CPU), a version
+    pyproject.toml allows, and repeat the pin when installing Cascade so pip cannot swap it."""
+    from packaging.requirements import Requirement
+
+    pins = {}
+    for name in ("Dockerfile.cpu", "Dockerfile.cuda"):
+        text = (ROOT / "docker" / name).read_text()
+        pins[name], = re.findall(r"^ARG TORCH_VERSION=(\S+)$", text, re.M)
+        assert 'pip install ".[models]" "torch==${TORCH_VERSION}"' in text, name
+    assert len(set(pins.values())) == 1, f"the model images pin different torch versions: {pins}"
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    listed = [*project["dependencies"], *project["optional-dependencies"]["models"]]
+    torch, = [r for r in map(Requirement, listed) if r.name == "torch"]
+    assert torch.specifier.contains(pins["Dockerfile.cpu"]), (pins, str(torch.specifier))
 
 
 def test_the_gateway_image_installs_no_torch():
