@@ -11,7 +11,9 @@ import asyncio
 import secrets
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
+from typing import Any
 
+from cascade.protocol.stats import SpecStats
 from gateway import schemas
 from gateway.events import StreamView, Usage, events
 from gateway.generation import GenerationRequest
@@ -59,10 +61,12 @@ def views(kind: str, meta: schemas.ResponseMeta, body, requests: list[Generation
             for i, r in enumerate(requests)]
 
 
-def usage_of(prompts: list[list[int]], lasts: list[Delta]) -> dict[str, int]:
-    """Each distinct prompt once (n choices of a prompt share it), every choice's tokens."""
+def usage_of(prompts: list[list[int]], lasts: list[Delta]) -> dict[str, Any]:
+    """Each distinct prompt once (n choices of a prompt share it), every choice's tokens and
+    rounds."""
     return schemas.usage(sum(len(p) for p in prompts),
-                         sum(last.completion_tokens for last in lasts))
+                         sum(last.completion_tokens for last in lasts),
+                         spec=sum((last.spec or SpecStats() for last in lasts), SpecStats()))
 
 
 def response(kind: str, meta: schemas.ResponseMeta, choice_views: list[StreamView],

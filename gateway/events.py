@@ -31,7 +31,7 @@ class Usage:
 
     def of(self, last: Delta) -> dict:
         deferred = last.num_deferred if self.is_cascade else None
-        counts = schemas.usage(self.num_prompt, last.completion_tokens, deferred)
+        counts = schemas.usage(self.num_prompt, last.completion_tokens, deferred, last.spec)
         if self.prediction:
             counts["completion_tokens_details"] = prediction_usage(self.prediction,
                                                                    last.token_ids)

@@ -19,6 +19,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from cascade.protocol.grammar import Grammar
 from cascade.protocol.limits import RequestInvalid
 from cascade.protocol.requests import GenerationOptions, Lenient, valid_text
+from cascade.protocol.stats import SpecStats
 from cascade.protocol.settings import MAX_LOGPROBS
 from gateway.structured import StructuredFields
 from gateway.tools import ToolFields
@@ -245,17 +246,29 @@ class ResponseMeta:
 
 
 def usage(prompt_tokens: int, completion_tokens: int,
-          num_deferred: int | None = None) -> dict[str, int]:
+          num_deferred: int | None = None, spec: SpecStats | None = None) -> dict[str, Any]:
     """OpenAI's usage; a speculative cascade adds ``num_deferred_tokens`` (the drafted
-    positions the target decided)."""
-    counts = {
+    positions the target decided); ``spec`` adds what speculation did under ``cascade``."""
+    counts: dict[str, Any] = {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
     }
     if num_deferred is not None:
         counts["num_deferred_tokens"] = num_deferred
+    if spec is not None:
+        counts["cascade"] = speculation_usage(spec)
     return counts
+
+
+def speculation_usage(spec: SpecStats) -> dict[str, Any]:
+    """A generation's rounds (target passes), those that verified a draft, drafted and
+    accepted tokens, and vLLM's acceptance rate and mean acceptance length (bonus token
+    included)."""
+    return {"rounds": spec.num_target_passes, "drafted_rounds": spec.num_drafts,
+            "draft_tokens": spec.num_draft_tokens, "accepted_tokens": spec.num_accepted_tokens,
+            "acceptance_rate": round(spec.acceptance_rate, 4),
+            "mean_acceptance_length": round(spec.mean_acceptance_length, 4)}
 
 
 def completion_choice(text: str, finish_reason: str | None, index: int = 0,

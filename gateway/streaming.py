@@ -14,6 +14,7 @@ from starlette.types import Send
 
 from cascade.protocol.logprobs import TokenLogprobs
 from cascade.protocol.settings import FinishReason
+from cascade.protocol.stats import SpecStats
 from gateway.detokenize import Decoder, TextStream
 from gateway.errors import as_api_error, error_body, error_response
 from gateway.generation import GeneratedChunk, GenerationFailed
@@ -53,6 +54,8 @@ class Delta:
     """The chunk's ``GeneratedChunk.prompt_logprobs`` (the first round's, for gateway.echo)."""
     token_ids: tuple[int, ...] = ()
     """The last delta only: every generated token id counted in completion_tokens."""
+    spec: SpecStats | None = None
+    """The last delta only: the acceptance counters of every round of the generation."""
 
 
 async def text_deltas(chunks: AsyncIterator[GeneratedChunk], tokenizer: Decoder,
@@ -65,13 +68,15 @@ async def text_deltas(chunks: AsyncIterator[GeneratedChunk], tokenizer: Decoder,
     before the end marker)."""
     text = TextStream(tokenizer, stops)
     reader = RoundReader(text, tokenizer) if rounds else None
-    deferred, last, seen_final, ids = 0, None, False, []
+    deferred, last, seen_final, ids, spec = 0, None, False, [], SpecStats()
     try:
         async for chunk in chunks:
             if last is not None:
                 break  # nothing counts after the chunk that carried the finish_reason
             deferred += chunk.num_deferred
             ids += chunk.token_ids
+            spec.observe(chunk.num_drafted, chunk.num_accepted, len(chunk.token_ids),
+                         chunk.num_deferred, chunk.num_forced, chunk.num_filled)
             final = chunk.finish_reason is not None
             before = text.num_tokens
             view = reader.read(chunk, final) if reader else None
@@ -85,7 +90,7 @@ async def text_deltas(chunks: AsyncIterator[GeneratedChunk], tokenizer: Decoder,
                 await stop_early(chunks)
                 if not is_seen:
                     yield Delta(visible, "stop", consumed, deferred, view, event_id, scored,
-                                **extra, token_ids=tuple(ids[:consumed]))
+                                **extra, token_ids=tuple(ids[:consumed]), spec=spec)
                 return
             if is_seen:
                 seen_final = final
@@ -93,7 +98,7 @@ async def text_deltas(chunks: AsyncIterator[GeneratedChunk], tokenizer: Decoder,
             if final:  # let the generator run to its end before the last delta goes out
                 finish = FINISH_REASONS[FinishReason(chunk.finish_reason)]
                 last = Delta(visible, finish, consumed, deferred, view, event_id, scored,
-                             **extra, token_ids=tuple(ids[:consumed]))
+                             **extra, token_ids=tuple(ids[:consumed]), spec=spec)
                 continue
             yield Delta(visible, None, consumed, deferred, view, event_id, scored, **extra)
     finally:

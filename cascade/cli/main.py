@@ -166,14 +166,23 @@ def _report(spec: GenerationSummary, base: GenerationSummary | None, k: int,
             ("acceptance rate", lambda s: f"{s.stats.acceptance_rate:.2f}"),
             ("mean drafted length", lambda s: f"{s.stats.mean_draft_length:.2f}"),
             ("rounds", lambda s: f"{s.num_rounds}"),
+            ("rounds without a draft", lambda s: f"{s.num_rounds - s.stats.num_drafts}"),
             ("deferred positions", lambda s: f"{s.stats.num_deferred_tokens}"),
             ("forced / filled tokens",
              lambda s: f"{s.stats.num_forced_tokens} / {s.stats.num_filled_tokens}")]
     for name, cell in rows:
         table.add_row(name, cell(spec), *([cell(base)] if base else []))
     console.print(table)
+    undrafted = spec.num_rounds - spec.stats.num_drafts
+    if undrafted and k:
+        console.print(f"{undrafted} of {spec.num_rounds} rounds had no draft: the verifier "
+                      "decoded them alone, because the goodput planner measured that drafting "
+                      "would not pay at its load (draft_schedule auto; --schedule fixed drafts "
+                      "every round), while a block was on its way, or because the drafting "
+                      "method found nothing to propose", highlight=False)
     if spec.overhead_us:
-        console.print(f"per-round overhead (round - draft - verify): median "
+        console.print(f"per-round overhead (drafted rounds: round - verify - drafting not "
+                      f"hidden by drafting during verification): median "
                       f"{statistics.median(spec.overhead_us) / 1000:.2f} ms")
     if base and base.tokens_per_s:
         console.print(f"speedup over target-only: [bold]{spec.tokens_per_s / base.tokens_per_s:.2f}x[/]"

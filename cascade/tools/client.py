@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from cascade.protocol.stats import SpecStats
-from cascade.v1 import gateway_pb2, gateway_pb2_grpc
+from cascade.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
 
 @dataclass
@@ -22,7 +22,9 @@ class GenerationSummary:
     first_token_s: float = 0.0
     elapsed_s: float = 0.0
     overhead_us: list[int] = field(default_factory=list)
-    """Per round: round wall time minus drafting and verification compute."""
+    """Per drafted round: its wall time at the drafter minus verification and the drafting
+    done after the previous verdict (a block drafted during verification cost the round
+    nothing; a round the verifier decoded alone has no round trip and is left out)."""
 
     @property
     def tokens_per_s(self) -> float:
@@ -37,8 +39,11 @@ class GenerationSummary:
         self.token_ids += response.token_ids
         self.stats.observe(response.num_drafted, response.num_accepted, len(response.token_ids),
                            response.num_deferred, response.num_forced, response.num_filled)
-        if response.round_us:
-            self.overhead_us.append(response.round_us - response.draft_us - response.verify_us)
+        if response.round_us and response.num_drafted:
+            hidden = response.speculation in (common_pb2.SPECULATION_CACHE_HIT,
+                                              common_pb2.SPECULATION_AHEAD_HIT)
+            drafting = 0 if hidden else response.draft_us
+            self.overhead_us.append(response.round_us - drafting - response.verify_us)
 
 
 RESUMABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN,

@@ -64,8 +64,25 @@ async def test_sse_framing_and_usage_chunk(tokenizer):
     assert text_chunks[-1]["choices"][0]["finish_reason"] == "length"
     assert last["choices"] == [] and last["object"] == "text_completion"
     num_prompt, num_output = len(tokenizer("Hi").input_ids), len(tokenizer(OUTPUT).input_ids)
+    spec = last["usage"].pop("cascade")
     assert last["usage"] == {"prompt_tokens": num_prompt, "completion_tokens": num_output,
                              "total_tokens": num_prompt + num_output}
+    rounds = script(tokenizer, OUTPUT)  # each round drafts 3, accepts all its tokens but one
+    accepted = sum(len(ids) - 1 for ids in rounds)
+    assert spec == {"rounds": len(rounds), "drafted_rounds": len(rounds),
+                    "draft_tokens": 3 * len(rounds), "accepted_tokens": accepted,
+                    "acceptance_rate": round(accepted / (3 * len(rounds)), 4),
+                    "mean_acceptance_length": round(1 + accepted / len(rounds), 4)}
+
+
+async def test_non_streamed_usage_says_what_speculation_did(tokenizer):
+    async with make_client(tokenizer, FakeGenerator([[1, 2, 3], [4, 5]])) as http:
+        body = {"model": MODEL, "prompt": "Hi", "max_tokens": 5, "n": 2}
+        usage = (await http.post("/v1/completions", json=body)).json()["usage"]
+    assert usage["completion_tokens"] == 10  # two choices of the scripted 5 tokens
+    assert usage["cascade"] == {"rounds": 4, "drafted_rounds": 4, "draft_tokens": 12,
+                                "accepted_tokens": 6, "acceptance_rate": 0.5,
+                                "mean_acceptance_length": 2.5}
 
 
 async def test_multibyte_characters_split_across_tokens(tokenizer):

@@ -119,14 +119,18 @@ async def test_grpc_usage_and_logprobs_after_a_stop_do_not_depend_on_k(tokenizer
 
 
 def _usage_and_logprobs(response) -> tuple[dict, list[float]]:
+    """OpenAI's usage counts (without ``cascade``: what speculation did depends on k) and the
+    token log-probabilities."""
     assert response.status_code == 200, response.text
     if not response.headers["content-type"].startswith("text/event-stream"):
         result = response.json()
+        result["usage"].pop("cascade")
         return result["usage"], result["choices"][0]["logprobs"]["token_logprobs"]
     events = [json.loads(line[6:]) for line in response.text.splitlines()
               if line.startswith("data: {")]
     logprobs = [v for e in events for c in e["choices"] if c.get("logprobs")
                 for v in c["logprobs"]["token_logprobs"]]
+    events[-1]["usage"].pop("cascade")
     return events[-1]["usage"], logprobs
 
 
