@@ -61,5 +61,7 @@ def cpu_runs_bf16_fast() -> bool:
 def auto_dtype(device: str) -> str:
     """The dtype ``--dtype auto`` stands for on ``device``."""
     if device.startswith("cuda"):
-        return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+        # Emulated bfloat16 (T4-class cards report it supported) is slow: float16 there.
+        native = torch.cuda.is_bf16_supported(including_emulation=False)
+        return "bfloat16" if native else "float16"
     return "bfloat16" if device == "cpu" and cpu_runs_bf16_fast() else "float32"

@@ -68,7 +68,7 @@ class VerifyEngine:
         self.runner = runner
         enable(runner.model)
         shape = KVShape.of(runner.model)
-        capacity = kv_tokens or default_budget(shape, runner.max_length)
+        capacity = kv_tokens or default_budget(shape, runner.max_length, runner.device)
         self.invariance = runner.probed_invariance() if invariant else None
         """The batch-invariant pass's rules (``cascade.core.invariant``): a position's logits
         do not depend on what else is in the pass, so speculation never changes greedy output;

@@ -34,7 +34,10 @@ import torch
 from cascade.protocol.prefix_keys import BLOCK_SIZE
 
 DEFAULT_MEMORY_FRACTION = 0.4
-"""Share of the memory available at start-up that the default budget may use."""
+"""Share of the host memory available at start-up that the default budget may use (CPU)."""
+DEFAULT_GPU_FRACTION = 0.8
+"""Share of the GPU memory still free once the weights are loaded that the default budget may
+use (the rest: activations and the allocator's slack)."""
 
 
 def attention_heads(config) -> tuple[int, int, int]:
@@ -82,11 +85,16 @@ def available_memory(cgroup: Path = Path("/sys/fs/cgroup")) -> int:
     return available
 
 
-def default_budget(shape: KVShape, max_length: int) -> int:
+def default_budget(shape: KVShape, max_length: int, device: torch.device | str = "cpu") -> int:
     """Tokens the store holds by default: 64 full-length sequences, at most
-    ``DEFAULT_MEMORY_FRACTION`` of the memory available now (container limits included)."""
-    budget = int(available_memory() * DEFAULT_MEMORY_FRACTION) // shape.bytes_per_token
-    return max(max_length, min(64 * max_length, budget))
+    ``DEFAULT_MEMORY_FRACTION`` of the host memory available now (container limits included),
+    or on a GPU ``DEFAULT_GPU_FRACTION`` of its free memory, where the store lives."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        memory = int(torch.cuda.mem_get_info(device)[0] * DEFAULT_GPU_FRACTION)
+    else:
+        memory = int(available_memory() * DEFAULT_MEMORY_FRACTION)
+    return max(max_length, min(64 * max_length, memory // shape.bytes_per_token))
 
 
 def blocks_for(positions: int) -> int:
