@@ -24,6 +24,7 @@ from k8s_helpers import (
     named,
     of_kind,
     pod_template,
+    render_all,
     role_of,
     selector_matches,
 )
@@ -118,7 +119,12 @@ def test_dashboard():
     variables = {v["name"]: v for v in dashboard["templating"]["list"]}
     assert any(v["type"] == "datasource" and v["query"] == "prometheus"
                for v in variables.values())
-    exprs = " ".join(t["expr"] for p in dashboard["panels"] for t in p.get("targets", []))
+    assert variables["model_name"]["query"]["query"] == (
+        "label_values(cascade:num_requests_running, model_name)")
+    raw = " ".join(t["expr"] for p in dashboard["panels"] for t in p.get("targets", []))
+    selector = '{model_name=~"$model_name"}'
+    assert len(re.findall(r"cascade:[a-z_]+", raw)) == raw.count(selector)  # every series
+    exprs = raw.replace(selector, "")
     for needed in [
         "sum(rate(cascade:spec_decode_num_accepted_tokens_total[1m])) / "
         "sum(rate(cascade:spec_decode_num_draft_tokens_total[1m]))",
@@ -137,6 +143,27 @@ def test_dashboard():
     assert "by (position)" in exprs
     ids = [p["id"] for p in dashboard["panels"]]
     assert len(ids) == len(set(ids))
+    assert set(re.findall(r"cascade:[a-z_]+", raw)) <= exported_series()
+
+
+def exported_series() -> set[str]:
+    """Every series name the services expose (a counter's ``_total``, a histogram's
+    ``_bucket``/``_count``/``_sum``), from their metric registries."""
+    from cascade.serving import metrics
+
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum"),
+                "gauge": ("",)}
+    index = metrics.MemoryCollector(type("Index", (), dict(
+        num_sequences=0, num_tokens=0, num_hits=0, num_lookups=0))())
+    families = [f for registry in metrics.REGISTRIES.values() for f in registry.collect()]
+    families += list(index.collect())
+    return {f.name + suffix for f in families for suffix in suffixes[f.type]}
+
+
+def test_every_series_the_scaling_rules_read_is_exported():
+    rendered = json.dumps(render_all())
+    named = set(re.findall(r"cascade:[a-z_]+", rendered))
+    assert named and named <= exported_series(), named - exported_series()
 
 
 @pytest.mark.parametrize("name, base", [
