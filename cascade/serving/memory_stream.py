@@ -139,13 +139,18 @@ async def fit_to_maxmemory(client: redis.Redis, max_bytes: int) -> int:
     return max_bytes
 
 
+FOLLOW_BLOCK_MS = 1000
+"""How long one read of the stream waits for new entries: well inside the pods' Redis socket
+timeout (``registry.connect``, 2 s), or an idle stream's every wait ends in a timeout error."""
+
+
 class MemoryFeed:
     """Reads the stream from its start, then follows it, handing each batch of (scope,
     tokens) to ``index_batch`` in ``executor`` (off the event loop)."""
 
     def __init__(self, client: redis.Redis, index_batch: Callable[[list[tuple[str, list[int]]]],
                  None], executor=None, stream: str = STREAM, batch: int = 500,
-                 block_ms: int = 2000, backoff_s: float = 1.0) -> None:
+                 block_ms: int = FOLLOW_BLOCK_MS, backoff_s: float = 1.0) -> None:
         self.client, self.index_batch, self.executor = client, index_batch, executor
         self.stream, self.batch, self.block_ms, self.backoff_s = stream, batch, block_ms, backoff_s
         self.last_id = "0"

@@ -21,11 +21,12 @@ async def serve_forever(service: GrpcService, role: str, client: redis.Redis | N
     """Start ``service``, register it in the Redis of ``client`` (the pod's registry client,
     from ``cascade.serving.registry.connect``; closed at the end) with ``facts`` (e.g. its
     dtype) in its entry, serve until a signal."""
-    port = await service.start()
+    port = await service.start(serving=False)
     address = advertise or f"{service.host}:{port}"
-    if client is not None:
+    if client is not None:  # registered (or trying to, if Redis is down) before it is ready
         service.heartbeat = Heartbeat(client, role, address, load, facts=facts)
         await service.heartbeat.start()
+    await service.mark_serving()
     logging.getLogger(role).info("%s serving on %s", role, address)
     try:
         await service.run_until_signal()

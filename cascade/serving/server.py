@@ -32,11 +32,15 @@ KEEPALIVE_OPTIONS = [
 ]
 """Pings every 20 s, a peer silent for 10 s more is gone: a dead machine's streams fail in
 about 30 s instead of hanging on TCP. Servers and channels use the same settings."""
+MIN_PING_INTERVAL = "grpc.http2.min_ping_interval_without_data_ms"
+"""The server's ping policy: pings closer than this, with no data between, are strikes (two
+strikes: a GOAWAY ``too_many_pings``). gRPC's default, 5 minutes, is far above the 20 s
+clients ping at."""
 SERVER_OPTIONS = [
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     *KEEPALIVE_OPTIONS,
-    ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
+    (MIN_PING_INTERVAL, 10_000),
 ]
 
 
@@ -86,8 +90,9 @@ class GrpcService:
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
-    async def start(self) -> int:
-        """Binds, starts serving and marks every service SERVING; returns the bound port.
+    async def start(self, serving: bool = True) -> int:
+        """Binds, starts serving and marks every service SERVING (``serving`` False: not yet,
+        ``mark_serving`` does); returns the bound port.
 
         The server is created here, inside the running event loop it will serve on."""
         self.health = health.aio.HealthServicer()
@@ -105,17 +110,23 @@ class GrpcService:
         bind = f"{self.host}:{self.port}"
         self.port = (self.server.add_secure_port(bind, credentials) if credentials
                      else self.server.add_insecure_port(bind))
+        await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)  # until marked
         await self.server.start()
         if self.health_port is not None:
             await self._serve_plain_health()
-        await self._set_health(health_pb2.HealthCheckResponse.SERVING)
         if self.heartbeat:
             await self.heartbeat.start()
+        if serving:
+            await self.mark_serving()
         if self.watchdog:
             self._watch = asyncio.create_task(self.watchdog.run(self._stalled, self._recovered))
         for companion in self.companions:
             await companion.start()
         return self.port
+
+    async def mark_serving(self) -> None:
+        """Health SERVING for every service (probes: ready)."""
+        await self._set_health(health_pb2.HealthCheckResponse.SERVING)
 
     async def _serve_plain_health(self) -> None:
         """gRPC health alone on a plaintext port, for probes that cannot speak mutual TLS (the
@@ -139,9 +150,9 @@ class GrpcService:
     async def _recovered(self) -> None:
         if self.is_draining:
             return
-        await self._set_health(health_pb2.HealthCheckResponse.SERVING)
         if self.heartbeat:
             await self.heartbeat.start()
+        await self.mark_serving()
 
     async def drain(self) -> None:
         """Stop taking work, let in-flight streams finish within the grace period, stop."""

@@ -64,3 +64,35 @@ async def test_a_pod_started_while_redis_is_down_registers_when_it_returns(tmp_p
     finally:
         await client.aclose()
         server.stop()
+
+
+async def test_a_pod_is_registered_with_its_facts_before_it_reports_serving(redis_server):
+    """Readiness (gRPC health) turns on only once the gateway can find the pod."""
+    from grpc_health.v1 import health_pb2
+
+    from cascade.serving.process import serve_forever
+    from cascade.serving.registry import connect
+    from cascade.serving.server import GrpcService
+
+    service, reader = GrpcService([]), redis.from_url(redis_server.url)
+    await reader.flushdb()
+    found_when_serving = []
+    mark_serving = service.mark_serving
+
+    async def checked() -> None:
+        status = await service.health.Check(health_pb2.HealthCheckRequest(), None)
+        assert status.status == health_pb2.HealthCheckResponse.NOT_SERVING  # not before this
+        found_when_serving.append(await live_pods(reader, "verifier"))
+        await mark_serving()
+
+    service.mark_serving = checked
+    task = asyncio.create_task(serve_forever(service, "verifier", connect(redis_server.url),
+                                             None, lambda: 0, {"dtype": "bfloat16"}))
+    while not found_when_serving:
+        await asyncio.sleep(0.01)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    await service.drain()
+    await reader.aclose()
+    (pod,) = found_when_serving[0]
+    assert pod.address == service.address and pod.facts == {"dtype": "bfloat16"}
