@@ -404,7 +404,7 @@ def packed_forward(model, store: KVStore, feeds: list[Feed], keep: torch.Tensor,
     rows = ROWS.set(tuple(lengths + ([(fill, 1)] if fill else [])))
     try:
         output = model(input_ids=tokens[None].to(device),
-                       position_ids=positions[None].to(device), past_key_values=step,
+                       position_ids=positions[None].to(device), cache=step,
                        attention_mask=_PREPARED_MASK, use_cache=True,
                        logits_to_keep=keep.to(device), output_hidden_states=hidden,
                        packed_step=step)

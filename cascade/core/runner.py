@@ -148,7 +148,7 @@ class ModelRunner:
         device = self.device
         kwargs = {k: v.to(device) if torch.is_tensor(v) else v for k, v in kwargs.items()}
         return self.model(input_ids=input_ids.to(device), position_ids=positions.to(device),
-                          cache_position=cache_position.to(device), past_key_values=cache,
+                          cache_position=cache_position.to(device), cache=cache,
                           use_cache=True, **kwargs)
 
     def target_logits(self, logits: torch.Tensor) -> torch.Tensor:
