@@ -12,14 +12,14 @@ from cascade.protocol.methods import DEFAULT_DRAFT_METHOD, DRAFT_METHODS
 from cascade.serving.memory_stream import DEFAULT_STREAM_BYTES, DEFAULT_STREAM_LEN, MemoryMode
 from cascade.serving.mesh import SERVER_NAME_HELP, TLS_DIR_HELP, TOKEN_HELP, mesh_or_exit
 from cascade.serving.mesh import SESSION_KEY_HELP, refuse_open
-from cascade.serving.process import setup_logging
+from cascade.serving.process import command_line, setup_logging
 from cascade.serving.telemetry import setup_telemetry
 from gateway.orchestrator import OrchestratorSettings
 from gateway.server import GatewayConfig, serve
 from gateway.session_store import FINISHED_SESSION_TTL_S, SESSION_TTL_S
 from gateway.sharing import PrefixSharing
 
-cli = typer.Typer(add_completion=False)
+cli = command_line()
 
 
 @cli.command()

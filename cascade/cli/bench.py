@@ -7,15 +7,16 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from cascade.cli.options import DRAFTER_OPT, PAIR_OPT, TARGET_OPT, pair_folders
+from cascade.cli.options import DRAFTER_OPT, PAIR_OPT, TARGET_OPT, draft_tokens_option
+from cascade.cli.options import pair_folders
 
 console = Console()
 
 
 def bench(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT,
           pair: str = PAIR_OPT,
-          k: int = typer.Option(0, "--k", min=0, max=32, help="Drafted tokens per round; 0 "
-                                "picks the fastest of 1, 2, 3, 4, 6 on the first prompts."),
+          k: int = draft_tokens_option(0, "Drafted tokens per round; 0 picks the fastest of "
+                                        "1, 2, 3, 4, 6 on the first prompts.", min=0, max=32),
           max_tokens: int = typer.Option(64, min=1, help="Tokens generated per prompt."),
           prompts_per_domain: int = typer.Option(2, min=1, max=4,
                                                  help="Prompts from each of prose, chat, code."),
@@ -48,7 +49,7 @@ def bench(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT,
 
 def bench_load(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT,
                pair: str = PAIR_OPT,
-               k: int = typer.Option(4, "--k", min=1, max=32, help="Drafted tokens per round."),
+               k: int = draft_tokens_option(4, min=1, max=32),
                sessions: list[int] = typer.Option([1, 2, 4, 8, 16, 32], "--sessions",
                                                   help="Concurrent clients (repeat the flag)."),
                max_tokens: int = typer.Option(32, min=1, help="Tokens per request."),
@@ -67,7 +68,8 @@ def bench_load(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT,
                domain: list[str] = typer.Option([], "--domain", help="Prompt domain the "
                                                 "clients send (repeat; prose, chat, code)."),
                dtype: str = typer.Option("float32", help="The pods' dtype: float32 or "
-                                         "bfloat16."),
+                                         "bfloat16 (float32 by default: the same numbers on "
+                                         "every machine; cascade up defaults to auto)."),
                tree_nodes: int = typer.Option(16, help="Nodes per round of the tree mode "
                                               "(depth k)."),
                repeats: int = typer.Option(1, min=1, help="Runs per mode and load, the modes "
@@ -136,8 +138,7 @@ def bench_engine(target: Path = typer.Option(None, help="Model folder (default: 
 
 def bench_cascades(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT,
                    pair: str = PAIR_OPT,
-                   k: int = typer.Option(4, "--k", min=1, max=32, help="Drafted tokens per "
-                                         "round."),
+                   k: int = draft_tokens_option(4, min=1, max=32),
                    max_tokens: int = typer.Option(48, min=1, help="Tokens per prompt."),
                    prompts_per_domain: int = typer.Option(2, min=1, max=4, help="Prompts from "
                                                           "each of prose, chat, code."),

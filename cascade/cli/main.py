@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 import statistics
+from contextlib import contextmanager
 from pathlib import Path
 
 import grpc
@@ -13,14 +15,17 @@ from rich.table import Table
 
 from cascade.cli.bench import bench, bench_cascades, bench_engine, bench_load
 from cascade.cli.models import distill, models_app
-from cascade.cli.options import DRAFTER_OPT, PAIR_OPT, TARGET_OPT, pair_folders
+from cascade.cli.options import DRAFTER_OPT, PAIR_OPT, TARGET_OPT, draft_tokens_option
+from cascade.cli.options import pair_folders
+from cascade.core.paths import cache_root
 from cascade.protocol.methods import DEFAULT_DRAFT_METHOD, DRAFT_METHODS
 from cascade.serving.memory_stream import MemoryMode
 from cascade.tools.client import GenerationSummary, stream_generation
 from cascade.tools.local_cluster import ClusterConfig, LocalCluster
+from cascade.serving.process import command_line
 from cascade.tools.redis_server import is_bindable
 
-app = typer.Typer(add_completion=False, help="Cascade: speculative decoding across machines.")
+app = command_line(help="Cascade: speculative decoding across machines.")
 app.add_typer(models_app, name="models")
 app.command()(distill)
 app.command()(bench)
@@ -35,9 +40,12 @@ DTYPE_OPT = typer.Option("auto", help="The pods' dtype: float32, bfloat16 or aut
 
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+WORKDIR_OPT = typer.Option(cache_root() / "local", help="Folder for the processes' logs (each "
+                           "start keeps the previous run's as *.log.1), Redis's data and the "
+                           "mesh certificates.")
 
 
-def _cluster_config(target, drafter, pair, drafters, port, grpc_port, dtype,
+def _cluster_config(target, drafter, pair, drafters, port, grpc_port, dtype, workdir: Path,
                     gateway_args: tuple[str, ...] = (), redis_replicas: int = 0,
                     invariant: bool = True) -> ClusterConfig:
     """The local cluster's settings, checked before anything starts (ValueError: what to
@@ -50,7 +58,8 @@ def _cluster_config(target, drafter, pair, drafters, port, grpc_port, dtype,
                              f"{flag} 0 for a free one")
     target, drafter = pair_folders(target, drafter, pair)
     return ClusterConfig(target, drafter, num_drafters=drafters, http_port=port,
-                         grpc_port=grpc_port, dtype=dtype, gateway_args=gateway_args,
+                         grpc_port=grpc_port, dtype=dtype, workdir=workdir,
+                         gateway_args=gateway_args,
                          redis_replicas=redis_replicas,
                          verifier_args=() if invariant else ("--no-invariant",))
 
@@ -79,28 +88,48 @@ def up(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT, pair: str = PAIR_
            DEFAULT_DRAFT_METHOD, help="Drafting method of requests that do not name one "
            "(the gateway's --draft-method; auto drafts each round from whichever of the "
            "speculation memory, the client's prediction and the drafter model pays "
-           "most).")) -> None:
-    """Start Redis, a verifier, drafters and the gateway; Ctrl-C stops them all."""
+           "most)."),
+       workdir: Path = WORKDIR_OPT) -> None:
+    """Start Redis, a verifier, drafters and the gateway; Ctrl-C (or SIGTERM) stops them
+    all."""
     if draft_method not in DRAFT_METHODS:
         raise typer.BadParameter(f"must be one of {', '.join(sorted(DRAFT_METHODS))}",
                                  param_hint="--draft-method")
     try:
         config = _cluster_config(target, drafter, pair, drafters, port, grpc_port, dtype,
-                                 ("--speculation-memory", speculation_memory.value,
-                                  "--draft-method", draft_method), redis_replicas, invariant)
+                                 workdir, ("--speculation-memory", speculation_memory.value,
+                                           "--draft-method", draft_method), redis_replicas,
+                                 invariant)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
-    cluster = LocalCluster(config)
-    with console.status("starting redis, verifier, drafters, gateway"):
-        cluster.start()
-    _print_ready(cluster)
+    with running(LocalCluster(config), "starting redis, verifier, drafters, gateway") as cluster:
+        _print_ready(cluster)
+        cluster.processes["gateway"].wait()
+
+
+@contextmanager
+def running(cluster: LocalCluster, starting: str):
+    """``cluster`` started, then stopped however the block ends: Ctrl-C and SIGTERM (also
+    while starting) stop it, a process that fails to start ends the command with one message
+    and the log folder, never a traceback."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+    for sig in (signal.SIGINT, signal.SIGTERM):  # SIGINT too: a background job ignores it
+        signal.signal(sig, interrupt)
     try:
-        while True:
-            cluster.processes["gateway"].wait()
-            break
+        with console.status(starting):
+            cluster.start()  # stops what it started if it fails or is interrupted
+    except (RuntimeError, TimeoutError) as exc:
+        _fail(f"the cluster did not start: {exc}\n(logs in {cluster.config.workdir})")
+    except KeyboardInterrupt:
+        raise typer.Exit(130)
+    try:
+        yield cluster
     except KeyboardInterrupt:
         pass
     finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)  # stopping has its own timeouts
         with console.status("stopping"):
             cluster.stop()
         console.print("stopped")
@@ -195,7 +224,7 @@ def generate(prompt: str,
                                          "several, comma-separated, to resume a broken stream "
                                          "on the next."),
              max_tokens: int = typer.Option(64, help="Tokens to generate."),
-             num_draft_tokens: int = typer.Option(4, "--k", help="Drafted tokens per round."),
+             num_draft_tokens: int = draft_tokens_option(4),
              temperature: float = typer.Option(0.0, help="0 = greedy."),
              seed: int = typer.Option(0, help="Sampling seed."),
              chat: bool = typer.Option(True, help="Send the prompt through the chat template."),
@@ -244,19 +273,16 @@ def generate(prompt: str,
 def demo(prompt: str = typer.Argument("Explain how a rainbow forms."),
          target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT, pair: str = PAIR_OPT,
          max_tokens: int = typer.Option(48),
-         num_draft_tokens: int = typer.Option(4, "--k"),
+         num_draft_tokens: int = draft_tokens_option(4),
          port: int = typer.Option(8000, help="Gateway HTTP port (0: a free one)."),
          grpc_port: int = typer.Option(50050, help="Gateway gRPC port (0: a free one)."),
-         dtype: str = DTYPE_OPT) -> None:
+         dtype: str = DTYPE_OPT, workdir: Path = WORKDIR_OPT) -> None:
     """Start the local cluster, run one generation through it, and stop it."""
     try:
-        config = _cluster_config(target, drafter, pair, 1, port, grpc_port, dtype)
+        config = _cluster_config(target, drafter, pair, 1, port, grpc_port, dtype, workdir)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
-    cluster = LocalCluster(config)
-    with console.status("starting redis, verifier, drafter, gateway"):
-        cluster.start()
-    try:
+    with running(LocalCluster(config), "starting redis, verifier, drafter, gateway") as cluster:
         with console.status("warming up (first passes allocate)"):
             for k in (num_draft_tokens, 0):  # so neither measured run pays for the cold start
                 stream_generation(cluster.grpc_address, prompt, 4, k)
@@ -264,5 +290,3 @@ def demo(prompt: str = typer.Argument("Explain how a rainbow forms."),
                  num_draft_tokens=num_draft_tokens, temperature=0.0, seed=0, chat=True,
                  baseline=True, rule=None, alpha=0.0, schedule="", tree_nodes=None,
                  keyed=False, tree_expansion="", draft_method="")
-    finally:
-        cluster.stop()

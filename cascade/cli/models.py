@@ -8,9 +8,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from cascade.cli.options import draft_tokens_option
+from cascade.serving.process import command_line
 from cascade.tools.pairs import default_models_dir
 
-models_app = typer.Typer(add_completion=False, help="Build, convert or measure model pairs.")
+models_app = command_line(help="Build, convert or measure model pairs.")
 console = Console()
 
 
@@ -37,10 +39,12 @@ def models_evaluate(target: Path = typer.Option(..., help="Target model folder."
                     drafter: Path = typer.Option(..., help="Drafter model folder."),
                     prompts: int = typer.Option(12, help="Held-out prompts to use."),
                     max_tokens: int = typer.Option(64, help="Tokens per prompt."),
-                    k: int = typer.Option(4, help="Draft length."),
+                    k: int = draft_tokens_option(4),
                     adaptive: bool = typer.Option(False, help="Adapt the draft length (start "
                                                   "at k, within [1, 2k])."),
-                    dtype: str = typer.Option("float32", help="Dtype of both models."),
+                    dtype: str = typer.Option("float32", help="Dtype of both models (float32 by "
+                                              "default: the same numbers on every machine; the "
+                                              "serving commands default to auto)."),
                     tree_nodes: int = typer.Option(0, help="Draft token trees of at most this "
                                                    "many nodes, k deep (0: chains); acceptance "
                                                    "then counts accepted nodes over all "
@@ -79,7 +83,8 @@ def models_evaluate(target: Path = typer.Option(..., help="Target model folder."
 
 @models_app.command("profile")
 def models_profile(target: Path = typer.Option(..., help="Target model folder."),
-                   dtype: str = typer.Option("float32", help="float32, bfloat16 or float16."),
+                   dtype: str = typer.Option("float32", help="float32, bfloat16 or float16 (the "
+                                             "dtype the profile is for)."),
                    seconds: float = typer.Option(60.0, help="Measuring budget in seconds (a short "
                                                  "one times fewer passes of each size)."),
                    plot: Path = typer.Option(None, help="Write a PNG of pass time against "

@@ -17,6 +17,12 @@ PAIR_OPT = typer.Option("smollm2", help="Built-in pair when no folders are given
                         "(SmolLM2-135M-Instruct + its distilled drafter) or tiny (random weights).")
 
 
+def draft_tokens_option(default: int, help: str = "Drafted tokens per round.", **limits):
+    """The draft length under the API's name (``num_draft_tokens``, the gateway's
+    --num-draft-tokens), --k kept as its short form."""
+    return typer.Option(default, "--num-draft-tokens", "--k", help=help, **limits)
+
+
 def pair_folders(target: Path | None, drafter: Path | None, pair: str) -> tuple[Path, Path]:
     """The pair's folders; a bad --pair is a usage error."""
     try:

@@ -18,7 +18,7 @@ from cascade.protocol.names import default_model_id
 from cascade.serving.mesh import SERVER_NAME_HELP, TLS_DIR_HELP, TOKEN_HELP, mesh_or_exit
 from cascade.serving.mesh import refuse_open
 from cascade.serving.metrics import serve_metrics
-from cascade.serving.process import serve_forever
+from cascade.serving.process import command_line, serve_forever
 from cascade.serving.registry import connect
 from cascade.serving.telemetry import setup_telemetry
 
@@ -35,7 +35,7 @@ def model_server_cli(role: str, default_port: int, summary: str,
     """``build(runner, host, port, grace_s, mesh=, registry=, **role_options)`` returns
     (GrpcService, object with num_active); ``options`` are the role's own flags, passed to
     ``build`` by name."""
-    cli = typer.Typer(add_completion=False)
+    cli = command_line()
 
     def main(
         model: str = typer.Option(..., help=f"The {role}'s model: a local folder or a hub name."),

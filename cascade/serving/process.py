@@ -6,9 +6,17 @@ import logging
 from collections.abc import Callable
 
 import redis.asyncio as redis
+import typer
 
 from cascade.serving.registry import Heartbeat
 from cascade.serving.server import GrpcService
+
+
+def command_line(**options) -> typer.Typer:
+    """A command-line app with click's plain help: paragraphs wrapped to the terminal (up to
+    100 columns), one compact column of flags, no type tags on flags that take no value."""
+    return typer.Typer(add_completion=False, rich_markup_mode=None,
+                       context_settings={"max_content_width": 100}, **options)
 
 
 def setup_logging(log_level: str = "INFO") -> None:

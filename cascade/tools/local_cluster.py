@@ -120,6 +120,8 @@ class LocalCluster:
     def start(self, timeout_s: float = 180.0) -> "LocalCluster":
         c = self.config
         c.workdir.mkdir(parents=True, exist_ok=True)
+        for log in c.workdir.glob("*.log"):  # this run's logs start afresh; one run kept
+            log.replace(log.with_suffix(".log.1"))
         password = secrets.token_urlsafe(24) if c.secure else None
         self.redis = (RedisHA(c.workdir / "redis", c.redis_replicas, password=password,
                               front=self.front).start()

@@ -135,3 +135,58 @@ def test_process_counts_are_bounded(tiny_pair_dirs):
     for bad in ({"num_drafters": 0}, {"num_verifiers": 8000}):
         with pytest.raises(ValueError, match="must be in"):
             ClusterConfig(target, drafter, **bad)
+
+
+def cluster_processes(workdir) -> list[int]:
+    """Pids of live processes started for the cluster in ``workdir`` (they name its files or
+    run in it, as Redis does)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as file:
+                command = file.read().replace(b"\0", b" ").decode(errors="replace")
+            command += " " + os.readlink(f"/proc/{entry}/cwd")
+        except (FileNotFoundError, PermissionError, NotADirectoryError, ProcessLookupError):
+            continue
+        if str(workdir) in command and "cascade.cli" not in command and is_running(int(entry)):
+            pids.append(int(entry))
+    return pids
+
+
+def test_cascade_up_stops_everything_on_sigterm(tiny_pair_dirs, tmp_path):
+    """A supervisor's SIGTERM (systemd, docker stop, timeout) stops the whole cluster, and the
+    logs land in --workdir, the previous run's kept aside."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    target, drafter = tiny_pair_dirs
+    (tmp_path / "gateway.log").write_text("an earlier run\n")
+    command = [sys.executable, "-c", "from cascade.cli.main import app; app()", "up",
+               "--target", str(target), "--drafter", str(drafter), "--port", "0",
+               "--grpc-port", "0", "--workdir", str(tmp_path), "--dtype", "float32"]
+    up = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          start_new_session=True)
+    try:
+        lines = []
+        for line in up.stdout:  # until it prints that it is ready
+            lines.append(line)
+            if "Ctrl-C stops the cluster" in line:
+                break
+        output = " ".join("".join(lines).split())  # as printed, unwrapped
+        assert "metrics: verifier http://" in output and "gateway http://" in output, output
+        assert f"model {target.name} in float32" in output, output  # what the verifier serves
+        started = cluster_processes(tmp_path)
+        assert len(started) >= 4  # redis, verifier, drafter, gateway
+        up.send_signal(signal.SIGTERM)
+        assert up.wait(timeout=60) == 0
+    finally:
+        if up.poll() is None:
+            os.killpg(up.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while cluster_processes(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert cluster_processes(tmp_path) == []
+    assert (tmp_path / "gateway.log.1").read_text() == "an earlier run\n"
+    assert "an earlier run" not in (tmp_path / "gateway.log").read_text()
