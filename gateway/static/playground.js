@@ -70,6 +70,14 @@ async function errorMessage(response) {
   return `HTTP ${response.status} ${response.statusText}`;
 }
 
+// What a figure means, where a number alone does not say (shown on hover).
+const FIGURE_NOTES = {
+  "rounds at 0 drafts": "Rounds the verifier decoded alone: with draft schedule auto the goodput " +
+    "planner measured that drafting would not pay at the verifier's load, a drafted block was " +
+    "still on its way, or the draft method found nothing to propose. Draft schedule fixed " +
+    "drafts every round.",
+};
+
 // One run's output, figures and chart in its pane.
 class Pane {
   constructor(element) {
@@ -124,6 +132,7 @@ class Pane {
     this.figures.replaceChildren(...Object.entries(figures).map(([name, value]) => {
       const item = document.createElement("div");
       item.dataset.figure = name;
+      if (FIGURE_NOTES[name]) item.title = FIGURE_NOTES[name];
       const term = document.createElement("dt");
       term.textContent = name;
       const detail = document.createElement("dd");
@@ -133,34 +142,47 @@ class Pane {
     }));
   }
 
-  // Tokens committed per round, the accepted part in the accepted colour.
+  // Tokens committed per round (y) against the round (x), with axes: the accepted part in the
+  // accepted colour, the verifier's own token in another, rounds decoded alone in grey (the
+  // legend under the chart names them).
   drawChart() {
     const svgNs = "http://www.w3.org/2000/svg";
-    const height = 70;
+    const height = 96, left = 30, bottom = 18, top = 4;
     const tallest = Math.max(2, ...this.rounds.map((r) => Math.max(r.tokens.length, r.num_drafted + 1)));
-    const width = Math.max(1, this.chart.clientWidth || 600);
-    const step = Math.min(14, width / Math.max(1, this.rounds.length));
+    const width = Math.max(left + 1, this.chart.clientWidth || 600);
+    const plot = height - bottom - top;
+    const step = Math.min(14, (width - left) / Math.max(1, this.rounds.length));
+    const unit = plot / tallest;
     this.chart.setAttribute("viewBox", `0 0 ${width} ${height}`);
-    const bars = [];
+    const node = (name, attributes, text) => {
+      const element = document.createElementNS(svgNs, name);
+      for (const [key, value] of Object.entries(attributes)) element.setAttribute(key, value);
+      if (text !== undefined) element.textContent = text;
+      return element;
+    };
+    const baseline = height - bottom;
+    const parts = [
+      node("line", { class: "axis", x1: left, y1: top, x2: left, y2: baseline }),
+      node("line", { class: "axis", x1: left, y1: baseline, x2: width, y2: baseline }),
+      node("text", { class: "tick", x: left - 4, y: baseline, "text-anchor": "end" }, "0"),
+      node("text", { class: "tick", x: left - 4, y: top + 8, "text-anchor": "end" }, String(tallest)),
+      node("text", { class: "axis-label", x: 2, y: top + plot / 2 + 4 }, "tok"),
+      node("text", { class: "axis-label", x: width - 2, y: height - 2, "text-anchor": "end" },
+           `round (1-${this.rounds.length})`),
+    ];
     this.rounds.forEach((round, i) => {
-      const unit = (height - 4) / tallest;
       const accepted = round.num_accepted;
       const other = round.tokens.length - accepted;
-      const x = i * step;
-      const bar = (cls, count, below) => {
-        const rect = document.createElementNS(svgNs, "rect");
-        rect.setAttribute("class", cls);
-        rect.setAttribute("x", x);
-        rect.setAttribute("width", Math.max(1, step - 1));
-        rect.setAttribute("y", height - (below + count) * unit);
-        rect.setAttribute("height", count * unit);
-        return rect;
-      };
+      const x = left + 1 + i * step;
+      const bar = (cls, count, below) => node("rect", {
+        class: cls, x, width: Math.max(1, step - 1),
+        y: baseline - (below + count) * unit, height: count * unit,
+      });
       const otherClass = round.num_drafted ? "bar-other" : "bar-target";
-      if (accepted) bars.push(bar("bar-accepted", accepted, 0));
-      if (other) bars.push(bar(otherClass, other, accepted));
+      if (accepted) parts.push(bar("bar-accepted", accepted, 0));
+      if (other) parts.push(bar(otherClass, other, accepted));
     });
-    this.chart.replaceChildren(...bars);
+    this.chart.replaceChildren(...parts);
   }
 }
 

@@ -95,6 +95,16 @@ async def test_a_run_streams_coloured_rounds(page, tmp_path):
     assert first["source"] == "model" and "drafted by: the drafter model" in await info.inner_text()
     memory_share = sum(r["source"] == "memory" for r in rounds) * 100 // len(rounds)
     assert await figure(pane, "rounds from memory") == f"{memory_share} %"
+    undrafted = pane.locator('[data-figure="rounds at 0 drafts"]')
+    assert "goodput planner" in await undrafted.get_attribute("title")  # why there are any
+    chart = pane.locator(".chart")  # a bar per round part, axes labelled, a legend
+    assert await chart.locator("rect").count() == sum(
+        bool(r["num_accepted"]) + (len(r["tokens"]) > r["num_accepted"]) for r in rounds)
+    assert await chart.locator(".axis").count() == 2
+    assert f"round (1-{len(rounds)})" in await chart.locator(".axis-label").all_text_contents()
+    legend = await pane.locator(".chart-legend li").all_inner_texts()
+    assert legend == ["drafted and accepted", "the verifier's token after a draft",
+                      "decoded by the verifier alone (no draft)"]
 
     shot = tmp_path / "playground.png"
     await page.screenshot(path=str(shot), full_page=True)
