@@ -12,7 +12,7 @@ from cascade.protocol.methods import DEFAULT_DRAFT_METHOD, DRAFT_METHODS
 from cascade.serving.memory_stream import DEFAULT_STREAM_BYTES, DEFAULT_STREAM_LEN, MemoryMode
 from cascade.serving.mesh import SERVER_NAME_HELP, TLS_DIR_HELP, TOKEN_HELP, mesh_or_exit
 from cascade.serving.mesh import SESSION_KEY_HELP, refuse_open
-from cascade.serving.process import command_line, setup_logging
+from cascade.serving.process import check_model, command_line, setup_logging
 from cascade.serving.telemetry import setup_telemetry
 from gateway.orchestrator import OrchestratorSettings
 from gateway.server import GatewayConfig, serve
@@ -102,6 +102,7 @@ def main(
 ) -> None:
     """Serve the OpenAI-compatible HTTP API and the gRPC Generate stream."""
     setup_logging()
+    check_model(model)
     mesh = mesh_or_exit(tls_dir, tls_server_name, mesh_token_file, session_key_file)
     logging.getLogger("gateway").info("dials pods with %s", mesh.describe())
     setup_telemetry("cascade-gateway")

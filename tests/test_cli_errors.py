@@ -34,3 +34,19 @@ def test_generate_without_a_gateway_says_so_in_one_line():
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert "error:" in result.output and "UNAVAILABLE" in result.output
     assert "cascade up" in result.output
+
+
+def test_a_missing_model_folder_is_named_by_every_command(tmp_path):
+    """Not transformers' complaint about hub repository names, from deep in a traceback."""
+    from gateway.__main__ import cli as gateway_cli
+    from verifier_service.__main__ import cli as verifier_cli
+
+    missing = str(tmp_path / "no-such-model")
+    for cli, args in ((app, ["models", "evaluate", "--target", missing, "--drafter", missing]),
+                      (app, ["bench", "--target", missing]),
+                      (gateway_cli, ["--model", missing, "--redis-url", "redis://127.0.0.1:1",
+                                     "--allow-open"]),
+                      (verifier_cli, ["--model", missing, "--allow-open"])):
+        result = RUNNER.invoke(cli, args)
+        assert result.exit_code == 2, (args, result.output)
+        assert "Traceback" not in result.output and missing in result.output, result.output

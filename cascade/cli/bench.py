@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from cascade.cli.options import DRAFTER_OPT, PAIR_OPT, TARGET_OPT, draft_tokens_option
+from cascade.cli.options import DRAFTER_OPT, FOLDER, PAIR_OPT, TARGET_OPT, draft_tokens_option
 from cascade.cli.options import pair_folders
 
 console = Console()
@@ -107,7 +107,7 @@ def bench_load(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT,
 
 
 def bench_engine(target: Path = typer.Option(None, help="Model folder (default: the "
-                                              "SmolLM2-135M-Instruct target)."),
+                                              "SmolLM2-135M-Instruct target).", **FOLDER),
                  dtypes: list[str] = typer.Option(["float32", "bfloat16"], "--dtype",
                                                   help="float32 or bfloat16 (repeat the flag)."),
                  threads: int = typer.Option(None, min=1, help="torch threads (default: all "

@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cascade.cli.options import draft_tokens_option
+from cascade.cli.options import FOLDER, draft_tokens_option
 from cascade.serving.process import command_line
 from cascade.tools.pairs import default_models_dir
 
@@ -35,8 +35,8 @@ def models_prepare(out: Path = typer.Option(None, help="Folder (default: the use
 
 
 @models_app.command("evaluate")
-def models_evaluate(target: Path = typer.Option(..., help="Target model folder."),
-                    drafter: Path = typer.Option(..., help="Drafter model folder."),
+def models_evaluate(target: Path = typer.Option(..., help="Target model folder.", **FOLDER),
+                    drafter: Path = typer.Option(..., help="Drafter model folder.", **FOLDER),
                     prompts: int = typer.Option(12, help="Held-out prompts to use."),
                     max_tokens: int = typer.Option(64, help="Tokens per prompt."),
                     k: int = draft_tokens_option(4),
@@ -82,7 +82,7 @@ def models_evaluate(target: Path = typer.Option(..., help="Target model folder."
 
 
 @models_app.command("profile")
-def models_profile(target: Path = typer.Option(..., help="Target model folder."),
+def models_profile(target: Path = typer.Option(..., help="Target model folder.", **FOLDER),
                    dtype: str = typer.Option("float32", help="float32, bfloat16 or float16 (the "
                                              "dtype the profile is for)."),
                    seconds: float = typer.Option(60.0, help="Measuring budget in seconds (a short "
@@ -185,7 +185,8 @@ def _plot_profile(model, path: Path, title: str) -> None:
     plt.close(figure)
 
 
-def distill(target: Path = typer.Option(..., help="Target model folder (its tokenizer is shared)."),
+def distill(target: Path = typer.Option(..., help="Target model folder (its tokenizer is "
+                                        "shared).", **FOLDER),
             out: Path = typer.Option(..., help="Where the drafter is written (resumes from it)."),
             minutes: float = typer.Option(60.0, help="Training budget in wall-clock minutes."),
             seed: int = typer.Option(0, help="Seed for prompts, sampling and initialisation."),

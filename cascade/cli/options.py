@@ -11,8 +11,10 @@ from cascade.tools.pairs import default_pair
 
 console = Console()
 
-TARGET_OPT = typer.Option(None, help="Target model folder (default: from --pair).")
-DRAFTER_OPT = typer.Option(None, help="Drafter model folder (default: from --pair).")
+FOLDER = dict(exists=True, file_okay=False)
+"""A model folder option: one that is not there is a usage error naming it."""
+TARGET_OPT = typer.Option(None, help="Target model folder (default: from --pair).", **FOLDER)
+DRAFTER_OPT = typer.Option(None, help="Drafter model folder (default: from --pair).", **FOLDER)
 PAIR_OPT = typer.Option("smollm2", help="Built-in pair when no folders are given: smollm2 "
                         "(SmolLM2-135M-Instruct + its distilled drafter) or tiny (random weights).")
 

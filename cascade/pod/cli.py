@@ -18,7 +18,7 @@ from cascade.protocol.names import default_model_id
 from cascade.serving.mesh import SERVER_NAME_HELP, TLS_DIR_HELP, TOKEN_HELP, mesh_or_exit
 from cascade.serving.mesh import refuse_open
 from cascade.serving.metrics import serve_metrics
-from cascade.serving.process import command_line, serve_forever
+from cascade.serving.process import check_model, command_line, serve_forever
 from cascade.serving.registry import connect
 from cascade.serving.telemetry import setup_telemetry
 
@@ -97,9 +97,8 @@ def model_server_cli(role: str, default_port: int, summary: str,
 def _load(role: str, model: str, dtype: str, device: str, target_model: str | None):
     """(runner, the dtype it runs in), the choice logged; a model folder that is not there, or
     a dtype not known, ends the process with one line saying so."""
-    for flag, name in (("--model", model), ("--target-model", target_model)):
-        if name and name.startswith(("/", ".")) and not Path(name).is_dir():
-            raise typer.BadParameter(f"no model folder at {name}", param_hint=flag)
+    check_model(model)
+    check_model(target_model, "--target-model")
     try:
         spec = ModelSpec(model, dtype, device)
     except ValueError as exc:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from pathlib import Path
 
 import redis.asyncio as redis
 import typer
@@ -17,6 +18,13 @@ def command_line(**options) -> typer.Typer:
     100 columns), one compact column of flags, no type tags on flags that take no value."""
     return typer.Typer(add_completion=False, rich_markup_mode=None,
                        context_settings={"max_content_width": 100}, **options)
+
+
+def check_model(name: str | None, flag: str = "--model") -> None:
+    """A model named by a path (``/`` or ``.`` first) must be a folder that is there: a usage
+    error naming it, not transformers' complaint about hub repository names."""
+    if name and name.startswith(("/", ".")) and not Path(name).is_dir():
+        raise typer.BadParameter(f"no model folder at {name}", param_hint=flag)
 
 
 def setup_logging(log_level: str = "INFO") -> None:
