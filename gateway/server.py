@@ -139,8 +139,11 @@ def build_gateway(config: GatewayConfig, client: redis.Redis,
 
     lifecycle.orchestrator = orchestrator
 
-    async def ready() -> bool:
-        return not lifecycle.draining and bool(await live_pods(client, "verifier"))
+    def ready() -> bool:
+        """The gateway's own state only: while Redis or every verifier is unavailable, every
+        gateway stays in its Service and answers 503 + Retry-After (a shared dependency must
+        not take every gateway out of it at once: clients would get connection refused)."""
+        return not lifecycle.draining
 
     limits = KeyLimits(config.max_sessions_per_key, config.max_tokens_per_minute_per_key)
     app = create_app(settings, tokenizer, orchestrator, ready=ready, limits=limits,  # one
