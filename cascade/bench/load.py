@@ -27,7 +27,7 @@ import grpc
 from cascade.bench.measure import percentile
 from cascade.bench.prompts import DOMAINS
 from cascade.bench.run import machine
-from cascade.bench.services import pin_all_threads, pinning, place_helpers
+from cascade.bench.services import NO_MEMORY, pin_all_threads, pinning, place_helpers
 from cascade.tools.local_cluster import ClusterConfig, LocalCluster
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc
 
@@ -205,7 +205,8 @@ def _start(config: LoadConfig, mode: Mode, pins: dict) -> LocalCluster:
     cluster = LocalCluster(ClusterConfig(
         config.target, config.drafter, http_port=0, grpc_port=0,
         workdir=config.out / f"cluster-{mode.key}", cpu_affinity=pins, dtype=config.dtype,
-        verifier_args=mode.verifier_args, drafter_args=mode.drafter_args)).start()
+        verifier_args=mode.verifier_args, drafter_args=mode.drafter_args,
+        gateway_args=NO_MEMORY)).start()  # clients cycle through a few prompts
     place_helpers(cluster, pins, verifier_waits=False)  # helpers share the drafter's core
     asyncio.run(measure_point(cluster.grpc_address, mode, 1, 4.0, 16,
                               domains=config.domains))  # warm up (and the plan's estimates)

@@ -214,7 +214,7 @@ def run(target: Path, drafter: Path, workdir: Path, modes: list[str], max_tokens
                      "modes": {}}
     for key in modes:
         fields = {**MODES[key].fields, "draft_schedule": schedule}
-        with pinned_cluster(target, drafter, workdir / key) as (cluster, _):
+        with pinned_cluster(target, drafter, workdir / key, gateway_args=()) as (cluster, _):
             with httpx.Client(base_url=cluster.http_url, timeout=600) as http:
                 http.model = http.get("/v1/models").json()["data"][0]["id"]
                 results["modes"][key] = {

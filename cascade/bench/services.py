@@ -91,15 +91,23 @@ def _cluster_rss(cluster: LocalCluster) -> dict[str, float | None]:
     return rss
 
 
+NO_MEMORY = ("--speculation-memory", "off")
+"""Benchmarks run a prompt several times (warm-up, repeats): with the speculation memory on,
+every run after the first would replay the first's text instead of measuring the drafter."""
+
+
 @contextmanager
 def pinned_cluster(target: Path, drafter: Path, workdir: Path,
-                   drafter_args: tuple[str, ...] = ()
+                   drafter_args: tuple[str, ...] = (),
+                   gateway_args: tuple[str, ...] = NO_MEMORY
                    ) -> Iterator[tuple[LocalCluster, dict[str, frozenset[int]]]]:
-    """A local cluster with the verifier and the drafter on cores of their own (``pinning``);
-    on the way out this process gets all its cores back and the cluster stops."""
+    """A local cluster with the verifier and the drafter on cores of their own (``pinning``),
+    the speculation memory off unless ``gateway_args`` say otherwise; on the way out this
+    process gets all its cores back and the cluster stops."""
     pins = pinning()
     config = ClusterConfig(target, drafter, http_port=0, grpc_port=0,
-                           workdir=workdir, cpu_affinity=pins, drafter_args=drafter_args)
+                           workdir=workdir, cpu_affinity=pins, drafter_args=drafter_args,
+                           gateway_args=gateway_args)
     cluster = LocalCluster(config).start()
     everything = frozenset(os.sched_getaffinity(0))
     try:
