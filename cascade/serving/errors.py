@@ -5,6 +5,7 @@ ones): INVALID_ARGUMENT with their message."""
 
 from __future__ import annotations
 
+import inspect
 import logging
 
 import grpc
@@ -86,7 +87,11 @@ def _wrap_unary(behavior):
 def _wrap_stream(behavior):
     async def wrapped(request, context):
         try:
-            async for item in behavior(request, context):
+            replies = behavior(request, context)
+            if inspect.isawaitable(replies):  # a servicer that writes with context.write
+                await replies  # (grpc_health's Watch) rather than yielding
+                return
+            async for item in replies:
                 yield item
         except grpc.aio.AbortError:
             raise

@@ -31,9 +31,12 @@ def instrument_grpc() -> None:
     from opentelemetry.instrumentation.grpc import (
         GrpcAioInstrumentorClient,
         GrpcAioInstrumentorServer,
+        filters,
     )
 
-    GrpcAioInstrumentorServer().instrument()
+    # Not the health service: probes are noise in traces, and the instrumentation breaks its
+    # Watch stream (it takes the servicer's coroutine for an async iterator).
+    GrpcAioInstrumentorServer(filter_=filters.negate(filters.health_check())).instrument()
     GrpcAioInstrumentorClient().instrument()
     _instrumented = True
 

@@ -94,3 +94,22 @@ def test_tracing_stays_off_without_an_exporter():
     before = trace.get_tracer_provider()
     assert setup_telemetry("cascade-test", environ={}) is None
     assert trace.get_tracer_provider() is before
+
+
+async def test_health_watch_works_with_tracing_installed(tracing):
+    """Health Watch streams (a servicer writing with context.write) pass through the error
+    interceptor, and tracing leaves the health service alone: both broke the stream."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from cascade.serving.server import GrpcService
+
+    service = GrpcService([])
+    await service.start()
+    try:
+        async with grpc.aio.insecure_channel(service.address) as channel:
+            watch = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest())
+            first = await asyncio.wait_for(watch.read(), timeout=10)
+            watch.cancel()
+    finally:
+        await service.drain()
+    assert first.status == health_pb2.HealthCheckResponse.SERVING
