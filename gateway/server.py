@@ -157,13 +157,19 @@ def build_gateway(config: GatewayConfig, client: redis.Redis,
                             max_receive_bytes=config.max_body_bytes)
 
 
+SERVING_FACTS_TIMEOUT_S = 1.0
+"""How long /v1/models waits for the registry: the client's retries ride out a Redis failover
+for seconds, and the model list must not wait for them."""
+
+
 async def serving_facts(client: redis.Redis) -> dict[str, str]:
     """What the live verifiers serve the model in: ``{"dtype": "bfloat16"}`` (several, comma-
     separated, while verifiers of different dtypes serve, e.g. mid-rollout); empty when none
-    answers or Redis does not."""
+    answers or Redis does not within ``SERVING_FACTS_TIMEOUT_S``."""
     try:
-        verifiers = await live_pods(client, "verifier")
-    except redis.RedisError:
+        verifiers = await asyncio.wait_for(live_pods(client, "verifier"),
+                                           SERVING_FACTS_TIMEOUT_S)
+    except (redis.RedisError, asyncio.TimeoutError):
         return {}
     dtypes = sorted({str(p.facts["dtype"]) for p in verifiers if "dtype" in p.facts})
     return {"dtype": ",".join(dtypes)} if dtypes else {}

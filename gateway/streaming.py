@@ -42,8 +42,6 @@ class Delta:
     completion_tokens: int
     """Generated tokens so far: after a stop string, those up to and including the token that
     completed it (gateway.detokenize.TextStream.num_tokens)."""
-    num_deferred: int = 0
-    """Cascade rules: drafted positions so far that the target's distribution decided."""
     round: RoundView | None = None
     """What the chunk's round did, when the request asked for rounds (gateway.rounds)."""
     event_id: str | None = None
@@ -55,7 +53,8 @@ class Delta:
     token_ids: tuple[int, ...] = ()
     """The last delta only: every generated token id counted in completion_tokens."""
     spec: SpecStats | None = None
-    """The last delta only: the acceptance counters of every round of the generation."""
+    """The last delta only: the acceptance counters of every round of the generation (its
+    deferred positions included)."""
 
 
 async def text_deltas(chunks: AsyncIterator[GeneratedChunk], tokenizer: Decoder,
@@ -68,12 +67,11 @@ async def text_deltas(chunks: AsyncIterator[GeneratedChunk], tokenizer: Decoder,
     before the end marker)."""
     text = TextStream(tokenizer, stops)
     reader = RoundReader(text, tokenizer) if rounds else None
-    deferred, last, seen_final, ids, spec = 0, None, False, [], SpecStats()
+    last, seen_final, ids, spec = None, False, [], SpecStats()
     try:
         async for chunk in chunks:
             if last is not None:
                 break  # nothing counts after the chunk that carried the finish_reason
-            deferred += chunk.num_deferred
             ids += chunk.token_ids
             spec.observe(chunk.num_drafted, chunk.num_accepted, len(chunk.token_ids),
                          chunk.num_deferred, chunk.num_forced, chunk.num_filled)
@@ -89,7 +87,7 @@ async def text_deltas(chunks: AsyncIterator[GeneratedChunk], tokenizer: Decoder,
             if text.stopped:
                 await stop_early(chunks)
                 if not is_seen:
-                    yield Delta(visible, "stop", consumed, deferred, view, event_id, scored,
+                    yield Delta(visible, "stop", consumed, view, event_id, scored,
                                 **extra, token_ids=tuple(ids[:consumed]), spec=spec)
                 return
             if is_seen:
@@ -97,10 +95,10 @@ async def text_deltas(chunks: AsyncIterator[GeneratedChunk], tokenizer: Decoder,
                 continue
             if final:  # let the generator run to its end before the last delta goes out
                 finish = FINISH_REASONS[FinishReason(chunk.finish_reason)]
-                last = Delta(visible, finish, consumed, deferred, view, event_id, scored,
+                last = Delta(visible, finish, consumed, view, event_id, scored,
                              **extra, token_ids=tuple(ids[:consumed]), spec=spec)
                 continue
-            yield Delta(visible, None, consumed, deferred, view, event_id, scored, **extra)
+            yield Delta(visible, None, consumed, view, event_id, scored, **extra)
     finally:
         await _close(chunks)
     if last is None and not seen_final:

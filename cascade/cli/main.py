@@ -195,16 +195,15 @@ def _report(spec: GenerationSummary, base: GenerationSummary | None, k: int,
             ("acceptance rate", lambda s: f"{s.stats.acceptance_rate:.2f}"),
             ("mean drafted length", lambda s: f"{s.stats.mean_draft_length:.2f}"),
             ("rounds", lambda s: f"{s.num_rounds}"),
-            ("rounds without a draft", lambda s: f"{s.num_rounds - s.stats.num_drafts}"),
+            ("rounds without a draft", lambda s: f"{s.num_undrafted}"),
             ("deferred positions", lambda s: f"{s.stats.num_deferred_tokens}"),
             ("forced / filled tokens",
              lambda s: f"{s.stats.num_forced_tokens} / {s.stats.num_filled_tokens}")]
     for name, cell in rows:
         table.add_row(name, cell(spec), *([cell(base)] if base else []))
     console.print(table)
-    undrafted = spec.num_rounds - spec.stats.num_drafts
-    if undrafted and k:
-        console.print(f"{undrafted} of {spec.num_rounds} rounds had no draft: the verifier "
+    if spec.num_undrafted and k:
+        console.print(f"{spec.num_undrafted} of {spec.num_rounds} rounds had no draft: the verifier "
                       "decoded them alone, because the goodput planner measured that drafting "
                       "would not pay at its load (draft_schedule auto; --schedule fixed drafts "
                       "every round), while a block was on its way, or because the drafting "

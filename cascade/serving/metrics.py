@@ -8,7 +8,7 @@ label. Counters are exposed with a ``_total`` suffix and no ``_created`` series.
 / rate(cascade:spec_decode_num_draft_tokens_total); mean acceptance length = 1 + rate(accepted
 tokens) / rate(cascade:spec_decode_num_drafts_total) (the bonus token included). A dashboard
 built for vLLM reads them after one relabelling, ``cascade:(.*)`` to ``vllm:$1``
-(docs/operations.md).
+(docs/deploy.md).
 """
 
 from __future__ import annotations
@@ -169,8 +169,7 @@ UNREPLICATED_APPENDS = Counter("cascade:unreplicated_appends", "Session appends 
 REQUESTS_RUNNING = Gauge("cascade:num_requests_running", "Generations in progress.",
                          registry=GATEWAY)
 REQUESTS_FINISHED = Counter("cascade:request_success", "Generations finished.",
-                            ["finished_reason"],
-                            registry=GATEWAY)
+                            ["finished_reason"], registry=GATEWAY)
 PROMPT_TOKENS = Counter("cascade:prompt_tokens", "Prompt tokens of admitted requests.",
                         registry=GATEWAY)
 GENERATION_TOKENS = Counter("cascade:generation_tokens", "Tokens generated and sent.",

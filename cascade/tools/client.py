@@ -34,6 +34,11 @@ class GenerationSummary:
     def num_rounds(self) -> int:
         return self.stats.num_target_passes
 
+    @property
+    def num_undrafted(self) -> int:
+        """Rounds that verified no draft (the verifier decoded them alone)."""
+        return self.num_rounds - self.stats.num_drafts
+
     def observe(self, response: gateway_pb2.GenerateResponse) -> None:
         self.text += response.text
         self.token_ids += response.token_ids

@@ -233,11 +233,10 @@ class LocalCluster:
         port)."""
         urls = {}
         for name, args in self._args.items():
-            port = args[args.index("--metrics-port") + 1] if "--metrics-port" in args else None
             if name.startswith("gateway"):
                 urls[name] = f"{self.http_url_of(name)}/metrics"
-            elif port:
-                urls[name] = f"http://127.0.0.1:{port}/metrics"
+            elif "--metrics-port" in args:
+                urls[name] = f"http://127.0.0.1:{args[args.index('--metrics-port') + 1]}/metrics"
         return urls
 
     def address_of(self, name: str) -> str:

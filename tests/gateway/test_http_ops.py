@@ -68,3 +68,19 @@ async def test_models_say_what_the_verifiers_serve_the_model_in(tokenizer, redis
     await client.aclose()
     assert listed["dtype"] == "bfloat16" and listed["id"] == MODEL
     assert mixed["dtype"] == "bfloat16,float32"
+
+
+async def test_the_model_list_does_not_wait_out_a_redis_failover():
+    """The registry read is bounded: the client's own retries would hold /v1/models for
+    seconds while Redis is unreachable."""
+    import time
+
+    from cascade.serving.registry import connect
+    from cascade.tools.redis_server import free_port
+    from gateway.server import SERVING_FACTS_TIMEOUT_S, serving_facts
+
+    client = connect(f"redis://127.0.0.1:{free_port()}/0", timeout_s=5.0, retries=20)
+    started = time.perf_counter()
+    assert await serving_facts(client) == {}
+    assert time.perf_counter() - started < SERVING_FACTS_TIMEOUT_S + 1.0
+    await client.aclose()
