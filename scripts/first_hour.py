@@ -75,18 +75,14 @@ def playground(http_url: str, shot: str) -> None:
     """Compare in the playground: both panes finish with the same greedy text and a speedup."""
     from playwright.sync_api import sync_playwright
 
+    from playground_screenshot import compare  # beside this script
+
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 800})
-            page.goto(f"{http_url}/playground/")
-            page.wait_for_selector("body[data-ready]")
-            page.fill("#prompt", "The weather today is")
-            page.fill("#max_tokens", "16")
-            page.fill("#temperature", "0")
-            page.click("#compare")
-            page.wait_for_selector("#speedup:not([hidden])", timeout=300_000)
+            compare(page, http_url, "The weather today is", 16)
             texts = [page.locator(f"#pane-{pane} .output").inner_text()
                      for pane in ("speculative", "target")]
             assert texts[0] and texts[0] == texts[1], texts
