@@ -54,6 +54,8 @@ def tiny_pair_dirs(tmp_path_factory):
 def tiny_runners(tiny_pair_dirs):
     """The tiny pair loaded: (target, drafter)."""
     from cascade.core.runner import ModelRunner, ModelSpec
+    from models import DEVICE
 
     target_dir, drafter_dir = tiny_pair_dirs
-    return ModelRunner.load(ModelSpec(str(target_dir))), ModelRunner.load(ModelSpec(str(drafter_dir)))
+    return (ModelRunner.load(ModelSpec(str(target_dir), device=DEVICE)),
+            ModelRunner.load(ModelSpec(str(drafter_dir), device=DEVICE)))

@@ -1,8 +1,13 @@
-"""Tiny random-initialised causal LMs built inside the tests (no download, float32, CPU)."""
+"""Tiny random-initialised causal LMs built inside the tests (no download, float32).
+
+They run on ``DEVICE``: the CPU unless ``CASCADE_TEST_DEVICE`` names another torch device
+(``cuda`` runs the core exactness tests on a GPU: ``scripts/gpu_tests.sh``).
+"""
 
 from __future__ import annotations
 
 import copy
+import os
 
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
@@ -11,6 +16,12 @@ from cascade.core.runner import ModelRunner
 
 VOCAB_SIZE = 96
 MAX_POSITIONS = 256
+DEVICE = os.environ.get("CASCADE_TEST_DEVICE", "cpu")
+
+
+def on_device(model) -> ModelRunner:
+    """``model`` in float32 on the tests' device, wrapped in a runner."""
+    return ModelRunner(model.float().to(DEVICE))
 
 
 def tiny_gpt2(seed: int, num_layers: int = 2, width: int = 64) -> ModelRunner:
@@ -20,7 +31,7 @@ def tiny_gpt2(seed: int, num_layers: int = 2, width: int = 64) -> ModelRunner:
         n_head=4, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, initializer_range=0.2,
         tie_word_embeddings=False,
     )
-    return ModelRunner(GPT2LMHeadModel(config))
+    return on_device(GPT2LMHeadModel(config))
 
 
 def tiny_llama(seed: int, num_layers: int = 2, width: int = 64) -> ModelRunner:
@@ -30,7 +41,7 @@ def tiny_llama(seed: int, num_layers: int = 2, width: int = 64) -> ModelRunner:
         num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2,
         max_position_embeddings=MAX_POSITIONS, initializer_range=0.2, tie_word_embeddings=False,
     )
-    return ModelRunner(LlamaForCausalLM(config))
+    return on_device(LlamaForCausalLM(config))
 
 
 def disagreeing_drafter(target: ModelRunner) -> ModelRunner:
@@ -66,8 +77,8 @@ def hf_greedy(runner: ModelRunner, prompt: list[int], num_new: int = 24,
     ``processors``: generate's own (e.g. ``sequence_bias``, or ``min_new_tokens`` with an
     ``eos_token_id``) in place of the defaults below."""
     output = runner.model.generate(
-        torch.tensor([prompt]),
-        attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+        torch.tensor([prompt], device=runner.device),
+        attention_mask=torch.ones(1, len(prompt), dtype=torch.long, device=runner.device),
         do_sample=False,
         max_new_tokens=num_new,
         **{"min_new_tokens": num_new, "pad_token_id": 0, "eos_token_id": None, **processors},
@@ -112,7 +123,7 @@ def _decoder_sizes(num_layers: int, width: int) -> dict:
 
 
 def _runner(model_class, config) -> ModelRunner:
-    return ModelRunner(model_class(config).float())
+    return on_device(model_class(config))
 
 
 def tiny_mistral(seed: int, window: int = 4, num_layers: int = 2, width: int = 64):

@@ -208,7 +208,20 @@ def distill(target: Path = typer.Option(..., help="Target model folder (its toke
             prose_packages: str = typer.Option("transformers,torch", help="Feature kind: "
                                                "installed packages (comma-separated) whose "
                                                "docstrings are read as text; missing ones are "
-                                               "skipped.")) -> None:
+                                               "skipped."),
+            device: str = typer.Option("cpu", help="Feature kind: torch device of the target "
+                                       "and the drafter (cuda on a GPU machine)."),
+            gen_batch: int = typer.Option(48, help="Feature kind: prompts the target answers "
+                                          "together (thousands on a GPU)."),
+            batch_size: int = typer.Option(8, help="Feature kind: sequences per optimiser "
+                                           "step."),
+            annotate_rows: int = typer.Option(16, help="Feature kind: sequences per "
+                                              "annotating forward pass."),
+            pool_positions: int = typer.Option(1_500_000, help="Feature kind: positions kept "
+                                               "in the replay pool (about 3.8 KB each for "
+                                               "SmolLM2, on the device)."),
+            eval_every_s: float = typer.Option(600.0, help="Feature kind: seconds between "
+                                               "held-out measurements and exports.")) -> None:
     """Train a drafter for TARGET by self-distillation on its own answers (resumable)."""
     import torch
 
@@ -222,7 +235,9 @@ def distill(target: Path = typer.Option(..., help="Target model folder (its toke
         folder = run_feature_distillation(FeatureDistillConfig(
             target=target, out=out, minutes=minutes, seed=seed, vocab_size=vocab_size,
             init=init, steps_per_chunk=steps_per_batch, prose_per_batch=prose_per_batch,
-            prose_packages=tuple(p for p in prose_packages.split(",") if p)))
+            prose_packages=tuple(p for p in prose_packages.split(",") if p), device=device,
+            gen_batch=gen_batch, batch_size=batch_size, annotate_rows=annotate_rows,
+            max_pool_positions=pool_positions, eval_every_s=eval_every_s))
         console.print(f"feature drafter written to {folder}")
         return
     from cascade.distill.run import run_distillation

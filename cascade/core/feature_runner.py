@@ -206,7 +206,7 @@ def write_feature_drafter(drafter: FeatureDrafter, vocab_map: VocabMap, out: Pat
     from safetensors.torch import save_file
 
     out.mkdir(parents=True, exist_ok=True)
-    weights = {k: v.detach().to(torch.float16).contiguous()
+    weights = {k: v.detach().to("cpu", torch.float16).contiguous()
                for k, v in drafter.state_dict().items() if k != "vocab_ids"}
     save_file(weights, str(out / "model.safetensors"))
     vocab_map.save(out)

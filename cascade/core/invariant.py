@@ -88,15 +88,22 @@ class Bucket:
     first_slot: int | None
     """The first slot when the bucket is one contiguous run of slots (a view, no gather)."""
 
+    def to(self, device: torch.device) -> Bucket:
+        """The bucket with its index and mask tensors on ``device`` (the store's)."""
+        return replace(self, slots=self.slots.to(device), queries=self.queries.to(device),
+                       real=self.real.to(device), rows=self.rows.to(device),
+                       hidden=self.hidden.to(device))
 
-def plan(feeds, window: int | None, groups: int, rule: RowRule, pad_limit: int = 0
-         ) -> list[Bucket]:
-    """The step's attention for one kind of layer, built once and used by every such layer."""
+
+def plan(feeds, window: int | None, groups: int, rule: RowRule, pad_limit: int = 0,
+         device: torch.device | str = "cpu") -> list[Bucket]:
+    """The step's attention for one kind of layer, built once and used by every such layer
+    (its tensors on ``device``, the store's)."""
     members, offset = [], 0
     for feed in feeds:
         members += _groups(feed, offset, window)
         offset += len(feed.tokens)
-    return buckets(members, groups, rule, pad_limit)
+    return [b.to(device) for b in buckets(members, groups, rule, pad_limit)]
 
 
 SPAN_WASTE = 2.0
@@ -295,7 +302,8 @@ def attend_dense(call: DenseCall, query: torch.Tensor, keys: torch.Tensor,
                               for _, p in queries), default=0) + KEY_BLOCK)
     key = (window, heads // keys.shape[1], stride)
     if key not in call.plans:
-        call.plans[key] = _dense_plan(call, window, heads // keys.shape[1], stride, length)
+        call.plans[key] = [b.to(query.device) for b in
+                           _dense_plan(call, window, heads // keys.shape[1], stride, length)]
     flat_keys = F.pad(keys, (0, 0, 0, stride - length)).transpose(0, 1).reshape(
         keys.shape[1], batch * stride, dim)
     flat_values = F.pad(values, (0, 0, 0, stride - length)).transpose(0, 1).reshape(
@@ -342,11 +350,12 @@ def span_pad_limit(model, rule: RowRule, seed: int = 0) -> int:
     over keys block their reduction by the key count, so the limit is probed, not assumed."""
     heads, kv_heads, dim = attention_heads(model.config)
     generator = torch.Generator().manual_seed(seed)
+    device = next(model.parameters()).device
     limit = KEY_BLOCK
     for padded_to in range(2 * KEY_BLOCK, PAD_PROBE_LIMIT + 1, KEY_BLOCK):
         spans = {KEY_BLOCK, padded_to // 2 // KEY_BLOCK * KEY_BLOCK, padded_to - KEY_BLOCK}
         if not all(_pads_alike(kv_heads, heads // kv_heads * rows, dim, span, padded_to,
-                               generator)
+                               generator, device)
                    for span in spans for rows in {rule.pad(1), rule.pad(5)}):
             break
         limit = padded_to
@@ -354,11 +363,11 @@ def span_pad_limit(model, rule: RowRule, seed: int = 0) -> int:
 
 
 def _pads_alike(kv_heads: int, rows: int, dim: int, span: int, padded_to: int,
-                generator: torch.Generator) -> bool:
-    query = torch.randn(kv_heads, 2, rows, dim, generator=generator)
-    keys = torch.randn(kv_heads, 2, padded_to, dim, generator=generator)
-    values = torch.randn(kv_heads, 2, padded_to, dim, generator=generator)
-    hidden = torch.rand(1, 2, rows, padded_to, generator=generator) < 0.3
+                generator: torch.Generator, device: torch.device) -> bool:
+    query = torch.randn(kv_heads, 2, rows, dim, generator=generator).to(device)
+    keys = torch.randn(kv_heads, 2, padded_to, dim, generator=generator).to(device)
+    values = torch.randn(kv_heads, 2, padded_to, dim, generator=generator).to(device)
+    hidden = (torch.rand(1, 2, rows, padded_to, generator=generator) < 0.3).to(device)
     hidden[..., 0] = False
     hidden[:, 0, :, span:] = True  # the first group: span keys, padded
     for softcap in (None, 30.0):

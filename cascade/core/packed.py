@@ -145,7 +145,7 @@ class PackedStep:
         if key not in self._mask_cache:
             self._mask_cache[key] = invariant.plan(self.feeds, window, groups,
                                                    self.invariance.attention,
-                                                   self.invariance.pad_limit)
+                                                   self.invariance.pad_limit, query.device)
         scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
         out = invariant.attend(self._mask_cache[key], self.store.keys[layer],
                                self.store.values[layer], query, scaling, softcap)

@@ -54,14 +54,15 @@ class Invariance:
 def probe(model, seed: int = 0) -> Invariance:
     """The cheapest rules under which every matrix product of ``model``'s pass gives each row
     the same numbers whatever the row count, probed here with the model's own weight shapes
-    and the attention products."""
+    and the attention products, on the model's device."""
     generator = torch.Generator().manual_seed(seed)
+    device = next(model.parameters()).device
     products = _distinct_weights(model)
     linear = next((rule for rule in RULES if all(
-        _rows_invariant(product, width, dtype, _counts(rule), generator)
+        _rows_invariant(product, width, dtype, _counts(rule), generator, device)
         for product, width, dtype in products)), None)
-    attention = next((rule for rule in RULES if _attention_invariant(model, rule, generator)),
-                     None)
+    attention = next((rule for rule in RULES
+                      if _attention_invariant(model, rule, generator, device)), None)
     if linear is None or attention is None:
         log.warning("no row rule makes this model's matrix products row-invariant on this "
                     "machine: the batch-invariant pass is unverified")
@@ -102,11 +103,11 @@ def _weight_dtype(module) -> torch.dtype:
 
 
 def _rows_invariant(product, width: int, dtype: torch.dtype, counts: list[int],
-                    generator: torch.Generator) -> bool:
+                    generator: torch.Generator, device: torch.device | str = "cpu") -> bool:
     """Whether ``product`` gives the first and last rows of every row count in ``counts``
     (smallest first) the numbers a call with only the smallest count of rows gives them."""
     unit = counts[0]
-    x = torch.randn(max(counts), width, generator=generator).to(dtype)
+    x = torch.randn(max(counts), width, generator=generator).to(device, dtype)
     head = product(x[:unit])
     for rows in counts[1:]:
         out = product(x[:rows])
@@ -116,26 +117,29 @@ def _rows_invariant(product, width: int, dtype: torch.dtype, counts: list[int],
     return True
 
 
-def _attention_invariant(model, rule: RowRule, generator: torch.Generator) -> bool:
+def _attention_invariant(model, rule: RowRule, generator: torch.Generator,
+                         device: torch.device) -> bool:
     """The two attention products, in float32, for a few key spans and batch sizes."""
     heads, kv_heads, dim = attention_heads(model.config)
     counts = _counts(rule, heads // kv_heads)
     for span in (64, 256):
-        keys = torch.randn(span, dim, generator=generator)
-        if not (_rows_invariant(lambda x, k=keys: x @ k.T, dim, torch.float32, counts, generator)
+        keys = torch.randn(span, dim, generator=generator).to(device)
+        if not (_rows_invariant(lambda x, k=keys: x @ k.T, dim, torch.float32, counts, generator,
+                                device)
                 and _rows_invariant(lambda x, k=keys: x @ k, span, torch.float32, counts,
-                                    generator)
-                and _batch_invariant(counts[0], dim, span, generator)):
+                                    generator, device)
+                and _batch_invariant(counts[0], dim, span, generator, device)):
             return False
     return True
 
 
-def _batch_invariant(rows: int, dim: int, span: int, generator: torch.Generator) -> bool:
+def _batch_invariant(rows: int, dim: int, span: int, generator: torch.Generator,
+                     device: torch.device) -> bool:
     """Whether a batched product gives each batch entry what a product of that entry alone
     gives (a bucket batches groups of different rows)."""
     for batch in (2, 5, 16):
-        x = torch.randn(batch, rows, dim, generator=generator)
-        y = torch.randn(batch, dim, span, generator=generator)
+        x = torch.randn(batch, rows, dim, generator=generator).to(device)
+        y = torch.randn(batch, dim, span, generator=generator).to(device)
         full = x @ y
         if not all(torch.equal(full[b], (x[b : b + 1] @ y[b : b + 1])[0]) for b in range(batch)):
             return False

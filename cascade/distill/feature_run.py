@@ -24,9 +24,10 @@ from cascade.core.feature_drafter import FeatureDrafter, FeatureDrafterConfig
 from cascade.core.feature_runner import load_weights, write_feature_drafter
 from cascade.core.vocab_map import VocabMap
 from cascade.distill.feature_data import (FeatureSequence, annotate, answer_prompts,
-                                          PROSE_PACKAGES, prose_windows, text_windows)
+                                          PROSE_PACKAGES, prose_corpus, prose_windows,
+                                          text_windows)
 from cascade.distill.feature_train import greedy_acceptance, make_batch, ttt_loss
-from cascade.distill.prompts import code_prompts, prompt_set
+from cascade.distill.prompts import code_prompts, doc_prompts, prompt_set
 from cascade.distill.precision import resolve_dtype
 from cascade.distill.progress import RunProgress
 from cascade.distill.run import CHECKPOINT, save_atomically
@@ -74,6 +75,11 @@ class FeatureDistillConfig:
     float32 or bfloat16 (cascade.distill.precision)."""
     init: Path | None = None
     """Start from an exported feature drafter (its weights and vocabulary, fresh optimiser)."""
+    device: str = "cpu"
+    """Where the teacher and the drafter run (``cuda``: the batch sizes above can then grow a
+    hundredfold; the drafter's model card gives a GPU run's settings)."""
+    annotate_rows: int = 16
+    """Sequences per annotating forward pass (bounds the memory its logits take)."""
 
 
 @dataclass
@@ -81,6 +87,8 @@ class RunState:
     elapsed_s: float = 0.0
     chunks: int = 0
     steps: int = 0
+    annotated: int = 0
+    """Positions the target annotated (answers and text), over every run."""
     history: list[dict] = field(default_factory=list)
 
 
@@ -88,10 +96,13 @@ class FeatureDistiller:
     def __init__(self, config: FeatureDistillConfig, teacher, tokenizer) -> None:
         self.config, self.teacher, self.tokenizer = config, teacher, tokenizer
         self.layers = FeatureDrafterConfig.for_target(teacher.config).feature_layers
-        # Half of every batch from the templated chat prompts, half from the ~5,500 prompts
-        # about standard-library code: drawn from the pooled list, code would be 92 %.
-        self.prompt_groups = (self._fitting(prompt_set(held_out=False, seed=config.seed)),
-                              self._fitting(code_prompts(seed=config.seed)))
+        # Up to half of every batch from the templated chat prompts, the rest from the ~5,500
+        # prompts about standard-library code and those about documentation paragraphs:
+        # drawn from the pooled list, the ~700 chat prompts would be a few per cent.
+        self.prompt_groups = (
+            self._fitting(prompt_set(held_out=False, seed=config.seed)),
+            self._fitting(code_prompts(seed=config.seed)),
+            self._fitting(doc_prompts(prose_corpus(config.prose_packages), seed=config.seed)))
         self.random = random.Random(config.seed)
         self.pool: list[FeatureSequence] = []
         self.state = RunState()
@@ -113,18 +124,27 @@ class FeatureDistiller:
         rows = answer_prompts(self.teacher, self.tokenizer, prompts, c.max_new_tokens, 0.0, 0)
         return annotate(self.teacher, rows, [len(p) for p in prompts], self.layers, c.keep)
 
+    def batch_prompts(self) -> list[list[int]]:
+        """``gen_batch`` prompts: up to half chat, the rest code and documentation alike."""
+        chat, code, docs = self.prompt_groups
+        size = self.config.gen_batch
+        prompts = self.random.sample(chat, min(size // 2, len(chat)))
+        rest = [g for g in (code, docs) if g]
+        for i, group in enumerate(rest):
+            share = (size - len(prompts)) // (len(rest) - i)
+            prompts += self.random.sample(group, min(share, len(group)))
+        return prompts
+
     def teacher_chunk(self) -> list[FeatureSequence]:
         c, n = self.config, self.state.chunks
-        chat, code = self.prompt_groups
-        half = c.gen_batch // 2
-        prompts = self.random.sample(chat, half) + self.random.sample(code, c.gen_batch - half)
+        prompts = self.batch_prompts()
         temperature = (0.0, 0.7, 0.0, 1.0)[n % 4]  # half greedy, as the default pair serves
         rows = answer_prompts(self.teacher, self.tokenizer, prompts, c.max_new_tokens,
                               temperature, c.seed + n)
-        chunk = annotate(self.teacher, rows, [len(p) for p in prompts], self.layers, c.keep)
+        chunk = self._annotated(rows, [len(p) for p in prompts])
         if n % c.text_every == c.text_every - 1:
             windows = text_windows(self.tokenizer, max(1, c.gen_batch // 4), 192, c.seed + n)
-            chunk += annotate(self.teacher, windows, [0] * len(windows), self.layers, c.keep)
+            chunk += self._annotated(windows, [0] * len(windows))
         if c.prose_per_batch:  # cheap variety: one forward pass, no generation
             windows = prose_windows(self.tokenizer, c.prose_per_batch, 192, c.seed + n,
                                     c.prose_packages)
@@ -139,6 +159,7 @@ class FeatureDistiller:
             vocab = choose_vocabulary(counts, list(self.tokenizer.all_special_ids), c.vocab_size)
             vocab = _fill_vocabulary(vocab, self.tokenizer, c.vocab_size)
         self.drafter, self.vocab = build_drafter(self.teacher, vocab, c.seed)
+        self.to_local = self.vocab.to_local.to(self.teacher.device)
         params = [p for p in self.drafter.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=c.lr, betas=(0.9, 0.95), weight_decay=0.0)
 
@@ -155,9 +176,10 @@ class FeatureDistiller:
         self.pool += self._annotated([t.tolist() for t, _ in saved],
                                      [start for _, start in saved])
 
-    def _annotated(self, rows: list[list[int]], starts: list[int], group: int = 16
-                   ) -> list[FeatureSequence]:
-        """``annotate`` over many rows, ``group`` per forward pass (bounded memory)."""
+    def _annotated(self, rows: list[list[int]], starts: list[int]) -> list[FeatureSequence]:
+        """``annotate`` over many rows, ``annotate_rows`` per forward pass (bounded memory)."""
+        group = self.config.annotate_rows
+        self.state.annotated += sum(len(r) for r in rows)
         return [sequence for i in range(0, len(rows), group)
                 for sequence in annotate(self.teacher, rows[i : i + group],
                                          starts[i : i + group], self.layers, self.config.keep)]
@@ -177,8 +199,8 @@ class FeatureDistiller:
             for group in self.optimizer.param_groups:
                 group["lr"] = c.lr * warm * (1.0 if fraction < 0.8 else max(0.1, (1 - fraction) / 0.2))
             bf16 = self.teacher.dtype == torch.bfloat16
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                loss, agreement = ttt_loss(self.drafter, make_batch(batch, self.vocab.to_local),
+            with torch.autocast(self.teacher.device.type, dtype=torch.bfloat16, enabled=bf16):
+                loss, agreement = ttt_loss(self.drafter, make_batch(batch, self.to_local),
                                            c.num_steps)
             self.optimizer.zero_grad()
             loss.backward()
@@ -189,7 +211,7 @@ class FeatureDistiller:
 
     def evaluate(self) -> tuple[float, float]:
         self.drafter.eval()
-        result = greedy_acceptance(self.drafter, self.held_out, self.vocab.to_local, k=4)
+        result = greedy_acceptance(self.drafter, self.held_out, self.to_local, k=4)
         self.drafter.train()
         return result
 
@@ -204,7 +226,7 @@ def build_drafter(target, vocab: list[int], seed: int) -> tuple[FeatureDrafter, 
     final_norm = getattr(getattr(target, "model", None), "norm", None)
     if final_norm is not None:  # an RMSNorm like ours (Llama family): start from the target's
         drafter.norm.weight.data.copy_(final_norm.weight.float())
-    return drafter, vocab_map
+    return drafter.to(embed.device), vocab_map
 
 
 def save_checkpoint(d: FeatureDistiller, folder: Path) -> None:
@@ -218,7 +240,7 @@ def load_checkpoint(d: FeatureDistiller, folder: Path) -> bool:
     path = folder / CHECKPOINT
     if not path.exists():
         return False
-    payload = torch.load(path, weights_only=False)
+    payload = torch.load(path, weights_only=False, map_location=d.teacher.device)
     d.start_drafter(payload["vocab"])
     d.drafter.load_state_dict(payload["drafter"])
     d.optimizer.load_state_dict(payload["optimizer"])
@@ -285,8 +307,8 @@ def run_feature_distillation(config: FeatureDistillConfig) -> Path:
 
     torch.manual_seed(config.seed)
     tokenizer = AutoTokenizer.from_pretrained(config.target)
-    teacher = AutoModelForCausalLM.from_pretrained(config.target,
-                                                   dtype=resolve_dtype(config.dtype)).eval()
+    teacher = AutoModelForCausalLM.from_pretrained(
+        config.target, dtype=resolve_dtype(config.dtype)).to(config.device).eval()
     d = FeatureDistiller(config, teacher, tokenizer)
     work = config.out / "work"
     if not load_checkpoint(d, work) and config.init is not None:
@@ -320,5 +342,6 @@ def _describe(d: FeatureDistiller) -> str:
     last = d.state.history[-1]
     held = [h for h in d.state.history if "held_out_acceptance_k4" in h]
     measured = f", held-out acc@4 {held[-1]['held_out_acceptance_k4']:.3f}" if held else ""
-    return (f"{last['pool_positions']} positions, agreement by step "
+    return (f"{d.state.annotated} annotated, {last['pool_positions']} in the pool, "
+            f"{d.state.steps} steps, agreement by step "
             f"{'/'.join(f'{a:.2f}' for a in last['agreement'])}{measured}")

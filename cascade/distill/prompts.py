@@ -135,3 +135,28 @@ def training_prompts(seed: int = 0) -> list[str]:
     prompts = prompt_set(held_out=False, seed=seed) + code_prompts(seed=seed)
     random.Random(seed).shuffle(prompts)
     return prompts
+
+
+DOC_TEMPLATES = [
+    "Summarize this in two sentences:\n\n{}",
+    "Explain this to a beginner:\n\n{}",
+    "What is the main point of the following text?\n\n{}",
+    "Write a short Python example that illustrates this:\n\n{}",
+    "Rewrite this in simpler words:\n\n{}",
+    "What questions might someone ask about this? Answer one of them.\n\n{}",
+]
+
+
+def doc_prompts(texts: tuple[str, ...], limit: int = 20000, seed: int = 0,
+                max_chars: int = 500) -> list[str]:
+    """Prompts about documentation paragraphs (for training only): the first paragraph of each
+    of ``texts`` (``feature_data.prose_corpus``) under one of ``DOC_TEMPLATES``. Thousands of
+    subjects where the templated chat prompts have a few hundred."""
+    rng = random.Random(seed)
+    prompts = []
+    for text in texts:
+        first = text.strip().split("\n\n")[0].strip()
+        if 80 <= len(first):
+            prompts.append(rng.choice(DOC_TEMPLATES).format(first[:max_chars]))
+    rng.shuffle(prompts)
+    return prompts[:limit]
