@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import os
+from types import SimpleNamespace
 
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
@@ -50,6 +51,16 @@ def disagreeing_drafter(target: ModelRunner) -> ModelRunner:
     head = model.get_output_embeddings()
     head.weight.data = torch.roll(head.weight.data, shifts=1, dims=0)
     return ModelRunner(model)
+
+
+def full_forward(model, tokens: list[int], **kwargs) -> SimpleNamespace:
+    """transformers' own forward over one row of ``tokens`` on the model's device, its logits
+    (and hidden states, when asked for) brought to the CPU: the tests' reference."""
+    with torch.no_grad():
+        out = model(torch.tensor([tokens], device=model.device), **kwargs)
+    hidden = out.hidden_states
+    return SimpleNamespace(logits=out.logits.cpu(),
+                           hidden_states=None if hidden is None else tuple(h.cpu() for h in hidden))
 
 
 def random_prompts(count: int, seed: int, min_len: int = 3, max_len: int = 12) -> list[list[int]]:

@@ -18,6 +18,7 @@ from cascade.core.verification import SequenceVerifier
 from cascade.protocol.settings import DraftConfig, SamplingParams
 from models import (
     VOCAB_SIZE,
+    full_forward,
     hf_greedy,
     random_prompts,
     tiny_gemma2,
@@ -95,7 +96,7 @@ def test_batched_sequences_get_what_they_get_alone(family, small_drafter):
 def _packed_logits(model, rows: list[list[int]]) -> list[torch.Tensor]:
     """Every position's logits of each row, all rows fed in one packed pass from empty."""
     enable(model)
-    store = KVStore(KVShape.of(model), 256, torch.device("cpu"))
+    store = KVStore(KVShape.of(model), 256, model.device)
     feeds = [Feed(store.new_table(len(row)), 0, row) for row in rows]
     total = sum(len(row) for row in rows)
     logits, _ = packed_forward(model, store, feeds, torch.arange(total))
@@ -113,7 +114,7 @@ def test_length_dependent_rope_is_per_row(make):
     batched = _packed_logits(model, [short, long])
     torch.testing.assert_close(batched[0], alone, atol=1e-4, rtol=1e-4)
     for row, logits in zip((short, long), batched):
-        expected = model(torch.tensor([row])).logits[0]
+        expected = full_forward(model, row).logits[0]
         torch.testing.assert_close(logits, expected, atol=1e-4, rtol=1e-4)
 
 
@@ -122,7 +123,7 @@ def test_packed_window_matches_transformers_forward_for_every_row():
     model = tiny_gemma2(seed=3).model
     rows = random_prompts(3, seed=10, min_len=2, max_len=20)
     for row, logits in zip(rows, _packed_logits(model, rows)):
-        torch.testing.assert_close(logits, model(torch.tensor([row])).logits[0],
+        torch.testing.assert_close(logits, full_forward(model, row).logits[0],
                                    atol=1e-4, rtol=1e-4)
 
 

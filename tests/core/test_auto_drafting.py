@@ -14,7 +14,7 @@ from cascade.core.proposers.auto import MODEL, AutoProposer, Option, best, rate
 from cascade.core.proposers.base import RoundCosts
 from cascade.core.proposers.prediction import PredictionLookup
 from cascade.protocol.settings import DraftConfig, SamplingParams
-from models import hf_greedy, tiny_llama
+from models import full_forward, hf_greedy, tiny_llama
 
 COSTS = RoundCosts(round_s=0.05, alone_s=0.04, draft_token_s=0.01)
 
@@ -112,7 +112,7 @@ def test_sampling_from_a_prediction_keeps_the_targets_distribution(gpt2_pair):
     target, _ = gpt2_pair
     prompt = [3, 14, 15, 9, 2, 6]
     with torch.no_grad():
-        p = torch.softmax(target.model(torch.tensor([prompt])).logits[0, -1].double(), -1)
+        p = torch.softmax(full_forward(target.model, prompt).logits[0, -1].double(), -1)
     order = torch.argsort(p, descending=True).tolist()
     runs = 1200
     for predicted in (order[0], order[5]):

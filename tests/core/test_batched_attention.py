@@ -11,7 +11,8 @@ from cascade.core.kv_store import KVShape, KVStore
 from cascade.core.row_rules import RowRule
 from cascade.core.packed import Feed, batched_rows, enable, packed_forward
 from cascade.core.trees import ancestor_mask
-from models import tiny_gemma2, tiny_gpt2, tiny_llama, tiny_mistral, tiny_qwen2_sliding
+from models import (full_forward, tiny_gemma2, tiny_gpt2, tiny_llama, tiny_mistral,
+                    tiny_qwen2_sliding)
 
 FAMILIES = {"llama": tiny_llama, "gpt2": tiny_gpt2, "mistral": tiny_mistral,
             "qwen2-sliding": tiny_qwen2_sliding, "gemma2": tiny_gemma2}
@@ -42,7 +43,7 @@ def test_one_batched_pass_gives_each_row_its_own_sequences_logits(family):
     runner = FAMILIES[family](0)
     model = runner.model
     enable(model)
-    store = KVStore(KVShape.of(model), 1024)
+    store = KVStore(KVShape.of(model), 1024, model.device)
     regions = [store.new_table(128) for _ in ROWS]
     prefill = [Feed(r, 0, context) for r, (context, _, _) in zip(regions, ROWS) if context]
     packed_forward(model, store, prefill, torch.tensor([0]))
@@ -54,7 +55,7 @@ def test_one_batched_pass_gives_each_row_its_own_sequences_logits(family):
     with torch.inference_mode():
         for context, tokens, parents in ROWS:
             for path in _paths(context, tokens, parents):
-                expected.append(model(torch.tensor([path])).logits[0, -1].float())
+                expected.append(full_forward(model, path).logits[0, -1].float())
     torch.testing.assert_close(logits, torch.stack(expected), atol=2e-4, rtol=2e-4)
 
 

@@ -26,7 +26,7 @@ from cascade.protocol.grammar import Grammar
 from cascade.protocol.settings import AcceptancePolicy, AcceptanceRule, DraftConfig, SamplingParams
 from cascade.tools.tiny_models import build_tiny_pair
 from grammar_reference import SCHEMAS
-from models import VOCAB_SIZE, penalized, random_prompts
+from models import VOCAB_SIZE, full_forward, penalized, random_prompts
 
 PENALTIES = dict(presence_penalty=0.8, frequency_penalty=0.5, repetition_penalty=1.3)
 
@@ -43,7 +43,7 @@ def _raw_rows(runner: ModelRunner, committed: list[int], tokens: list[int]) -> t
     """[len(tokens) + 1, vocab] the runner's logits after committed + tokens[:i] (a plain
     full forward pass: no cache)."""
     with torch.no_grad():
-        logits = runner.model(torch.tensor([committed + tokens])).logits[0].float()
+        logits = full_forward(runner.model, committed + tokens).logits[0].float()
     return logits[len(committed) - 1:]
 
 
@@ -147,7 +147,7 @@ def _penalized_greedy(target, prompt: list[int], num_new: int, bias, bad_words) 
     generated: list[int] = []
     with torch.no_grad():
         for _ in range(num_new):
-            logits = target.model(torch.tensor([prompt + generated])).logits[0, -1]
+            logits = full_forward(target.model, prompt + generated).logits[0, -1]
             for token, value in bias:
                 logits[token] += value
             logits = penalized(logits, prompt, generated, PENALTIES["presence_penalty"],

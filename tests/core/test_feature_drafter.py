@@ -8,7 +8,7 @@ import torch
 from cascade.core.feature_runner import FeatureRunner, is_feature_drafter
 from cascade.core.loop import generate
 from cascade.protocol.settings import DraftConfig, SamplingParams
-from models import feature_pair as make_feature_pair
+from models import feature_pair as make_feature_pair, full_forward
 from models import hf_greedy, random_prompts
 
 
@@ -18,7 +18,7 @@ def feature_pair(tmp_path_factory):
 
 
 def _features(target, tokens):
-    out = target.model(torch.tensor([tokens]), output_hidden_states=True)
+    out = full_forward(target.model, tokens, output_hidden_states=True)
     return out.hidden_states
 
 

@@ -12,7 +12,7 @@ from cascade.core.proposers.tree import TreeShape, _Candidate, draft_confident_t
 from cascade.core.trees import path_to
 from cascade.protocol.settings import AcceptancePolicy, AcceptanceRule, DraftConfig, SamplingParams
 from cascade.protocol.trees import tree_problem
-from models import feature_pair as make_feature_pair
+from models import feature_pair as make_feature_pair, full_forward
 from models import hf_greedy, random_prompts
 
 COMMITTED = random_prompts(1, seed=81, min_len=10, max_len=10)[0]
@@ -32,7 +32,7 @@ def _cache(pair, num_features: int):
     committed positions (the rest are drafted from the drafter's own outputs)."""
     target, runner = pair
     with torch.inference_mode():
-        hidden = target.model(torch.tensor([COMMITTED]), output_hidden_states=True).hidden_states
+        hidden = full_forward(target.model, COMMITTED, output_hidden_states=True).hidden_states
     cache = runner.new_cache()
     cache.observe(0, torch.cat([hidden[i][0] for i in runner.feature_layers], -1)[:num_features])
     return cache

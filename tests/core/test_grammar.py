@@ -6,6 +6,7 @@ import json
 
 import jsonschema
 import torch
+
 import pytest
 
 from cascade.core.grammar import GrammarMatcher
@@ -20,6 +21,7 @@ from cascade.protocol.settings import (
     SamplingParams,
 )
 from cascade.tools.tiny_models import build_tiny_pair
+from models import full_forward
 from grammar_reference import SCHEMAS, fresh_mask, masked_grammar_rows, masked_greedy
 
 PROMPT = "def main():"
@@ -177,7 +179,7 @@ def test_sampled_first_token_follows_the_masked_target(pair):
     grammar = Grammar("regex", r"(if|in|is|it|def|for|return|self)[0-9]")
     allowed = fresh_mask(target, grammar, [])
     with torch.no_grad():
-        logits = target.model(torch.tensor([prompt])).logits[0, -1]
+        logits = full_forward(target.model, prompt).logits[0, -1]
     p = torch.softmax(torch.where(allowed, logits, float("-inf")), -1)  # [vocab]
     support = p.nonzero().flatten().tolist()
     counts = dict.fromkeys(support, 0)

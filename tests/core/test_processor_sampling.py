@@ -13,7 +13,7 @@ from scipy.stats import chisquare
 
 from cascade.core.loop import generate
 from cascade.protocol.settings import AcceptancePolicy, AcceptanceRule, DraftConfig, SamplingParams
-from models import penalized, random_prompts
+from models import full_forward, penalized, random_prompts
 
 BIAS = ((7, 6.0), (11, -2.0))
 PRESENCE, FREQUENCY, REPETITION = 2.0, 0.75, 1.4
@@ -24,7 +24,7 @@ def _shaped(target, prompt: list[int], generated: list[int]) -> torch.Tensor:
     """The slow reference: the target's distribution after ``generated``, with the bias, then
     repetition (over the prompt and generated), presence and frequency (over generated)."""
     with torch.no_grad():
-        logits = target.model(torch.tensor([prompt + generated])).logits[0, -1].double()
+        logits = full_forward(target.model, prompt + generated).logits[0, -1].double()
     for token, bias in BIAS:
         logits[token] += bias
     return torch.softmax(penalized(logits, prompt, generated, PRESENCE, FREQUENCY, REPETITION),

@@ -13,7 +13,7 @@ from cascade.core.blocks import Draft, token_logprobs
 from cascade.core.engine import VerifyEngine
 from cascade.core.verification import SequenceVerifier
 from cascade.protocol.settings import SamplingParams
-from models import random_prompts, tiny_gpt2, tiny_llama
+from models import full_forward, random_prompts, tiny_gpt2, tiny_llama
 
 TOP = 3
 FIRST_BLOCKS = {  # the first pass: the prompt, then this block
@@ -27,7 +27,7 @@ def reference(target, prompt: list[int]) -> torch.Tensor:
     """[len(prompt) - 1, vocab] the target's log-softmax before each prompt token after the
     first, from one plain forward pass of the prompt."""
     with torch.no_grad():
-        logits = target.model(torch.tensor([prompt])).logits[0].float()
+        logits = full_forward(target.model, prompt).logits[0].float()
     return torch.log_softmax(logits[:-1], dim=-1)
 
 

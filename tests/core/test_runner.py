@@ -1,6 +1,6 @@
 import torch
 
-from models import random_prompts
+from models import full_forward, random_prompts
 
 
 def test_extend_matches_full_forward(gpt2_pair):
@@ -9,7 +9,7 @@ def test_extend_matches_full_forward(gpt2_pair):
     cache = target.new_cache()
     first = cache.extend(tokens[:4]).logits
     rest = cache.extend(tokens[4:]).logits
-    full = target.model(torch.tensor([tokens])).logits[0]
+    full = full_forward(target.model, tokens).logits[0]
     torch.testing.assert_close(torch.cat([first, rest]), full, atol=1e-5, rtol=1e-4)
 
 
@@ -50,7 +50,7 @@ def test_forward_output_carries_the_requested_layers_for_the_same_positions(llam
     assert plain.hidden_states == ()  # nothing asked, nothing computed
     out = target.new_cache().forward_to(tokens, num_logits=3, hidden_layers=(0, 1, -1))
     torch.testing.assert_close(out.logits, plain.logits)
-    full = target.model(torch.tensor([tokens]), output_hidden_states=True).hidden_states
+    full = full_forward(target.model, tokens, output_hidden_states=True).hidden_states
     assert len(out.hidden_states) == 3
     for got, layer in zip(out.hidden_states, (0, 1, -1)):
         assert got.shape == (3, target.model.config.hidden_size)
@@ -58,7 +58,7 @@ def test_forward_output_carries_the_requested_layers_for_the_same_positions(llam
     # the last layer's states are what the head reads: they reproduce the logits
     head = target.model.get_output_embeddings()
     with torch.inference_mode():
-        logits = head(out.hidden_states[-1])
+        logits = head(out.hidden_states[-1].to(target.device)).cpu()
     torch.testing.assert_close(logits, out.logits, atol=1e-4, rtol=1e-4)
 
 
@@ -78,7 +78,7 @@ def test_restricted_vocabulary_maps_inputs_and_expands_logits(tmp_path):
     runner = ModelRunner(model, vocab_map=loaded)
     assert runner.vocab_size == 32
     logits = runner.new_cache().extend([7, 25, 20]).logits
-    local = model(torch.tensor([[1, 4, 3]])).logits[0]
+    local = full_forward(model, [1, 4, 3]).logits[0]
     assert logits.shape == (3, 32)
     torch.testing.assert_close(logits[:, kept], local[:, :4])
     others = [i for i in range(32) if i not in kept]

@@ -201,16 +201,17 @@ def test_sampling_with_memory_drafts_keeps_the_targets_distribution(gpt2_pair):
     sampled generation is distributed as the target's p, whether the memory proposes a likely
     token or an unlikely one (chi-square over the target's likeliest tokens, the rest pooled)."""
     import torch
+
     from scipy.stats import chisquare
 
     from cascade.core.loop import generate
     from cascade.protocol.settings import DraftConfig, SamplingParams
-    from models import random_prompts
+    from models import full_forward, random_prompts
 
     target, _ = gpt2_pair
     prompt = random_prompts(1, seed=45)[0]
     with torch.no_grad():
-        p = torch.softmax(target.model(torch.tensor([prompt])).logits[0, -1].double(), -1)
+        p = torch.softmax(full_forward(target.model, prompt).logits[0, -1].double(), -1)
     order = torch.argsort(p, descending=True).tolist()
     for proposed in (order[0], order[5]):
         index = SuffixIndex()
