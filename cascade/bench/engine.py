@@ -3,7 +3,16 @@ the same shapes, in float32 and bfloat16.
 
     cascade bench-engine [--target DIR] [--dtype float32 --dtype bfloat16] [--repeats 5]
                          [--context 100] [--threads N] [--no-hf-compile] [--out DIR]
+                         [--device cuda] [--random-weights] [--rows 1,4,16,32]
+                         [--drafts 4,8,16] [--no-tree] [--prefill 512]
     python -m cascade.bench.engine [the same options]
+
+``--device cuda``: models, caches and inputs on the GPU, every timing fenced by
+``torch.cuda.synchronize``; the bandwidth limit then uses the GPU's memory bandwidth (a
+device-to-device copy, bytes read plus written) and the header names the GPU.
+``--random-weights``: ``--target`` is a folder holding only a ``config.json``, or ``llama3-8b``;
+one model with random weights, built on the device, serves the engine and transformers
+(``cascade.bench.engine_device``).
 
 Shapes: 1, 4, 16 and 32 rows of one token; one row of 5, 9 and 17 tokens (a draft of 4, 8 and
 16 after the row's pending token); one row of a 16-node token tree (17 tokens); a 512-token
@@ -27,11 +36,13 @@ their prefill, the transformers caches cropped back (untimed). Each cell is the 
   tokens (rows x tokens; GPT-2's ``Conv1D``: x @ W), the output head over the positions whose
   logits the step keeps, summed;
 - bandwidth limit: the bytes of those weights / the memory read bandwidth, measured here as
-  the best of several sums over a tensor four times the largest CPU cache (at least 1 GiB).
+  the best of several sums over a tensor four times the largest CPU cache (at least 1 GiB); on
+  a GPU, the best of several device-to-device copies of 4 GiB (bytes read plus written).
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import statistics
 import subprocess
@@ -47,9 +58,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from transformers import AutoModelForCausalLM, DynamicCache, StaticCache
 
+from cascade.bench.engine_device import (copy_bandwidth, device_name, is_cuda, random_model,
+                                         synchronizer)
 from cascade.bench.engine_report import (DtypeResult, EngineBenchResult, Shape, ShapeResult,
-                                         header, save, table)
-from cascade.bench.run import machine
+                                         bandwidth_label, header, save, table)
+from cascade.bench.machine import machine
 from cascade.core.blocks import Draft
 from cascade.core.engine import VerifyEngine
 from cascade.core.invariant import KEY_BLOCK
@@ -62,9 +75,13 @@ BENCH_DTYPES = ("float32", "bfloat16")
 TREE_PARENTS = (-1, -1, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6)
 """A 16-node tree: two root children, each node two children, breadth first (depth 4)."""
 NEW_TOKENS = 32
-"""max_new_tokens of the engine's sequences (room for the longest draft)."""
+"""max_new_tokens of the engine's sequences, at least (``EngineBenchConfig.new_tokens``)."""
 COLUMNS = ("plain", "invariant", "eager", "compiled", "floor")
 
+Prepare = Callable[[], Callable[[], object]]
+"""Sets up one timed call untimed and returns it."""
+Sync = Callable[[], None]
+"""Waits for the device's queued work before the clock is read (``engine_device.synchronizer``)."""
 OnProgress = Callable[[str, int, int], None]
 """``progress(description, done, total)``: what is being measured, out of how many cells."""
 
@@ -92,7 +109,12 @@ class EngineBenchConfig:
     prefill: int = 512
     """The prefill shape's tokens (0: none)."""
     bandwidth_mib: int = 0
-    """Size of the bandwidth probe's tensor (0: four times the largest cache, at least 1 GiB)."""
+    """Size of the bandwidth probe's tensor (0: four times the largest cache, at least 1 GiB;
+    on a GPU 4 GiB)."""
+    device: str = "cpu"
+    """Where the models, caches and inputs live (cpu, cuda, cuda:1, ...)."""
+    random_weights: bool = False
+    """``target`` is a config (a folder's config.json, or a built-in name): random weights."""
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.dtypes) - set(BENCH_DTYPES))
@@ -100,6 +122,16 @@ class EngineBenchConfig:
             raise ValueError(f"dtypes must be among {BENCH_DTYPES}, got {list(self.dtypes)}")
         if min(self.repeats, self.context, self.threads) < 1:
             raise ValueError("repeats, context and threads must be at least 1")
+        if not self.rows or min(self.rows + self.drafts) < 1 or self.prefill < 0:
+            raise ValueError("rows (at least one) and drafts must be at least 1, prefill 0 "
+                             "or more")
+        if is_cuda(self.device) and not torch.cuda.is_available():
+            raise ValueError(f"device {self.device!r}: torch sees no CUDA device")
+
+    @property
+    def new_tokens(self) -> int:
+        """max_new_tokens of the engine's sequences: room for the longest draft or tree."""
+        return max(NEW_TOKENS, max(self.drafts, default=0) + 4, len(self.tree) + 4)
 
     def shapes(self) -> list[Shape]:
         shapes = [Shape(f"{n} row{'s' if n > 1 else ''} x 1", n, 1) for n in self.rows]
@@ -113,28 +145,49 @@ class EngineBenchConfig:
         return shapes
 
 
-def _median_ms(prepare: Callable[[], Callable[[], object]], repeats: int
-               ) -> tuple[float, float]:
+def _median_ms(prepare: Callable[[], Callable[[], object]], repeats: int,
+               sync: Sync = lambda: None) -> tuple[float, float]:
     """``prepare()`` sets up one call untimed and returns it; the first call is a warm-up.
     Returns (median ms of the other ``repeats``, the warm-up's ms)."""
-    medians, warm_up = _interleaved({"only": prepare}, repeats)
+    medians, warm_up = _interleaved({"only": prepare}, repeats, sync)
     return medians["only"], warm_up["only"]
 
 
-def _interleaved(prepares: dict[str, Callable[[], Callable[[], object]]], repeats: int
+def _interleaved(prepares: dict[str, Callable[[], Callable[[], object]]], repeats: int,
+                 sync: Sync = lambda: None, errors: dict[str, str] | None = None
                  ) -> tuple[dict[str, float], dict[str, float]]:
     """Each column's warm-up call, then ``repeats`` rounds timing one call of every column in
     turn (so a machine that slows down for a while slows every column alike). Returns (median
-    ms per column, warm-up ms per column)."""
+    ms per column, warm-up ms per column). ``sync`` fences the device on both sides of a call
+    (the untimed preparation's work neither counts nor is left queued). Given ``errors``, a
+    column that raises is dropped from the results and its error kept there by name."""
     times: dict[str, list[float]] = {name: [] for name in prepares}
     for _ in range(repeats + 1):
-        for name, prepare in prepares.items():
-            call = prepare()
-            started = time.perf_counter()
-            call()
-            times[name].append(1000 * (time.perf_counter() - started))
+        for name in list(times):
+            try:
+                times[name].append(_timed_ms(prepares[name], sync))
+            except Exception as exc:  # noqa: BLE001 - the column stays empty, the run goes on
+                if errors is None:
+                    raise
+                errors.setdefault(name, describe(exc))
+                del times[name]
     return ({name: statistics.median(t[1:]) for name, t in times.items()},
             {name: t[0] for name, t in times.items()})
+
+
+def _timed_ms(prepare: Callable[[], Callable[[], object]], sync: Sync) -> float:
+    """Milliseconds of one call that ``prepare()`` set up, the device fenced on both sides."""
+    call = prepare()
+    sync()
+    started = time.perf_counter()
+    call()
+    sync()
+    return 1000 * (time.perf_counter() - started)
+
+
+def describe(exc: BaseException) -> str:
+    """An error in one line: its type and first line."""
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
 
 def cpu_flags() -> dict[str, bool]:
@@ -200,17 +253,19 @@ class EngineRows:
 
     def __init__(self, runner: ModelRunner, invariant: bool, config: EngineBenchConfig) -> None:
         rows, nodes = max(config.rows, default=1), len(config.tree)
-        room = padded(config.context + NEW_TOKENS + nodes + KEY_BLOCK, KEY_BLOCK)
-        fresh = padded(config.prefill + NEW_TOKENS + nodes + KEY_BLOCK, KEY_BLOCK)
+        room = padded(config.context + config.new_tokens + nodes + KEY_BLOCK, KEY_BLOCK)
+        fresh = padded(config.prefill + config.new_tokens + nodes + KEY_BLOCK, KEY_BLOCK)
         self.engine = VerifyEngine(runner, kv_tokens=rows * room + fresh, invariant=invariant)
         self.runner, self.nodes, self.prefill_rows = runner, nodes, 0
+        self.new_tokens = config.new_tokens
         self.sequences = [self._sequence(_context(i, config.context, runner.vocab_size))
                           for i in range(rows)]
         _step(self.engine, [(s, Draft([])) for s in self.sequences])
         self.committed = [list(s.committed) for s in self.sequences]
 
     def _sequence(self, context: list[int]) -> SequenceVerifier:
-        return SequenceVerifier(self.runner, context, SamplingParams(max_new_tokens=NEW_TOKENS),
+        return SequenceVerifier(self.runner, context,
+                                SamplingParams(max_new_tokens=self.new_tokens),
                                 engine=self.engine, tree_room=self.nodes)
 
     def prepare(self, shape: Shape) -> Callable[[], None]:
@@ -241,14 +296,14 @@ class EngineRows:
             sequence.close()
 
 
-def _ids(shape: Shape, length: int, vocab: int) -> torch.Tensor:
+def _ids(shape: Shape, length: int, vocab: int, device: torch.device) -> torch.Tensor:
     """[rows, length] the rows' tokens (the engine's contexts; the step's tokens after)."""
-    return torch.tensor([_context(i, length, vocab) for i in range(shape.rows)])
+    return torch.tensor([_context(i, length, vocab) for i in range(shape.rows)], device=device)
 
 
 @torch.inference_mode()
 def _hf_forward(model, ids: torch.Tensor, cache, cached: int, keep: int):
-    mask = torch.ones(ids.shape[0], cached + ids.shape[1], dtype=torch.long)
+    mask = torch.ones(ids.shape[0], cached + ids.shape[1], dtype=torch.long, device=ids.device)
     return model(input_ids=ids, attention_mask=mask, cache=cache, use_cache=True,
                  logits_to_keep=keep)
 
@@ -263,9 +318,9 @@ def _hf_prepare(model, forward, shape: Shape, context: int, static: bool
                  else DynamicCache)
     cache = new_cache(config=model.config)
     step = torch.randint(0, vocab, (shape.rows, shape.tokens),
-                         generator=torch.Generator().manual_seed(5))
+                         generator=torch.Generator().manual_seed(5)).to(model.device)
     if cached:
-        _hf_forward(model, _ids(shape, cached, vocab), cache, 0, 1)
+        _hf_forward(model, _ids(shape, cached, vocab, model.device), cache, 0, 1)
     elif static:  # allocated outside the compiled graph, as a prefill would (cropped below)
         _hf_forward(model, step, cache, 0, 1)
 
@@ -309,7 +364,8 @@ def floor_inputs(model, shape: Shape) -> list[tuple[torch.Tensor, torch.Tensor, 
     for weight, conv1d, head in linear_weights(model):
         width = weight.shape[0] if conv1d else weight.shape[1]
         rows = shape.rows * shape.kept if head else shape.fed
-        inputs.append((torch.randn(rows, width, dtype=weight.dtype), weight, conv1d))
+        inputs.append((torch.randn(rows, width, dtype=weight.dtype, device=weight.device),
+                       weight, conv1d))
     return inputs
 
 
@@ -337,28 +393,44 @@ class _Compiled:
             return None, None
         try:
             return _median_ms(_hf_prepare(model, self.model, shape, config.context, True),
-                              config.repeats)
+                              config.repeats, synchronizer(config.device))
         except Exception as exc:  # noqa: BLE001 - the column stays empty, the run goes on
-            self.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            self.error = describe(exc)
             return None, None
 
 
 def _measure_shape(shape: Shape, engines: dict[str, EngineRows], model, compiled: _Compiled,
-                   config: EngineBenchConfig, note: Callable[[str], None]) -> ShapeResult:
+                   config: EngineBenchConfig, note: Callable[[str], None],
+                   errors: dict[str, str]) -> ShapeResult:
     """Every column of one shape but the bandwidth limit (``bandwidth_ms`` is left 0); the
-    engine, eager and floor columns interleaved (``_interleaved``)."""
+    engine, eager and floor columns interleaved (``_interleaved``). A column that fails is
+    left empty for this shape (its first error kept in ``errors``)."""
     note("engine plain, engine invariant, transformers eager, torch floor", 4)
-    prepares = {name: partial(rows.prepare, shape) for name, rows in engines.items()}
-    prepares["eager"] = _hf_prepare(model, model, shape, config.context, False)
-    prepares["floor"] = floor_prepare(model, shape)
-    cells, _ = _interleaved(prepares, config.repeats)
+    setups = {name: partial(partial, rows.prepare, shape) for name, rows in engines.items()}
+    setups["eager"] = partial(_hf_prepare, model, model, shape, config.context, False)
+    setups["floor"] = partial(floor_prepare, model, shape)
+    prepares = _set_up(setups, errors)
+    cells, _ = _interleaved(prepares, config.repeats, synchronizer(config.device), errors)
     for rows in engines.values():
         rows.close_prefill()
     note("transformers compiled")
     compiled_ms, compile_ms = compiled.measure(model, shape, config)
-    return ShapeResult(shape, cells["plain"], cells["invariant"], cells["eager"], compiled_ms,
-                       cells["floor"], 0.0, shape.fed,
+    return ShapeResult(shape, cells.get("plain"), cells.get("invariant"), cells.get("eager"),
+                       compiled_ms, cells.get("floor"), 0.0, shape.fed,
                        None if compile_ms is None else compile_ms / 1000)
+
+
+def _set_up(setups: dict[str, Callable[[], Prepare]], errors: dict[str, str]
+            ) -> dict[str, Prepare]:
+    """Each column's ``prepare`` (its untimed setup run now), but for those whose setup
+    raises (their first error kept in ``errors``)."""
+    prepares = {}
+    for name, setup in setups.items():
+        try:
+            prepares[name] = setup()
+        except Exception as exc:  # noqa: BLE001 - the column stays empty, the run goes on
+            errors.setdefault(name, describe(exc))
+    return prepares
 
 
 class _Counter:
@@ -376,26 +448,39 @@ class _Counter:
         return announce
 
 
+def load_models(config: EngineBenchConfig, dtype: str) -> tuple[ModelRunner, object]:
+    """The engine's runner and the plain transformers model of one dtype on ``config.device``.
+    Random weights: one model serves both (on the CPU the runner packs its weights in place,
+    so it takes a copy and the transformers column keeps the plain modules)."""
+    if config.random_weights:
+        model = random_model(config.target, DTYPES[dtype], config.device)
+        on_cpu = model.device.type == "cpu"
+        return ModelRunner(copy.deepcopy(model) if on_cpu else model), model
+    runner = ModelRunner.load(ModelSpec(str(config.target), dtype=dtype, device=config.device))
+    model = AutoModelForCausalLM.from_pretrained(config.target, dtype=DTYPES[dtype])
+    return runner, model.to(config.device).eval()
+
+
 def _measure_dtype(dtype: str, config: EngineBenchConfig, bandwidth: float,
                    counter: _Counter) -> DtypeResult:
-    runner = ModelRunner.load(ModelSpec(str(config.target), dtype=dtype))
-    model = AutoModelForCausalLM.from_pretrained(config.target, dtype=DTYPES[dtype]).eval()
-    engines = {"plain": EngineRows(runner, False, config),
-               "invariant": EngineRows(runner, True, config)}
+    runner, model = load_models(config, dtype)
+    errors: dict[str, str] = {}
+    engines = _set_up({"plain": partial(EngineRows, runner, False, config),
+                       "invariant": partial(EngineRows, runner, True, config)}, errors)
     compiled = _Compiled(model, config.hf_compile)
     try:
         results = [_measure_shape(shape, engines, model, compiled, config,
-                                  counter.note(f"{dtype} {shape.name}"))
+                                  counter.note(f"{dtype} {shape.name}"), errors)
                    for shape in config.shapes()]
     finally:
-        for rows in engines.values():
-            rows.close()
+        for name, rows in engines.items():
+            _set_up({name: rows.close}, errors)
     total_bytes = weight_bytes(model)
     for result in results:
         result.bandwidth_ms = 1000 * total_bytes / bandwidth
         if compiled.error:
             result.compiled_ms = result.compile_s = None
-    return DtypeResult(dtype, total_bytes, results, compiled.error)
+    return DtypeResult(dtype, total_bytes, results, compiled.error, errors)
 
 
 def run_engine_bench(config: EngineBenchConfig,
@@ -406,15 +491,28 @@ def run_engine_bench(config: EngineBenchConfig,
     before = torch.get_num_threads()
     torch.set_num_threads(config.threads)
     try:
-        progress("memory read bandwidth", 0, 1)
-        bandwidth = read_bandwidth(config.bandwidth_mib << 20)
+        progress("memory bandwidth", 0, 1)
+        bandwidth = memory_bandwidth(config.device, config.bandwidth_mib << 20)
         counter = _Counter(progress, len(config.dtypes) * len(config.shapes()) * len(COLUMNS))
-        dtypes = [_measure_dtype(d, config, bandwidth, counter) for d in config.dtypes]
+        dtypes = []
+        for dtype in config.dtypes:
+            dtypes.append(_measure_dtype(dtype, config, bandwidth, counter))
+            if is_cuda(config.device):
+                torch.cuda.empty_cache()  # the last dtype's models are gone: room for the next
         progress("done", counter.total, counter.total)
     finally:
         torch.set_num_threads(before)
     return EngineBenchResult(machine(), config.threads, cpu_flags(), bandwidth / 1e9,
-                             config.context, config.repeats, str(config.target), dtypes)
+                             config.context, config.repeats, str(config.target), dtypes,
+                             config.device, device_name(config.device))
+
+
+def memory_bandwidth(device: str, size_bytes: int = 0) -> float:
+    """Bytes per second of the bandwidth limit: the host's read bandwidth on the CPU, the
+    device-to-device copy's (read plus written) on a GPU; ``size_bytes`` 0: each one's default."""
+    if is_cuda(device):
+        return copy_bandwidth(device, size_bytes)
+    return read_bandwidth(size_bytes)
 
 
 def run_on_console(config: EngineBenchConfig, console: Console) -> EngineBenchResult:
@@ -427,7 +525,7 @@ def run_on_console(config: EngineBenchConfig, console: Console) -> EngineBenchRe
         task = bar.add_task("starting", total=None)
         result = run_engine_bench(config, lambda description, done, total: bar.update(
             task, description=description, completed=done, total=total))
-    console.print(f"memory read bandwidth {result.bandwidth_gb_s:.1f} GB/s; the run took "
+    console.print(f"{bandwidth_label(result)} {result.bandwidth_gb_s:.1f} GB/s; the run took "
                   f"{time.perf_counter() - started:.0f} s")
     for dtype in result.dtypes:
         console.print(f"\n{header(result, dtype)}\n\n{table(dtype)}", markup=False,
@@ -435,6 +533,11 @@ def run_on_console(config: EngineBenchConfig, console: Console) -> EngineBenchRe
     for path in save(result, config.out):
         console.print(f"wrote {path}")
     return result
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    """``"1,4,16"`` -> (1, 4, 16): a comma list option's value."""
+    return tuple(int(part) for part in text.split(",") if part.strip())
 
 
 def main() -> None:
@@ -446,7 +549,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="The verify engine's step beside "
                                      "transformers, torch's floor and the bandwidth limit.")
     parser.add_argument("--target", type=Path, default=None,
-                        help="model folder (default: SmolLM2-135M-Instruct)")
+                        help="model folder (default: SmolLM2-135M-Instruct); with "
+                        "--random-weights a folder with a config.json, or llama3-8b")
     parser.add_argument("--dtype", action="append", choices=BENCH_DTYPES, dest="dtypes",
                         help="repeat for several (default: float32 and bfloat16)")
     parser.add_argument("--threads", type=int, default=default_threads(),
@@ -458,11 +562,25 @@ def main() -> None:
                         help="also time transformers under torch.compile (minutes)")
     parser.add_argument("--out", type=Path, default=Path("runs/bench-engine"),
                         help="where engine.json and table.md go")
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
+    parser.add_argument("--random-weights", action="store_true",
+                        help="build the target from its config with random weights")
+    parser.add_argument("--rows", type=int_list, default=(1, 4, 16, 32),
+                        help="the N rows x 1 token shapes, a comma list (default 1,4,16,32)")
+    parser.add_argument("--drafts", type=int_list, default=(4, 8, 16),
+                        help="the one-row drafts (a pass of draft + 1 tokens), a comma list "
+                        "(default 4,8,16)")
+    parser.add_argument("--tree", action=argparse.BooleanOptionalAction, default=True,
+                        help="the 16-node token tree shape")
+    parser.add_argument("--prefill", type=int, default=512, help="prefill tokens (0: none)")
+    parser.add_argument("--bandwidth-mib", type=int, default=0,
+                        help="bandwidth probe's tensor (0: the device's default)")
     args = parser.parse_args()
     target = args.target or default_pair(None, None, "smollm2")[0]
-    run_on_console(EngineBenchConfig(target, tuple(args.dtypes or BENCH_DTYPES), args.threads,
-                                     args.repeats, args.context, args.hf_compile, args.out),
-                   Console())
+    run_on_console(EngineBenchConfig(
+        target, tuple(args.dtypes or BENCH_DTYPES), args.threads, args.repeats, args.context,
+        args.hf_compile, args.out, args.rows, args.drafts, TREE_PARENTS if args.tree else (),
+        args.prefill, args.bandwidth_mib, args.device, args.random_weights), Console())
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ results as data, one markdown table per dtype with its ratios, ``engine.json`` a
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 
@@ -42,11 +42,11 @@ class ShapeResult:
     """One shape's cells, milliseconds per step (None: not measured)."""
 
     shape: Shape
-    plain_ms: float
-    invariant_ms: float
-    eager_ms: float
+    plain_ms: float | None
+    invariant_ms: float | None
+    eager_ms: float | None
     compiled_ms: float | None
-    floor_ms: float
+    floor_ms: float | None
     bandwidth_ms: float
     floor_tokens: int
     """Rows of x in the floor's products (rows x tokens)."""
@@ -57,14 +57,15 @@ class ShapeResult:
         """The table's ratios; ``one_row``: the 1-row x 1 shape (for the N-row ones)."""
         rows = self.shape.is_rows and one_row is not None
         return {
-            "invariant / eager": self.invariant_ms / self.eager_ms,
-            "plain / eager": self.plain_ms / self.eager_ms,
+            "invariant / eager": _ratio(self.invariant_ms, self.eager_ms),
+            "plain / eager": _ratio(self.plain_ms, self.eager_ms),
             "invariant / compiled": _ratio(self.invariant_ms, self.compiled_ms),
-            "invariant / plain": self.invariant_ms / self.plain_ms,
-            "invariant / floor": self.invariant_ms / self.floor_ms,
-            "invariant / bandwidth": self.invariant_ms / self.bandwidth_ms,
-            "N / 1 row (invariant)": self.invariant_ms / one_row.invariant_ms if rows else None,
-            "N / 1 row (eager)": self.eager_ms / one_row.eager_ms if rows else None,
+            "invariant / plain": _ratio(self.invariant_ms, self.plain_ms),
+            "invariant / floor": _ratio(self.invariant_ms, self.floor_ms),
+            "invariant / bandwidth": _ratio(self.invariant_ms, self.bandwidth_ms),
+            "N / 1 row (invariant)": _ratio(self.invariant_ms, one_row.invariant_ms)
+            if rows else None,
+            "N / 1 row (eager)": _ratio(self.eager_ms, one_row.eager_ms) if rows else None,
         }
 
 
@@ -78,6 +79,9 @@ class DtypeResult:
     shapes: list[ShapeResult]
     compile_error: str | None = None
     """Why the compiled column is empty (None: it compiled, or was not asked for)."""
+    column_errors: dict[str, str] = field(default_factory=dict)
+    """Columns (plain, invariant, eager, floor) that failed on some shape (left empty there),
+    each with its first error."""
 
     def one_row(self) -> ShapeResult | None:
         return next((r for r in self.shapes if r.shape.is_rows and r.shape.rows == 1), None)
@@ -98,10 +102,15 @@ class EngineBenchResult:
     repeats: int
     target: str
     dtypes: list[DtypeResult]
+    device: str = "cpu"
+    """Where the models ran (cpu, cuda, ...)."""
+    gpu: str | None = None
+    """The GPU's name (None on the CPU); bandwidth_gb_s is then its device-to-device copy's,
+    bytes read plus written."""
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
-    return None if a is None or b is None else a / b
+    return None if a is None or b is None or b == 0 else a / b
 
 
 TABLE_COLUMNS = ("shape", "tokens", "engine plain", "engine invariant", "HF eager",
@@ -111,6 +120,8 @@ TABLE_COLUMNS = ("shape", "tokens", "engine plain", "engine invariant", "HF eage
 def _ms(value: float | None) -> str:
     if value is None:
         return "–"
+    if value < 1:
+        return f"{value:.3f}"
     return f"{value:.2f}" if value < 10 else f"{value:.1f}" if value < 100 else f"{value:.0f}"
 
 
@@ -118,19 +129,33 @@ def _x(value: float | None) -> str:
     return "–" if value is None else f"{value:.2f}"
 
 
-def header(result: EngineBenchResult, dtype: DtypeResult) -> str:
-    """The line above a dtype's table: the CPU, its threads and flags, the bandwidth."""
+def bandwidth_label(result: EngineBenchResult) -> str:
+    """What ``bandwidth_gb_s`` measured."""
+    return "device memory copy (read + written)" if result.gpu else "memory read"
+
+
+def _where(result: EngineBenchResult) -> str:
+    """The GPU (the host beside it), or the CPU with its threads and flags."""
+    if result.gpu:
+        return f"{result.gpu} ({result.device}); host {result.machine}"
     yes = {True: "yes", False: "no"}
     flags = result.cpu_flags
+    return (f"{result.machine}, torch threads: {result.threads}, "
+            f"avx512_bf16 {yes[flags['avx512_bf16']]}, AMX {yes[flags['amx']]}")
+
+
+def header(result: EngineBenchResult, dtype: DtypeResult) -> str:
+    """The line above a dtype's table: the CPU, its threads and flags (or the GPU), the
+    bandwidth."""
     compile_s = sum(r.compile_s or 0 for r in dtype.shapes)
     compile_note = (f"; compile failed: {dtype.compile_error}" if dtype.compile_error
                     else f"; compiled columns' first calls {compile_s:.0f} s" if compile_s
                     else "")
-    return (f"**{dtype.dtype}**: {result.machine}, torch threads: {result.threads}, "
-            f"avx512_bf16 {yes[flags['avx512_bf16']]}, AMX {yes[flags['amx']]}; memory read "
+    failed = "".join(f"; {name} failed: {error}" for name, error in dtype.column_errors.items())
+    return (f"**{dtype.dtype}**: {_where(result)}; {bandwidth_label(result)} "
             f"{result.bandwidth_gb_s:.1f} GB/s; {dtype.weight_bytes / 1e6:.1f} MB of weights; "
             f"{result.context} cached tokens per row; ms per step, median of "
-            f"{result.repeats}{compile_note}")
+            f"{result.repeats}{compile_note}{failed}")
 
 
 def table(dtype: DtypeResult) -> str:

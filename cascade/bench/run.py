@@ -5,21 +5,19 @@ the services; nothing runs concurrently with what is being measured."""
 from __future__ import annotations
 
 import multiprocessing
-import os
-import platform
 import queue
 import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from transformers import AutoTokenizer
 
 from cascade.bench.hf import HF_CANDIDATES
 from cascade.bench.inprocess import K_CANDIDATES, FamilyResult, Job, run_family
+from cascade.bench.machine import machine
 from cascade.bench.measure import summarise
 from cascade.bench.prompts import bench_prompts
 from cascade.bench.report import Costs, Row, build_rows
@@ -55,18 +53,6 @@ class BenchConfig:
         if unknown or not self.families:
             raise ValueError(f"families must be a non-empty subset of {FAMILIES}, "
                              f"got {sorted(self.families)}")
-
-
-def machine() -> str:
-    model = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{model}, {os.cpu_count()} cores, torch {torch.__version__}"
 
 
 def _in_child(job: Job, tick) -> FamilyResult:

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from cascade.cli.options import DRAFTER_OPT, FOLDER, PAIR_OPT, TARGET_OPT, draft_tokens_option
+from cascade.cli.options import DRAFTER_OPT, PAIR_OPT, TARGET_OPT, draft_tokens_option
 from cascade.cli.options import pair_folders
 
 console = Console()
@@ -107,7 +107,9 @@ def bench_load(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT,
 
 
 def bench_engine(target: Path = typer.Option(None, help="Model folder (default: the "
-                                              "SmolLM2-135M-Instruct target).", **FOLDER),
+                                              "SmolLM2-135M-Instruct target); with "
+                                              "--random-weights a folder with a config.json, "
+                                              "or llama3-8b."),
                  dtypes: list[str] = typer.Option(["float32", "bfloat16"], "--dtype",
                                                   help="float32 or bfloat16 (repeat the flag)."),
                  threads: int = typer.Option(None, min=1, help="torch threads (default: all "
@@ -120,17 +122,32 @@ def bench_engine(target: Path = typer.Option(None, help="Model folder (default: 
                                                  "cache under torch.compile (compiles for "
                                                  "minutes)."),
                  out: Path = typer.Option(Path("runs/bench-engine"), help="Where engine.json "
-                                          "and table.md go.")) -> None:
+                                          "and table.md go."),
+                 device: str = typer.Option("cpu", help="cpu or cuda[:N]."),
+                 random_weights: bool = typer.Option(False, help="Build the target from its "
+                                                     "config with random weights, on the "
+                                                     "device."),
+                 rows: str = typer.Option("1,4,16,32", help="The N rows x 1 token shapes."),
+                 drafts: str = typer.Option("4,8,16", help="The one-row drafts (passes of "
+                                            "draft + 1 tokens)."),
+                 tree: bool = typer.Option(True, help="The 16-node token tree shape."),
+                 prefill: int = typer.Option(512, min=0, help="Prefill tokens (0: none).")
+                 ) -> None:
     """The verify engine's step (plain and batch-invariant) beside transformers eager and
     compiled, torch's matmul floor and the memory-bandwidth limit, on rows of one token,
     drafts, a token tree and a prefill, per dtype."""
-    from cascade.bench.engine import EngineBenchConfig, default_threads, run_on_console
+    from cascade.bench.engine import (TREE_PARENTS, EngineBenchConfig, default_threads,
+                                      int_list, run_on_console)
 
     if target is None:
         target = pair_folders(None, None, "smollm2")[0]
+    if not random_weights and not target.is_dir():
+        raise typer.BadParameter(f"--target {target} is not a model folder")
     try:
         config = EngineBenchConfig(target, tuple(dtypes), threads or default_threads(), repeats,
-                                   context, hf_compile, out)
+                                   context, hf_compile, out, int_list(rows), int_list(drafts),
+                                   TREE_PARENTS if tree else (), prefill, 0, device,
+                                   random_weights)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
     run_on_console(config, console)
