@@ -49,3 +49,19 @@ def test_the_corpus_reads_the_same_on_many_cores(monkeypatch):
     monkeypatch.setattr(feature_data.os, "cpu_count", lambda: 4)
     parallel = list(feature_data._map_files(read, paths))
     assert parallel == serial and sum(map(len, serial)) > 50
+
+
+def test_the_replay_curve_reads_a_drafter_folder(tmp_path):
+    from cascade.core.feature_drafter import FeatureDrafterConfig
+    from cascade.distill.feature_data import annotate
+    from cascade.distill.replay import curve
+    from models import feature_pair, random_prompts
+
+    target, _, drafter_dir = feature_pair(tmp_path)
+    layers = FeatureDrafterConfig.for_target(target.model.config).feature_layers
+    rows = random_prompts(3, seed=1, min_len=20, max_len=30)
+    sequences = annotate(target.model, rows, [5, 5, 5], layers, 8)
+    points = curve(target.model, drafter_dir, sequences, range(1, 4))
+    assert [k for k, _, _ in points] == [1, 2, 3]
+    assert all(0 <= rate <= 1 and 1 <= length <= 1 + k for k, rate, length in points)
+    assert points[0][1] > 0  # a random drafter over half the vocabulary still hits sometimes
