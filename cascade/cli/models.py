@@ -48,13 +48,17 @@ def models_evaluate(target: Path = typer.Option(..., help="Target model folder."
                     tree_nodes: int = typer.Option(0, help="Draft token trees of at most this "
                                                    "many nodes, k deep (0: chains); acceptance "
                                                    "then counts accepted nodes over all "
-                                                   "drafted ones.")) -> None:
+                                                   "drafted ones."),
+                    device: str = typer.Option("cpu", help="torch device of the models, e.g. "
+                                               "cuda (a feature drafter stays on the CPU).")
+                    ) -> None:
     """Greedy acceptance at draft length k, cost per token, and speedup of a pair."""
     from cascade.distill.evaluate import evaluate_pair
     from cascade.core.feature_runner import load_model
     from cascade.core.runner import ModelSpec
 
-    pair = [load_model(ModelSpec(str(path), dtype), str(target)) for path in (target, drafter)]
+    pair = [load_model(ModelSpec(str(path), dtype, device), str(target))
+            for path in (target, drafter)]
     with console.status("measuring"):
         report = evaluate_pair(*pair, num_prompts=prompts, max_new_tokens=max_tokens, k=k,
                                adaptive=adaptive, tree_nodes=tree_nodes)
