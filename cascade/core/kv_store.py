@@ -116,9 +116,16 @@ class BlockTable:
 
     def slots(self, first: int, end: int) -> torch.Tensor:
         """[end - first] the store slots of positions ``first .. end - 1``."""
-        positions = torch.arange(first, end)
-        table = torch.tensor(self.blocks, dtype=torch.long)
-        return table[positions // BLOCK_SIZE] * BLOCK_SIZE + positions % BLOCK_SIZE
+        return torch.tensor(self.slot_list(first, end), dtype=torch.long)
+
+    def slot_list(self, first: int, end: int) -> list[int]:
+        """``slots`` as a list, a range per block (a step builds many: no tensor op each)."""
+        out: list[int] = []
+        for index in range(first // BLOCK_SIZE, (end - 1) // BLOCK_SIZE + 1 if end > first else 0):
+            start = index * BLOCK_SIZE
+            base = self.blocks[index] * BLOCK_SIZE - start
+            out.extend(range(base + max(first, start), base + min(end, start + BLOCK_SIZE)))
+        return out
 
     def run_start(self, first: int, end: int) -> int | None:
         """The first store slot of positions ``first .. end - 1`` when they are one run of

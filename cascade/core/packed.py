@@ -104,8 +104,8 @@ class PackedStep:
         self.store, self.feeds, self.fill, self.invariance = store, feeds, fill, invariance
         self._mask_cache: dict[tuple, list] = {}
         """Per kind of layer: the rows' masks, or the invariant attention's plan."""
-        slots = [f.table.slots(f.start, f.length) for f in feeds]
-        self.slots = torch.cat(slots).to(store.keys.device)  # [N] store slots written
+        slots = [slot for f in feeds for slot in f.table.slot_list(f.start, f.length)]
+        self.slots = torch.tensor(slots, device=store.keys.device)  # [N] store slots written
 
     def update(self, keys: torch.Tensor, values: torch.Tensor, layer_idx: int, *args, **kwargs):
         """keys, values: [1, kv_heads, N + fill, head_dim] for the packed tokens (filler rows
@@ -216,27 +216,39 @@ def _first_key(feed: Feed, window: int | None) -> int:
 def _row_batch(feeds: list[Feed], offsets: list[int], window: int | None,
                device: torch.device) -> RowBatch:
     width = max(len(f.tokens) for f in feeds)
-    span = max(f.length - _first_key(f, window) for f in feeds)
-    mask = torch.zeros(len(feeds), 1, width, span, dtype=torch.bool)
+    firsts = [_first_key(f, window) for f in feeds]
+    owns = [f.length - first for f, first in zip(feeds, firsts)]
+    span = max(owns)
     keys, queries, real, packed = [], [], [], []
-    for b, (feed, offset) in enumerate(zip(feeds, offsets)):
-        first, count = _first_key(feed, window), len(feed.tokens)
-        own = feed.length - first
-        slots = feed.table.slots(first, feed.length)
-        keys.append(torch.cat([slots, slots[:1].expand(span - own)]))
+    for b, (feed, offset, first, own) in enumerate(zip(feeds, offsets, firsts, owns)):
+        count = len(feed.tokens)
+        slots = feed.table.slot_list(first, feed.length)
+        keys += slots + slots[:1] * (span - own)
         queries += list(range(offset, offset + count)) + [offset] * (width - count)
         real += range(b * width, b * width + count)
         packed += range(offset, offset + count)
-        row_mask = _row_mask(feed, window, torch.device("cpu"))
-        mask[b, 0, :count, :own] = True if row_mask is None else row_mask
-        mask[b, 0, count:, 0] = True  # padding queries: any one key (their output is dropped)
+    mask = _batch_mask(feeds, window, owns, width, span)
     one = len(feeds) == 1
     full = one and width == len(feeds[0].tokens) and bool(mask.all())
-    return RowBatch(len(feeds), span, torch.cat(keys).to(device),
-                    feeds[0].table.run_start(_first_key(feeds[0], window), feeds[0].length)
-                    if one else None, torch.tensor(queries, device=device),
-                    torch.tensor(real, device=device), torch.tensor(packed, device=device),
-                    None if full else mask.to(device))
+    return RowBatch(len(feeds), span, torch.tensor(keys, device=device),
+                    feeds[0].table.run_start(firsts[0], feeds[0].length) if one else None,
+                    torch.tensor(queries, device=device), torch.tensor(real, device=device),
+                    torch.tensor(packed, device=device), None if full else mask.to(device))
+
+
+def _batch_mask(feeds: list[Feed], window: int | None, owns: list[int], width: int,
+                span: int) -> torch.Tensor:
+    """[rows, 1, width, span] bool: a row's real queries see its own keys (``_row_mask``
+    narrows that where it must), a padding query sees one key (its output is dropped)."""
+    counts = torch.tensor([len(f.tokens) for f in feeds])[:, None]  # [rows, 1]
+    queries, keys = torch.arange(width)[None, :], torch.arange(span)[None, None, :]
+    mask = (queries < counts)[..., None] & (keys < torch.tensor(owns)[:, None, None])
+    mask[:, :, 0] |= queries >= counts
+    for b, (feed, own) in enumerate(zip(feeds, owns)):
+        row_mask = _row_mask(feed, window, torch.device("cpu"))
+        if row_mask is not None:
+            mask[b, : len(feed.tokens), :own] = row_mask
+    return mask[:, None]
 
 
 def _row_mask(feed: Feed, window: int | None, device: torch.device) -> torch.Tensor | None:

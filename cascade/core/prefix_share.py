@@ -135,8 +135,16 @@ def adopt_prefix(cache: SequenceCache, token_ids: list[int], limit: int) -> None
 
 
 def common_prefix_len(a: list[int], b: list[int]) -> int:
+    """How many leading tokens ``a`` and ``b`` share (list comparisons run in C: the usual
+    case, one a prefix of the other, is one comparison; otherwise a binary search)."""
     limit = min(len(a), len(b))
-    for i in range(limit):
-        if a[i] != b[i]:
-            return i
-    return limit
+    if a[:limit] == b[:limit]:
+        return limit
+    low, high = 0, limit - 1  # a[:low] == b[:low]; a[:high + 1] != b[:high + 1]
+    while low < high:
+        middle = (low + high + 1) // 2
+        if a[:middle] == b[:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
