@@ -45,7 +45,6 @@ from __future__ import annotations
 import copy
 import os
 import statistics
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -53,13 +52,14 @@ from functools import partial
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from transformers import AutoModelForCausalLM, DynamicCache, StaticCache
+from transformers import AutoModelForCausalLM
 
-from cascade.bench.engine_device import (copy_bandwidth, device_name, is_cuda, random_model,
-                                         synchronizer)
+from cascade.bench.engine_columns import (compile_model, context_tokens, floor_prepare,
+                                          hf_prepare, weight_bytes)
+from cascade.bench.engine_device import (copy_bandwidth, cpu_flags, device_name, is_cuda,
+                                         random_model, read_bandwidth, synchronizer)
 from cascade.bench.engine_report import (DtypeResult, EngineBenchResult, Shape, ShapeResult,
                                          bandwidth_label, header, save, table)
 from cascade.bench.machine import machine
@@ -190,50 +190,6 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
 
-def cpu_flags() -> dict[str, bool]:
-    """Whether the CPU has avx512_bf16 and AMX, as ``lscpu`` (else /proc/cpuinfo) shows."""
-    try:
-        text = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        text = ""
-    if "Flags" not in text:
-        try:
-            text = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            text = ""
-    flags = set(text.split())
-    return {"avx512_bf16": "avx512_bf16" in flags,
-            "amx": any(f.startswith("amx") for f in flags)}
-
-
-def _largest_cache_bytes() -> int:
-    sizes = [0]
-    for path in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
-        text = path.read_text().strip()
-        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-        sizes.append(int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text))
-    return max(sizes)
-
-
-def read_bandwidth(size_bytes: int = 0, tries: int = 5) -> float:
-    """Bytes per second a sum reads from memory: the best of ``tries`` over a float32 tensor of
-    ``size_bytes`` (0: four times the largest cache, at least 1 GiB)."""
-    size_bytes = size_bytes or max(1 << 30, 4 * _largest_cache_bytes())
-    data = torch.ones(size_bytes // 4, dtype=torch.float32)
-    best = float("inf")
-    for _ in range(tries):
-        started = time.perf_counter()
-        data.sum()
-        best = min(best, time.perf_counter() - started)
-    return data.nbytes / best
-
-
-def _context(row: int, length: int, vocab: int) -> list[int]:
-    """A row's own tokens (rows share no prefix, so the engine copies none)."""
-    generator = torch.Generator().manual_seed(1000 + row)
-    return torch.randint(0, vocab, (length,), generator=generator).tolist()
-
-
 def _draft(shape: Shape, vocab: int) -> Draft:
     """The shape's draft after the row's pending token (distinct tokens: a tree's siblings)."""
     tokens = [(7 + 3 * i) % vocab for i in range(shape.tokens - 1)]
@@ -258,7 +214,7 @@ class EngineRows:
         self.engine = VerifyEngine(runner, kv_tokens=rows * room + fresh, invariant=invariant)
         self.runner, self.nodes, self.prefill_rows = runner, nodes, 0
         self.new_tokens = config.new_tokens
-        self.sequences = [self._sequence(_context(i, config.context, runner.vocab_size))
+        self.sequences = [self._sequence(context_tokens(i, config.context, runner.vocab_size))
                           for i in range(rows)]
         _step(self.engine, [(s, Draft([])) for s in self.sequences])
         self.committed = [list(s.committed) for s in self.sequences]
@@ -281,7 +237,7 @@ class EngineRows:
         """A fresh sequence (the previous one closed) whose prefill is the call."""
         self.close_prefill()
         self.prefill_rows += 1
-        self.fresh = self._sequence(_context(-self.prefill_rows, shape.tokens,
+        self.fresh = self._sequence(context_tokens(-self.prefill_rows, shape.tokens,
                                              self.runner.vocab_size))
         return lambda: _step(self.engine, [(self.fresh, Draft([]))])
 
@@ -296,91 +252,6 @@ class EngineRows:
             sequence.close()
 
 
-def _ids(shape: Shape, length: int, vocab: int, device: torch.device) -> torch.Tensor:
-    """[rows, length] the rows' tokens (the engine's contexts; the step's tokens after)."""
-    return torch.tensor([_context(i, length, vocab) for i in range(shape.rows)], device=device)
-
-
-@torch.inference_mode()
-def _hf_forward(model, ids: torch.Tensor, cache, cached: int, keep: int):
-    mask = torch.ones(ids.shape[0], cached + ids.shape[1], dtype=torch.long, device=ids.device)
-    return model(input_ids=ids, attention_mask=mask, cache=cache, use_cache=True,
-                 logits_to_keep=keep)
-
-
-def _hf_prepare(model, forward, shape: Shape, context: int, static: bool
-                ) -> Callable[[], Callable[[], object]]:
-    """``prepare`` for ``_median_ms``: a cache holding every row's context (fed by ``model``,
-    untimed), cropped back to it before each call of ``forward`` on the step's tokens."""
-    vocab = model.get_output_embeddings().weight.shape[0]
-    cached = 0 if shape.prefill else context
-    new_cache = (partial(StaticCache, max_cache_len=cached + shape.tokens) if static
-                 else DynamicCache)
-    cache = new_cache(config=model.config)
-    step = torch.randint(0, vocab, (shape.rows, shape.tokens),
-                         generator=torch.Generator().manual_seed(5)).to(model.device)
-    if cached:
-        _hf_forward(model, _ids(shape, cached, vocab, model.device), cache, 0, 1)
-    elif static:  # allocated outside the compiled graph, as a prefill would (cropped below)
-        _hf_forward(model, step, cache, 0, 1)
-
-    def prepare() -> Callable[[], object]:
-        nonlocal cache
-        if not cached and not static:
-            cache = new_cache(config=model.config)  # a prefill builds its own cache
-        elif cache.get_seq_length() > cached:
-            cache.crop(cached - int(cache.get_seq_length()))
-        return partial(_hf_forward, forward, step, cache, cached, shape.kept)
-
-    return prepare
-
-
-def compile_model(model):
-    """``torch.compile`` with dynamic shapes (one compile per dtype; see the module docstring)."""
-    torch._dynamo.reset()
-    return torch.compile(model, dynamic=True)
-
-
-def linear_weights(model) -> list[tuple[torch.Tensor, bool, bool]]:
-    """Every weight product of ``model``: (weight, is GPT-2's Conv1D (x @ W), is the output
-    head)."""
-    from transformers.pytorch_utils import Conv1D
-
-    head = model.get_output_embeddings()
-    return [(m.weight, isinstance(m, Conv1D), m is head) for m in model.modules()
-            if isinstance(m, (torch.nn.Linear, Conv1D))]
-
-
-def weight_bytes(model) -> int:
-    """Bytes of the weights of ``linear_weights`` (a tied weight once)."""
-    unique = {w.data_ptr(): w.nbytes for w, _, _ in linear_weights(model)}
-    return sum(unique.values())
-
-
-def floor_inputs(model, shape: Shape) -> list[tuple[torch.Tensor, torch.Tensor, bool]]:
-    """(x, weight, is Conv1D) for every product of ``linear_weights``: x has the step's
-    ``shape.fed`` rows (the output head's: the positions whose logits the step keeps)."""
-    inputs = []
-    for weight, conv1d, head in linear_weights(model):
-        width = weight.shape[0] if conv1d else weight.shape[1]
-        rows = shape.rows * shape.kept if head else shape.fed
-        inputs.append((torch.randn(rows, width, dtype=weight.dtype, device=weight.device),
-                       weight, conv1d))
-    return inputs
-
-
-def floor_prepare(model, shape: Shape) -> Callable[[], Callable[[], object]]:
-    """``prepare`` for ``_median_ms``: every product of ``floor_inputs``."""
-    inputs = floor_inputs(model, shape)
-
-    @torch.inference_mode()
-    def call() -> None:
-        for x, weight, conv1d in inputs:
-            torch.matmul(x, weight) if conv1d else F.linear(x, weight)
-
-    return lambda: call
-
-
 class _Compiled:
     """The compiled column of one dtype: the compiled model, or the reason it failed."""
 
@@ -392,7 +263,7 @@ class _Compiled:
         if self.model is None or self.error is not None:
             return None, None
         try:
-            return _median_ms(_hf_prepare(model, self.model, shape, config.context, True),
+            return _median_ms(hf_prepare(model, self.model, shape, config.context, True),
                               config.repeats, synchronizer(config.device))
         except Exception as exc:  # noqa: BLE001 - the column stays empty, the run goes on
             self.error = describe(exc)
@@ -407,7 +278,7 @@ def _measure_shape(shape: Shape, engines: dict[str, EngineRows], model, compiled
     left empty for this shape (its first error kept in ``errors``)."""
     note("engine plain, engine invariant, transformers eager, torch floor", 4)
     setups = {name: partial(partial, rows.prepare, shape) for name, rows in engines.items()}
-    setups["eager"] = partial(_hf_prepare, model, model, shape, config.context, False)
+    setups["eager"] = partial(hf_prepare, model, model, shape, config.context, False)
     setups["floor"] = partial(floor_prepare, model, shape)
     prepares = _set_up(setups, errors)
     cells, _ = _interleaved(prepares, config.repeats, synchronizer(config.device), errors)

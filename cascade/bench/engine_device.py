@@ -1,5 +1,6 @@
-"""Where ``cascade bench-engine`` runs: the device's clock fence, its memory bandwidth and name,
-and models with random weights built from a config directly on the device.
+"""Where ``cascade bench-engine`` runs: the device's clock fence, its memory bandwidth and name
+(on a CPU: the read bandwidth and the bfloat16/AMX flags), and models with random weights built
+from a config directly on the device.
 
 Random weights (``--random-weights``): the target is a folder holding a ``config.json`` (no
 weights) or a built-in name (``BUILTIN_CONFIGS``: ``llama3-8b``). The model is constructed under
@@ -9,6 +10,7 @@ allocated and initialised there and then, never on the CPU first and never saved
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Callable
 from functools import partial
@@ -92,3 +94,41 @@ def random_model(target: Path | str, dtype: torch.dtype, device: str | torch.dev
     finally:
         torch.set_default_dtype(before)
     return model.eval()
+
+
+def cpu_flags() -> dict[str, bool]:
+    """Whether the CPU has avx512_bf16 and AMX, as ``lscpu`` (else /proc/cpuinfo) shows."""
+    try:
+        text = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        text = ""
+    if "Flags" not in text:
+        try:
+            text = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            text = ""
+    flags = set(text.split())
+    return {"avx512_bf16": "avx512_bf16" in flags,
+            "amx": any(f.startswith("amx") for f in flags)}
+
+
+def _largest_cache_bytes() -> int:
+    sizes = [0]
+    for path in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = path.read_text().strip()
+        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+        sizes.append(int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text))
+    return max(sizes)
+
+
+def read_bandwidth(size_bytes: int = 0, tries: int = 5) -> float:
+    """Bytes per second a sum reads from memory: the best of ``tries`` over a float32 tensor of
+    ``size_bytes`` (0: four times the largest cache, at least 1 GiB)."""
+    size_bytes = size_bytes or max(1 << 30, 4 * _largest_cache_bytes())
+    data = torch.ones(size_bytes // 4, dtype=torch.float32)
+    best = float("inf")
+    for _ in range(tries):
+        started = time.perf_counter()
+        data.sum()
+        best = min(best, time.perf_counter() - started)
+    return data.nbytes / best

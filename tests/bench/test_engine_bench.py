@@ -8,7 +8,8 @@ import pytest
 from models import tiny_llama
 from tokenizers_fixture import build_tokenizer
 
-from cascade.bench.engine import EngineBenchConfig, floor_inputs, run_engine_bench
+from cascade.bench.engine import EngineBenchConfig, run_engine_bench
+from cascade.bench.engine_columns import floor_inputs
 from cascade.bench.engine_report import markdown, save
 
 
