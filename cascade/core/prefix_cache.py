@@ -41,13 +41,15 @@ from __future__ import annotations
 
 import threading
 import weakref
+from typing import TYPE_CHECKING
 
 from cascade.core.kv_store import BLOCK_SIZE, KVStore
 from cascade.core.prefix_share import MIN_SHARED, longest_held
 from cascade.protocol.prefix_keys import block_keys
 
-# Annotations name the engine's ``Pass`` and ``PagedCache`` without importing them: the engine
-# imports this module.
+if TYPE_CHECKING:  # for annotations only: the engine imports this module
+    from cascade.core.engine import Pass
+    from cascade.core.paged_cache import PagedCache
 
 
 class PrefixCache:

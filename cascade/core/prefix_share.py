@@ -24,9 +24,12 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from typing import TYPE_CHECKING
+
 import torch
 
-# Annotations name ``runner.SequenceCache`` without importing it: that module imports this one.
+if TYPE_CHECKING:  # for annotations only: the runner imports this module
+    from cascade.core.runner import SequenceCache
 
 MIN_SHARED = 8
 """Shortest prefix worth copying (shorter ones are fed: the copy's fixed cost is not worth it)."""

@@ -315,11 +315,11 @@ def validate_options(fields: dict[str, Any]) -> GenerationOptions:
 
 def check_vocabulary(options: GenerationOptions, vocab_size: int) -> None:
     """The request's token ids exist in the served model's vocabulary."""
-    for field, ids in (("stop_token_ids", options.stop_token_ids),
-                       ("logit_bias", [int(t) for t in options.logit_bias])):
+    for name, ids in (("stop_token_ids", options.stop_token_ids),
+                      ("logit_bias", [int(t) for t in options.logit_bias])):
         bad = next((t for t in ids if t >= vocab_size), None)
         if bad is not None:
-            raise RequestInvalid(f"Invalid value for '{field}': token id {bad} is outside the "
+            raise RequestInvalid(f"Invalid value for '{name}': token id {bad} is outside the "
                                  f"vocabulary [0, {vocab_size}).", field)
 
 

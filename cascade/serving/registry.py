@@ -172,8 +172,8 @@ async def live_pods(client: redis.Redis, role: str) -> list[PodInfo]:
         entries, (seconds, micros) = await pipe.hgetall(key).time().execute()
     now_ms = seconds * 1000 + micros // 1000
     pods, expired = [], []
-    for field, raw in entries.items():
-        address = field.decode() if isinstance(field, bytes) else field
+    for entry, raw in entries.items():
+        address = entry.decode() if isinstance(entry, bytes) else entry
         try:
             value = json.loads(raw)
             load, expires_ms = int(value.pop("load")), int(value.pop("expires_ms"))
@@ -181,7 +181,7 @@ async def live_pods(client: redis.Redis, role: str) -> list[PodInfo]:
             log.warning("skipping malformed registry entry %s[%s]: %s", key, address, exc)
             continue
         if expires_ms < now_ms:
-            expired += [field, raw]
+            expired += [entry, raw]
         else:
             pods.append(PodInfo(role, address, load, value))
     if expired:
