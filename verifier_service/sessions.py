@@ -52,7 +52,7 @@ from verifier_service.admission import Admission
 from verifier_service.ahead import guessed_right, untagged
 from verifier_service.catch_up import catches_up, rebased
 from verifier_service.epochs import EpochMemory
-from verifier_service.planner import DraftPlanner
+from verifier_service.planner import DraftPlanner, sampling_regime
 from verifier_service.scheduler import StepScheduler, VerifierSettings
 
 PROFILE_SECONDS = 15.0
@@ -122,7 +122,8 @@ class SessionTable:
             self.planner.enroll(sequence, msg.draft_method or DEFAULT_DRAFT_METHOD,
                                 shadowed=msg.shadow_drafts and sequence.params.is_greedy,
                                 tree=msg.tree_nodes > 0,
-                                most=_longest_block(msg))
+                                most=_longest_block(msg),
+                                regime=sampling_regime(sequence.params, sequence.policy))
         session = OpenSession(msg.session_id, msg.epoch, sequence, trace_context=current_context())
         self.highest_epoch.opened(msg.session_id, msg.epoch)
         self.sessions[msg.session_id] = session

@@ -258,9 +258,9 @@ def test_blocks_with_their_own_estimates_are_cut_by_them_and_ask_for_more(gpt2_p
     sure = Draft(right, survival=[0.99] * 6 + [0.01] * 2)
     [cut] = planner.plan([(sequence, sure)])
     assert cut.num_tokens == 6 and cut.survival == [0.99] * 6
-    rates_before = planner.book.of(id(sequence), "suffix").survival(4)
+    rates_before = planner.book.of(id(sequence), planner.sessions[id(sequence)].pool).survival(4)
     planner.observe([(sequence, cut)], engine.step([(sequence, cut)]), seconds=0.0)
-    assert planner.book.of(id(sequence), "suffix").survival(4) == rates_before
+    assert planner.book.of(id(sequence), planner.sessions[id(sequence)].pool).survival(4) == rates_before
     assert planner.note(sequence).next_draft_tokens == 6  # it held: the next block, at once
     alone = [(sequence, Draft([]))]
     for _ in range(3):
@@ -456,5 +456,31 @@ def test_drafts_after_a_stop_among_the_accepted_are_not_judged():
                               (rejected, RoundOutcome(2, [5, 6, 7], 13, stop))):
         planner.enroll(sequence, "model")
         planner.observe([(sequence, Draft([5, 6, 8, 9]))], [outcome], 0.0)
-    assert planner.book.of(id(cut), "model").trials[:3] == [1.0, 1.0, 0.0]
-    assert planner.book.of(id(rejected), "model").trials[:3] == [1.0, 1.0, 1.0]
+    assert planner.book.of(id(cut), "model greedy").trials[:3] == [1.0, 1.0, 0.0]
+    assert planner.book.of(id(rejected), "model greedy").trials[:3] == [1.0, 1.0, 1.0]
+
+
+def test_greedy_and_sampled_sessions_of_one_method_pool_apart():
+    """A sampled session starts from the sampled sessions' pooled rates, not the greedy ones'
+    (they accept far fewer drafts)."""
+    from types import SimpleNamespace
+
+    from cascade.core.blocks import RoundOutcome
+    from cascade.protocol.settings import AcceptancePolicy, SamplingParams
+    from verifier_service.planner import sampling_regime
+
+    greedy, sampled = SamplingParams(temperature=0.0), SamplingParams(temperature=0.7, seed=3)
+    assert sampling_regime(greedy, AcceptancePolicy.default_for(greedy)) == "greedy"
+    assert sampling_regime(sampled, AcceptancePolicy.default_for(sampled)) == "speculative T0.7"
+    planner = DraftPlanner(CHEAP)
+    sequences = [SimpleNamespace(committed=[1] * 12, cache=SimpleNamespace(tokens=[1] * 10),
+                                 pending_tokens=lambda draft: 5) for _ in range(3)]
+    planner.enroll(sequences[0], "model", regime="greedy")
+    for _ in range(40):  # greedy rounds that accept every draft
+        planner.observe([(sequences[0], Draft([5, 6, 7, 8]))],
+                        [RoundOutcome(4, [5, 6, 7, 8, 9], 17)], 0.0)
+    planner.enroll(sequences[1], "model", regime="greedy")
+    planner.enroll(sequences[2], "model", regime="keyed T0.7")
+    learned = planner.book.of(id(sequences[1]), "model greedy").survival(4)
+    fresh = planner.book.of(id(sequences[2]), "model keyed T0.7").survival(4)
+    assert learned[0] > fresh[0] and learned[-1] > 2 * fresh[-1]
