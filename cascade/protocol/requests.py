@@ -320,7 +320,7 @@ def check_vocabulary(options: GenerationOptions, vocab_size: int) -> None:
         bad = next((t for t in ids if t >= vocab_size), None)
         if bad is not None:
             raise RequestInvalid(f"Invalid value for '{name}': token id {bad} is outside the "
-                                 f"vocabulary [0, {vocab_size}).", field)
+                                 f"vocabulary [0, {vocab_size}).", name)
 
 
 def with_bad_words(request: GenerationRequest, options: GenerationOptions,
