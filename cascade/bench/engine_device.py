@@ -10,7 +10,6 @@ allocated and initialised there and then, never on the CPU first and never saved
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Callable
 from functools import partial
@@ -18,6 +17,8 @@ from pathlib import Path
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, PretrainedConfig
+
+from cascade.core import dtypes
 
 LLAMA3_8B = dict(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32,
                  num_key_value_heads=8, intermediate_size=14336, vocab_size=128256,
@@ -97,17 +98,8 @@ def random_model(target: Path | str, dtype: torch.dtype, device: str | torch.dev
 
 
 def cpu_flags() -> dict[str, bool]:
-    """Whether the CPU has avx512_bf16 and AMX, as ``lscpu`` (else /proc/cpuinfo) shows."""
-    try:
-        text = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        text = ""
-    if "Flags" not in text:
-        try:
-            text = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            text = ""
-    flags = set(text.split())
+    """Whether the CPU has avx512_bf16 and AMX (``cascade.core.dtypes.cpu_flags``)."""
+    flags = dtypes.cpu_flags()
     return {"avx512_bf16": "avx512_bf16" in flags,
             "amx": any(f.startswith("amx") for f in flags)}
 

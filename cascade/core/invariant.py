@@ -167,7 +167,7 @@ def _groups(feed, offset: int, window: int | None) -> list[Group]:
     for i, position in enumerate(positions[:chain]):
         spans[key_span(position, window)].append(i)
     table = feed.table
-    out = [Group([offset + i for i in index], table.slot_list(first, end),
+    out = [Group([offset + i for i in index], table.slots(first, end),
                  _visible(torch.arange(first, end), [positions[i] for i in index], window))
            for (first, end), index in spans.items()]
     for node, position in enumerate(positions[chain:]):

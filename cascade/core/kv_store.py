@@ -114,12 +114,9 @@ class BlockTable:
     def slot(self, position: int) -> int:
         return self.blocks[position // BLOCK_SIZE] * BLOCK_SIZE + position % BLOCK_SIZE
 
-    def slots(self, first: int, end: int) -> torch.Tensor:
-        """[end - first] the store slots of positions ``first .. end - 1``."""
-        return torch.tensor(self.slot_list(first, end), dtype=torch.long)
-
-    def slot_list(self, first: int, end: int) -> list[int]:
-        """``slots`` as a list, a range per block (a step builds many: no tensor op each)."""
+    def slots(self, first: int, end: int) -> list[int]:
+        """The store slots of positions ``first .. end - 1``: a range per block (a step builds
+        many; the caller makes one tensor of them all)."""
         out: list[int] = []
         for index in range(first // BLOCK_SIZE, (end - 1) // BLOCK_SIZE + 1 if end > first else 0):
             start = index * BLOCK_SIZE

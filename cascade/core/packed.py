@@ -104,7 +104,7 @@ class PackedStep:
         self.store, self.feeds, self.fill, self.invariance = store, feeds, fill, invariance
         self._mask_cache: dict[tuple, list] = {}
         """Per kind of layer: the rows' masks, or the invariant attention's plan."""
-        slots = [slot for f in feeds for slot in f.table.slot_list(f.start, f.length)]
+        slots = [slot for f in feeds for slot in f.table.slots(f.start, f.length)]
         self.slots = torch.tensor(slots, device=store.keys.device)  # [N] store slots written
 
     def update(self, keys: torch.Tensor, values: torch.Tensor, layer_idx: int, *args, **kwargs):
@@ -222,7 +222,7 @@ def _row_batch(feeds: list[Feed], offsets: list[int], window: int | None,
     keys, queries, real, packed = [], [], [], []
     for b, (feed, offset, first, own) in enumerate(zip(feeds, offsets, firsts, owns)):
         count = len(feed.tokens)
-        slots = feed.table.slot_list(first, feed.length)
+        slots = feed.table.slots(first, feed.length)
         keys += slots + slots[:1] * (span - own)
         queries += list(range(offset, offset + count)) + [offset] * (width - count)
         real += range(b * width, b * width + count)
@@ -245,13 +245,13 @@ def _batch_mask(feeds: list[Feed], window: int | None, owns: list[int], width: i
     mask = (queries < counts)[..., None] & (keys < torch.tensor(owns)[:, None, None])
     mask[:, :, 0] |= queries >= counts
     for b, (feed, own) in enumerate(zip(feeds, owns)):
-        row_mask = _row_mask(feed, window, torch.device("cpu"))
+        row_mask = _row_mask(feed, window)
         if row_mask is not None:
             mask[b, : len(feed.tokens), :own] = row_mask
     return mask[:, None]
 
 
-def _row_mask(feed: Feed, window: int | None, device: torch.device) -> torch.Tensor | None:
+def _row_mask(feed: Feed, window: int | None) -> torch.Tensor | None:
     """[queries, keys] True where the row's query at slot start + i sees the key at slot
     first + j: causal by slot (the key rule of transformers' causal and sliding-window masks,
     the window counted in positions), and among tree nodes only ancestors and self; None when
@@ -270,7 +270,7 @@ def _row_mask(feed: Feed, window: int | None, device: torch.device) -> torch.Ten
         positions = torch.arange(first, length)
         positions[start - first:] = feed.positions()
         visible &= positions[None, :] > positions[start - first:, None] - window
-    return visible.to(device)
+    return visible
 
 
 def _row_attention(rows: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,

@@ -79,6 +79,14 @@ def answer_prompts(model, tokenizer, prompts: list[list[int]], max_new_tokens: i
     return rows
 
 
+def greedy_answers(model, tokenizer, prompts: list[list[int]], max_new_tokens: int,
+                   layers: tuple[int, ...], keep: int) -> list[FeatureSequence]:
+    """The target's greedy answers to ``prompts``, annotated: what held-out acceptance is
+    replayed on."""
+    rows = answer_prompts(model, tokenizer, prompts, max_new_tokens, 0.0, 0)
+    return annotate(model, rows, [len(p) for p in prompts], layers, keep)
+
+
 def text_windows(tokenizer, count: int, length: int, seed: int) -> list[list[int]]:
     """Windows of real text available offline: the Python standard library's sources."""
     rng = random.Random(seed)

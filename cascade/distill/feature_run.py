@@ -24,8 +24,8 @@ from cascade.core.feature_drafter import FeatureDrafter, FeatureDrafterConfig
 from cascade.core.feature_runner import load_weights, write_feature_drafter
 from cascade.core.vocab_map import VocabMap
 from cascade.distill.feature_data import (FeatureSequence, annotate, answer_prompts,
-                                          PROSE_PACKAGES, prose_corpus, prose_windows,
-                                          text_windows)
+                                          greedy_answers, PROSE_PACKAGES, prose_corpus,
+                                          prose_windows, text_windows)
 from cascade.distill.feature_train import greedy_acceptance, make_batch, ttt_loss
 from cascade.distill.prompts import code_prompts, doc_prompts, prompt_set
 from cascade.distill.precision import resolve_dtype
@@ -121,8 +121,8 @@ class FeatureDistiller:
     def _held_out(self) -> list[FeatureSequence]:
         c = self.config
         prompts = self._fitting(prompt_set(held_out=True))[: c.eval_sequences]
-        rows = answer_prompts(self.teacher, self.tokenizer, prompts, c.max_new_tokens, 0.0, 0)
-        return annotate(self.teacher, rows, [len(p) for p in prompts], self.layers, c.keep)
+        return greedy_answers(self.teacher, self.tokenizer, prompts, c.max_new_tokens,
+                              self.layers, c.keep)
 
     def batch_prompts(self) -> list[list[int]]:
         """``gen_batch`` prompts: up to half chat, the rest code and documentation alike."""

@@ -13,7 +13,7 @@ import torch
 from cascade.core.feature_drafter import FeatureDrafterConfig
 from cascade.core.feature_runner import load_weights
 from cascade.core.vocab_map import VocabMap
-from cascade.distill.feature_data import FeatureSequence, annotate, answer_prompts
+from cascade.distill.feature_data import FeatureSequence, greedy_answers
 from cascade.distill.feature_run import build_drafter
 from cascade.distill.feature_train import greedy_acceptance
 from cascade.distill.prompts import prompt_set
@@ -24,8 +24,7 @@ def held_out(model, tokenizer, count: int, max_new_tokens: int) -> list[FeatureS
     """The target's greedy answers to the first ``count`` held-out prompts, annotated."""
     layers = FeatureDrafterConfig.for_target(model.config).feature_layers
     prompts = chat_prompts_ids(tokenizer, prompt_set(held_out=True))[:count]
-    rows = answer_prompts(model, tokenizer, prompts, max_new_tokens, 0.0, 0)
-    return annotate(model, rows, [len(p) for p in prompts], layers, 32)
+    return greedy_answers(model, tokenizer, prompts, max_new_tokens, layers, 32)
 
 
 def curve(model, folder: Path, sequences: list[FeatureSequence], ks: range) -> list[tuple]:
