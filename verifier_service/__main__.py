@@ -1,6 +1,6 @@
 """python -m verifier_service --model DIR [--port 50051] [--redis-url redis://...]
 [--kv-tokens N] [--max-batch-tokens N] [--max-wait-ms MS] [--no-batching] [--no-invariant]
-[--no-share-prefixes]"""
+[--no-share-prefixes] [--tensor-parallel N]"""
 
 import dataclasses
 from pathlib import Path
@@ -41,6 +41,11 @@ OPTIONS = (
     option("max_kv_share", float, typer.Option(
         _DEFAULTS.max_kv_share, min=0.01, max=1.0, help="Most of the KV budget one API key's "
         "sessions may hold while another key's sessions wait for memory (1: no share).")),
+    option("tensor_parallel", int, typer.Option(
+        1, min=1, envvar="CASCADE_TENSOR_PARALLEL", help="Split the target over this many "
+        "ranks (processes this pod starts; one GPU each with --device cuda): attention heads "
+        "and MLP columns by the model's tensor-parallel plan, the KV cache by heads. The "
+        "target's attention and key/value heads must divide by it.")),
     option("session_key_file", Path, typer.Option(
         None, envvar="CASCADE_SESSION_KEY_FILE", help=SESSION_KEY_HELP)),
 )

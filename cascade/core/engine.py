@@ -75,6 +75,9 @@ class VerifyEngine:
         None: the plain pass."""
         assert BLOCK_SIZE % KEY_BLOCK == 0
         self.store = KVStore(shape, capacity, runner.device, zero_values=invariant)
+        leader = getattr(runner.model, "cascade_leader", None)
+        if leader is not None:  # a tensor-parallel target: the other ranks hold twin stores
+            self.store.mirror = leader.attach(self.store)
         self.rope_switch = rope_switch(runner.model)
         """Where the target's rotary frequencies change with the row's length (None: never)."""
         self.prefixes = PrefixCache(self.store, share_prefixes and self.rope_switch is None)

@@ -22,6 +22,7 @@ sequences write them, so an idle verifier with a large budget stays small.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import os
 import threading
@@ -58,7 +59,11 @@ class KVShape:
 
     @classmethod
     def of(cls, model) -> KVShape:
+        """The shape of ``model``'s entries (of this rank's heads, for a tensor-parallel
+        slice: ``cascade.core.tensor_parallel``)."""
         _, kv_heads, head_dim = attention_heads(model.config)
+        shard = getattr(model, "cascade_shard", None)
+        kv_heads //= shard.world if shard else 1
         return cls(model.config.num_hidden_layers, kv_heads, head_dim,
                    next(model.parameters()).dtype)
 
@@ -153,6 +158,9 @@ class KVStore:
         self.keys = torch.empty(dims, dtype=shape.dtype, device=device)
         self.values = torch.empty(dims, dtype=shape.dtype, device=device)
         self.zero_values = zero_values
+        self.mirror = None
+        """Where each change to the contents is sent first (``cascade.core.ranks``: the twin
+        stores of a tensor-parallel target's other ranks); None: nowhere."""
         self._untouched = set(range(self.num_blocks))
         self._free = list(range(self.num_blocks))  # a heap; may hold ids taken meanwhile
         self._is_free = [True] * self.num_blocks
@@ -200,10 +208,15 @@ class KVStore:
             if block is None:
                 return None
             self._refs[block] = 1
-        if self.zero_values and block in self._untouched:
-            self.values[:, :, block * BLOCK_SIZE : (block + 1) * BLOCK_SIZE].zero_()
-        self._untouched.discard(block)
+        self.touch((block,))
         return block
+
+    def touch(self, blocks) -> None:
+        """Blocks about to be used: zero the values of those not used before (``zero_values``)."""
+        for block in blocks:
+            if self.zero_values and block in self._untouched:
+                self.values[:, :, block * BLOCK_SIZE : (block + 1) * BLOCK_SIZE].zero_()
+            self._untouched.discard(block)
 
     def _take_free(self, after: int | None) -> int | None:
         if after is not None and after + 1 < self.num_blocks and self._is_free[after + 1]:
@@ -275,14 +288,33 @@ class KVStore:
     def copy_block(self, source: int, target: int, count: int = BLOCK_SIZE) -> None:
         """The first ``count`` slots of block ``source`` into block ``target`` (every layer)."""
         src, dst = source * BLOCK_SIZE, target * BLOCK_SIZE
-        for store in (self.keys, self.values):
-            store[:, :, dst : dst + count] = store[:, :, src : src + count]
+        with self.changing("copy_block", source, target, count):
+            self.touch((target,))
+            for store in (self.keys, self.values):
+                store[:, :, dst : dst + count] = store[:, :, src : src + count]
 
     def move(self, table: BlockTable, sources: list[int], targets: list[int]) -> None:
         """Copy the entries of positions ``sources`` of ``table`` to positions ``targets`` (every
         layer; the sources are read before anything is written)."""
-        device = self.keys.device
-        src = torch.tensor([table.slot(p) for p in sources], device=device)
-        dst = torch.tensor([table.slot(p) for p in targets], device=device)
-        self.keys[:, :, dst] = self.keys[:, :, src]
-        self.values[:, :, dst] = self.values[:, :, src]
+        self.move_slots([table.slot(p) for p in sources], [table.slot(p) for p in targets])
+
+    def move_slots(self, sources: list[int], targets: list[int]) -> None:
+        """Copy the entries of store slots ``sources`` to ``targets`` (every layer)."""
+        with self.changing("move_slots", sources, targets):
+            src = torch.tensor(sources, device=self.keys.device)
+            dst = torch.tensor(targets, device=self.keys.device)
+            self.keys[:, :, dst] = self.keys[:, :, src]
+            self.values[:, :, dst] = self.values[:, :, src]
+
+    def randomize(self) -> None:
+        """Fill the whole store with random values (timing passes: no uninitialised memory,
+        whose denormals or NaN would be slow)."""
+        with self.changing("randomize"):
+            self.keys.normal_()
+            self.values.normal_()
+
+    def changing(self, operation: str, *args):
+        """The context of one change to the contents: sent to ``mirror`` first, when set."""
+        if self.mirror is None:
+            return contextlib.nullcontext()
+        return self.mirror.change(operation, *args)

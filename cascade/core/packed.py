@@ -29,6 +29,7 @@ bidirectional attention, linear-attention layers, attention outside ``AttentionI
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from dataclasses import dataclass
 from itertools import accumulate
@@ -94,6 +95,17 @@ class Feed:
             tree = self.tree_start - 1 + torch.tensor(depths(self.parents))
             slots[self.tree_start - self.start:] = tree
         return slots
+
+
+@dataclass(frozen=True)
+class RowFeed:
+    """A ``Feed`` as a message to a tensor-parallel target's other ranks carries it (its
+    table's blocks rather than the table: ``cascade.core.ranks``)."""
+
+    blocks: tuple[int, ...]
+    start: int
+    tokens: tuple[int, ...]
+    parents: tuple[int, ...] | None
 
 
 class PackedStep:
@@ -399,7 +411,24 @@ def packed_forward(model, store: KVStore, feeds: list[Feed], keep: torch.Tensor,
     wanted. Returns (logits [M, model vocab] float32, hidden states per layer [N, d] or ()).
 
     ``invariance``: the batch-invariant pass (``cascade.core.invariant``): the tokens and the
-    kept rows are padded with filler rows by its rule, and attention is canonical."""
+    kept rows are padded with filler rows by its rule, and attention is canonical.
+
+    A store with a ``mirror`` (a tensor-parallel target's rank 0) sends the pass to the other
+    ranks first, which run it on their slices (``cascade.core.ranks``)."""
+    with _mirrored(store, feeds, keep, hidden, to_local, invariance):
+        return _packed_forward(model, store, feeds, keep, hidden, to_local, invariance)
+
+
+def _mirrored(store: KVStore, feeds: list[Feed], *args):
+    if store.mirror is None:
+        return contextlib.nullcontext()
+    rows = [RowFeed(tuple(f.table.blocks), f.start, tuple(f.tokens), f.parents) for f in feeds]
+    return store.changing("forward", rows, *args)
+
+
+def _packed_forward(model, store: KVStore, feeds: list[Feed], keep: torch.Tensor,
+                    hidden: bool, to_local: torch.Tensor | None,
+                    invariance: Invariance | None):
     device = store.keys.device
     tokens = torch.tensor([t for f in feeds for t in f.tokens], dtype=torch.long)
     if to_local is not None:

@@ -25,6 +25,7 @@ from cascade.core.invariant import DenseCall, dense_call, probe_invariance
 from cascade.core.row_rules import Invariance
 from cascade.core.packed import enable
 from cascade.core.row_rope import rope_switch
+from cascade.core.tensor_parallel import Shard, local_products, shard
 from cascade.core.vocab_map import VocabMap
 from cascade.core.kv_store import KVShape
 from cascade.core.prefix_share import (ENDED_BYTES, EndedCaches, HeldTokens, adopt_prefix,
@@ -68,6 +69,15 @@ class ForwardOutput(NamedTuple):
     None when none were asked for."""
 
 
+def load_weights(spec: ModelSpec, slice_of: Shard | None = None) -> PreTrainedModel:
+    """``spec``'s model on its device; with ``slice_of``, only that rank's tensor-parallel
+    slice (``cascade.core.tensor_parallel``: the whole model is read, then split)."""
+    model = AutoModelForCausalLM.from_pretrained(spec.name_or_path, dtype=DTYPES[spec.dtype])
+    if slice_of is not None:
+        shard(model, slice_of.rank, slice_of.world, slice_of.group)
+    return model.to(spec.device)
+
+
 class ModelRunner:
     """A causal LM in eval mode plus its tokenizer (if any); hands out per-sequence caches."""
 
@@ -98,7 +108,8 @@ class ModelRunner:
     def probed_invariance(self) -> Invariance:
         with _PROBE_LOCK:
             if self.invariance is None:
-                self.invariance = probe_invariance(self.model)
+                with local_products():  # this rank's kernels (a sharded slice: its own)
+                    self.invariance = probe_invariance(self.model)
             return self.invariance
 
     def set_invariant(self, on: bool = True) -> None:
@@ -113,10 +124,9 @@ class ModelRunner:
                                     self.invariance.pad_limit, batches))
 
     @classmethod
-    def load(cls, spec: ModelSpec) -> "ModelRunner":
-        model = AutoModelForCausalLM.from_pretrained(
-            spec.name_or_path, dtype=DTYPES[spec.dtype]
-        ).to(spec.device)
+    def load(cls, spec: ModelSpec, slice_of: Shard | None = None) -> "ModelRunner":
+        """The model of ``spec`` (``load_weights``) with its tokenizer."""
+        model = load_weights(spec, slice_of)
         tokenizer = AutoTokenizer.from_pretrained(spec.name_or_path)
         return cls(model, tokenizer, VocabMap.load(Path(spec.name_or_path)))
 
@@ -143,6 +153,9 @@ class ModelRunner:
         """One pass over [B, S] ids of the target's vocabulary (mapped to a restricted drafter's
         own) at ``positions`` [B, S], into the cache slots ``cache_position`` [S]; ``kwargs``
         go to the model (attention_mask, logits_to_keep, ...)."""
+        if getattr(self.model, "cascade_leader", None) is not None:
+            raise RuntimeError("a tensor-parallel target runs only through the verify engine "
+                               "(its other ranks follow the engine's passes)")
         if self.vocab_map is not None:
             input_ids = self.vocab_map.to_local[input_ids]
         device = self.device

@@ -357,8 +357,7 @@ def profile(runner, seconds: float = 20.0, grid: ProfileGrid | None = None,
     positions, num_rows = max(c + t for _, t, c in shapes), max(r for r, _, _ in shapes)
     room = (padded(positions, BLOCK_SIZE) + BLOCK_SIZE) * num_rows  # and admission's growth
     engine = VerifyEngine(runner, kv_tokens=room, invariant=invariant)
-    engine.store.keys.normal_()  # no uninitialised memory: denormals or NaN would be slow
-    engine.store.values.normal_()
+    engine.store.randomize()
     caches = [engine.admit(positions) for _ in range(num_rows)]
     ids = [i % runner.vocab_size for i in range(positions)]
     plan = [(StepShape(r, r * t, r * c), [Pass(caches[i], ids[: c + t], t) for i in range(r)])

@@ -12,7 +12,9 @@ from pathlib import Path
 import typer
 
 from cascade.core.feature_runner import load_model
+from cascade.core.ranks import load_sharded
 from cascade.core.runner import ModelSpec
+from cascade.core.tensor_parallel import TensorParallelError, check_split
 from cascade.pod.process import setup_pod
 from cascade.protocol.names import default_model_id
 from cascade.serving.mesh import SERVER_NAME_HELP, TLS_DIR_HELP, TOKEN_HELP, mesh_or_exit
@@ -79,7 +81,8 @@ def model_server_cli(role: str, default_port: int, summary: str,
         setup_telemetry(f"cascade-{role}")
         serve_metrics(metrics_port, role, model_name or default_model_id(target_model or model),
                       host)
-        runner, served_dtype = _load(role, model, dtype, device, target_model)
+        runner, served_dtype = _load(role, model, dtype, device, target_model,
+                                     role_options.pop("tensor_parallel", 1), threads)
         registry = connect(redis_url) if redis_url else None  # one client per pod
         service, sessions = build(runner, host, port, grace_s, mesh=mesh, registry=registry,
                                   **role_options)
@@ -94,9 +97,11 @@ def model_server_cli(role: str, default_port: int, summary: str,
     return cli
 
 
-def _load(role: str, model: str, dtype: str, device: str, target_model: str | None):
-    """(runner, the dtype it runs in), the choice logged; a model folder that is not there, or
-    a dtype not known, ends the process with one line saying so."""
+def _load(role: str, model: str, dtype: str, device: str, target_model: str | None,
+          tensor_parallel: int = 1, threads: int = 0):
+    """(runner, the dtype it runs in), the choice logged; a model folder that is not there, a
+    dtype not known, or a model that does not split over ``tensor_parallel`` ranks ends the
+    process with one line saying so."""
     check_model(model)
     check_model(target_model, "--target-model")
     try:
@@ -105,4 +110,10 @@ def _load(role: str, model: str, dtype: str, device: str, target_model: str | No
         raise typer.BadParameter(str(exc), param_hint="--dtype") from exc
     logging.getLogger(role).info("loading %s in %s (--dtype %s) on %s", model, spec.dtype, dtype,
                                  device)
-    return load_model(spec, target_model), spec.dtype
+    if tensor_parallel == 1:
+        return load_model(spec, target_model), spec.dtype
+    try:
+        check_split(model, tensor_parallel)
+    except TensorParallelError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--tensor-parallel") from exc
+    return load_sharded(spec, tensor_parallel, threads), spec.dtype

@@ -1,0 +1,46 @@
+"""python -m cascade.core.rank_main: one follower rank of a tensor-parallel verifier.
+
+Started by the verifier (``cascade.core.ranks.launch``) with torch's usual environment
+(``MASTER_ADDR``, ``MASTER_PORT``, ``RANK``, ``WORLD_SIZE``): it joins the group, loads its
+slice of the target and makes every change rank 0 broadcasts until told to stop."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+
+import torch
+
+from cascade.core import ranks
+from cascade.core.packed import enable
+from cascade.core.runner import ModelRunner, ModelSpec, load_weights
+from cascade.core.tensor_parallel import Shard
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=0)
+    args = parser.parse_args()
+    logging.basicConfig(level="INFO", format=f"%(asctime)s rank-{os.environ['RANK']} "
+                        "%(name)s %(levelname)s %(message)s")
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    ranks.watch_leader(int(os.environ["CASCADE_LEADER_PID"]))
+    group = ranks.join(rank, world, args.device)
+    spec = ModelSpec(args.model, args.dtype, ranks.rank_device(args.device, rank))
+    runner = ModelRunner(load_weights(spec, Shard(rank, world)))
+    enable(runner.model)
+    ranks.loaded(rank, world, group)
+    try:
+        ranks.follow(runner.model, group)
+    except RuntimeError as exc:  # the leader is gone (its sockets closed)
+        raise SystemExit(f"rank {rank}: the leader is gone ({exc})") from None
+
+
+if __name__ == "__main__":
+    main()
