@@ -153,6 +153,35 @@ def bench_engine(target: Path = typer.Option(None, help="Model folder (default: 
     run_on_console(config, console)
 
 
+def bench_tp(target: Path = typer.Option(None, help="Model folder (default: the tiny "
+                                          "target; its heads must divide by --ranks)."),
+             ranks: int = typer.Option(2, min=2, help="Ranks to split the target over."),
+             dtype: str = typer.Option("float32", help="float32 or bfloat16."),
+             repeats: int = typer.Option(7, min=1, help="Timed calls per cell after a "
+                                         "warm-up (the median is reported)."),
+             rows: str = typer.Option("1,8,32", help="The N rows x 1 token shapes."),
+             drafts: str = typer.Option("4", help="The one-row drafts."),
+             prefill: int = typer.Option(128, min=0, help="Prefill tokens (0: none)."),
+             context: int = typer.Option(100, min=1, help="Cached tokens per row."),
+             out: Path = typer.Option(Path("runs/bench-tp"), help="Where tp.json goes.")
+             ) -> None:
+    """The verify engine's step with the target whole and split over ranks (tensor
+    parallelism on this machine's cores), and what the sums over the ranks cost alone."""
+    from cascade.bench.engine import int_list
+    from cascade.bench.tensor_parallel import TpBenchConfig, main
+    from cascade.core.tensor_parallel import TensorParallelError, check_split
+
+    target = target or pair_folders(None, None, "tiny")[0]
+    if dtype not in ("float32", "bfloat16"):
+        raise typer.BadParameter("float32 or bfloat16", param_hint="--dtype")
+    try:
+        check_split(str(target), ranks)
+    except TensorParallelError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--ranks") from exc
+    main(TpBenchConfig(target, ranks, dtype, repeats, int_list(rows), int_list(drafts), prefill,
+                       context, out))
+
+
 def bench_cascades(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT,
                    pair: str = PAIR_OPT,
                    k: int = draft_tokens_option(4, min=1, max=32),

@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cascade.cli.bench import bench, bench_cascades, bench_engine, bench_load
+from cascade.cli.bench import bench, bench_cascades, bench_engine, bench_load, bench_tp
 from cascade.cli.models import distill, models_app
 from cascade.cli.options import DRAFTER_OPT, PAIR_OPT, TARGET_OPT, draft_tokens_option
 from cascade.cli.options import pair_folders
@@ -32,6 +32,7 @@ app.command()(bench)
 app.command("bench-load")(bench_load)
 app.command("bench-cascades")(bench_cascades)
 app.command("bench-engine")(bench_engine)
+app.command("bench-tp")(bench_tp)
 console = Console()
 
 

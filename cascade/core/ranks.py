@@ -3,7 +3,7 @@
 Rank 0 is the verifier itself: it runs the engine, the scheduler and the server, and holds all
 the bookkeeping (which block is free, whose table holds what, admission, prefix keys). Every
 change it makes to a KV store's contents — a pass, a block copied, entries moved — it first
-broadcasts to ranks 1..N-1 (``Leader``: one pickled message on a gloo group, under one lock so
+broadcasts to ranks 1..N-1 (``Leader``: one pickled message, one broadcast on a gloo group, under one lock so
 every rank sees the changes in one order), and they make the same change to their own slices
 of the store (``follow``): the same blocks in the same places, for their own heads. A pass
 message carries what rank 0's pass is given (each row's blocks, first position, tokens, tree
@@ -24,6 +24,7 @@ import datetime
 import itertools
 import logging
 import os
+import pickle
 import socket
 import subprocess
 import sys
@@ -38,10 +39,13 @@ import torch.distributed as dist
 from cascade.core.kv_store import BlockTable, KVStore
 from cascade.core.packed import Feed, packed_forward
 from cascade.core.runner import ModelRunner
-from cascade.core.tensor_parallel import Shard
+from cascade.core.tensor_parallel import Shard, summed
 
 log = logging.getLogger("cascade.ranks")
 RANK_LOST_EXIT = 70
+MESSAGE_BYTES = 16 * 1024
+"""One broadcast carries a message this long (a pass of a few hundred tokens); longer ones
+take a second."""
 JOIN_TIMEOUT_S = float(os.environ.get("CASCADE_RANK_JOIN_TIMEOUT_S", 600))
 
 
@@ -60,8 +64,8 @@ class Leader:
         with self.lock:
             dropped, self._dropped = self._dropped, []
             for store_id in dropped:
-                dist.broadcast_object_list([("drop", store_id)], src=0, group=self.group)
-            dist.broadcast_object_list([message], src=0, group=self.group)
+                _broadcast(("drop", store_id), self.group)
+            _broadcast(message, self.group)
 
     def attach(self, store: KVStore) -> StoreMirror:
         """Create ``store``'s twin on every rank; its changes are mirrored from now on."""
@@ -69,6 +73,13 @@ class Leader:
         self.send(("store", store_id, store.shape, store.capacity, store.zero_values))
         weakref.finalize(store, self._dropped.append, store_id)
         return StoreMirror(self, store_id)
+
+    def rehearse(self, rows: int, width: int, dtype: torch.dtype, count: int) -> None:
+        """Every rank sums ``count`` [rows, width] tensors over the ranks, as a pass's
+        rowwise layers do, and nothing else (the collectives' own cost)."""
+        with self.lock:
+            self.send(("rehearse", rows, width, dtype, count))
+            rehearse(rows, width, dtype, count)
 
     def stop(self) -> None:
         self.stopped = True
@@ -95,11 +106,12 @@ def follow(model, group) -> None:
     """Ranks 1..N-1: make each change rank 0 broadcasts, until it says stop (or is gone)."""
     stores: dict[int, KVStore] = {}
     while True:
-        message = [None]
-        dist.broadcast_object_list(message, src=0, group=group)
-        operation, *args = message[0]
+        operation, *args = _receive(group)
         if operation == "stop":
             return
+        if operation == "rehearse":
+            rehearse(*args)
+            continue
         if operation == "store":
             store_id, shape, capacity, zero_values = args
             stores[store_id] = KVStore(shape, capacity, _device_of(model), zero_values)
@@ -112,6 +124,40 @@ def follow(model, group) -> None:
             packed_forward(model, store, feeds, *rest)
         else:
             getattr(stores[args[0]], operation)(*args[1:])
+
+
+def _broadcast(message: tuple, group) -> None:
+    """Rank 0: one broadcast of ``message`` pickled (two when it is longer than
+    ``MESSAGE_BYTES``), its length in front."""
+    payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    head = len(payload).to_bytes(8, "little") + payload[: MESSAGE_BYTES - 8]
+    buffer = torch.zeros(MESSAGE_BYTES, dtype=torch.uint8)
+    buffer[: len(head)] = torch.frombuffer(bytearray(head), dtype=torch.uint8)
+    dist.broadcast(buffer, 0, group=group)
+    if len(payload) > MESSAGE_BYTES - 8:
+        rest = bytearray(payload[MESSAGE_BYTES - 8 :])
+        dist.broadcast(torch.frombuffer(rest, dtype=torch.uint8), 0, group=group)
+
+
+def _receive(group) -> tuple:
+    """Ranks 1..N-1: the next message ``_broadcast`` sends."""
+    buffer = torch.empty(MESSAGE_BYTES, dtype=torch.uint8)
+    dist.broadcast(buffer, 0, group=group)
+    size = int.from_bytes(buffer[:8].numpy().tobytes(), "little")
+    data = buffer[8 : 8 + size].numpy().tobytes()
+    if size > MESSAGE_BYTES - 8:
+        rest = torch.empty(size - (MESSAGE_BYTES - 8), dtype=torch.uint8)
+        dist.broadcast(rest, 0, group=group)
+        data += rest.numpy().tobytes()
+    return pickle.loads(data)
+
+
+def rehearse(rows: int, width: int, dtype: torch.dtype, count: int) -> None:
+    shard = Shard(dist.get_rank(), dist.get_world_size(), None, dist.get_backend())
+    device = "cuda" if shard.backend == "nccl" else "cpu"
+    tensor = torch.zeros(rows, width, dtype=dtype, device=device)
+    for _ in range(count):
+        summed(tensor, shard)
 
 
 def _table(blocks: tuple[int, ...]) -> BlockTable:

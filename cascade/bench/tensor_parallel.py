@@ -1,0 +1,161 @@
+"""``cascade bench-tp``: the verify engine's step with the target whole and split over ranks.
+
+    cascade bench-tp [--target DIR] [--ranks 2] [--dtype float32] [--repeats 7]
+                     [--rows 1,8,32] [--drafts 4] [--prefill 128] [--context 100] [--out DIR]
+    python -m cascade.bench.tensor_parallel [the same options]
+
+One process holds the whole target and rank 0 of the split one (``cascade.core.ranks``: the
+other ranks are processes of their own); the columns are timed in turn, call after call, so a
+machine that slows down slows every column alike. Threads: the CPU's cores are shared among the
+ranks (2 cores, 2 ranks: one thread each), and the whole target is timed with all the cores
+and with one rank's share. Columns, milliseconds per step (``VerifyEngine.step``, acceptance
+and commit included; the default invariant pass and the plain one):
+
+- whole: the unsplit target;
+- split: the target over ``ranks`` ranks;
+- sums alone: the step's sums over the ranks without the model: 2 per layer (the attention's
+  and the MLP's output projections), each of [tokens, hidden] (``Leader.rehearse``).
+The table's last lines say what one step moves between the ranks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from cascade.bench.engine import (EngineBenchConfig, EngineRows, _interleaved, default_threads)
+from cascade.bench.engine_report import Shape
+from cascade.bench.machine import machine
+from cascade.core import ranks
+from cascade.core.dtypes import cpu_flags
+from cascade.core.runner import DTYPES, ModelRunner, ModelSpec
+
+
+@dataclass(frozen=True)
+class TpBenchConfig:
+    target: Path
+    ranks: int = 2
+    dtype: str = "float32"
+    repeats: int = 7
+    rows: tuple[int, ...] = (1, 8, 32)
+    drafts: tuple[int, ...] = (4,)
+    prefill: int = 128
+    context: int = 100
+    out: Path = Path("runs/bench-tp")
+
+    def engine_config(self, threads: int) -> EngineBenchConfig:
+        return EngineBenchConfig(self.target, (self.dtype,), threads, self.repeats,
+                                 self.context, False, self.out, self.rows, self.drafts, (),
+                                 self.prefill)
+
+
+@dataclass(frozen=True)
+class TpRow:
+    shape: str
+    tokens: int
+    cells: dict[str, float]
+    """Milliseconds per step, by column."""
+
+
+def run_tp_bench(config: TpBenchConfig, console: Console | None = None) -> list[TpRow]:
+    console = console or Console()
+    cores = default_threads()
+    share = max(1, cores // config.ranks)
+    spec = ModelSpec(str(config.target), config.dtype)
+    whole = ModelRunner.load(spec)
+    console.print(f"starting {config.ranks} ranks ({share} thread(s) each) ...")
+    split = ranks.load_sharded(spec, config.ranks, share)
+    try:
+        return _measure(config, whole, split, {"all cores": cores, "one share": share},
+                        console)
+    finally:
+        ranks.stop_ranks(split)
+
+
+def _measure(config: TpBenchConfig, whole: ModelRunner, split: ModelRunner,
+             threads: dict[str, int], console: Console) -> list[TpRow]:
+    engine_config = config.engine_config(threads["all cores"])
+    engines = {(name, inv): EngineRows(runner, inv, engine_config)
+               for name, runner in (("whole", whole), ("split", split))
+               for inv in (True, False)}
+    hidden = whole.model.config.hidden_size
+    layers = whole.model.config.num_hidden_layers
+    leader = split.model.cascade_leader
+    results = []
+    for shape in engine_config.shapes():
+        prepares = {}
+        for (name, invariant), rows in engines.items():
+            mode = "invariant" if invariant else "plain"
+            counts = {"whole": [("all cores", threads["all cores"]),
+                                ("one share", threads["one share"])],
+                      "split": [("", threads["one share"])]}[name]
+            for label, count in counts:
+                column = f"{name} {mode}" + (f", {label}" if label else "")
+                prepares[column] = _with_threads(rows, shape, count)
+        tokens = shape.rows * shape.tokens
+        prepares["sums alone"] = lambda t=tokens: (
+            lambda: leader.rehearse(t, hidden, DTYPES[config.dtype], 2 * layers))
+        medians, _ = _interleaved(prepares, config.repeats)
+        for rows in engines.values():
+            rows.close_prefill()
+        results.append(TpRow(shape.name, tokens, medians))
+        console.print(f"  {shape.name}: " + ", ".join(f"{k} {v:.2f}" for k, v in medians.items()))
+    for rows in engines.values():
+        rows.close()
+    return results
+
+
+def _with_threads(rows: EngineRows, shape: Shape, count: int):
+    def prepare():
+        torch.set_num_threads(count)
+        return rows.prepare(shape)
+    return prepare
+
+
+def report(config: TpBenchConfig, results: list[TpRow], hidden: int, layers: int,
+           element: int) -> Table:
+    flags = " ".join(sorted(f for f in cpu_flags() if f.startswith(("avx512", "amx", "avx2"))))
+    table = Table(title=f"verify step, target whole vs over {config.ranks} ranks, "
+                  f"{config.dtype}, ms per step\n{machine()}\nflags: {flags}")
+    columns = list(results[0].cells)
+    table.add_column("shape")
+    for column in columns:
+        table.add_column(column, justify="right")
+    table.add_column("split / whole (invariant, all cores)", justify="right")
+    table.add_column("bytes summed per step", justify="right")
+    for row in results:
+        ratio = row.cells["split invariant"] / row.cells["whole invariant, all cores"]
+        moved = 2 * layers * row.tokens * hidden * element
+        table.add_row(row.shape, *[f"{row.cells[c]:.2f}" for c in columns], f"{ratio:.2f}x",
+                      f"{2 * layers} x {row.tokens * hidden * element // 1024} KiB = "
+                      f"{moved / 1024:.0f} KiB")
+    return table
+
+
+def main(config: TpBenchConfig) -> None:
+    console = Console()
+    results = run_tp_bench(config, console)
+    model_config = json.loads((config.target / "config.json").read_text())
+    hidden = model_config.get("hidden_size") or model_config["n_embd"]
+    layers = model_config.get("num_hidden_layers") or model_config["n_layer"]
+    element = torch.empty((), dtype=DTYPES[config.dtype]).element_size()
+    console.print(report(config, results, hidden, layers, element))
+    config.out.mkdir(parents=True, exist_ok=True)
+    (config.out / "tp.json").write_text(json.dumps(
+        {"config": {k: str(v) for k, v in asdict(config).items()}, "machine": machine(),
+         "rows": [asdict(r) for r in results]}, indent=1))
+
+
+if __name__ == "__main__":
+    import typer
+
+    from cascade.cli.bench import bench_tp
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    typer.run(bench_tp)
