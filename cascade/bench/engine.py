@@ -59,13 +59,14 @@ from transformers import AutoModelForCausalLM
 from cascade.bench.engine_columns import (compile_model, context_tokens, floor_prepare,
                                           hf_prepare, weight_bytes)
 from cascade.bench.engine_device import (copy_bandwidth, cpu_flags, device_name, is_cuda,
-                                         random_model, read_bandwidth, synchronizer)
+                                         read_bandwidth, synchronizer)
 from cascade.bench.engine_report import (DtypeResult, EngineBenchResult, Shape, ShapeResult,
                                          bandwidth_label, header, save, table)
 from cascade.bench.machine import machine
 from cascade.core.blocks import Draft
 from cascade.core.engine import VerifyEngine
 from cascade.core.invariant import KEY_BLOCK
+from cascade.core.random_weights import random_model
 from cascade.core.row_rules import padded
 from cascade.core.runner import DTYPES, ModelRunner, ModelSpec
 from cascade.core.verification import SequenceVerifier

@@ -2,7 +2,7 @@
 
     cascade bench-tp [--target DIR] [--ranks 2] [--dtype float32] [--repeats 7]
                      [--rows 1,8,32] [--drafts 4] [--prefill 128] [--context 100] [--out DIR]
-    python -m cascade.bench.tensor_parallel [the same options]
+                     [--random-weights]
 
 One process holds the whole target and rank 0 of the split one (``cascade.core.ranks``: the
 other ranks are processes of their own); the columns are timed in turn, call after call, so a
@@ -21,7 +21,6 @@ The table's last lines say what one step moves between the ranks.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -34,6 +33,7 @@ from cascade.bench.engine_report import Shape
 from cascade.bench.machine import machine
 from cascade.core import ranks
 from cascade.core.dtypes import cpu_flags
+from cascade.core.random_weights import random_config
 from cascade.core.runner import DTYPES, ModelRunner, ModelSpec
 
 
@@ -48,6 +48,8 @@ class TpBenchConfig:
     prefill: int = 128
     context: int = 100
     out: Path = Path("runs/bench-tp")
+    random_weights: bool = False
+    """``target`` is a config (a folder's config.json, or a built-in name): random weights."""
 
     def engine_config(self, threads: int) -> EngineBenchConfig:
         return EngineBenchConfig(self.target, (self.dtype,), threads, self.repeats,
@@ -68,9 +70,9 @@ def run_tp_bench(config: TpBenchConfig, console: Console | None = None) -> list[
     cores = default_threads()
     share = max(1, cores // config.ranks)
     spec = ModelSpec(str(config.target), config.dtype)
-    whole = ModelRunner.load(spec)
+    whole = ModelRunner.load(spec, random_weights=config.random_weights)
     console.print(f"starting {config.ranks} ranks ({share} thread(s) each) ...")
-    split = ranks.load_sharded(spec, config.ranks, share)
+    split = ranks.load_sharded(spec, config.ranks, share, config.random_weights)
     try:
         return _measure(config, whole, split, {"all cores": cores, "one share": share},
                         console)
@@ -141,9 +143,8 @@ def report(config: TpBenchConfig, results: list[TpRow], hidden: int, layers: int
 def main(config: TpBenchConfig) -> None:
     console = Console()
     results = run_tp_bench(config, console)
-    model_config = json.loads((config.target / "config.json").read_text())
-    hidden = model_config.get("hidden_size") or model_config["n_embd"]
-    layers = model_config.get("num_hidden_layers") or model_config["n_layer"]
+    model_config = random_config(config.target)
+    hidden, layers = model_config.hidden_size, model_config.num_hidden_layers
     element = torch.empty((), dtype=DTYPES[config.dtype]).element_size()
     console.print(report(config, results, hidden, layers, element))
     config.out.mkdir(parents=True, exist_ok=True)
@@ -151,11 +152,3 @@ def main(config: TpBenchConfig) -> None:
         {"config": {k: str(v) for k, v in asdict(config).items()}, "machine": machine(),
          "rows": [asdict(r) for r in results]}, indent=1))
 
-
-if __name__ == "__main__":
-    import typer
-
-    from cascade.cli.bench import bench_tp
-
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    typer.run(bench_tp)

@@ -163,7 +163,10 @@ def bench_tp(target: Path = typer.Option(None, help="Model folder (default: the 
              drafts: str = typer.Option("4", help="The one-row drafts."),
              prefill: int = typer.Option(128, min=0, help="Prefill tokens (0: none)."),
              context: int = typer.Option(100, min=1, help="Cached tokens per row."),
-             out: Path = typer.Option(Path("runs/bench-tp"), help="Where tp.json goes.")
+             out: Path = typer.Option(Path("runs/bench-tp"), help="Where tp.json goes."),
+             random_weights: bool = typer.Option(False, help="--target is a folder with a "
+                                                 "config.json (or llama3-8b): every rank "
+                                                 "builds it with the same random weights.")
              ) -> None:
     """The verify engine's step with the target whole and split over ranks (tensor
     parallelism on this machine's cores), and what the sums over the ranks cost alone."""
@@ -175,11 +178,11 @@ def bench_tp(target: Path = typer.Option(None, help="Model folder (default: the 
     if dtype not in ("float32", "bfloat16"):
         raise typer.BadParameter("float32 or bfloat16", param_hint="--dtype")
     try:
-        check_split(str(target), ranks)
+        check_split(str(target), ranks, random_weights)
     except TensorParallelError as exc:
         raise typer.BadParameter(str(exc), param_hint="--ranks") from exc
     main(TpBenchConfig(target, ranks, dtype, repeats, int_list(rows), int_list(drafts), prefill,
-                       context, out))
+                       context, out, random_weights))
 
 
 def bench_cascades(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT,

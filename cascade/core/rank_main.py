@@ -24,6 +24,7 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--random-weights", action="store_true")
     args = parser.parse_args()
     logging.basicConfig(level="INFO", format=f"%(asctime)s rank-{os.environ['RANK']} "
                         "%(name)s %(levelname)s %(message)s")
@@ -33,7 +34,7 @@ def main() -> None:
     ranks.watch_leader(int(os.environ["CASCADE_LEADER_PID"]))
     group = ranks.join(rank, world, args.device)
     spec = ModelSpec(args.model, args.dtype, ranks.rank_device(args.device, rank))
-    runner = ModelRunner(load_weights(spec, Shard(rank, world)))
+    runner = ModelRunner(load_weights(spec, Shard(rank, world), args.random_weights))
     enable(runner.model)
     ranks.loaded(rank, world, group)
     try:

@@ -180,7 +180,8 @@ def backend_for(device: str) -> str:
     return "nccl" if torch.device(device).type == "cuda" else "gloo"
 
 
-def launch(model: str, dtype: str, device: str, world: int, threads: int):
+def launch(model: str, dtype: str, device: str, world: int, threads: int,
+           random_weights: bool = False):
     """Start ranks 1..``world``-1 (``python -m cascade.core.rank_main``) and join them as rank
     0; returns the follower processes (watched: one that exits ends this process) and the
     group messages travel on."""
@@ -189,6 +190,7 @@ def launch(model: str, dtype: str, device: str, world: int, threads: int):
                WORLD_SIZE=str(world), CASCADE_LEADER_PID=str(os.getpid()))
     command = [sys.executable, "-m", "cascade.core.rank_main", "--model", model,
                "--dtype", dtype, "--device", device, "--threads", str(threads)]
+    command += ["--random-weights"] if random_weights else []
     followers = [subprocess.Popen(command, env=dict(env, RANK=str(r), LOCAL_RANK=str(r)))
                  for r in range(1, world)]
     log.info("tensor parallel: started ranks 1..%d; waiting for them to join", world - 1)
@@ -222,17 +224,19 @@ def loaded(rank: int, world: int, group) -> None:
                  time.monotonic() - started)
 
 
-def load_sharded(spec, world: int, threads: int = 0):
+def load_sharded(spec, world: int, threads: int = 0, random_weights: bool = False):
     """Rank 0's runner of a target split over ``world`` ranks (``spec.device``'s kind: one GPU
     per rank on CUDA): the followers started, joined and loaded, their passes led from here.
-    ``stop_ranks(runner)`` (or the process's exit) stops them."""
+    ``stop_ranks(runner)`` (or the process's exit) stops them. ``random_weights``: every rank
+    builds the model from its config, seeded alike (``cascade.core.random_weights``)."""
     if threads == 0 and torch.device(spec.device).type == "cpu":
         threads = max(1, (os.cpu_count() or 1) // world)  # the cores shared among the ranks
     if threads:
         torch.set_num_threads(threads)
-    followers, group = launch(spec.name_or_path, spec.dtype, spec.device, world, threads)
+    followers, group = launch(spec.name_or_path, spec.dtype, spec.device, world, threads,
+                              random_weights)
     try:
-        runner = ModelRunner.load(spec, Shard(0, world))
+        runner = ModelRunner.load(spec, Shard(0, world), random_weights)
         loaded(0, world, group)
     except BaseException:
         _stop(None, followers)

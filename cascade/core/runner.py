@@ -22,6 +22,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreT
 from cascade.core.dtypes import auto_dtype
 from cascade.core import packed_weights
 from cascade.core.invariant import DenseCall, dense_call, probe_invariance
+from cascade.core.random_weights import random_model
 from cascade.core.row_rules import Invariance
 from cascade.core.packed import enable
 from cascade.core.row_rope import rope_switch
@@ -69,10 +70,16 @@ class ForwardOutput(NamedTuple):
     None when none were asked for."""
 
 
-def load_weights(spec: ModelSpec, slice_of: Shard | None = None) -> PreTrainedModel:
+def load_weights(spec: ModelSpec, slice_of: Shard | None = None,
+                 random_weights: bool = False) -> PreTrainedModel:
     """``spec``'s model on its device; with ``slice_of``, only that rank's tensor-parallel
-    slice (``cascade.core.tensor_parallel``: the whole model is read, then split)."""
-    model = AutoModelForCausalLM.from_pretrained(spec.name_or_path, dtype=DTYPES[spec.dtype])
+    slice (``cascade.core.tensor_parallel``: the whole model is read, then split).
+    ``random_weights``: built from its config, seeded (``cascade.core.random_weights``)."""
+    if random_weights:
+        model = random_model(spec.name_or_path, DTYPES[spec.dtype], spec.device)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(spec.name_or_path,
+                                                     dtype=DTYPES[spec.dtype])
     if slice_of is not None:
         shard(model, slice_of.rank, slice_of.world, slice_of.group)
     return model.to(spec.device)
@@ -124,9 +131,13 @@ class ModelRunner:
                                     self.invariance.pad_limit, batches))
 
     @classmethod
-    def load(cls, spec: ModelSpec, slice_of: Shard | None = None) -> "ModelRunner":
-        """The model of ``spec`` (``load_weights``) with its tokenizer."""
-        model = load_weights(spec, slice_of)
+    def load(cls, spec: ModelSpec, slice_of: Shard | None = None,
+             random_weights: bool = False) -> "ModelRunner":
+        """The model of ``spec`` (``load_weights``) with its tokenizer (none with random
+        weights)."""
+        model = load_weights(spec, slice_of, random_weights)
+        if random_weights:
+            return cls(model)
         tokenizer = AutoTokenizer.from_pretrained(spec.name_or_path)
         return cls(model, tokenizer, VocabMap.load(Path(spec.name_or_path)))
 

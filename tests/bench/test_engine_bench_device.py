@@ -10,8 +10,8 @@ import torch
 from transformers import LlamaConfig
 
 from cascade.bench import engine
-from cascade.bench.engine_device import (copy_bandwidth, device_name, random_config,
-                                         random_model, synchronizer)
+from cascade.bench.engine_device import copy_bandwidth, device_name, synchronizer
+from cascade.core.random_weights import random_config, random_model
 
 
 @pytest.fixture(scope="module")

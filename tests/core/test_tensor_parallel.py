@@ -36,8 +36,7 @@ def split(request, tmp_path_factory):
 
 
 def _passes(engine: VerifyEngine, hidden: bool = False) -> list:
-    """Three steps: prompts in one pass, a chain on each, a token tree on the first; the
-    third prompt repeats the first's start (its prefix is taken, not computed)."""
+    """Three steps: prompts in one pass, a chain on each, a token tree on the first."""
     layers = (1, -1) if hidden else ()
     caches = [engine.admit(128) for _ in PROMPTS]
     steps = [[Pass(c, p, 3, layers) for c, p in zip(caches, PROMPTS)],
@@ -54,6 +53,27 @@ def test_split_passes_match_the_whole_model(split):
         assert torch.equal(b.logits.argmax(-1), a.logits.argmax(-1))
         for x, y in zip(a.hidden_states, b.hidden_states):
             torch.testing.assert_close(y, x, atol=1e-4, rtol=1e-4)
+
+
+def test_a_taken_prefix_and_prompt_logprobs_match_the_whole_model(split):
+    """A second sequence takes the first's 150-token prefix (two blocks held, the third's
+    22 positions copied: a block copy every rank makes) and scores its prompt."""
+    whole, sharded = split
+    first = [(7 * i + 3) % 90 + 1 for i in range(150)]
+    second = first + [5, 9, 11, 2]
+    outputs = []
+    for runner in (whole, sharded):
+        engine = VerifyEngine(runner, invariant=False)
+        held = engine.admit(256)  # live while the second takes its prefix
+        engine.run([Pass(held, first, 1)])
+        outputs.append(engine.run([Pass(engine.admit(256), second, 2, num_leading=3,
+                                        leading_top=2)])[0])
+        assert engine.prefixes.shared_tokens == 149  # 2 blocks held, 21 positions copied
+    (a, b) = outputs
+    torch.testing.assert_close(b.logits, a.logits, atol=1e-4, rtol=1e-4)
+    assert [t.top_ids for t in b.leading] == [t.top_ids for t in a.leading]
+    for x, y in zip(a.leading, b.leading):
+        assert abs(x.logprob - y.logprob) < 1e-4
 
 
 def test_the_invariant_pass_keeps_a_rows_logits_whatever_shares_the_pass(split):

@@ -9,6 +9,8 @@ import pytest
 
 from k8s_helpers import (
     ALL_TARGETS,
+    GPU,
+    K8S,
     MAIN_PORTS,
     MIN_STARTUP_S,
     NEEDS_KUBECTL,
@@ -25,6 +27,7 @@ from k8s_helpers import (
     pod_template,
     prestop_sleep_s,
     probe_window_s,
+    render,
     role_of,
     selector_matches,
 )
@@ -151,3 +154,30 @@ def test_service_target_ports_resolve(rendered, target):
                 assert not isinstance(target_port, str) or target_port in declared, (
                     f"{where}: targetPort {target_port!r} is not a port of "
                     f"{workload['metadata']['name']} ({sorted(declared)})")
+
+
+def _verifier_ranks(objects: list[dict]) -> tuple[str, str, str]:
+    """(GPU request, GPU limit, CASCADE_TENSOR_PARALLEL) of the verifier's container."""
+    container = main_container(named(objects, "Deployment", "verifier"))
+    env = {e["name"]: e.get("value") for e in container.get("env", [])}
+    resources = container["resources"]
+    return (resources["requests"][GPU], resources["limits"][GPU],
+            env["CASCADE_TENSOR_PARALLEL"])
+
+
+@pytest.mark.parametrize("count", ["1", "4"])
+def test_the_verifiers_gpus_are_its_tensor_parallel_ranks(count, tmp_path):
+    """One value in the GPU overlay sets the pod's GPU request, limit and ranks (a copy of
+    the overlay beside it, with the count changed)."""
+    import shutil
+
+    copy = K8S / "overlays" / f".gpu-{count}-{tmp_path.name}"
+    shutil.copytree(K8S / "overlays" / "gpu", copy)
+    try:
+        kustomization = copy / "kustomization.yaml"
+        text = kustomization.read_text()
+        assert "      - count=1" in text
+        kustomization.write_text(text.replace("      - count=1", f"      - count={count}"))
+        assert _verifier_ranks(render(copy)) == (count, count, count)
+    finally:
+        shutil.rmtree(copy)
