@@ -50,3 +50,19 @@ def test_a_missing_model_folder_is_named_by_every_command(tmp_path):
         result = RUNNER.invoke(cli, args)
         assert result.exit_code == 2, (args, result.output)
         assert "Traceback" not in result.output and missing in result.output, result.output
+
+
+def test_a_target_that_does_not_split_is_refused_before_any_rank_starts(tiny_pair_dirs):
+    """The tiny target has 4 heads: 3 ranks cannot split it; the verifier and `cascade up`
+    say so (and what divides) before starting anything."""
+    from verifier_service.__main__ import cli as verifier_cli
+
+    target, drafter = tiny_pair_dirs
+    for cli, args in ((verifier_cli, ["--model", str(target), "--allow-open",
+                                      "--tensor-parallel", "3"]),
+                      (app, ["up", "--target", str(target), "--drafter", str(drafter),
+                             "--tensor-parallel", "3"])):
+        result = RUNNER.invoke(cli, args)
+        assert result.exit_code == 2, (args, result.output)
+        assert "4 attention heads and 4 key/value heads: --tensor-parallel 3 must divide " \
+               "both" in " ".join(result.output.split()), result.output

@@ -4,7 +4,7 @@
                      [--rows 1,8,32] [--drafts 4] [--prefill 128] [--context 100] [--out DIR]
                      [--random-weights]
 
-One process holds the whole target and rank 0 of the split one (``cascade.core.ranks``: the
+One process holds the whole target and rank 0 of the split one (``cascade.core.rank_processes``: the
 other ranks are processes of their own); the columns are timed in turn, call after call, so a
 machine that slows down slows every column alike. Threads: the CPU's cores are shared among the
 ranks (2 cores, 2 ranks: one thread each), and the whole target is timed with all the cores
@@ -31,7 +31,7 @@ from rich.table import Table
 from cascade.bench.engine import (EngineBenchConfig, EngineRows, _interleaved, default_threads)
 from cascade.bench.engine_report import Shape
 from cascade.bench.machine import machine
-from cascade.core import ranks
+from cascade.core import rank_processes
 from cascade.core.dtypes import cpu_flags
 from cascade.core.random_weights import random_config
 from cascade.core.runner import DTYPES, ModelRunner, ModelSpec
@@ -72,12 +72,12 @@ def run_tp_bench(config: TpBenchConfig, console: Console | None = None) -> list[
     spec = ModelSpec(str(config.target), config.dtype)
     whole = ModelRunner.load(spec, random_weights=config.random_weights)
     console.print(f"starting {config.ranks} ranks ({share} thread(s) each) ...")
-    split = ranks.load_sharded(spec, config.ranks, share, config.random_weights)
+    split = rank_processes.load_sharded(spec, config.ranks, share, config.random_weights)
     try:
         return _measure(config, whole, split, {"all cores": cores, "one share": share},
                         console)
     finally:
-        ranks.stop_ranks(split)
+        rank_processes.stop_ranks(split)
 
 
 def _measure(config: TpBenchConfig, whole: ModelRunner, split: ModelRunner,

@@ -48,7 +48,7 @@ WORKDIR_OPT = typer.Option(cache_root() / "local", help="Folder for the processe
 
 def _cluster_config(target, drafter, pair, drafters, port, grpc_port, dtype, workdir: Path,
                     gateway_args: tuple[str, ...] = (), redis_replicas: int = 0,
-                    invariant: bool = True) -> ClusterConfig:
+                    invariant: bool = True, tensor_parallel: int = 1) -> ClusterConfig:
     """The local cluster's settings, checked before anything starts (ValueError: what to
     fix)."""
     if dtype not in DTYPES:
@@ -58,11 +58,16 @@ def _cluster_config(target, drafter, pair, drafters, port, grpc_port, dtype, wor
             raise ValueError(f"{flag} {number} is in use; stop what holds it, or pass "
                              f"{flag} 0 for a free one")
     target, drafter = pair_folders(target, drafter, pair)
+    verifier_args = () if invariant else ("--no-invariant",)
+    if tensor_parallel > 1:
+        from cascade.core.tensor_parallel import check_split
+
+        check_split(str(target), tensor_parallel)  # TensorParallelError is a ValueError
+        verifier_args += ("--tensor-parallel", str(tensor_parallel))
     return ClusterConfig(target, drafter, num_drafters=drafters, http_port=port,
                          grpc_port=grpc_port, dtype=dtype, workdir=workdir,
                          gateway_args=gateway_args,
-                         redis_replicas=redis_replicas,
-                         verifier_args=() if invariant else ("--no-invariant",))
+                         redis_replicas=redis_replicas, verifier_args=verifier_args)
 
 
 def _fail(message: str) -> None:
@@ -90,6 +95,10 @@ def up(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT, pair: str = PAIR_
            "(the gateway's --draft-method; auto drafts each round from whichever of the "
            "speculation memory, the client's prediction and the drafter model pays "
            "most)."),
+       tensor_parallel: int = typer.Option(
+           1, min=1, help="Split the target over this many verifier ranks (processes of "
+           "their own, sharing the cores; its attention and key/value heads must divide by "
+           "it)."),
        workdir: Path = WORKDIR_OPT) -> None:
     """Start Redis, a verifier, drafters and the gateway; Ctrl-C (or SIGTERM) stops them
     all."""
@@ -100,7 +109,7 @@ def up(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT, pair: str = PAIR_
         config = _cluster_config(target, drafter, pair, drafters, port, grpc_port, dtype,
                                  workdir, ("--speculation-memory", speculation_memory.value,
                                            "--draft-method", draft_method), redis_replicas,
-                                 invariant)
+                                 invariant, tensor_parallel)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
     with running(LocalCluster(config), "starting redis, verifier, drafters, gateway") as cluster:

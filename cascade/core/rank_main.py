@@ -1,6 +1,6 @@
 """python -m cascade.core.rank_main: one follower rank of a tensor-parallel verifier.
 
-Started by the verifier (``cascade.core.ranks.launch``) with torch's usual environment
+Started by the verifier (``cascade.core.rank_processes.launch``) with torch's usual environment
 (``MASTER_ADDR``, ``MASTER_PORT``, ``RANK``, ``WORLD_SIZE``): it joins the group, loads its
 slice of the target and makes every change rank 0 broadcasts until told to stop."""
 
@@ -12,7 +12,7 @@ import os
 
 import torch
 
-from cascade.core import ranks
+from cascade.core import rank_processes, ranks
 from cascade.core.packed import enable
 from cascade.core.runner import ModelRunner, ModelSpec, load_weights
 from cascade.core.tensor_parallel import Shard
@@ -31,12 +31,12 @@ def main() -> None:
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    ranks.watch_leader(int(os.environ["CASCADE_LEADER_PID"]))
-    group = ranks.join(rank, world, args.device)
-    spec = ModelSpec(args.model, args.dtype, ranks.rank_device(args.device, rank))
+    rank_processes.watch_leader(int(os.environ["CASCADE_LEADER_PID"]))
+    group = rank_processes.join(rank, world, args.device)
+    spec = ModelSpec(args.model, args.dtype, rank_processes.rank_device(args.device, rank))
     runner = ModelRunner(load_weights(spec, Shard(rank, world), args.random_weights))
     enable(runner.model)
-    ranks.loaded(rank, world, group)
+    rank_processes.loaded(rank, world, group)
     try:
         ranks.follow(runner.model, group)
     except RuntimeError as exc:  # the leader is gone (its sockets closed)

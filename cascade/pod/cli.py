@@ -12,7 +12,7 @@ from pathlib import Path
 import typer
 
 from cascade.core.feature_runner import load_model
-from cascade.core.ranks import load_sharded
+from cascade.core.rank_processes import load_sharded
 from cascade.core.runner import ModelSpec
 from cascade.core.tensor_parallel import TensorParallelError, check_split
 from cascade.pod.process import setup_pod

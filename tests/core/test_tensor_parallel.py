@@ -10,7 +10,7 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from cascade.core import ranks
+from cascade.core import rank_processes
 from cascade.core.engine import Pass, VerifyEngine
 from cascade.core.loop import generate
 from cascade.core.runner import ModelSpec
@@ -30,9 +30,9 @@ def split(request, tmp_path_factory):
     folder = tmp_path_factory.mktemp(request.param)
     copy.deepcopy(whole.model).save_pretrained(folder)  # a copy: packed weights do not save
     build_tokenizer(folder)
-    sharded = ranks.load_sharded(ModelSpec(str(folder)), world=2, threads=1)
+    sharded = rank_processes.load_sharded(ModelSpec(str(folder)), world=2, threads=1)
     yield whole, sharded
-    ranks.stop_ranks(sharded)
+    rank_processes.stop_ranks(sharded)
 
 
 def _passes(engine: VerifyEngine, hidden: bool = False) -> list:

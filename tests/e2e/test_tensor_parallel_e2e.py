@@ -12,7 +12,7 @@ from pathlib import Path
 import grpc
 import redis
 
-from cascade.core.ranks import RANK_LOST_EXIT
+from cascade.core.rank_processes import RANK_LOST_EXIT
 from cascade.tools.local_cluster import ClusterConfig, LocalCluster
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc
 from gateway.session_store import session_keys
