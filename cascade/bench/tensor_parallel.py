@@ -4,23 +4,26 @@
                      [--rows 1,8,32] [--drafts 4] [--prefill 128] [--context 100] [--out DIR]
                      [--random-weights]
 
-One process holds the whole target and rank 0 of the split one (``cascade.core.rank_processes``: the
-other ranks are processes of their own); the columns are timed in turn, call after call, so a
-machine that slows down slows every column alike. Threads: the CPU's cores are shared among the
-ranks (2 cores, 2 ranks: one thread each), and the whole target is timed with all the cores
-and with one rank's share. Columns, milliseconds per step (``VerifyEngine.step``, acceptance
+One process holds the whole target and rank 0 of the split one
+(``cascade.core.rank_processes``: the other ranks are processes of their own). Per shape, the
+whole target's columns are timed in turn, call after call (a machine that slows down slows
+every column alike), then the split target's, apart: the all-cores columns' threads would
+otherwise spin on the cores the ranks' messages need. Threads: the CPU's cores are shared
+among the ranks (2 cores, 2 ranks: one thread each), and the whole target is timed with all
+the cores and with one rank's share. Columns, milliseconds per step (``VerifyEngine.step``, acceptance
 and commit included; the default invariant pass and the plain one):
 
 - whole: the unsplit target;
 - split: the target over ``ranks`` ranks;
 - sums alone: the step's sums over the ranks without the model: 2 per layer (the attention's
   and the MLP's output projections), each of [tokens, hidden] (``Leader.rehearse``).
-The table's last lines say what one step moves between the ranks.
+The last column says what one step sums over the ranks.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -35,6 +38,11 @@ from cascade.core import rank_processes
 from cascade.core.dtypes import cpu_flags
 from cascade.core.random_weights import random_config
 from cascade.core.runner import DTYPES, ModelRunner, ModelSpec
+
+
+SETTLE_S = 0.5
+"""Pause before each phase: the OpenMP threads of the all-cores columns stop spinning, so
+they do not take the cores the ranks' messages need."""
 
 
 @dataclass(frozen=True)
@@ -91,7 +99,7 @@ def _measure(config: TpBenchConfig, whole: ModelRunner, split: ModelRunner,
     leader = split.model.cascade_leader
     results = []
     for shape in engine_config.shapes():
-        prepares = {}
+        phases: dict[str, dict] = {"whole": {}, "split": {}}
         for (name, invariant), rows in engines.items():
             mode = "invariant" if invariant else "plain"
             counts = {"whole": [("all cores", threads["all cores"]),
@@ -99,11 +107,14 @@ def _measure(config: TpBenchConfig, whole: ModelRunner, split: ModelRunner,
                       "split": [("", threads["one share"])]}[name]
             for label, count in counts:
                 column = f"{name} {mode}" + (f", {label}" if label else "")
-                prepares[column] = _with_threads(rows, shape, count)
+                phases[name][column] = _with_threads(rows, shape, count)
         tokens = shape.rows * shape.tokens
-        prepares["sums alone"] = lambda t=tokens: (
+        phases["split"]["sums alone"] = lambda t=tokens: (
             lambda: leader.rehearse(t, hidden, DTYPES[config.dtype], 2 * layers))
-        medians, _ = _interleaved(prepares, config.repeats)
+        medians = {}
+        for prepares in phases.values():  # apart: the whole model's threads idle meanwhile
+            time.sleep(SETTLE_S)
+            medians.update(_interleaved(prepares, config.repeats)[0])
         for rows in engines.values():
             rows.close_prefill()
         results.append(TpRow(shape.name, tokens, medians))
