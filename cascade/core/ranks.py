@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import pickle
 import threading
 import weakref
@@ -27,6 +28,8 @@ import torch.distributed as dist
 from cascade.core.kv_store import BlockTable, KVStore
 from cascade.core.packed import Feed, packed_forward
 from cascade.core.tensor_parallel import Shard, summed
+
+log = logging.getLogger("cascade.ranks")
 
 MESSAGE_BYTES = 16 * 1024
 """One broadcast carries a message this long (a pass of a few hundred tokens); longer ones
@@ -102,12 +105,21 @@ def follow(model, group) -> None:
         elif operation == "drop":
             stores.pop(args[0], None)
         elif operation == "forward":
-            store, (rows, *rest) = stores[args[0]], args[1:]
-            feeds = [Feed(_table(r.blocks), r.start, list(r.tokens), r.parents) for r in rows]
-            store.touch({b for r in rows for b in r.blocks})
-            packed_forward(model, store, feeds, *rest)
+            _forward(model, stores[args[0]], *args[1:])
         else:
             getattr(stores[args[0]], operation)(*args[1:])
+
+
+def _forward(model, store: KVStore, rows: list, *rest) -> None:
+    """Rank 0's pass on this rank's slice. A pass that fails here failed on rank 0 too, at the
+    same point and before any sum (the same inputs, the same code: a token out of the
+    vocabulary, memory): rank 0 reports it to its row's session; both carry on."""
+    feeds = [Feed(_table(r.blocks), r.start, list(r.tokens), r.parents) for r in rows]
+    store.touch({b for r in rows for b in r.blocks})
+    try:
+        packed_forward(model, store, feeds, *rest)
+    except (IndexError, ValueError, torch.OutOfMemoryError) as exc:
+        log.warning("a pass failed on this rank, as on rank 0: %s", exc)
 
 
 def _broadcast(message: tuple, group) -> None:

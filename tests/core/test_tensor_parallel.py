@@ -76,6 +76,18 @@ def test_a_taken_prefix_and_prompt_logprobs_match_the_whole_model(split):
         assert abs(x.logprob - y.logprob) < 1e-4
 
 
+def test_a_pass_that_fails_on_every_rank_leaves_the_ranks_in_step(split):
+    """A token outside the vocabulary fails the pass on rank 0 and on the follower alike;
+    the next pass runs on both and is right."""
+    whole, sharded = split
+    engine = VerifyEngine(sharded, invariant=False)
+    with pytest.raises(IndexError):
+        engine.run([Pass(engine.admit(64), [1, 2, 10_000], 1)])
+    logits = engine.run([Pass(engine.admit(64), PROMPTS[1], 1)])[0].logits
+    reference = full_forward(whole.model, PROMPTS[1]).logits[0, -1:]
+    torch.testing.assert_close(logits, reference.float(), atol=1e-4, rtol=1e-4)
+
+
 def test_the_invariant_pass_keeps_a_rows_logits_whatever_shares_the_pass(split):
     _, sharded = split
     engine = VerifyEngine(sharded, invariant=True)
