@@ -14,7 +14,8 @@ costs at one or two rows, and in bfloat16 takes the hardware's bfloat16 dot prod
 swaps a model's ``nn.Linear`` (and GPT-2's ``Conv1D``) modules, in place, for ones that call it.
 
 Memory: a packed module keeps only the packed weight; ``weight`` still reads (unpacked on
-demand, slowly: for an occasional reader, not a pass; writing into it changes nothing). A weight
+demand, slowly: for an occasional reader, not a pass; writing into it changes nothing), and so
+does its state dict (``save_pretrained`` saves the dense weights). A weight
 another module shares (tied input and output embeddings) is kept as it is and packed in a copy.
 ``copy.deepcopy`` of a packed module gives an ordinary one with its dense weight, to change and
 pack again.
@@ -106,6 +107,23 @@ class _Packed:
         if name == "weight" and "weight" not in self._parameters:  # dropped: unpack it
             return self._dense()
         return super().__getattr__(name)
+
+    def _save_to_state_dict(self, destination, prefix: str, keep_vars: bool) -> None:
+        """A state dict (``save_pretrained``) holds the dense weight, unpacked."""
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        if "weight" not in self._parameters:
+            destination[prefix + "weight"] = self._dense()
+
+    def _load_from_state_dict(self, state_dict, prefix: str, *args) -> None:
+        """A dense weight loaded into a packed module is packed in its place."""
+        dense = state_dict.pop(prefix + "weight", None)
+        if dense is not None and "weight" not in self._parameters:
+            with torch.no_grad():
+                self.packed = torch.ops.mkldnn._reorder_linear_weight(
+                    self.out_by_in(dense).to(self.packed.dtype).contiguous(), None)
+        elif dense is not None:
+            state_dict[prefix + "weight"] = dense
+        super()._load_from_state_dict(state_dict, prefix, *args)
 
     def __deepcopy__(self, memo: dict) -> nn.Module:
         return _unpacked_copy(self, self.plain, self._dense(), memo)

@@ -29,8 +29,10 @@ def default_pair(target: Path | None, drafter: Path | None, pair: str,
     if pair == "tiny":
         from cascade.tools.tiny_models import build_tiny_pair
 
-        log("building the tiny model pair (first use only)")
-        return build_tiny_pair(default_models_dir() / "tiny")
+        root = default_models_dir() / "tiny"
+        if not all((root / name / "config.json").exists() for name in ("target", "drafter")):
+            log("building the tiny model pair (first use only)")
+        return build_tiny_pair(root)
     from cascade.tools.smollm import prepare
 
     return prepare(default_models_dir(), log=log), DEFAULT_DRAFTER

@@ -64,6 +64,25 @@ def test_a_deep_copy_is_an_ordinary_model_to_change():
         assert model(prompt).logits.any()
 
 
+@pytest.mark.parametrize("build", [tiny_llama, tiny_gpt2], ids=["llama", "gpt2"])
+def test_a_packed_model_saves_its_weights(build, tmp_path):
+    """``save_pretrained`` writes the dense weights: the model loaded back computes the same
+    logits (it held only packed copies, and the state dict used to leave them out)."""
+    from transformers import AutoModelForCausalLM
+
+    model = build(0).model
+    model.save_pretrained(tmp_path)
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path)
+    assert set(loaded.state_dict()) >= {k for k in model.state_dict()}
+    prompt = torch.tensor([[3, 1, 4, 1, 5]])
+    with torch.inference_mode():
+        torch.testing.assert_close(loaded(prompt).logits, model(prompt).logits)
+    other = build(1).model  # packed too: the dense weights are packed in place
+    other.load_state_dict(loaded.state_dict())
+    with torch.inference_mode():
+        torch.testing.assert_close(other(prompt).logits, model(prompt).logits)
+
+
 def test_converting_a_packed_model_packs_it_again_in_the_new_dtype():
     model = tiny_llama(0).model
     prompt = torch.tensor([[3, 1, 4, 1, 5]])
