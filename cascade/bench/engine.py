@@ -66,7 +66,7 @@ from cascade.bench.machine import machine
 from cascade.core.blocks import Draft
 from cascade.core.engine import VerifyEngine
 from cascade.core.invariant import KEY_BLOCK
-from cascade.core.random_weights import random_model
+from cascade.core.weights import random_model
 from cascade.core.row_rules import padded
 from cascade.core.runner import DTYPES, ModelRunner, ModelSpec
 from cascade.core.verification import SequenceVerifier

@@ -2,7 +2,7 @@
 (on a CPU: the read bandwidth and the bfloat16/AMX flags), and models with random weights built
 from a config directly on the device.
 
-Random weights (``--random-weights``): ``cascade.core.random_weights``.
+Random weights (``--random-weights``): ``cascade.core.weights``.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ from cascade.bench.engine_report import Shape
 from cascade.bench.machine import machine
 from cascade.core import rank_processes
 from cascade.core.dtypes import cpu_flags
-from cascade.core.random_weights import random_config
+from cascade.core.weights import random_config
 from cascade.core.runner import DTYPES, ModelRunner, ModelSpec
 
 

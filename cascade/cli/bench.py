@@ -172,7 +172,8 @@ def bench_tp(target: Path = typer.Option(None, help="Model folder (default: the 
     parallelism on this machine's cores), and what the sums over the ranks cost alone."""
     from cascade.bench.engine import int_list
     from cascade.bench.tensor_parallel import TpBenchConfig, main
-    from cascade.core.tensor_parallel import TensorParallelError, check_split
+    from cascade.core.tensor_parallel import TensorParallelError
+    from cascade.core.weights import check_split
 
     target = target or pair_folders(None, None, "tiny")[0]
     if dtype not in ("float32", "bfloat16"):

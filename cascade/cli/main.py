@@ -60,7 +60,7 @@ def _cluster_config(target, drafter, pair, drafters, port, grpc_port, dtype, wor
     target, drafter = pair_folders(target, drafter, pair)
     verifier_args = () if invariant else ("--no-invariant",)
     if tensor_parallel > 1:
-        from cascade.core.tensor_parallel import check_split
+        from cascade.core.weights import check_split
 
         check_split(str(target), tensor_parallel)  # TensorParallelError is a ValueError
         verifier_args += ("--tensor-parallel", str(tensor_parallel))
@@ -95,10 +95,9 @@ def up(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT, pair: str = PAIR_
            "(the gateway's --draft-method; auto drafts each round from whichever of the "
            "speculation memory, the client's prediction and the drafter model pays "
            "most)."),
-       tensor_parallel: int = typer.Option(
-           1, min=1, help="Split the target over this many verifier ranks (processes of "
-           "their own, sharing the cores; its attention and key/value heads must divide by "
-           "it)."),
+       tensor_parallel: int = typer.Option(1, min=1, help="Split the target over this many "
+                                           "verifier ranks (processes sharing the cores; its "
+                                           "heads must divide by it)."),
        workdir: Path = WORKDIR_OPT) -> None:
     """Start Redis, a verifier, drafters and the gateway; Ctrl-C (or SIGTERM) stops them
     all."""

@@ -26,7 +26,8 @@ import torch
 
 from cascade.core.batch_accept import accept_rows
 from cascade.core.invariant import KEY_BLOCK
-from cascade.core.kv_store import BLOCK_SIZE, KVShape, KVStore, blocks_for, default_budget
+from cascade.core.kv_budget import default_budget
+from cascade.core.kv_store import BLOCK_SIZE, KVShape, KVStore, blocks_for
 from cascade.core.logprobs import leading_entries, score_ahead
 from cascade.core.packed import Feed, enable, packed_forward
 from cascade.core.paged_cache import KVBudgetExhausted, PagedCache, Preempted, make_room
@@ -75,9 +76,8 @@ class VerifyEngine:
         None: the plain pass."""
         assert BLOCK_SIZE % KEY_BLOCK == 0
         self.store = KVStore(shape, capacity, runner.device, zero_values=invariant)
-        leader = getattr(runner.model, "cascade_leader", None)
-        if leader is not None:  # a tensor-parallel target: the other ranks hold twin stores
-            self.store.mirror = leader.attach(self.store)
+        leader = getattr(runner.model, "cascade_leader", None)  # a split target's rank 0
+        self.store.mirror = leader.attach(self.store) if leader else None  # twins on its ranks
         self.rope_switch = rope_switch(runner.model)
         """Where the target's rotary frequencies change with the row's length (None: never)."""
         self.prefixes = PrefixCache(self.store, share_prefixes and self.rope_switch is None)

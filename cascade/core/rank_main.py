@@ -14,8 +14,9 @@ import torch
 
 from cascade.core import rank_processes, ranks
 from cascade.core.packed import enable
-from cascade.core.runner import ModelRunner, ModelSpec, load_weights
+from cascade.core.runner import DTYPES, ModelRunner, ModelSpec
 from cascade.core.tensor_parallel import Shard
+from cascade.core.weights import load_causal_lm
 
 
 def main() -> None:
@@ -34,7 +35,8 @@ def main() -> None:
     rank_processes.watch_leader(int(os.environ["CASCADE_LEADER_PID"]))
     group = rank_processes.join(rank, world, args.device)
     spec = ModelSpec(args.model, args.dtype, rank_processes.rank_device(args.device, rank))
-    runner = ModelRunner(load_weights(spec, Shard(rank, world), args.random_weights))
+    runner = ModelRunner(load_causal_lm(spec.name_or_path, DTYPES[spec.dtype], spec.device,
+                                        Shard(rank, world), args.random_weights))
     enable(runner.model)
     rank_processes.loaded(rank, world, group)
     try:

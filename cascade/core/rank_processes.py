@@ -111,7 +111,7 @@ def load_sharded(spec, world: int, threads: int = 0, random_weights: bool = Fals
     """Rank 0's runner of a target split over ``world`` ranks (``spec.device``'s kind: one GPU
     per rank on CUDA): the followers started, joined and loaded, their passes led from here.
     ``stop_ranks(runner)`` (or the process's exit) stops them. ``random_weights``: every rank
-    builds the model from its config, seeded alike (``cascade.core.random_weights``)."""
+    builds the model from its config, seeded alike (``cascade.core.weights``)."""
     if threads == 0 and torch.device(spec.device).type == "cpu":
         threads = max(1, (os.cpu_count() or 1) // world)  # the cores shared among the ranks
     if threads:

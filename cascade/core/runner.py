@@ -12,49 +12,25 @@ from __future__ import annotations
 
 import threading
 import weakref
-from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedModel
+from transformers import AutoTokenizer, DynamicCache, PreTrainedModel
 
-from cascade.core.dtypes import auto_dtype
 from cascade.core import packed_weights
 from cascade.core.invariant import DenseCall, dense_call, probe_invariance
-from cascade.core.random_weights import random_model
 from cascade.core.row_rules import Invariance
 from cascade.core.packed import enable
 from cascade.core.row_rope import rope_switch
-from cascade.core.tensor_parallel import Shard, local_products, shard
+from cascade.core.tensor_parallel import Shard, local_products
 from cascade.core.vocab_map import VocabMap
+from cascade.core.weights import DTYPES, ModelSpec, load_causal_lm
 from cascade.core.kv_store import KVShape
 from cascade.core.prefix_share import (ENDED_BYTES, EndedCaches, HeldTokens, adopt_prefix,
                                        common_prefix_len)
 
 _PROBE_LOCK = threading.Lock()
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """Where a model comes from and how it runs."""
-
-    name_or_path: str
-    """A local folder saved with save_pretrained, or a hub name."""
-    dtype: str = "float32"
-    """One of float32, bfloat16 or float16, or auto (``cascade.core.dtypes``: bfloat16 where
-    the hardware runs it fast, float32 elsewhere), resolved when the spec is made."""
-    device: str = "cpu"
-
-    def __post_init__(self) -> None:
-        if self.dtype == "auto":
-            object.__setattr__(self, "dtype", auto_dtype(self.device))
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {sorted(DTYPES) + ['auto']}, "
-                             f"got {self.dtype!r}")
-
 
 class ForwardOutput(NamedTuple):
     """What one forward pass returns for the positions asked for."""
@@ -68,21 +44,6 @@ class ForwardOutput(NamedTuple):
     """The m positions before ``logits``', each scored for the token after it
     (``TokenLogprobs``: the engine's ``Pass.num_leading``, a prompt's log-probabilities);
     None when none were asked for."""
-
-
-def load_weights(spec: ModelSpec, slice_of: Shard | None = None,
-                 random_weights: bool = False) -> PreTrainedModel:
-    """``spec``'s model on its device; with ``slice_of``, only that rank's tensor-parallel
-    slice (``cascade.core.tensor_parallel``: the whole model is read, then split).
-    ``random_weights``: built from its config, seeded (``cascade.core.random_weights``)."""
-    if random_weights:
-        model = random_model(spec.name_or_path, DTYPES[spec.dtype], spec.device)
-    else:
-        model = AutoModelForCausalLM.from_pretrained(spec.name_or_path,
-                                                     dtype=DTYPES[spec.dtype])
-    if slice_of is not None:
-        shard(model, slice_of.rank, slice_of.world, slice_of.group)
-    return model.to(spec.device)
 
 
 class ModelRunner:
@@ -133,9 +94,10 @@ class ModelRunner:
     @classmethod
     def load(cls, spec: ModelSpec, slice_of: Shard | None = None,
              random_weights: bool = False) -> "ModelRunner":
-        """The model of ``spec`` (``load_weights``) with its tokenizer (none with random
-        weights)."""
-        model = load_weights(spec, slice_of, random_weights)
+        """The model of ``spec`` (``weights.load_causal_lm``: whole, a rank's slice, or random)
+        with its tokenizer (none with random weights)."""
+        model = load_causal_lm(spec.name_or_path, DTYPES[spec.dtype], spec.device, slice_of,
+                               random_weights)
         if random_weights:
             return cls(model)
         tokenizer = AutoTokenizer.from_pretrained(spec.name_or_path)

@@ -119,19 +119,6 @@ def check(model, world: int) -> dict[str, str]:
     return plan
 
 
-def check_split(name_or_path: str, world: int, builtin: bool = False) -> None:
-    """``check`` on a model folder (or hub name; with ``builtin`` also a built-in config's
-    name: ``cascade.core.random_weights``) without reading its weights: the model is built on
-    the meta device from its config."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    from cascade.core.random_weights import random_config
-
-    config = random_config(name_or_path) if builtin else AutoConfig.from_pretrained(name_or_path)
-    with torch.device("meta"):
-        check(AutoModelForCausalLM.from_config(config), world)
-
-
 def shard(model, rank: int, world: int, group=None) -> None:
     """Keep this rank's slice of ``model``'s split weights (in place; before packing them)."""
     if world == 1:

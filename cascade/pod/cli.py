@@ -14,7 +14,8 @@ import typer
 from cascade.core.feature_runner import load_model
 from cascade.core.rank_processes import load_sharded
 from cascade.core.runner import ModelSpec
-from cascade.core.tensor_parallel import TensorParallelError, check_split
+from cascade.core.tensor_parallel import TensorParallelError
+from cascade.core.weights import check_split
 from cascade.pod.process import setup_pod
 from cascade.protocol.names import default_model_id
 from cascade.serving.mesh import SERVER_NAME_HELP, TLS_DIR_HELP, TOKEN_HELP, mesh_or_exit

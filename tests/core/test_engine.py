@@ -9,7 +9,8 @@ import torch
 from cascade.core.blocks import Draft
 from cascade.core.engine import KVBudgetExhausted, VerifyEngine
 from cascade.core.invariant import KEY_BLOCK
-from cascade.core.kv_store import BLOCK_SIZE, available_memory
+from cascade.core.kv_budget import available_memory
+from cascade.core.kv_store import BLOCK_SIZE
 from cascade.core.loop import speculative_rounds
 from cascade.core.verification import InvalidDraft, SequenceVerifier
 from cascade.protocol.settings import (

@@ -14,7 +14,8 @@ from cascade.core import rank_processes
 from cascade.core.engine import Pass, VerifyEngine
 from cascade.core.loop import generate
 from cascade.core.runner import ModelSpec
-from cascade.core.tensor_parallel import TensorParallelError, check, check_split
+from cascade.core.tensor_parallel import TensorParallelError, check
+from cascade.core.weights import check_split
 from cascade.protocol.settings import DraftConfig, SamplingParams
 from models import full_forward, hf_greedy, tiny_gpt2, tiny_llama, tiny_mistral
 from tokenizers_fixture import build_tokenizer
