@@ -312,11 +312,11 @@ def packed_forward(model, store: KVStore, feeds: list[Feed], keep: torch.Tensor,
         return _packed_forward(model, store, feeds, keep, hidden, to_local, invariance)
 
 
-def _mirrored(store: KVStore, feeds: list[Feed], *args):
+def _mirrored(store: KVStore, feeds: list[Feed], keep: torch.Tensor, *args):
     if store.mirror is None:
         return contextlib.nullcontext()
     rows = [RowFeed(tuple(f.table.blocks), f.start, tuple(f.tokens), f.parents) for f in feeds]
-    return store.changing("forward", rows, *args)
+    return store.changing("forward", rows, keep.tolist(), *args)  # a list pickles 200x faster
 
 
 def _packed_forward(model, store: KVStore, feeds: list[Feed], keep: torch.Tensor,

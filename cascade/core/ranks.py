@@ -110,14 +110,14 @@ def follow(model, group) -> None:
             getattr(stores[args[0]], operation)(*args[1:])
 
 
-def _forward(model, store: KVStore, rows: list, *rest) -> None:
+def _forward(model, store: KVStore, rows: list, keep: list[int], *rest) -> None:
     """Rank 0's pass on this rank's slice. A pass that fails here failed on rank 0 too, at the
     same point and before any sum (the same inputs, the same code: a token out of the
     vocabulary, memory): rank 0 reports it to its row's session; both carry on."""
     feeds = [Feed(_table(r.blocks), r.start, list(r.tokens), r.parents) for r in rows]
     store.touch({b for r in rows for b in r.blocks})
     try:
-        packed_forward(model, store, feeds, *rest)
+        packed_forward(model, store, feeds, torch.tensor(keep, dtype=torch.long), *rest)
     except (IndexError, ValueError, torch.OutOfMemoryError) as exc:
         log.warning("a pass failed on this rank, as on rank 0: %s", exc)
 
