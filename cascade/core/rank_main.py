@@ -2,13 +2,15 @@
 
 Started by the verifier (``cascade.core.rank_processes.launch``) with torch's usual environment
 (``MASTER_ADDR``, ``MASTER_PORT``, ``RANK``, ``WORLD_SIZE``): it joins the group, loads its
-slice of the target and makes every change rank 0 broadcasts until told to stop."""
+slice of the target and makes every change rank 0 broadcasts until told to stop, or until
+rank 0 is gone (signals are rank 0's to handle)."""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import os
+import signal
 
 import torch
 
@@ -32,6 +34,8 @@ def main() -> None:
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    for signum in (signal.SIGINT, signal.SIGTERM):  # a terminal's Ctrl-C reaches every rank:
+        signal.signal(signum, signal.SIG_IGN)  # the leader drains, then stops the followers
     rank_processes.watch_leader(int(os.environ["CASCADE_LEADER_PID"]))
     group = rank_processes.join(rank, world, args.device)
     spec = ModelSpec(args.model, args.dtype, rank_processes.rank_device(args.device, rank))

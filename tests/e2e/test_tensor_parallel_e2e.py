@@ -26,6 +26,10 @@ def children(pid: int) -> list[int]:
     return [int(child) for child in text.split()]
 
 
+def is_zombie(pid: int) -> bool:
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+
+
 def test_split_verifiers_serve_exactly_and_a_lost_rank_moves_the_session(
         tiny_pair_dirs, tiny_runners, tmp_path):
     target_dir, drafter_dir = tiny_pair_dirs
@@ -68,5 +72,10 @@ def test_split_verifiers_serve_exactly_and_a_lost_rank_moves_the_session(
         assert store.hget(record, "verifier").decode() != address  # it moved
         log = (tmp_path / f"{cluster.name_of(address)}.log").read_text()
         assert f"rank process {follower} exited" in log
+        survivor = next(p for n, p in cluster.processes.items()
+                        if n.startswith("verifier") and p is not victim)
+        (other_follower,) = children(survivor.pid)
     finally:
         cluster.stop()
+    assert survivor.returncode == 0  # drained, then stopped its follower
+    assert not Path(f"/proc/{other_follower}").exists() or is_zombie(other_follower)
