@@ -11,7 +11,7 @@ from typing import Any
 from cascade.protocol.chat import chat_prompt_ids, has_chat_template
 from cascade.protocol.grammar import Grammar
 from cascade.protocol.limits import RequestInvalid, shortened
-from cascade.protocol.prediction import with_prediction
+from cascade.protocol.prediction import prediction_usage, with_prediction
 from cascade.protocol.requests import (
     GenerationRequest,
     ServerDefaults,
@@ -145,7 +145,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
             shown = (generation.prompt_tokens if generation.sampling.prompt_logprobs is not None
                      else None)
             async for response in self._responses(chunks, stops, len(generation.prompt_tokens),
-                                                  prompt=shown):
+                                                  prompt=shown,
+                                                  prediction=generation.draft.prediction):
                 yield response
         finally:
             slot.release()
@@ -164,18 +165,20 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
             stops = json.loads(generation.view or "{}").get("stop", [])
             async for response in self._responses(self.limits.counted(slot, chunks), stops,
                                                   len(generation.prompt_tokens),
-                                                  request.after_round):
+                                                  request.after_round,
+                                                  prediction=generation.draft.prediction):
                 yield response
         finally:
             slot.release()
 
     async def _responses(self, chunks, stops: list[str], num_prompt: int, seen_rounds: int = 0,
-                         prompt: list[int] | None = None):
+                         prompt: list[int] | None = None, prediction: tuple[int, ...] = ()):
         """One response per chunk; chunks of rounds up to ``seen_rounds`` (which a resuming
         client has) only advance the text. ``prompt``: the prompt's ids, sent with its
         log-probabilities in the first response (the request asked for them; a resumed
-        stream does not send them again: they are not stored)."""
-        text = TextStream(self.tokenizer, stops=stops)
+        stream does not send them again: they are not stored). ``prediction``: the request's
+        predicted output, whose kept and lost tokens the last response counts."""
+        text, ids = TextStream(self.tokenizer, stops=stops), []
         try:
             async for chunk in chunks:
                 final, before = chunk.finish_reason is not None, text.num_tokens
@@ -184,9 +187,13 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
                 finish = FinishReason.STOP if text.stopped else chunk.finish_reason
                 if text.stopped:
                     chunk = _cut(chunk, text.num_tokens - before)
+                ids += chunk.token_ids
                 if not 0 < chunk.round <= seen_rounds:  # else the client has it (the final too)
                     response = self._response(chunk, accepted, chosen, finish, num_prompt,
                                               text.num_tokens)
+                    if prediction and (final or text.stopped):
+                        for name, count in prediction_usage(prediction, ids).items():
+                            setattr(response, name, count)
                     if prompt is not None:
                         response.prompt_token_ids.extend(prompt)
                         response.prompt_logprobs.extend(logprobs_to_pb(chunk.prompt_logprobs))

@@ -71,3 +71,32 @@ async def test_the_official_client_sends_a_prediction_and_reads_its_usage(cluste
         await client.chat.completions.create(
             **args, n=2, prediction={"type": "content", "content": answer})
     await client.close()
+
+
+async def test_grpc_reports_the_predictions_kept_and_lost_tokens_on_the_last_response(cluster):
+    """The gRPC API's last response counts the prediction's tokens as the HTTP usage does;
+    earlier responses leave the counts at 0."""
+    import grpc
+
+    from cascade.protocol.prediction import prediction_usage
+    from cascade.v1 import gateway_pb2, gateway_pb2_grpc
+
+    tokenizer = cluster.target.tokenizer
+    expected = tokenizer.decode(expected_tokens(cluster, PROMPT, MAX_TOKENS),
+                                skip_special_tokens=True)
+    prediction = expected[: len(expected) // 2] + " zq zq zq"
+    request = gateway_pb2.GenerateRequest(prompt=PROMPT, max_tokens=MAX_TOKENS, temperature=0,
+                                          chat=False, prediction=prediction)
+    async with grpc.aio.insecure_channel(cluster.grpc_address) as channel:
+        responses = [r async for r in gateway_pb2_grpc.GatewayStub(channel).Generate(
+            request, timeout=60)]
+    ids = [t for r in responses for t in r.token_ids]
+    predicted = tokenizer(prediction, add_special_tokens=False).input_ids
+    counts = prediction_usage(predicted, ids)
+    last = responses[-1]
+    assert (last.accepted_prediction_tokens, last.rejected_prediction_tokens) == (
+        counts["accepted_prediction_tokens"], counts["rejected_prediction_tokens"])
+    assert last.accepted_prediction_tokens + last.rejected_prediction_tokens == len(predicted)
+    assert last.accepted_prediction_tokens > 0
+    assert not any(r.accepted_prediction_tokens or r.rejected_prediction_tokens
+                   for r in responses[:-1])
