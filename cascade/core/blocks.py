@@ -30,8 +30,8 @@ class Draft:
     """A token tree: each node's parent index, -1 for the root (``cascade.core.trees``);
     None for a chain (a chain's parents are normalised to None)."""
     source: str = ""
-    """What drafted it (Round.draft_source): "ngram", "suffix", "memory", "prediction"; empty:
-    the drafter model (or nothing, for an empty draft)."""
+    """What drafted it (Round.draft_source, one of ``methods.DRAFT_SOURCES``); empty: the
+    drafter model (or nothing, for an empty draft)."""
     survival: list[float] | None = None
     """The method's own estimate, per drafted token, of the chance it is reached and accepted
     (the speculation memory's match frequencies); None when it has none."""

@@ -24,6 +24,10 @@ DRAFT_METHODS: dict[str, str] = {
 }
 """name -> "module:Class" of its cascade.core.proposers.Proposer subclass."""
 
+DRAFT_SOURCES = ("model", "ngram", "suffix", "memory", "prediction")
+"""What can draft a block (``Round.draft_source``): the drafter model, prompt lookup, the
+session's own tokens, the speculation memory, the request's predicted output."""
+
 DEFAULT_DRAFT_METHOD = "auto"
 MODEL_METHOD = "model"
 """The method whose every block carries the drafter model's q: what a speculative cascade, the
