@@ -2,7 +2,7 @@
 
     cascade bench-tp [--target DIR] [--ranks 2] [--dtype float32] [--repeats 7]
                      [--rows 1,8,32] [--drafts 4] [--prefill 128] [--context 100] [--out DIR]
-                     [--random-weights]
+                     [--random-weights] [--device cuda]
 
 One process holds the whole target and rank 0 of the split one
 (``cascade.core.rank_processes``: the other ranks are processes of their own). Per shape, the
@@ -32,6 +32,7 @@ from rich.console import Console
 from rich.table import Table
 
 from cascade.bench.engine import (EngineBenchConfig, EngineRows, _interleaved, default_threads)
+from cascade.bench.engine_device import device_name, is_cuda, synchronizer
 from cascade.bench.engine_report import Shape
 from cascade.bench.machine import machine
 from cascade.core import rank_processes
@@ -58,11 +59,14 @@ class TpBenchConfig:
     out: Path = Path("runs/bench-tp")
     random_weights: bool = False
     """``target`` is a config (a folder's config.json, or a built-in name): random weights."""
+    device: str = "cpu"
+    """cpu, or cuda: the whole target on the first GPU, the ranks one GPU each (NCCL)."""
 
     def engine_config(self, threads: int) -> EngineBenchConfig:
         return EngineBenchConfig(self.target, (self.dtype,), threads, self.repeats,
                                  self.context, False, self.out, self.rows, self.drafts, (),
-                                 self.prefill)
+                                 self.prefill, device=self.device,
+                                 random_weights=self.random_weights)
 
 
 @dataclass(frozen=True)
@@ -77,7 +81,7 @@ def run_tp_bench(config: TpBenchConfig, console: Console | None = None) -> list[
     console = console or Console()
     cores = default_threads()
     share = max(1, cores // config.ranks)
-    spec = ModelSpec(str(config.target), config.dtype)
+    spec = ModelSpec(str(config.target), config.dtype, config.device)
     whole = ModelRunner.load(spec, random_weights=config.random_weights)
     console.print(f"starting {config.ranks} ranks ({share} thread(s) each) ...")
     split = rank_processes.load_sharded(spec, config.ranks, share, config.random_weights)
@@ -97,13 +101,14 @@ def _measure(config: TpBenchConfig, whole: ModelRunner, split: ModelRunner,
     hidden = whole.model.config.hidden_size
     layers = whole.model.config.num_hidden_layers
     leader = split.model.cascade_leader
+    on_cpu, sync = not is_cuda(config.device), synchronizer(config.device)
     results = []
     for shape in engine_config.shapes():
         phases: dict[str, dict] = {"whole": {}, "split": {}}
         for (name, invariant), rows in engines.items():
             mode = "invariant" if invariant else "plain"
             counts = {"whole": [("all cores", threads["all cores"]),
-                                ("one share", threads["one share"])],
+                                ("one share", threads["one share"])][: 1 + on_cpu],
                       "split": [("", threads["one share"])]}[name]
             for label, count in counts:
                 column = f"{name} {mode}" + (f", {label}" if label else "")
@@ -114,7 +119,7 @@ def _measure(config: TpBenchConfig, whole: ModelRunner, split: ModelRunner,
         medians = {}
         for prepares in phases.values():  # apart: the whole model's threads idle meanwhile
             time.sleep(SETTLE_S)
-            medians.update(_interleaved(prepares, config.repeats)[0])
+            medians.update(_interleaved(prepares, config.repeats, sync)[0])
         for rows in engines.values():
             rows.close_prefill()
         results.append(TpRow(shape.name, tokens, medians))
@@ -134,8 +139,9 @@ def _with_threads(rows: EngineRows, shape: Shape, count: int):
 def report(config: TpBenchConfig, results: list[TpRow], hidden: int, layers: int,
            element: int) -> Table:
     flags = " ".join(sorted(f for f in cpu_flags() if f.startswith(("avx512", "amx", "avx2"))))
+    where = machine() + (f", {device_name(config.device)}" if is_cuda(config.device) else "")
     table = Table(title=f"verify step, target whole vs over {config.ranks} ranks, "
-                  f"{config.dtype}, ms per step\n{machine()}\nflags: {flags}")
+                  f"{config.dtype}, ms per step\n{where}\nflags: {flags}")
     columns = list(results[0].cells)
     table.add_column("shape")
     for column in columns:

@@ -166,7 +166,8 @@ def bench_tp(target: Path = typer.Option(None, help="Model folder (default: the 
              out: Path = typer.Option(Path("runs/bench-tp"), help="Where tp.json goes."),
              random_weights: bool = typer.Option(False, help="--target is a folder with a "
                                                  "config.json (or llama3-8b): every rank "
-                                                 "builds it with the same random weights.")
+                                                 "builds it with the same random weights."),
+             device: str = typer.Option("cpu", help="cpu, or cuda: one GPU per rank (NCCL).")
              ) -> None:
     """The verify engine's step with the target whole and split over ranks (tensor
     parallelism on this machine's cores), and what the sums over the ranks cost alone."""
@@ -183,7 +184,7 @@ def bench_tp(target: Path = typer.Option(None, help="Model folder (default: the 
     except TensorParallelError as exc:
         raise typer.BadParameter(str(exc), param_hint="--ranks") from exc
     main(TpBenchConfig(target, ranks, dtype, repeats, int_list(rows), int_list(drafts), prefill,
-                       context, out, random_weights))
+                       context, out, random_weights, device))
 
 
 def bench_cascades(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT,
