@@ -402,7 +402,7 @@ def _cpu() -> tuple[str, list[str]]:
 def identity(runner, invariant: bool = True) -> dict:
     """What a pass's time depends on besides its shape: the model, its dtype, the kind of pass
     (batch-invariant or plain), torch, the machine (processor and its matrix extensions, or
-    the GPU) and the threads torch uses."""
+    the GPU), the threads torch uses and the tensor-parallel ranks."""
     model, (cpu, flags) = runner.model, _cpu()
     config = {k: v for k, v in model.config.to_dict().items() if k != "_name_or_path"}
     digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode())
@@ -415,6 +415,9 @@ def identity(runner, invariant: bool = True) -> dict:
              "weights": "packed" if packed_weights.is_packed(model) else "dense"}
     if runner.device.type == "cuda":
         found["gpu"] = torch.cuda.get_device_name(runner.device)
+    shard = getattr(model, "cascade_shard", None)
+    if shard is not None:  # a tensor-parallel slice: its passes wait for the other ranks
+        found["ranks"] = shard.world
     return found
 
 

@@ -164,6 +164,15 @@ def test_the_cache_key_changes_with_the_dtype(tmp_path):
     assert cache_path(half, tmp_path) != cache_path(runner, tmp_path)
 
 
+def test_the_cache_key_changes_with_the_tensor_parallel_ranks(tmp_path):
+    """A split target's passes wait for its other ranks: its profile is its own."""
+    from cascade.core.tensor_parallel import Shard
+
+    runner, split = tiny_llama(0), tiny_llama(0)
+    split.model.cascade_shard = Shard(0, 2)
+    assert cache_path(split, tmp_path) != cache_path(runner, tmp_path)
+
+
 def test_load_or_profile_measures_once_then_reads_the_cache(tmp_path, monkeypatch):
     runner = tiny_llama(0)
     first = load_or_profile(runner, tmp_path, seconds=0.3, grid=SMALL_GRID)
