@@ -67,11 +67,6 @@ class Shard:
     ranks) the partials are exchanged and added in rank order (``_partials``)."""
 
 
-def shard_of(model) -> Shard | None:
-    """The shard ``model`` holds, or None for a whole model."""
-    return getattr(model, "cascade_shard", None)
-
-
 @contextlib.contextmanager
 def local_products():
     """Within it a sharded module returns its own partial product, without summing over the
@@ -104,8 +99,8 @@ def check(model, world: int) -> dict[str, str]:
     if unknown:
         raise TensorParallelError(
             f"model type {model.config.model_type!r} splits its layers with "
-            f"{', '.join(sorted(unknown))}, which gathers whole activations on every rank and "
-            "keeps whole attention heads: serve it with --tensor-parallel 1")
+            f"{', '.join(sorted(unknown))}: the verifier splits only colwise and rowwise "
+            "linear layers, whole attention heads per rank; serve it with --tensor-parallel 1")
     heads, kv_heads, _ = attention_heads(model.config)
     if heads % world or kv_heads % world:
         raise TensorParallelError(

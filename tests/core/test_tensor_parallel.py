@@ -148,6 +148,6 @@ def test_a_model_that_does_not_divide_is_refused_with_the_reason(tmp_path):
 def test_a_plan_that_gathers_whole_activations_is_refused():
     from models import tiny_phi3_longrope
 
-    with pytest.raises(TensorParallelError, match="colwise_gather_output.*keeps whole "
-                       "attention heads"):
+    with pytest.raises(TensorParallelError, match="colwise_gather_output.*: the verifier "
+                       "splits only colwise and rowwise linear layers"):
         check(tiny_phi3_longrope(seed=1).model, 2)
