@@ -187,7 +187,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
                 finish = FinishReason.STOP if text.stopped else chunk.finish_reason
                 if text.stopped:
                     chunk = _cut(chunk, text.num_tokens - before)
-                ids += chunk.token_ids
+                if prediction:
+                    ids += chunk.token_ids
                 if not 0 < chunk.round <= seen_rounds:  # else the client has it (the final too)
                     response = self._response(chunk, accepted, chosen, finish, num_prompt,
                                               text.num_tokens)

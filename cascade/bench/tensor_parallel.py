@@ -37,7 +37,6 @@ from cascade.bench.engine_report import Shape
 from cascade.bench.machine import machine
 from cascade.core import rank_processes
 from cascade.core.dtypes import cpu_flags
-from cascade.core.weights import random_config
 from cascade.core.runner import DTYPES, ModelRunner, ModelSpec
 
 
@@ -75,6 +74,10 @@ class TpRow:
     tokens: int
     cells: dict[str, float]
     """Milliseconds per step, by column."""
+    sums: int
+    """Sums over the ranks per step (2 per layer) ..."""
+    sum_bytes: int
+    """... each of [tokens, hidden] in the dtype."""
 
 
 def run_tp_bench(config: TpBenchConfig, console: Console | None = None) -> list[TpRow]:
@@ -98,8 +101,9 @@ def _measure(config: TpBenchConfig, whole: ModelRunner, split: ModelRunner,
     engines = {(name, inv): EngineRows(runner, inv, engine_config)
                for name, runner in (("whole", whole), ("split", split))
                for inv in (True, False)}
-    hidden = whole.model.config.hidden_size
-    layers = whole.model.config.num_hidden_layers
+    hidden, dtype = whole.model.config.hidden_size, DTYPES[config.dtype]
+    sums = 2 * whole.model.config.num_hidden_layers
+    element = torch.empty((), dtype=dtype).element_size()
     leader = split.model.cascade_leader
     on_cpu, sync = not is_cuda(config.device), synchronizer(config.device)
     results = []
@@ -115,14 +119,14 @@ def _measure(config: TpBenchConfig, whole: ModelRunner, split: ModelRunner,
                 phases[name][column] = _with_threads(rows, shape, count)
         tokens = shape.rows * shape.tokens
         phases["split"]["sums alone"] = lambda t=tokens: (
-            lambda: leader.rehearse(t, hidden, DTYPES[config.dtype], 2 * layers))
+            lambda: leader.rehearse(t, hidden, dtype, sums))
         medians = {}
         for prepares in phases.values():  # apart: the whole model's threads idle meanwhile
             time.sleep(SETTLE_S)
             medians.update(_interleaved(prepares, config.repeats, sync)[0])
         for rows in engines.values():
             rows.close_prefill()
-        results.append(TpRow(shape.name, tokens, medians))
+        results.append(TpRow(shape.name, tokens, medians, sums, tokens * hidden * element))
         console.print(f"  {shape.name}: " + ", ".join(f"{k} {v:.2f}" for k, v in medians.items()))
     for rows in engines.values():
         rows.close()
@@ -136,8 +140,7 @@ def _with_threads(rows: EngineRows, shape: Shape, count: int):
     return prepare
 
 
-def report(config: TpBenchConfig, results: list[TpRow], hidden: int, layers: int,
-           element: int) -> Table:
+def report(config: TpBenchConfig, results: list[TpRow]) -> Table:
     flags = " ".join(sorted(f for f in cpu_flags() if f.startswith(("avx512", "amx", "avx2"))))
     where = machine() + (f", {device_name(config.device)}" if is_cuda(config.device) else "")
     table = Table(title=f"verify step, target whole vs over {config.ranks} ranks, "
@@ -150,20 +153,16 @@ def report(config: TpBenchConfig, results: list[TpRow], hidden: int, layers: int
     table.add_column("bytes summed per step", justify="right")
     for row in results:
         ratio = row.cells["split invariant"] / row.cells["whole invariant, all cores"]
-        moved = 2 * layers * row.tokens * hidden * element
         table.add_row(row.shape, *[f"{row.cells[c]:.2f}" for c in columns], f"{ratio:.2f}x",
-                      f"{2 * layers} x {row.tokens * hidden * element // 1024} KiB = "
-                      f"{moved / 1024:.0f} KiB")
+                      f"{row.sums} x {row.sum_bytes // 1024} KiB = "
+                      f"{row.sums * row.sum_bytes / 1024:.0f} KiB")
     return table
 
 
 def main(config: TpBenchConfig) -> None:
     console = Console()
     results = run_tp_bench(config, console)
-    model_config = random_config(config.target)
-    hidden, layers = model_config.hidden_size, model_config.num_hidden_layers
-    element = torch.empty((), dtype=DTYPES[config.dtype]).element_size()
-    console.print(report(config, results, hidden, layers, element))
+    console.print(report(config, results))
     config.out.mkdir(parents=True, exist_ok=True)
     (config.out / "tp.json").write_text(json.dumps(
         {"config": {k: str(v) for k, v in asdict(config).items()}, "machine": machine(),

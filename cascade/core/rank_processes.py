@@ -124,8 +124,7 @@ def load_sharded(spec, world: int, threads: int = 0, random_weights: bool = Fals
     except BaseException:
         _stop(None, followers)
         raise
-    leader = runner.model.cascade_leader = Leader(group, world)
-    leader.followers = followers
+    leader = runner.model.cascade_leader = Leader(group, followers)
     atexit.register(_stop, leader, followers)
     return runner
 

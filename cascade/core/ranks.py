@@ -39,12 +39,14 @@ take a second."""
 class Leader:
     """Rank 0's side: each store change is broadcast before it is made, in one order."""
 
-    def __init__(self, group, world: int) -> None:
-        self.group, self.world = group, world
+    def __init__(self, group, followers: list) -> None:
+        self.group = group
+        """The process group the messages travel on (None: the default one)."""
+        self.followers = followers
+        """The follower processes (``rank_processes`` watches and stops them)."""
         self.lock = threading.RLock()
         self._ids = itertools.count()
         self._dropped: list[int] = []
-        self.followers: list = []
         self.stopped = False
 
     def send(self, message: tuple) -> None:

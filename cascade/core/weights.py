@@ -52,6 +52,7 @@ BUILTIN_CONFIGS: dict[str, Callable[[], PretrainedConfig]] = {
     "llama3-8b": lambda: LlamaConfig(**LLAMA3_8B)}
 """Targets ``--random-weights`` knows by name."""
 
+
 def random_config(target: Path | str) -> PretrainedConfig:
     """The config of a built-in name, else of the folder's ``config.json``."""
     builtin = BUILTIN_CONFIGS.get(str(target))
@@ -79,7 +80,7 @@ def random_model(target: Path | str, dtype: torch.dtype, device: str | torch.dev
 
 
 def load_causal_lm(name_or_path: str, dtype: torch.dtype, device: str,
-                 slice_of: Shard | None = None, random_weights: bool = False):
+                   slice_of: Shard | None = None, random_weights: bool = False):
     """The model on ``device``; with ``slice_of``, only that rank's slice (the checkpoint is
     read memory-mapped, then split). ``random_weights``: built from its config, seeded."""
     if random_weights:

@@ -26,7 +26,8 @@ def test_every_column_is_a_positive_time(tmp_path):
     for row in rows:
         assert set(row.cells) == COLUMNS and all(v > 0 for v in row.cells.values())
     console = Console(width=300, record=True)
-    console.print(report(config, rows, hidden=64, layers=2, element=4))
+    assert [(r.sums, r.sum_bytes) for r in rows] == [(4, t * 64 * 4) for t in (1, 4, 5, 24)]
+    console.print(report(config, rows))
     text = console.export_text()
     assert "4 x 6 KiB = 24 KiB" in text  # prefill: 2 sums per layer x 24 tokens x 64 x 4 bytes
     assert "split / whole" in text
