@@ -156,8 +156,10 @@ def faults_local(results: Results, gateway: Gateway, reference: str) -> None:
                   lambda: fault_stream(gateway, reference, lambda: kill_main_process("drafter")))
     results.check("a verifier drained (pod deleted: preStop, SIGTERM) mid-stream",
                   lambda: fault_stream(gateway, reference, lambda: delete_pod("verifier")))
-    results.check("the gateway deleted mid-stream (the client resumes)",
+    results.check("the gateway deleted mid-stream (it drains)",
                   lambda: fault_stream(gateway, reference, lambda: delete_pod("gateway")))
+    results.check("the gateway killed (SIGKILL) mid-stream (the client resumes)",
+                  lambda: fault_stream(gateway, reference, lambda: kill_main_process("gateway")))
     results.check("drafters scaled 1 -> 3, sessions spread", lambda: spread(gateway))
 
 

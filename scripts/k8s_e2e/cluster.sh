@@ -150,7 +150,8 @@ up() {
   log "cluster: node $NODE Ready"
 }
 
-down() {
+down() {  # best effort: every step runs, whatever failed before it
+  set +e +o pipefail
   log "cluster: stopping"
   if [ -f "$KUBECONFIG" ] && kc get ns "$NAMESPACE" >/dev/null 2>&1; then
     kc delete ns "$NAMESPACE" --wait=false >/dev/null 2>&1 || true
@@ -168,8 +169,9 @@ down() {
   [ -f "$RUN/pid/containerd" ] && kill "$(cat "$RUN/pid/containerd")" 2>/dev/null || true
   sleep 2
   pkill -f "containerd-shim-runc-v2 .*$RUN" 2>/dev/null || true
-  grep " $RUN/" /proc/mounts | awk '{print $2}' | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
-  grep -E " /run/(netns|containerd)/" /proc/mounts | awk '{print $2}' | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+  for m in $(awk -v run="$RUN/" 'index($2, run) == 1 || $2 ~ "^/run/(netns|containerd)/" {print $2}' /proc/mounts | sort -r); do
+    umount -l "$m" 2>/dev/null || true
+  done
   clean_iptables
   ip link show cni0 >/dev/null 2>&1 && ip link delete cni0
   restore_sysctls

@@ -2,8 +2,9 @@
 # Stage of scripts/k8s-e2e.sh: the images, without a Docker daemon. `build`: a Debian 12 base
 # made with debootstrap (the stand-in for python:3.11-slim-bookworm, which no registry here
 # serves) and a Redis image on it, then podman (rootful) runs the project's own Dockerfiles on
-# that base; the machine's pip configuration and local package folders are mounted read-only
-# for the build steps only (and its CA bundle: a proxy may sign what the registries serve). `import`: the saved images into the cluster's containerd.
+# that base; the machine's pip configuration, local package folders and CA bundle (a proxy may
+# sign what the registries serve) are mounted read-only for the build steps only. `import`: the
+# saved images into the cluster's containerd.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 IMAGES="$CACHE/images"
@@ -78,9 +79,15 @@ build() {
   pause_image
   dockerfile_image "$CPU" docker/Dockerfile.cpu
   dockerfile_image "$GATEWAY" docker/Dockerfile.gateway
+  local images=("$CPU" "$GATEWAY" "$REDIS" cascade.local/pause:1) ids
+  ids="$("${PODMAN[@]}" image inspect --format '{{.Id}}' "${images[@]}")"
+  if [ -f "$IMAGES/all.tar" ] && [ "$ids" = "$(cat "$IMAGES/ids" 2>/dev/null)" ]; then
+    log "images: unchanged since the last save"; return
+  fi
   log "images: saving for containerd"
-  "${PODMAN[@]}" save --format docker-archive -m -o "$IMAGES/all.tar.new" \
-    "$CPU" "$GATEWAY" "$REDIS" cascade.local/pause:1 && mv "$IMAGES/all.tar.new" "$IMAGES/all.tar"
+  "${PODMAN[@]}" save --format docker-archive -m -o "$IMAGES/all.tar.new" "${images[@]}"
+  mv "$IMAGES/all.tar.new" "$IMAGES/all.tar"
+  echo "$ids" > "$IMAGES/ids"
 }
 
 import() {
