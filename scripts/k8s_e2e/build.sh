@@ -6,7 +6,7 @@ set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
 PACKAGES=(golang-go rsync etcd-server containerd runc containernetworking-plugins debootstrap
-  dpkg-dev iptables conntrack dnsmasq-base gcc libc6-dev openssl curl ca-certificates)
+  podman dpkg-dev iptables conntrack dnsmasq-base gcc libc6-dev openssl curl ca-certificates)
 BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl kube-proxy)
 
 install_packages() {

@@ -66,7 +66,7 @@ def fault_stream(gateway: Gateway, reference: str, fault: Callable[[], None]) ->
     text = stream.run(fault=fault, after_events=10)
     same = text == reference
     mid_stream = stream.faulted_at is not None and stream.events > stream.faulted_at
-    detail = (f"fault after event {stream.faulted_at} of {stream.events}, {stream.resumes} resumes, "
+    detail = (f"fault after event {stream.faulted_at} of {stream.events}, {stream.resumes} reconnections, "
               f"{'same text as without the fault' if same else 'TEXT DIFFERS'}")
     if not same:
         at = next((i for i, (a, b) in enumerate(zip(text, reference)) if a != b),

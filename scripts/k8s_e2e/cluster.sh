@@ -67,10 +67,10 @@ network() {
 CNI
 }
 
-containerd_up() {
+containerd_up() {  # its image store is kept in the cache: a warm run imports nothing
   cat > "$RUN/containerd.toml" <<TOML
 version = 2
-root = "$RUN/containerd"
+root = "$CACHE/containerd"
 state = "$RUN/containerd-state"
 [grpc]
   address = "$RUN/containerd.sock"
@@ -161,10 +161,11 @@ down() {  # best effort: every step runs, whatever failed before it
   done
   sleep 2
   if [ -S "$RUN/containerd.sock" ]; then  # the pods' containers and sandboxes
-    for t in $(ctr -a "$RUN/containerd.sock" -n k8s.io tasks ls -q 2>/dev/null); do
-      ctr -a "$RUN/containerd.sock" -n k8s.io tasks kill -s KILL "$t" >/dev/null 2>&1 || true
-    done
+    local ctr=(ctr -a "$RUN/containerd.sock" -n k8s.io)
+    for t in $("${ctr[@]}" tasks ls -q 2>/dev/null); do "${ctr[@]}" tasks kill -s KILL "$t" >/dev/null 2>&1; done
     sleep 1
+    for t in $("${ctr[@]}" tasks ls -q 2>/dev/null); do "${ctr[@]}" tasks delete -f "$t" >/dev/null 2>&1; done
+    for c in $("${ctr[@]}" containers ls -q 2>/dev/null); do "${ctr[@]}" containers rm "$c" >/dev/null 2>&1; done
   fi
   [ -f "$RUN/pid/containerd" ] && kill "$(cat "$RUN/pid/containerd")" 2>/dev/null || true
   sleep 2
@@ -175,7 +176,7 @@ down() {  # best effort: every step runs, whatever failed before it
   clean_iptables
   ip link show cni0 >/dev/null 2>&1 && ip link delete cni0
   restore_sysctls
-  rm -rf "$RUN"
+  rm -rf "$RUN" "$CACHE/containerd/io.containerd.grpc.v1.cri"  # the pods' records, not the images
   log "cluster: removed, host restored"
 }
 

@@ -56,12 +56,23 @@ build_mounts() {
   printf '%s\n' "${args[@]}"
 }
 
+context_hash() {  # the files a Dockerfile's COPY steps can see, as git sees the work tree
+  (cd "$REPO" && git ls-files -z -co --exclude-standard -- pyproject.toml README.md cascade \
+    drafter_service verifier_service gateway docker | xargs -0 sha256sum | sha256sum | cut -c1-16)
+}
+
 dockerfile_image() {  # dockerfile_image TAG DOCKERFILE
+  local stamp="$IMAGES/$(basename "$2").context" hash
+  hash="$(context_hash)"
+  if "${PODMAN[@]}" image exists "$1" && [ "$hash" = "$(cat "$stamp" 2>/dev/null)" ]; then
+    log "images: $1 is up to date"; return
+  fi
   log "images: $1 from $2 (podman build)"
   local mounts; mapfile -t mounts < <(build_mounts)
   "${PODMAN[@]}" build --network host --layers "${mounts[@]}" -f "$REPO/$2" \
     --build-arg PYTHON_IMAGE="$BASE" --build-arg TORCH_INDEX_URL="$TORCH_INDEX_URL" \
     -t "$1" "$REPO" >"$CACHE/build-$(basename "$2").log" 2>&1 || { tail -20 "$CACHE/build-$(basename "$2").log"; die "podman build of $2 failed"; }
+  echo "$hash" > "$stamp"
 }
 
 pause_image() {
@@ -92,8 +103,13 @@ build() {
 
 import() {
   [ -f "$IMAGES/all.tar" ] || die "no images: run scripts/k8s_e2e/images.sh build first"
+  if cmp -s "$IMAGES/ids" "$CACHE/containerd.ids" \
+      && ctr -a "$RUN/containerd.sock" -n k8s.io images ls -q | grep -qx "$CPU"; then
+    log "images: already in containerd"; return
+  fi
   log "images: importing into containerd"
   ctr -a "$RUN/containerd.sock" -n k8s.io images import --no-unpack=false "$IMAGES/all.tar" >/dev/null
+  cp "$IMAGES/ids" "$CACHE/containerd.ids"
 }
 
 case "${1:-}" in
