@@ -1,8 +1,9 @@
 """``--dtype auto``: bfloat16 where the hardware runs it fast, float32 elsewhere.
 
 A GPU that supports bfloat16 gets it. A CPU gets it only when its flags list ``amx_bf16`` or
-``avx512_bf16`` *and* a quick measurement confirms it (a bfloat16 product at least as fast as
-the float32 one; without those instructions bfloat16 runs several times slower). The verifier's
+``avx512_bf16`` *and* a quick measurement does not refute it (a bfloat16 product at most
+``SLOWER_LIMIT`` times the float32 one; without those instructions bfloat16 runs several times
+slower). The verifier's
 exactness reference is its own dtype: greedy output equals its own one-token decoding in
 whichever dtype this picks.
 """
@@ -33,29 +34,41 @@ def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
     return set()
 
 
-def _product_s(dtype: torch.dtype, rows: int = 16, width: int = 1024, repeats: int = 7) -> float:
+ROUNDS = 9
+"""Timed products of each dtype, interleaved: the fastest of each is compared."""
+SLOWER_LIMIT = 2.0
+"""How much slower than float32 a bfloat16 product may measure and still count as native. On
+unpacked weights (as measured here) native bfloat16 runs within ~15 % of float32 either way
+(2-2.5x faster on the engine's packed weights); emulated bfloat16 runs several times slower.
+A bare "no slower" test made the choice a coin toss on such machines: two verifiers of one
+fleet could serve one session in different dtypes."""
+
+
+def _product_s(dtype: torch.dtype, rows: int = 16, width: int = 1024) -> float:
+    """The time of one product (its operands made, and the kernel warmed up, beforehand)."""
     weight = torch.randn(width, width).to(dtype)
     x = torch.randn(rows, width).to(dtype)
     F.linear(x, weight)  # warm-up
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        F.linear(x, weight)
-        times.append(time.perf_counter() - started)
-    return sorted(times)[repeats // 2]
+    started = time.perf_counter()
+    F.linear(x, weight)
+    return time.perf_counter() - started
 
 
 @cache
 def cpu_runs_bf16_fast() -> bool:
-    """Whether this CPU lists bfloat16 instructions and a bfloat16 product measures no slower
-    than the float32 one."""
+    """Whether this CPU lists bfloat16 instructions and a bfloat16 product measures at most
+    ``SLOWER_LIMIT`` times the float32 one. Each dtype's fastest of ``ROUNDS`` interleaved
+    products is compared: other work on the machine (pods starting beside this one, a CPU
+    quota's throttling) only ever adds time, so the fastest is the machine's own speed, and
+    pods on one kind of machine pick the same dtype."""
     flags = cpu_flags() & set(BF16_FLAGS)
     if not flags:
         return False
-    bf16, f32 = _product_s(torch.bfloat16), _product_s(torch.float32)
-    log.info("CPU flags %s: a bfloat16 product takes %.3f ms, float32 %.3f ms",
-             sorted(flags), bf16 * 1e3, f32 * 1e3)
-    return bf16 <= f32
+    samples = [(_product_s(torch.bfloat16), _product_s(torch.float32)) for _ in range(ROUNDS)]
+    bf16, f32 = min(b for b, _ in samples), min(f for _, f in samples)
+    log.info("CPU flags %s: a bfloat16 product takes %.3f ms, float32 %.3f ms (fastest of %d)",
+             sorted(flags), bf16 * 1e3, f32 * 1e3, ROUNDS)
+    return bf16 <= SLOWER_LIMIT * f32
 
 
 def auto_dtype(device: str) -> str:

@@ -103,7 +103,13 @@ def basics(results: Results) -> Gateway:
         return (text != "" and streamed == text,
                 f"{len(text)} characters; the stream {'equals' if streamed == text else 'DIFFERS FROM'} the completion")
 
+    def one_dtype():
+        dtype = httpx.get(f"{gateway.base}/v1/models", headers=gateway.auth,
+                          timeout=30).json()["data"][0].get("dtype", "")
+        return "," not in dtype and dtype != "", f"the verifiers serve {dtype or 'no dtype'}"
+
     results.check("401 without an API key", unauthorised)
+    results.check("one dtype across the verifiers (/v1/models)", one_dtype)
     results.check("a completion and a stream through the gateway Service", completion_and_stream)
     return gateway
 
