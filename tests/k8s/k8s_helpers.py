@@ -3,16 +3,18 @@ manifest tests."""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
-import tempfile
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts" / "k8s_e2e"))
+import compat  # noqa: E402  (the real-cluster script's rendering)
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "k8s"
@@ -55,16 +57,9 @@ def render(path: Path) -> list[dict]:
 
 
 def render_combination(overlay: str, components: tuple[str, ...]) -> list[dict]:
-    """An overlay with more components, through a kustomization in a temporary folder
-    (kustomize takes only relative paths)."""
-    with tempfile.TemporaryDirectory() as folder:
-        def relative(path: str) -> str:
-            return os.path.relpath(K8S / path, folder)
-        kustomization = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-                         "resources": [relative(overlay)],
-                         "components": [relative(c) for c in components]}
-        (Path(folder) / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
-        return render(Path(folder))
+    """An overlay with more components, as the real-cluster script renders it
+    (scripts/k8s_e2e/compat.py: a kustomization in a temporary folder)."""
+    return compat.render("+".join((overlay, *components)))
 
 
 def render_all() -> dict[str, list[dict]]:

@@ -3,16 +3,11 @@ compatibility rendering and the NetworkPolicy judgement of observed flows."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-from k8s_helpers import NEEDS_KUBECTL
+from k8s_helpers import NEEDS_KUBECTL, compat
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts" / "k8s_e2e"))
-import compat  # noqa: E402
-import flows  # noqa: E402
+import flows  # noqa: E402  (k8s_helpers puts scripts/k8s_e2e on the path)
 
 
 @NEEDS_KUBECTL
