@@ -10,9 +10,9 @@
 #   sudo bash scripts/k8s-e2e.sh check local|redis-ha   # one phase against a running cluster
 #
 # Needs root on a Debian 12 machine (apt, debootstrap, podman, containerd), Python 3.11, and
-# the package registries. Slow and outside CI: about 25 minutes the first time (most of it
-# building Kubernetes and the images, cached in $CASCADE_K8S_CACHE, default
-# /var/cache/cascade-k8s), about 5 minutes after. docs/deploy.md has its latest results.
+# the package registries. Slow and outside CI: about 20 minutes the first time on 2 cores
+# (most of it building Kubernetes and the images, cached in $CASCADE_K8S_CACHE, default
+# /var/cache/cascade-k8s), about 6 minutes after. docs/deploy.md has its latest results.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 source "$HERE/k8s_e2e/common.sh"
