@@ -89,6 +89,13 @@ def delete_pod(component: str) -> None:
     kubectl("delete", "pod", pods(component)[0]["metadata"]["name"], "--wait=false")
 
 
+def one_dtype(gateway: Gateway) -> tuple[bool, str]:
+    """Every registered verifier serves one dtype (/v1/models joins several with commas)."""
+    dtype = httpx.get(f"{gateway.base}/v1/models", headers=gateway.auth,
+                      timeout=30).json()["data"][0].get("dtype", "")
+    return "," not in dtype and dtype != "", f"the verifiers serve {dtype or 'no dtype'}"
+
+
 def basics(results: Results) -> Gateway:
     gateway = Gateway.find()
 
@@ -103,13 +110,8 @@ def basics(results: Results) -> Gateway:
         return (text != "" and streamed == text,
                 f"{len(text)} characters; the stream {'equals' if streamed == text else 'DIFFERS FROM'} the completion")
 
-    def one_dtype():
-        dtype = httpx.get(f"{gateway.base}/v1/models", headers=gateway.auth,
-                          timeout=30).json()["data"][0].get("dtype", "")
-        return "," not in dtype and dtype != "", f"the verifiers serve {dtype or 'no dtype'}"
-
     results.check("401 without an API key", unauthorised)
-    results.check("one dtype across the verifiers (/v1/models)", one_dtype)
+    results.check("one dtype across the verifiers (/v1/models)", lambda: one_dtype(gateway))
     results.check("a completion and a stream through the gateway Service", completion_and_stream)
     return gateway
 
@@ -191,6 +193,7 @@ def main(phase: str, path: str) -> int:
         gateway = basics(results)
         reference = Stream(gateway, PROMPT, MAX_TOKENS).run()
         (faults_local if phase == "local" else faults_redis)(results, gateway, reference)
+        results.check("one dtype across the verifiers after the faults", lambda: one_dtype(gateway))
     ok, denied, node = audit(watch)
     detail = (f"{len(ok)} pod-to-pod flows, all allowed" if not denied else
               "DENIED: " + ", ".join(f"{f.source}->{f.destination}:{f.port}" for f in denied))
