@@ -3,9 +3,8 @@
 A GPU that supports bfloat16 gets it. A CPU gets it only when its flags list ``amx_bf16`` or
 ``avx512_bf16`` *and* a quick measurement does not refute it (a bfloat16 product at most
 ``SLOWER_LIMIT`` times the float32 one; without those instructions bfloat16 runs several times
-slower). The verifier's
-exactness reference is its own dtype: greedy output equals its own one-token decoding in
-whichever dtype this picks.
+slower). The verifier's exactness reference is its own dtype: greedy output equals its own
+one-token decoding in whichever dtype this picks.
 """
 
 from __future__ import annotations
@@ -44,13 +43,18 @@ A bare "no slower" test made the choice a coin toss on such machines: two verifi
 fleet could serve one session in different dtypes."""
 
 
-def _product_s(dtype: torch.dtype, rows: int = 16, width: int = 1024) -> float:
-    """The time of one product (its operands made, and the kernel warmed up, beforehand)."""
+def _operands(dtype: torch.dtype, rows: int = 16, width: int = 1024) -> tuple:
+    """A product's operands in ``dtype``, its kernel warmed up once."""
     weight = torch.randn(width, width).to(dtype)
     x = torch.randn(rows, width).to(dtype)
-    F.linear(x, weight)  # warm-up
-    started = time.perf_counter()
     F.linear(x, weight)
+    return x, weight
+
+
+def _product_s(operands: tuple) -> float:
+    """The time of one product of ``operands``."""
+    started = time.perf_counter()
+    F.linear(*operands)
     return time.perf_counter() - started
 
 
@@ -64,7 +68,8 @@ def cpu_runs_bf16_fast() -> bool:
     flags = cpu_flags() & set(BF16_FLAGS)
     if not flags:
         return False
-    samples = [(_product_s(torch.bfloat16), _product_s(torch.float32)) for _ in range(ROUNDS)]
+    bf16_operands, f32_operands = _operands(torch.bfloat16), _operands(torch.float32)
+    samples = [(_product_s(bf16_operands), _product_s(f32_operands)) for _ in range(ROUNDS)]
     bf16, f32 = min(b for b, _ in samples), min(f for _, f in samples)
     log.info("CPU flags %s: a bfloat16 product takes %.3f ms, float32 %.3f ms (fastest of %d)",
              sorted(flags), bf16 * 1e3, f32 * 1e3, ROUNDS)

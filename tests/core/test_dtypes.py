@@ -26,7 +26,7 @@ def test_auto_picks_bfloat16_only_when_listed_and_measured_fast(monkeypatch, fla
 
     monkeypatch.setattr(dtypes, "cpu_flags", lambda: flags)
     monkeypatch.setattr(dtypes, "_product_s",
-                        lambda dtype: bf16_s if dtype == torch.bfloat16 else 0.010)
+                        lambda operands: bf16_s if operands[0].dtype == torch.bfloat16 else 0.010)
     dtypes.cpu_runs_bf16_fast.cache_clear()
     try:
         assert dtypes.auto_dtype("cpu") == expected
@@ -43,7 +43,7 @@ def test_the_fastest_products_decide_so_a_busy_machine_picks_as_a_quiet_one(monk
     slow = iter([0.050, 0.003, 0.050, 0.050, 0.004, 0.050, 0.050, 0.050, 0.050])
     monkeypatch.setattr(dtypes, "cpu_flags", lambda: {"avx512_bf16"})
     monkeypatch.setattr(dtypes, "_product_s",
-                        lambda dtype: next(slow) if dtype == torch.bfloat16 else 0.008)
+                        lambda operands: next(slow) if operands[0].dtype == torch.bfloat16 else 0.008)
     dtypes.cpu_runs_bf16_fast.cache_clear()
     try:
         assert dtypes.auto_dtype("cpu") == "bfloat16"
