@@ -86,7 +86,7 @@ def kill_main_process(component: str) -> str:
 
 
 def delete_pod(component: str) -> None:
-    kubectl("delete", "pod", pods(component)[0]["metadata"]["name"], "--wait=false")
+    delete_pod_named(pods(component)[0]["metadata"]["name"])
 
 
 def one_dtype(gateway: Gateway) -> tuple[bool, str]:
