@@ -13,13 +13,16 @@ Workloads (built here, deterministic):
 - **code-edit**: a coding agent's edit loop: a 25-line Python file and five edit requests, each
   asking for the whole file back with one small change, each carrying the file as the previous
   answer left it.
+- **files**: five different files, one edit each, the whole file asked back (nothing to replay:
+  ``cascade.bench.edit_files``).
 - **extraction**: twenty notes about people, each extracted as JSON under one system prompt
   (structured answers alike in shape, different in content).
 - **chat**: the benchmark's chat prompts, nothing repeated: the memory must not slow plain chat.
 
 Modes: target-only, each drafting method by name, and the defaults (``auto``: each round from
 whichever source pays, cascade.core.proposers.auto); ``predict`` is the defaults with the
-code-edit requests sending the file as their predicted output (OpenAI's Predicted Outputs).
+code-edit and files requests sending the file as their predicted output (OpenAI's Predicted
+Outputs).
 
 python -m cascade.bench.memory --target DIR --drafter DIR [--max-tokens 64] [--modes ...]
 """
@@ -37,6 +40,7 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
+from cascade.bench.edit_files import FILES
 from cascade.bench.prompts import DOMAINS
 from cascade.bench.run import machine
 from cascade.bench.services import pinned_cluster
@@ -114,7 +118,7 @@ CITIES = ["Oslo", "Lyon", "Pune", "Graz", "Turku", "Xi'an", "Bari", "Porto", "Bu
 JOBS = ["teacher", "plumber", "chemist", "pilot", "baker", "lawyer", "nurse", "farmer",
         "editor", "welder"]
 
-WORKLOADS = ("tool-calls", "code-edit", "extraction", "chat")
+WORKLOADS = ("tool-calls", "code-edit", "extraction", "files", "chat")
 
 
 @dataclass(frozen=True)
@@ -122,7 +126,7 @@ class Mode:
     name: str
     fields: dict
     predict: bool = False
-    """code-edit sends the file being edited as the request's predicted output."""
+    """code-edit and files send the file being edited as the request's predicted output."""
 
 
 MODES = {
@@ -160,10 +164,12 @@ def chat() -> list[list[dict]]:
 
 def _complete(http: httpx.Client, messages: list[dict], fields: dict, max_tokens: int
               ) -> tuple[str, Counter]:
-    """(text, counts) of one streamed request: completion tokens, and drafted and accepted
-    tokens by what drafted them (from the rounds the gateway streams)."""
+    """(text, counts) of one streamed request: completion tokens, drafted and accepted
+    tokens by what drafted them (from the rounds the gateway streams), and the prediction's
+    tokens found in the completion and not (OpenAI's usage counts, with a prediction)."""
     body = {"model": http.model, "messages": messages, "max_tokens": max_tokens,
-            "temperature": 0, "stream": True, "cascade_rounds": True, **fields}
+            "temperature": 0, "stream": True, "cascade_rounds": True,
+            "stream_options": {"include_usage": True}, **fields}
     text, counts = [], Counter()
     with http.stream("POST", "/v1/chat/completions", json=body) as response:
         response.raise_for_status()
@@ -172,6 +178,9 @@ def _complete(http: httpx.Client, messages: list[dict], fields: dict, max_tokens
                 continue
             chunk = json.loads(line[6:])
             text.extend(c["delta"].get("content", "") for c in chunk.get("choices", []))
+            details = (chunk.get("usage") or {}).get("completion_tokens_details") or {}
+            for key in ("accepted_prediction_tokens", "rejected_prediction_tokens"):
+                counts[key] += details.get(key, 0)
             rounds = chunk.get("cascade")
             if rounds:
                 source = rounds.get("source") or "target"
@@ -181,6 +190,17 @@ def _complete(http: httpx.Client, messages: list[dict], fields: dict, max_tokens
     return "".join(text), counts
 
 
+def _edit(http: httpx.Client, text: str, edit: str, fields: dict, max_tokens: int,
+          predict: bool) -> tuple[str, Counter]:
+    """One edit request: the whole file asked back (the file as its prediction with
+    ``predict``)."""
+    ask = f"{edit} Return the whole file.\n```python\n{text}```"
+    predicted = ({"prediction": {"type": "content", "content": f"```python\n{text}```"}}
+                 if predict else {})
+    return _complete(http, [{"role": "user", "content": ask}], {**fields, **predicted},
+                     max_tokens * 3)
+
+
 def run_workload(http: httpx.Client, name: str, fields: dict, max_tokens: int,
                  predict: bool = False) -> dict:
     counts = Counter()
@@ -188,13 +208,12 @@ def run_workload(http: httpx.Client, name: str, fields: dict, max_tokens: int,
     if name == "code-edit":
         text = FILE
         for edit in EDITS:
-            ask = f"{edit} Return the whole file.\n```python\n{text}```"
-            predicted = ({"prediction": {"type": "content", "content": f"```python\n{text}```"}}
-                         if predict else {})
-            answer, more = _complete(http, [{"role": "user", "content": ask}],
-                                     {**fields, **predicted}, max_tokens * 3)
+            answer, more = _edit(http, text, edit, fields, max_tokens, predict)
             text = answer.split("```python\n")[-1].split("```")[0] or text
             counts += more
+    elif name == "files":
+        for text, edit in FILES:
+            counts += _edit(http, text, edit, fields, max_tokens, predict)[1]
     else:
         conversations = {"tool-calls": tool_calls, "extraction": extraction,
                          "chat": chat}[name]()
@@ -262,6 +281,26 @@ def passes_table(results: dict) -> Table:
     return out
 
 
+def prediction_table(results: dict) -> Table:
+    """Per workload sent with a prediction: how much of the completion the prediction held
+    (OpenAI's usage counts) and how much of it was drafted from the prediction and accepted."""
+    out = Table(title="Predicted outputs: completion tokens found in the prediction, and "
+                      "drafted from it")
+    for column in ("mode", "workload", "completion tokens", "in the prediction",
+                   "prediction tokens not used", "accepted / drafted from it"):
+        out.add_column(column, justify="right")
+    for key, row in results["modes"].items():
+        for workload, w in row.items():
+            if "accepted_prediction_tokens" in w and (w["accepted_prediction_tokens"]
+                                                      or w["rejected_prediction_tokens"]):
+                out.add_row(MODES[key].name, workload, str(w["tokens"]),
+                            str(w["accepted_prediction_tokens"]),
+                            str(w["rejected_prediction_tokens"]),
+                            f"{w.get('accepted:prediction', 0)}/"
+                            f"{w.get('drafted:prediction', 0)}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -279,6 +318,8 @@ def main(argv: list[str] | None = None) -> None:
     console = Console(width=140)
     console.print(table(results))
     console.print(passes_table(results))
+    if any(MODES[key].predict for key in results["modes"]):
+        console.print(prediction_table(results))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(results, indent=2))

@@ -7,6 +7,7 @@ compares the planner's ``auto``)."""
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -102,8 +103,11 @@ def pinned_cluster(target: Path, drafter: Path, workdir: Path,
                    gateway_args: tuple[str, ...] = NO_MEMORY
                    ) -> Iterator[tuple[LocalCluster, dict[str, frozenset[int]]]]:
     """A local cluster with the verifier and the drafter on cores of their own (``pinning``),
-    the speculation memory off unless ``gateway_args`` say otherwise; on the way out this
-    process gets all its cores back and the cluster stops."""
+    the speculation memory off unless ``gateway_args`` say otherwise, and Redis started empty
+    (the local cluster keeps Redis's data in the workdir: a rerun in the same workdir would
+    otherwise find the memory and sessions an earlier run left); on the way out this process
+    gets all its cores back and the cluster stops."""
+    shutil.rmtree(workdir / "redis", ignore_errors=True)
     pins = pinning()
     config = ClusterConfig(target, drafter, http_port=0, grpc_port=0,
                            workdir=workdir, cpu_affinity=pins, drafter_args=drafter_args,

@@ -23,3 +23,17 @@ def test_workloads_run_through_the_gateway_and_the_memory_drafts_the_rerun(tmp_p
     assert target_only.get("drafted:memory", 0) == 0
     assert suffix["accepted:memory"] > 0
     assert "memory: suffix" in str(memory.table(results).columns[0]._cells)
+
+
+def test_the_prediction_table_reports_what_the_usage_counts_say():
+    results = {"modes": {
+        "default": {"files": {"tokens": 90, "tokens_per_s": 20.0}},
+        "predict": {"files": {"tokens": 90, "tokens_per_s": 25.0,
+                              "accepted_prediction_tokens": 40,
+                              "rejected_prediction_tokens": 12,
+                              "accepted:prediction": 30, "drafted:prediction": 64}}}}
+    table = memory.prediction_table(results)
+    rows = [[str(c) for c in column._cells] for column in table.columns]
+    assert rows[0] == [memory.MODES["predict"].name]  # the mode without a prediction is left out
+    assert [r[0] for r in rows[1:]] == ["files", "90", "40", "12", "30/64"]
+    assert "files" in memory.WORKLOADS and len(memory.FILES) == 5

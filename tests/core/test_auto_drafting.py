@@ -147,3 +147,24 @@ def test_a_lookup_source_whose_claims_fail_is_trusted_less(pair):
     assert proposer.trust[draft.source].factor < 0.2
     option, _ = proposer._choose(committed, 4)
     assert option.source == MODEL
+
+
+def test_a_prediction_whose_blocks_keep_failing_is_trusted_less(pair):
+    """The prediction's own rates learn position by position; a block rejected at its first
+    token (a join on two tokens of prose) also lowers how far the source's claims are trusted,
+    so the model wins the round; a prediction that holds keeps its claims."""
+    _, drafter = pair
+    config = DraftConfig(4, method="auto", prediction=tuple(range(200, 240)))
+    params = SamplingParams(temperature=0.0, max_new_tokens=40)
+    proposer = AutoProposer(ProposerContext(drafter, params, config, prompt_len=3))
+    prompt = [7, 8, 9]
+    first = proposer.propose(prompt, 16)
+    assert first.source == "prediction" and first.tokens == list(range(200, 216))
+    proposer.judged("prediction", 16, 16)
+    assert proposer.trust["prediction"].factor >= 1.0  # held: trusted as claimed
+    for _ in range(6):  # the target rejects the first token every time
+        proposer.propose(prompt, 16)
+        proposer.judged("prediction", 16, 0)
+    raw = proposer.prediction.propose(prompt, 16)
+    assert proposer._expected(raw) < 0.2 * raw.expected
+    assert proposer._choose(prompt, 16)[0].source == MODEL

@@ -12,6 +12,13 @@ Sources:
   plan asks for. Its estimate is the session's measured acceptance of earlier model blocks;
   drafting it costs the model's measured time per token.
 
+A free source's estimates are scaled by how far its claims have held in the session (``Trust``:
+accepted over claimed tokens, moving averages) when sources are compared: a match that occurred
+once, or a prediction joined on two tokens of prose, claims a long block, and when such blocks
+keep failing the model wins the rounds. The block goes out with its source's own estimates
+(scaling those too made the verifier cut blocks to nothing, and a source cut to nothing never
+earns its trust back).
+
 A round that drafts n tokens expected to have S of them accepted commits 1 + S tokens (the
 verifier adds one of its own) in ``round_s`` (the measured time from block to verdict) plus
 the model's drafting, so each source is worth ``(1 + S) / (round_s + model tokens x
@@ -172,15 +179,16 @@ class AutoProposer(Proposer):
         return drafts, [Option(source, self._expected(d)) for source, d in drafts.items()]
 
     def _expected(self, draft: Draft) -> float:
-        """A free draft's expected accepted tokens: its own estimate, a lookup's scaled by how
-        far its source's estimates have held (``Trust``)."""
-        if draft.source == PREDICTION:  # its estimates are measured already
-            return draft.expected or 0.0
-        return (draft.expected or 0.0) * self.trust.setdefault(draft.source, Trust()).factor
+        """A free draft's expected accepted tokens: its own estimate scaled by how far its
+        source's estimates have held in this session (``Trust``)."""
+        return (draft.expected or 0.0) * self._trust(draft.source).factor
+
+    def _trust(self, source: str) -> Trust:
+        return self.trust.setdefault(source, Trust())
 
     def _sent(self, option: Option, draft: Draft) -> None:
-        """Note a chosen draft: a lookup's estimates are what its verdict is held to."""
-        if option.source == LOOKUP:
+        """Note a chosen free draft: its own estimates are what its verdict is held to."""
+        if option.source != MODEL:
             self.claims[draft.source] = list(draft.survival or ())
 
     def _model_budget(self, num_tokens: int) -> int:
@@ -199,9 +207,9 @@ class AutoProposer(Proposer):
     def judged(self, source: str, num_verified: int, num_accepted: int) -> None:
         if source == PREDICTION and self.prediction is not None:
             self.prediction.judged(num_verified, num_accepted)
-        elif source in self.claims:  # a lookup source's block
+        if source in self.claims:  # a free source's block
             claimed = sum(self.claims[source][:num_verified])
-            self.trust.setdefault(source, Trust()).observe(claimed, num_accepted)
+            self._trust(source).observe(claimed, num_accepted)
         elif not source and num_verified:  # the model's block
             if self.config.tree_nodes:
                 self.tree_accepted += TREE_WEIGHT * (num_accepted - self.tree_accepted)
