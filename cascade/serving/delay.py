@@ -55,7 +55,10 @@ class SessionDelay:
 
 class DelayedWriter:
     """Writes messages through ``write`` after each one's delay, in order, from its own task;
-    a failed write is raised by the next ``send`` or ``flush``."""
+    a failed write is raised by the next ``send`` or ``flush``. Without a delay each ``send``
+    writes at once, one write at a time: several tasks send on one stream (a session's blocks,
+    its shadow blocks, its draft-ready notes), and a gRPC stream takes one write at a time (a
+    second one while the first is pending fails the call with TOO_MANY_OPERATIONS)."""
 
     def __init__(self, write: Callable[[object], Awaitable[None]], delay: SessionDelay) -> None:
         self.write, self.delay = write, delay
@@ -63,10 +66,12 @@ class DelayedWriter:
         self._last_due = 0.0
         self._error: BaseException | None = None
         self._task: asyncio.Task | None = None
+        self._writing = asyncio.Lock()
 
     async def send(self, message) -> None:
         if self.delay.link.is_off:
-            await self.write(message)
+            async with self._writing:
+                await self.write(message)
             return
         self._raise_error()
         if self._task is None:
@@ -78,6 +83,8 @@ class DelayedWriter:
         """Wait until every message sent so far is written."""
         if self._task is not None:
             await self._queue.join()
+        async with self._writing:  # a write without delay still pending
+            pass
         self._raise_error()
 
     def close(self) -> None:

@@ -200,6 +200,24 @@ async def test_a_delayed_writer_keeps_order_and_holds_up_no_sender():
     failing.close()
 
 
+async def test_without_a_delay_sends_from_several_tasks_are_written_one_at_a_time():
+    """A session's blocks, shadow blocks and draft-ready notes are sent from different tasks
+    on one gRPC stream, which takes one write at a time: a second write while one is pending
+    failed the whole call (TOO_MANY_OPERATIONS) and the session went on without its drafter."""
+    pending, written = [], []
+
+    async def write(message):
+        assert not pending, f"{message} written while {pending[0]} was pending"
+        pending.append(message)
+        await asyncio.sleep(0.005)  # the transport takes its time
+        written.append(pending.pop())
+
+    writer = DelayedWriter(write, LinkDelay(0.0).for_session("s"))
+    await asyncio.gather(*(writer.send(n) for n in range(6)))
+    await writer.flush()
+    assert written == list(range(6))  # in the order sent
+
+
 def test_speculation_settings_are_checked_and_the_cache_finds_the_real_outcome():
     with pytest.raises(ValueError, match="send_ahead"):
         SpeculationConfig("ahead", send_ahead=-1)
