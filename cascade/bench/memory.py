@@ -4,7 +4,7 @@ in one run. Each mode gets a fresh local cluster (so each memory starts empty) a
 requests one at a time, greedy, through the HTTP chat API; tokens/s is completion tokens over
 wall time per workload.
 
-Workloads (built here, deterministic):
+Workloads (``cascade.bench.agent_workloads``, deterministic):
 
 - **tool-calls**: an assistant with three tools (their JSON schemas in the system message, and
   three earlier exchanges that answered with a tool call, as an agent's history holds) answers
@@ -13,8 +13,7 @@ Workloads (built here, deterministic):
 - **code-edit**: a coding agent's edit loop: a 25-line Python file and five edit requests, each
   asking for the whole file back with one small change, each carrying the file as the previous
   answer left it.
-- **files**: five different files, one edit each, the whole file asked back (nothing to replay:
-  ``cascade.bench.edit_files``).
+- **files**: five different files, one edit each, the whole file asked back (nothing to replay).
 - **extraction**: twenty notes about people, each extracted as JSON under one system prompt
   (structured answers alike in shape, different in content).
 - **chat**: the benchmark's chat prompts, nothing repeated: the memory must not slow plain chat.
@@ -40,83 +39,11 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from cascade.bench.edit_files import FILES
-from cascade.bench.prompts import DOMAINS
+from cascade.bench.agent_workloads import (EDITS, FILE, FILES, REQUESTS, chat, extraction,
+                                           tool_calls)
+from cascade.bench.prediction_ceiling import perfect_rounds
 from cascade.bench.run import machine
 from cascade.bench.services import pinned_cluster
-
-TOOLS = [
-    {"name": "get_weather", "description": "Current weather for a city.",
-     "parameters": {"type": "object", "properties": {"city": {"type": "string"},
-                                                     "unit": {"enum": ["celsius", "fahrenheit"]}},
-                    "required": ["city"]}},
-    {"name": "search_flights", "description": "Flights between two airports on a date.",
-     "parameters": {"type": "object", "properties": {"origin": {"type": "string"},
-                                                     "destination": {"type": "string"},
-                                                     "date": {"type": "string"}},
-                    "required": ["origin", "destination", "date"]}},
-    {"name": "create_event", "description": "Add an event to the user's calendar.",
-     "parameters": {"type": "object", "properties": {"title": {"type": "string"},
-                                                     "start": {"type": "string"},
-                                                     "minutes": {"type": "integer"}},
-                    "required": ["title", "start"]}},
-]
-SYSTEM = ("You are an assistant that answers only with one tool call, as JSON: "
-          '{"name": <tool name>, "arguments": {...}}. Tools:\n'
-          + "\n".join(json.dumps(tool) for tool in TOOLS))
-EXAMPLES = [
-    ("What's the weather in Rome?",
-     {"name": "get_weather", "arguments": {"city": "Rome", "unit": "celsius"}}),
-    ("Find flights from AMS to BER on 2025-02-01.",
-     {"name": "search_flights", "arguments": {"origin": "AMS", "destination": "BER",
-                                              "date": "2025-02-01"}}),
-    ("Add 'lunch with Ana' on 2025-02-03 at 12:30 for 60 minutes.",
-     {"name": "create_event", "arguments": {"title": "lunch with Ana",
-                                            "start": "2025-02-03T12:30", "minutes": 60}}),
-]
-REQUESTS = [
-    "What's the weather in Paris?", "Find flights from SFO to JFK on 2025-03-14.",
-    "Put 'dentist' on my calendar for 2025-03-20 at 09:00, 30 minutes.",
-    "Is it cold in Oslo right now? Use fahrenheit.", "Flights from LHR to CDG on 2025-04-02?",
-    "Schedule 'team sync' at 2025-03-21 14:00 for 45 minutes.", "Weather in Tokyo, please.",
-    "Search flights from BOS to ORD on 2025-05-09.",
-]
-FILE = '''import json
-from pathlib import Path
-
-
-def load_config(path):
-    with open(path) as f:
-        return json.load(f)
-
-
-def save_config(path, config):
-    with open(path, "w") as f:
-        json.dump(config, f, indent=2)
-
-
-def merge(base, override):
-    result = dict(base)
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(result.get(key), dict):
-            result[key] = merge(result[key], value)
-        else:
-            result[key] = value
-    return result
-'''
-EDITS = ["Add type hints to load_config.", "Rename `f` to `handle` in save_config.",
-         "Make save_config sort the keys.", "Add a docstring to merge.",
-         "Use Path.read_text in load_config."]
-
-
-EXTRACT_SYSTEM = ("Extract the person in the user's note as JSON with the keys name, age, "
-                  "city and job, nothing else. Example: "
-                  '{"name": "Ana Silva", "age": 31, "city": "Lisbon", "job": "nurse"}')
-NAMES = ["Ben Okafor", "Chloe Martin", "Dev Patel", "Eva Novak", "Finn Berg", "Grace Liu",
-         "Hugo Rossi", "Ines Costa", "Jon Park", "Kira Sato"]
-CITIES = ["Oslo", "Lyon", "Pune", "Graz", "Turku", "Xi'an", "Bari", "Porto", "Busan", "Osaka"]
-JOBS = ["teacher", "plumber", "chemist", "pilot", "baker", "lawyer", "nurse", "farmer",
-        "editor", "welder"]
 
 WORKLOADS = ("tool-calls", "code-edit", "extraction", "files", "chat")
 
@@ -141,27 +68,6 @@ MODES = {
 }
 
 
-def tool_calls() -> list[list[dict]]:
-    history = [{"role": "system", "content": SYSTEM}]
-    for question, call in EXAMPLES:
-        history += [{"role": "user", "content": question},
-                    {"role": "assistant", "content": json.dumps(call)}]
-    return [history + [{"role": "user", "content": r}] for r in REQUESTS * 2]
-
-
-def extraction() -> list[list[dict]]:
-    """Twenty notes about people, one JSON extraction each, under one system prompt."""
-    notes = [f"Met {NAMES[i % 10]} yesterday, {24 + 3 * i % 40} years old, a "
-             f"{JOBS[(3 * i) % 10]} from {CITIES[(7 * i) % 10]}." for i in range(20)]
-    return [[{"role": "system", "content": EXTRACT_SYSTEM}, {"role": "user", "content": n}]
-            for n in notes]
-
-
-def chat() -> list[list[dict]]:
-    prompts = next(d for d in DOMAINS if d.name == "chat").prompts
-    return [[{"role": "user", "content": p}] for p in prompts]
-
-
 def _complete(http: httpx.Client, messages: list[dict], fields: dict, max_tokens: int
               ) -> tuple[str, Counter]:
     """(text, counts) of one streamed request: completion tokens, drafted and accepted
@@ -183,6 +89,7 @@ def _complete(http: httpx.Client, messages: list[dict], fields: dict, max_tokens
                 counts[key] += details.get(key, 0)
             rounds = chunk.get("cascade")
             if rounds:
+                counts["rounds"] += 1
                 source = rounds.get("source") or "target"
                 counts["tokens"] += len(rounds["tokens"])
                 counts[f"drafted:{source}"] += rounds["num_drafted"]
@@ -191,29 +98,46 @@ def _complete(http: httpx.Client, messages: list[dict], fields: dict, max_tokens
 
 
 def _edit(http: httpx.Client, text: str, edit: str, fields: dict, max_tokens: int,
-          predict: bool) -> tuple[str, Counter]:
+          predict: bool, sent: list[tuple[str, str]]) -> tuple[str, Counter]:
     """One edit request: the whole file asked back (the file as its prediction with
-    ``predict``)."""
+    ``predict``, noted with the answer in ``sent``)."""
     ask = f"{edit} Return the whole file.\n```python\n{text}```"
-    predicted = ({"prediction": {"type": "content", "content": f"```python\n{text}```"}}
-                 if predict else {})
-    return _complete(http, [{"role": "user", "content": ask}], {**fields, **predicted},
-                     max_tokens * 3)
+    prediction = f"```python\n{text}```"
+    predicted = {"prediction": {"type": "content", "content": prediction}} if predict else {}
+    answer, counts = _complete(http, [{"role": "user", "content": ask}],
+                               {**fields, **predicted}, max_tokens * 3)
+    if predict:
+        sent.append((prediction, answer))
+    return answer, counts
+
+
+def _perfect_rounds(http: httpx.Client, sent: list[tuple[str, str]]) -> int:
+    """A perfect prediction drafter's rounds over the (prediction, answer) pairs, each answer
+    re-tokenized (the tokens it was generated as, or nearly)."""
+    return sum(perfect_rounds(_tokens(http, prediction), _tokens(http, answer))
+               for prediction, answer in sent)
+
+
+def _tokens(http: httpx.Client, text: str) -> list[int]:
+    response = http.post("/tokenize", json={"model": http.model, "prompt": text,
+                                            "add_special_tokens": False})
+    response.raise_for_status()
+    return response.json()["tokens"]
 
 
 def run_workload(http: httpx.Client, name: str, fields: dict, max_tokens: int,
                  predict: bool = False) -> dict:
-    counts = Counter()
+    counts, sent = Counter(), []
     started = time.perf_counter()
     if name == "code-edit":
         text = FILE
         for edit in EDITS:
-            answer, more = _edit(http, text, edit, fields, max_tokens, predict)
+            answer, more = _edit(http, text, edit, fields, max_tokens, predict, sent)
             text = answer.split("```python\n")[-1].split("```")[0] or text
             counts += more
     elif name == "files":
         for text, edit in FILES:
-            counts += _edit(http, text, edit, fields, max_tokens, predict)[1]
+            counts += _edit(http, text, edit, fields, max_tokens, predict, sent)[1]
     else:
         conversations = {"tool-calls": tool_calls, "extraction": extraction,
                          "chat": chat}[name]()
@@ -223,6 +147,8 @@ def run_workload(http: httpx.Client, name: str, fields: dict, max_tokens: int,
                 counts["first_pass_tokens"] = counts["tokens"]
             counts += _complete(http, messages, fields, max_tokens)[1]
     elapsed = time.perf_counter() - started
+    if sent:
+        counts["perfect_rounds"] = _perfect_rounds(http, sent)
     return {"seconds": elapsed, "tokens_per_s": counts["tokens"] / elapsed, **counts}
 
 
@@ -283,11 +209,14 @@ def passes_table(results: dict) -> Table:
 
 def prediction_table(results: dict) -> Table:
     """Per workload sent with a prediction: how much of the completion the prediction held
-    (OpenAI's usage counts) and how much of it was drafted from the prediction and accepted."""
-    out = Table(title="Predicted outputs: completion tokens found in the prediction, and "
-                      "drafted from it")
+    (OpenAI's usage counts), how much of it was drafted from the prediction and accepted, and
+    the rounds the run took against the fewest a perfect drafter from the prediction needs
+    (``cascade.bench.prediction_ceiling``)."""
+    out = Table(title="Predicted outputs: completion tokens found in the prediction, drafted "
+                      "from it, and rounds against a perfect prediction drafter's")
     for column in ("mode", "workload", "completion tokens", "in the prediction",
-                   "prediction tokens not used", "accepted / drafted from it"):
+                   "prediction tokens not used", "accepted / drafted from it", "rounds",
+                   "a perfect drafter's rounds"):
         out.add_column(column, justify="right")
     for key, row in results["modes"].items():
         for workload, w in row.items():
@@ -297,7 +226,8 @@ def prediction_table(results: dict) -> Table:
                             str(w["accepted_prediction_tokens"]),
                             str(w["rejected_prediction_tokens"]),
                             f"{w.get('accepted:prediction', 0)}/"
-                            f"{w.get('drafted:prediction', 0)}")
+                            f"{w.get('drafted:prediction', 0)}", str(w.get("rounds", "-")),
+                            str(w.get("perfect_rounds", "-")))
     return out
 
 
