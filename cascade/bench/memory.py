@@ -220,11 +220,10 @@ def prediction_table(results: dict) -> Table:
         out.add_column(column, justify="right")
     for key, row in results["modes"].items():
         for workload, w in row.items():
-            if "accepted_prediction_tokens" in w and (w["accepted_prediction_tokens"]
-                                                      or w["rejected_prediction_tokens"]):
-                out.add_row(MODES[key].name, workload, str(w["tokens"]),
-                            str(w["accepted_prediction_tokens"]),
-                            str(w["rejected_prediction_tokens"]),
+            found = w.get("accepted_prediction_tokens", 0)  # counters drop zeros
+            unused = w.get("rejected_prediction_tokens", 0)
+            if found or unused:
+                out.add_row(MODES[key].name, workload, str(w["tokens"]), str(found), str(unused),
                             f"{w.get('accepted:prediction', 0)}/"
                             f"{w.get('drafted:prediction', 0)}", str(w.get("rounds", "-")),
                             str(w.get("perfect_rounds", "-")))
