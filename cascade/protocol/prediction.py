@@ -75,11 +75,17 @@ def with_prediction(request: Request, prediction: Prediction | None,
     return replace(request, draft=replace(request.draft, prediction=tokens))
 
 
+def shared_runs(prediction: Sequence[int], completion: Sequence[int]) -> list:
+    """The runs of tokens the completion shares with the prediction, in order (the longest
+    matching blocks, as a diff finds them): ``difflib.Match(a, b, size)``, ``a`` in the
+    prediction, ``b`` in the completion."""
+    matcher = SequenceMatcher(None, list(prediction), list(completion), autojunk=False)
+    return matcher.get_matching_blocks()
+
+
 def prediction_usage(prediction: Sequence[int], completion: Sequence[int]) -> dict[str, int]:
     """OpenAI's ``completion_tokens_details`` counts: the prediction's tokens that appear in
-    the completion (in order: the longest matching blocks, as a diff finds them), and the
-    rest."""
-    matcher = SequenceMatcher(None, list(prediction), list(completion), autojunk=False)
-    accepted = sum(block.size for block in matcher.get_matching_blocks())
+    the completion (``shared_runs``), and the rest."""
+    accepted = sum(block.size for block in shared_runs(prediction, completion))
     return {"accepted_prediction_tokens": accepted,
             "rejected_prediction_tokens": len(prediction) - accepted}
