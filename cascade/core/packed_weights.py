@@ -24,6 +24,7 @@ pack again.
 from __future__ import annotations
 
 import copy
+import functools
 import os
 from collections import Counter
 
@@ -36,14 +37,23 @@ PACKABLE_DTYPES = (torch.float32, torch.bfloat16)
 
 def available(model) -> bool:
     """Whether ``model``'s products can run packed: on the CPU, with oneDNN, in float32 or
-    bfloat16, unless the environment sets ``CASCADE_PACKED_WEIGHTS=0``."""
+    (on a CPU with oneDNN's bfloat16 instructions: AVX-512 or AVX-NE-CONVERT) bfloat16,
+    unless the environment sets ``CASCADE_PACKED_WEIGHTS=0``."""
     return _packable(next(model.parameters()))
 
 
 def _packable(tensor: torch.Tensor) -> bool:
     return (tensor.device.type == "cpu" and tensor.dtype in PACKABLE_DTYPES
             and torch.backends.mkldnn.is_available()
+            and (tensor.dtype != torch.bfloat16 or _bfloat16_packs())
             and os.environ.get("CASCADE_PACKED_WEIGHTS", "1") != "0")
+
+
+@functools.cache
+def _bfloat16_packs() -> bool:
+    """Whether oneDNN packs bfloat16 weights on this CPU (it refuses without AVX-512 or
+    AVX-NE-CONVERT: such a CPU keeps bfloat16 products dense)."""
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
 def is_packed(model) -> bool:
