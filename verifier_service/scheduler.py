@@ -27,6 +27,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 
 from cascade.core.blocks import Draft
+from cascade.core.compiled import MODES
 from cascade.core.engine import VerifyEngine
 from cascade.core.paged_cache import Preempted
 from cascade.core.prefix_share import longest_common
@@ -57,8 +58,12 @@ class VerifierSettings:
     max_kv_share: float = 0.5
     """Most of the KV budget one prefix scope (an API key) may hold while another's sessions
     wait for memory (``verifier_service.admission``)."""
+    compile: str = "off"
+    """Compile the target's step: off, on, or auto (on a GPU only): ``cascade.core.compiled``."""
 
     def __post_init__(self) -> None:
+        if self.compile not in MODES:
+            raise ValueError(f"compile must be one of {MODES}, got {self.compile!r}")
         if self.max_batch_tokens < 1:
             raise ValueError(f"max_batch_tokens must be >= 1, got {self.max_batch_tokens}")
         if self.kv_tokens is not None and self.kv_tokens < 1:

@@ -24,6 +24,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 
 from cascade.core.blocks import Draft, RoundOutcome
+from cascade.core.compiled import compile_target, warm_up
 from cascade.core.engine import VerifyEngine
 from cascade.core.runner import ModelRunner
 from cascade.core.step_cost import load_or_profile
@@ -82,8 +83,11 @@ class SessionTable:
         self.runner = runner
         self.limits = model_limits(runner)
         self.settings = settings or VerifierSettings()
+        compiled = compile_target(runner, self.settings.compile)
         self.engine = VerifyEngine(runner, self.settings.kv_tokens, self.settings.invariant,
                                    self.settings.share_prefixes)
+        if compiled:
+            warm_up(self.engine, logging.getLogger("verifier").info)
         metrics.VERIFIER_INVARIANT.set(int(self.engine.invariance_verified))
         logging.getLogger("verifier").info(
             "passes: %s", f"batch-invariant, {self.engine.invariance}"

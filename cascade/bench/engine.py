@@ -63,6 +63,7 @@ from cascade.bench.engine_device import (copy_bandwidth, cpu_flags, device_name,
 from cascade.bench.engine_report import (DtypeResult, EngineBenchResult, Shape, ShapeResult,
                                          bandwidth_label, header, save, table)
 from cascade.bench.machine import machine
+from cascade.core import compiled
 from cascade.core.blocks import Draft
 from cascade.core.engine import VerifyEngine
 from cascade.core.invariant import KEY_BLOCK
@@ -116,6 +117,8 @@ class EngineBenchConfig:
     """Where the models, caches and inputs live (cpu, cuda, cuda:1, ...)."""
     random_weights: bool = False
     """``target`` is a config (a folder's config.json, or a built-in name): random weights."""
+    engine_compile: bool = True
+    """Also time the engine's step compiled (``cascade.core.compiled``; minutes)."""
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.dtypes) - set(BENCH_DTYPES))
@@ -208,7 +211,10 @@ class EngineRows:
     """One engine and its prefilled sequences, each set back to its post-prefill state before
     every call so that every call feeds the same tokens after the same cached context."""
 
-    def __init__(self, runner: ModelRunner, invariant: bool, config: EngineBenchConfig) -> None:
+    def __init__(self, runner: ModelRunner, invariant: bool, config: EngineBenchConfig,
+                 forward=None) -> None:
+        """``forward``: the model compiled (``cascade.core.compiled``), or None: eager."""
+        self.forward = forward
         rows, nodes = max(config.rows, default=1), len(config.tree)
         room = padded(config.context + config.new_tokens + nodes + KEY_BLOCK, KEY_BLOCK)
         fresh = padded(config.prefill + config.new_tokens + nodes + KEY_BLOCK, KEY_BLOCK)
@@ -217,7 +223,7 @@ class EngineRows:
         self.new_tokens = config.new_tokens
         self.sequences = [self._sequence(context_tokens(i, config.context, runner.vocab_size))
                           for i in range(rows)]
-        _step(self.engine, [(s, Draft([])) for s in self.sequences])
+        self._step([(s, Draft([])) for s in self.sequences])
         self.committed = [list(s.committed) for s in self.sequences]
 
     def _sequence(self, context: list[int]) -> SequenceVerifier:
@@ -232,7 +238,11 @@ class EngineRows:
         for sequence, committed in zip(self.sequences[: shape.rows], self.committed):
             sequence.committed = list(committed)
         items = [(s, draft) for s in self.sequences[: shape.rows]]
-        return lambda: _step(self.engine, items)
+        return lambda: self._step(items)
+
+    def _step(self, items: list) -> None:
+        with compiled.using(self.runner.model, self.forward):
+            _step(self.engine, items)
 
     def _prepare_prefill(self, shape: Shape) -> Callable[[], None]:
         """A fresh sequence (the previous one closed) whose prefill is the call."""
@@ -240,7 +250,7 @@ class EngineRows:
         self.prefill_rows += 1
         self.fresh = self._sequence(context_tokens(-self.prefill_rows, shape.tokens,
                                              self.runner.vocab_size))
-        return lambda: _step(self.engine, [(self.fresh, Draft([]))])
+        return lambda: self._step([(self.fresh, Draft([]))])
 
     def close_prefill(self) -> None:
         if getattr(self, "fresh", None) is not None:
@@ -277,7 +287,8 @@ def _measure_shape(shape: Shape, engines: dict[str, EngineRows], model, compiled
     """Every column of one shape but the bandwidth limit (``bandwidth_ms`` is left 0); the
     engine, eager and floor columns interleaved (``_interleaved``). A column that fails is
     left empty for this shape (its first error kept in ``errors``)."""
-    note("engine plain, engine invariant, transformers eager, torch floor", 4)
+    note(", ".join(f"engine {name}" for name in engines) + ", transformers eager, torch floor",
+         len(engines) + 2)
     setups = {name: partial(partial, rows.prepare, shape) for name, rows in engines.items()}
     setups["eager"] = partial(hf_prepare, model, model, shape, config.context, False)
     setups["floor"] = partial(floor_prepare, model, shape)
@@ -289,7 +300,8 @@ def _measure_shape(shape: Shape, engines: dict[str, EngineRows], model, compiled
     compiled_ms, compile_ms = compiled.measure(model, shape, config)
     return ShapeResult(shape, cells.get("plain"), cells.get("invariant"), cells.get("eager"),
                        compiled_ms, cells.get("floor"), 0.0, shape.fed,
-                       None if compile_ms is None else compile_ms / 1000)
+                       None if compile_ms is None else compile_ms / 1000,
+                       cells.get("plain compiled"), cells.get("invariant compiled"))
 
 
 def _set_up(setups: dict[str, Callable[[], Prepare]], errors: dict[str, str]
@@ -337,11 +349,16 @@ def _measure_dtype(dtype: str, config: EngineBenchConfig, bandwidth: float,
                    counter: _Counter) -> DtypeResult:
     runner, model = load_models(config, dtype)
     errors: dict[str, str] = {}
-    engines = _set_up({"plain": partial(EngineRows, runner, False, config),
-                       "invariant": partial(EngineRows, runner, True, config)}, errors)
-    compiled = _Compiled(model, config.hf_compile)
+    setups = {"plain": partial(EngineRows, runner, False, config),
+              "invariant": partial(EngineRows, runner, True, config)}
+    if config.engine_compile:
+        forward = compiled.compiled_forward(runner.model)
+        setups["plain compiled"] = partial(EngineRows, runner, False, config, forward)
+        setups["invariant compiled"] = partial(EngineRows, runner, True, config, forward)
+    engines = _set_up(setups, errors)
+    hf_compiled = _Compiled(model, config.hf_compile)
     try:
-        results = [_measure_shape(shape, engines, model, compiled, config,
+        results = [_measure_shape(shape, engines, model, hf_compiled, config,
                                   counter.note(f"{dtype} {shape.name}"), errors)
                    for shape in config.shapes()]
     finally:
@@ -350,9 +367,9 @@ def _measure_dtype(dtype: str, config: EngineBenchConfig, bandwidth: float,
     total_bytes = weight_bytes(model)
     for result in results:
         result.bandwidth_ms = 1000 * total_bytes / bandwidth
-        if compiled.error:
+        if hf_compiled.error:
             result.compiled_ms = result.compile_s = None
-    return DtypeResult(dtype, total_bytes, results, compiled.error, errors)
+    return DtypeResult(dtype, total_bytes, results, hf_compiled.error, errors)
 
 
 def run_engine_bench(config: EngineBenchConfig,
@@ -365,7 +382,8 @@ def run_engine_bench(config: EngineBenchConfig,
     try:
         progress("memory bandwidth", 0, 1)
         bandwidth = memory_bandwidth(config.device, config.bandwidth_mib << 20)
-        counter = _Counter(progress, len(config.dtypes) * len(config.shapes()) * len(COLUMNS))
+        counter = _Counter(progress, len(config.dtypes) * len(config.shapes())
+                           * (len(COLUMNS) + 2 * config.engine_compile))
         dtypes = []
         for dtype in config.dtypes:
             dtypes.append(_measure_dtype(dtype, config, bandwidth, counter))
@@ -432,6 +450,8 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=100, help="cached tokens per row")
     parser.add_argument("--hf-compile", action=argparse.BooleanOptionalAction, default=True,
                         help="also time transformers under torch.compile (minutes)")
+    parser.add_argument("--engine-compile", action=argparse.BooleanOptionalAction,
+                        default=True, help="also time the engine's step compiled (minutes)")
     parser.add_argument("--out", type=Path, default=Path("runs/bench-engine"),
                         help="where engine.json and table.md go")
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
@@ -452,7 +472,8 @@ def main() -> None:
     run_on_console(EngineBenchConfig(
         target, tuple(args.dtypes or BENCH_DTYPES), args.threads, args.repeats, args.context,
         args.hf_compile, args.out, args.rows, args.drafts, TREE_PARENTS if args.tree else (),
-        args.prefill, args.bandwidth_mib, args.device, args.random_weights), Console())
+        args.prefill, args.bandwidth_mib, args.device, args.random_weights,
+        args.engine_compile), Console())
 
 
 if __name__ == "__main__":

@@ -52,6 +52,9 @@ class ShapeResult:
     """Rows of x in the floor's products (rows x tokens)."""
     compile_s: float | None = None
     """The compiled column's warm-up call (a compile, where this shape needed a new graph)."""
+    plain_compiled_ms: float | None = None
+    invariant_compiled_ms: float | None = None
+    """The engine's step compiled (``cascade.core.compiled``)."""
 
     def ratios(self, one_row: ShapeResult | None) -> dict[str, float | None]:
         """The table's ratios; ``one_row``: the 1-row x 1 shape (for the N-row ones)."""
@@ -60,10 +63,19 @@ class ShapeResult:
             "invariant / eager": _ratio(self.invariant_ms, self.eager_ms),
             "plain / eager": _ratio(self.plain_ms, self.eager_ms),
             "invariant / compiled": _ratio(self.invariant_ms, self.compiled_ms),
+            "invariant compiled / eager": _ratio(self.invariant_compiled_ms, self.eager_ms),
+            "invariant compiled / invariant": _ratio(self.invariant_compiled_ms,
+                                                     self.invariant_ms),
+            "invariant compiled / plain compiled": _ratio(self.invariant_compiled_ms,
+                                                          self.plain_compiled_ms),
+            "invariant compiled / floor": _ratio(self.invariant_compiled_ms, self.floor_ms),
             "invariant / plain": _ratio(self.invariant_ms, self.plain_ms),
             "invariant / floor": _ratio(self.invariant_ms, self.floor_ms),
             "invariant / bandwidth": _ratio(self.invariant_ms, self.bandwidth_ms),
             "N / 1 row (invariant)": _ratio(self.invariant_ms, one_row.invariant_ms)
+            if rows else None,
+            "N / 1 row (invariant compiled)": _ratio(self.invariant_compiled_ms,
+                                                     one_row.invariant_compiled_ms)
             if rows else None,
             "N / 1 row (eager)": _ratio(self.eager_ms, one_row.eager_ms) if rows else None,
         }
@@ -113,8 +125,9 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None or b == 0 else a / b
 
 
-TABLE_COLUMNS = ("shape", "tokens", "engine plain", "engine invariant", "HF eager",
-                 "HF compiled", "torch floor", "bandwidth limit")
+TABLE_COLUMNS = ("shape", "tokens", "engine plain", "engine invariant", "engine plain compiled",
+                 "engine invariant compiled", "HF eager", "HF compiled", "torch floor",
+                 "bandwidth limit")
 
 
 def _ms(value: float | None) -> str:
@@ -166,7 +179,8 @@ def table(dtype: DtypeResult) -> str:
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for r in dtype.shapes:
         cells = [r.shape.name, str(r.shape.fed)]
-        cells += [_ms(v) for v in (r.plain_ms, r.invariant_ms, r.eager_ms, r.compiled_ms,
+        cells += [_ms(v) for v in (r.plain_ms, r.invariant_ms, r.plain_compiled_ms,
+                                   r.invariant_compiled_ms, r.eager_ms, r.compiled_ms,
                                    r.floor_ms, r.bandwidth_ms)]
         cells += [_x(v) for v in r.ratios(one_row).values()]
         lines.append("| " + " | ".join(cells) + " |")

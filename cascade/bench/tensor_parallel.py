@@ -65,7 +65,7 @@ class TpBenchConfig:
         return EngineBenchConfig(self.target, (self.dtype,), threads, self.repeats,
                                  self.context, False, self.out, self.rows, self.drafts, (),
                                  self.prefill, device=self.device,
-                                 random_weights=self.random_weights)
+                                 random_weights=self.random_weights, engine_compile=False)
 
 
 @dataclass(frozen=True)

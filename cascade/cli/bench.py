@@ -121,6 +121,9 @@ def bench_engine(target: Path = typer.Option(None, help="Model folder (default: 
                                                  help="Also time transformers with a static "
                                                  "cache under torch.compile (compiles for "
                                                  "minutes)."),
+                 engine_compile: bool = typer.Option(
+                     True, "--engine-compile/--no-engine-compile", help="Also time the "
+                     "engine's step compiled (--compile on; compiles for minutes)."),
                  out: Path = typer.Option(Path("runs/bench-engine"), help="Where engine.json "
                                           "and table.md go."),
                  device: str = typer.Option("cpu", help="cpu or cuda[:N]."),
@@ -147,7 +150,7 @@ def bench_engine(target: Path = typer.Option(None, help="Model folder (default: 
         config = EngineBenchConfig(target, tuple(dtypes), threads or default_threads(), repeats,
                                    context, hf_compile, out, int_list(rows), int_list(drafts),
                                    TREE_PARENTS if tree else (), prefill, 0, device,
-                                   random_weights)
+                                   random_weights, engine_compile)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
     run_on_console(config, console)

@@ -48,7 +48,8 @@ WORKDIR_OPT = typer.Option(cache_root() / "local", help="Folder for the processe
 
 def _cluster_config(target, drafter, pair, drafters, port, grpc_port, dtype, workdir: Path,
                     gateway_args: tuple[str, ...] = (), redis_replicas: int = 0,
-                    invariant: bool = True, tensor_parallel: int = 1) -> ClusterConfig:
+                    invariant: bool = True, tensor_parallel: int = 1,
+                    compile: str = "off") -> ClusterConfig:
     """The local cluster's settings, checked before anything starts (ValueError: what to
     fix)."""
     if dtype not in DTYPES:
@@ -59,6 +60,11 @@ def _cluster_config(target, drafter, pair, drafters, port, grpc_port, dtype, wor
                              f"{flag} 0 for a free one")
     target, drafter = pair_folders(target, drafter, pair)
     verifier_args = () if invariant else ("--no-invariant",)
+    if compile != "off":
+        from cascade.core.compiled import wanted
+
+        wanted(compile, "cpu")  # ValueError naming the modes
+        verifier_args += ("--compile", compile)
     if tensor_parallel > 1:
         from cascade.core.weights import check_split
 
@@ -98,6 +104,9 @@ def up(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT, pair: str = PAIR_
        tensor_parallel: int = typer.Option(1, min=1, help="Split the target over this many "
                                            "verifier ranks (processes sharing the cores; its "
                                            "heads must divide by it)."),
+       compile: str = typer.Option("off", help="Compile the verifier's step: off, on, or "
+                                   "auto (on a GPU only); the first start compiles for "
+                                   "minutes on a CPU (the verifier's --compile)."),
        workdir: Path = WORKDIR_OPT) -> None:
     """Start Redis, a verifier, drafters and the gateway; Ctrl-C (or SIGTERM) stops them
     all."""
@@ -108,7 +117,7 @@ def up(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT, pair: str = PAIR_
         config = _cluster_config(target, drafter, pair, drafters, port, grpc_port, dtype,
                                  workdir, ("--speculation-memory", speculation_memory.value,
                                            "--draft-method", draft_method), redis_replicas,
-                                 invariant, tensor_parallel)
+                                 invariant, tensor_parallel, compile)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
     with running(LocalCluster(config), "starting redis, verifier, drafters, gateway") as cluster:

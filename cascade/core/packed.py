@@ -40,6 +40,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
 
 from cascade.core import invariant
+from cascade.core.graph_ops import STEP, packed_attention as packed_attention_op
 from cascade.core.kv_store import BlockTable, KVStore
 from cascade.core.row_rope import (ROWS, config_rope_types, has_length_dependent_rope,
                                    is_length_dependent, per_row_rotary)
@@ -54,6 +55,10 @@ outside a packed step it runs the model's own eager attention, with eager (addit
 _PREPARED_MASK = torch.ones(1, 1, 1, 1, dtype=torch.bool)
 """A 4D mask is taken as already prepared, so transformers builds none for a packed step
 (``packed_attention`` ignores it and masks per row)."""
+MIN_COMPILED_ROWS = 2
+"""A compiled step feeds at least this many tokens (filler rows otherwise), so the token count
+is never 1, a size compiled code would specialise on (two graphs whose kernels may round
+differently)."""
 _SUPPORTED_LAYER_TYPES = {"full_attention", "sliding_attention"}
 _UNSUPPORTED_KWARGS = {"s_aux": "attention sinks", "sinks": "attention sinks",
                        "position_bias": "an attention position bias"}
@@ -119,14 +124,18 @@ class PackedStep:
         self.slots = torch.tensor(slots, device=store.keys.device)  # [N] store slots written
 
     def update(self, keys: torch.Tensor, values: torch.Tensor, layer_idx: int, *args, **kwargs):
-        """keys, values: [1, kv_heads, N + fill, head_dim] for the packed tokens (filler rows
-        write nothing)."""
-        count = len(self.slots)
-        self.store.keys[layer_idx].index_copy_(1, self.slots,
-                                               keys[0, :, :count].to(self.store.keys.dtype))
-        self.store.values[layer_idx].index_copy_(1, self.slots,
-                                                 values[0, :, :count].to(self.store.values.dtype))
+        """Where the model hands a cache its keys and values: they are written by ``attend``
+        (one call per layer, so a compiled model sees one opaque operation)."""
         return keys, values
+
+    def _write(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """keys, values: [1, kv_heads, N + fill, head_dim] for the packed tokens (filler rows
+        write nothing), into the rows' slots (one ``index_copy_`` each)."""
+        count = len(self.slots)
+        self.store.keys[layer].index_copy_(1, self.slots,
+                                           keys[0, :, :count].to(self.store.keys.dtype))
+        self.store.values[layer].index_copy_(1, self.slots,
+                                             values[0, :, :count].to(self.store.values.dtype))
 
     def _batches(self, window: int | None, device: torch.device) -> list[RowBatch]:
         """The rows as padded batches for one kind of layer (sliding or not), built once per
@@ -136,11 +145,14 @@ class PackedStep:
             self._mask_cache[key] = batched_rows(self.feeds, window, device)
         return self._mask_cache[key]
 
-    def attend(self, query: torch.Tensor, layer: int, scaling: float | None,
-               window: int | None = None, softcap: float | None = None) -> torch.Tensor:
-        """query: [1, heads, N + fill, head_dim] -> [1, N + fill, heads, head_dim] (filler rows
+    def attend(self, query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, layer: int,
+               scaling: float | None, window: int | None = None,
+               softcap: float | None = None) -> torch.Tensor:
+        """Write the step's ``keys`` and ``values`` of ``layer`` into the store, then attend:
+        query: [1, heads, N + fill, head_dim] -> [1, N + fill, heads, head_dim] (filler rows
         get zeros). ``window``: a query at position q sees keys q - window + 1 .. q (None: all
         of 0 .. q)."""
+        self._write(layer, keys, values)
         if self.invariance:
             outputs = self._attend_invariant(query, layer, scaling, window, softcap)
             if self.fill:
@@ -211,11 +223,12 @@ def _refuse_unsupported(module, kwargs: dict) -> None:
                                    f"which packed attention does not implement")
 
 
-def _attend_packed(module, query, scaling, kwargs):
+def _attend_packed(module, query, key, value, scaling, kwargs):
     _refuse_unsupported(module, kwargs)
-    step = kwargs["packed_step"]
-    return step.attend(query, module.layer_idx, scaling, kwargs.get("sliding_window"),
-                       kwargs.get("softcap")), None
+    args = (module.layer_idx, scaling, kwargs.get("sliding_window"), kwargs.get("softcap"))
+    if torch.compiler.is_compiling():
+        return packed_attention_op(query, key, value, *args), None
+    return kwargs["packed_step"].attend(query, key, value, *args), None
 
 
 def _attend_dense(module, query, key, value, scaling, kwargs):
@@ -229,7 +242,7 @@ def _attend_dense(module, query, key, value, scaling, kwargs):
 def packed_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
                      **kwargs):
     if kwargs.get("packed_step") is not None:
-        return _attend_packed(module, query, scaling, kwargs)
+        return _attend_packed(module, query, key, value, scaling, kwargs)
     if invariant.DENSE_CALL.get() is not None:
         return _attend_dense(module, query, key, value, scaling, kwargs)
     _refuse_unsupported(module, kwargs)
@@ -240,7 +253,7 @@ def packed_attention(module, query, key, value, attention_mask, scaling=None, dr
 def packed_eager_attention(module, query, key, value, attention_mask, scaling=None,
                            dropout=0.0, **kwargs):
     if kwargs.get("packed_step") is not None:
-        return _attend_packed(module, query, scaling, kwargs)
+        return _attend_packed(module, query, key, value, scaling, kwargs)
     if invariant.DENSE_CALL.get() is not None:
         return _attend_dense(module, query, key, value, scaling, kwargs)
     _refuse_unsupported(module, kwargs)
@@ -328,24 +341,35 @@ def _packed_forward(model, store: KVStore, feeds: list[Feed], keep: torch.Tensor
         tokens = to_local[tokens]
     row_positions = [f.positions() for f in feeds]
     positions = torch.cat(row_positions)
+    keep = keep.clone()  # made here, as every input is (one kind of tensor for compiled code)
     count, wanted = len(tokens), len(keep)
-    fill = invariance.linear.pad(count) - count if invariance else 0
-    if invariance:
+    forward = getattr(model, "cascade_compiled", None)  # cascade.core.compiled
+    least = MIN_COMPILED_ROWS if forward is not None else 1
+    fill = _padded(count, invariance, least) - count
+    if fill:
         tokens, positions = _filled(tokens, fill), _filled(positions, fill)
-        keep = torch.cat([keep, keep[-1:].expand(invariance.linear.pad(wanted) - wanted)])
+    if _padded(wanted, invariance, least) > wanted:
+        keep = torch.cat([keep, keep[-1:].expand(_padded(wanted, invariance, least) - wanted)])
     step = PackedStep(store, feeds, fill, invariance)
     lengths = [(len(f.tokens), int(p.max()) + 1) for f, p in zip(feeds, row_positions)]
-    rows = ROWS.set(tuple(lengths + ([(fill, 1)] if fill else [])))
+    rows, current = ROWS.set(tuple(lengths + ([(fill, 1)] if fill else []))), STEP.set(step)
     try:
-        output = model(input_ids=tokens[None].to(device),
+        output = (model if forward is None else forward)(input_ids=tokens[None].to(device),
                        position_ids=positions[None].to(device), cache=step,
                        attention_mask=_PREPARED_MASK, use_cache=True,
                        logits_to_keep=keep.to(device), output_hidden_states=hidden,
                        packed_step=step)
     finally:
         ROWS.reset(rows)
+        STEP.reset(current)
     states = tuple(h[0, :count] for h in output.hidden_states) if hidden else ()
     return output.logits[0, :wanted].float(), states
+
+
+def _padded(count: int, invariance: Invariance | None, least: int) -> int:
+    """Rows a product is given for ``count`` real ones: the invariant pass's rule, and at
+    least ``least``."""
+    return max(least, invariance.linear.pad(count) if invariance else count)
 
 
 def _filled(values: torch.Tensor, fill: int) -> torch.Tensor:

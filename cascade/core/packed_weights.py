@@ -32,6 +32,8 @@ import torch
 from torch import nn
 from transformers.pytorch_utils import Conv1D
 
+from cascade.core import graph_ops
+
 PACKABLE_DTYPES = (torch.float32, torch.bfloat16)
 
 
@@ -98,7 +100,10 @@ def _unpack(module: nn.Module, kind: type, dense: torch.Tensor) -> None:
 
 
 def product(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """x [..., in] @ packed.T (+ bias) -> [..., out]."""
+    """x [..., in] @ packed.T (+ bias) -> [..., out] (an opaque op in a compiled model:
+    ``cascade.core.graph_ops``)."""
+    if torch.compiler.is_compiling():
+        return graph_ops.packed_linear(x, packed, bias)
     return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
 

@@ -42,6 +42,7 @@ import torch
 from cascade.core.engine import Pass, VerifyEngine
 from cascade.core.kv_store import BLOCK_SIZE
 from cascade.core import packed_weights
+from cascade.core.graph_ops import is_compiled
 from cascade.core.paths import cache_root
 from cascade.core.row_rules import padded
 
@@ -412,7 +413,8 @@ def identity(runner, invariant: bool = True) -> dict:
              "torch": torch.__version__, "cpu": cpu, "cpu_flags": flags,
              "threads": torch.get_num_threads(), "device": str(runner.device),
              "pass": "invariant" if invariant else "plain", "revision": PASS_REVISION,
-             "weights": "packed" if packed_weights.is_packed(model) else "dense"}
+             "weights": "packed" if packed_weights.is_packed(model) else "dense",
+             "compiled": is_compiled(model)}
     if runner.device.type == "cuda":
         found["gpu"] = torch.cuda.get_device_name(runner.device)
     shard = getattr(model, "cascade_shard", None)

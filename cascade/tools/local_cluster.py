@@ -35,6 +35,10 @@ _BIND_FAILURES = ("failed to bind to address", "address already in use")
 _PORT_FLAGS = ("--port", "--grpc-port", "--metrics-port")
 
 
+COMPILE_START_S = 900.0
+"""How long a cluster whose verifier compiles its step may take to start."""
+
+
 @dataclass(frozen=True)
 class ClusterConfig:
     target: Path
@@ -151,11 +155,19 @@ class LocalCluster:
                                 "--grpc-port", str(c.grpc_port or free_port()), *mesh, *owner,
                                 *c.gateway_args], picked=not (c.http_port or c.grpc_port))
         try:
-            self._wait_ready(timeout_s)
+            self._wait_ready(max(timeout_s, COMPILE_START_S) if self._compiles() else timeout_s)
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _compiles(self) -> bool:
+        """Whether the verifier compiles its step (``--compile``, or ``CASCADE_COMPILE`` in
+        the environment the pods inherit): a first compile takes minutes on a CPU."""
+        args = list(self.config.verifier_args)
+        mode = (args[args.index("--compile") + 1] if "--compile" in args
+                else os.environ.get("CASCADE_COMPILE", "off"))
+        return mode != "off"
 
     @staticmethod
     def _mesh_files(folder: Path) -> tuple[list[str], list[str]]:

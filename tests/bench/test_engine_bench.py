@@ -10,7 +10,7 @@ from tokenizers_fixture import build_tokenizer
 
 from cascade.bench.engine import EngineBenchConfig, run_engine_bench
 from cascade.bench.engine_columns import floor_inputs
-from cascade.bench.engine_report import markdown, save
+from cascade.bench.engine_report import markdown, save, table
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +20,7 @@ def result(tmp_path_factory):
     build_tokenizer(folder)  # ModelRunner.load wants one; the bench feeds token ids
     config = EngineBenchConfig(folder, threads=1, repeats=1, context=24, hf_compile=False,
                                rows=(1, 4), drafts=(4,), tree=(-1, -1, 0, 0, 1),
-                               prefill=40, bandwidth_mib=64)
+                               prefill=40, bandwidth_mib=64, engine_compile=False)
     seen = []
     bench = run_engine_bench(config, lambda description, done, total: seen.append(
         (description, done, total)))
@@ -111,3 +111,23 @@ def test_every_engine_call_feeds_the_shape_after_the_same_context(result, monkey
             assert fed == [[(start, shape.tokens, tree)] * shape.rows] * 3, shape.name
     finally:
         rows.close()
+
+
+def test_the_engines_compiled_columns_sit_beside_the_eager_ones(tmp_path):
+    folder = tmp_path / "tiny-llama"
+    tiny_llama(seed=3).model.save_pretrained(folder)
+    build_tokenizer(folder)
+    config = EngineBenchConfig(folder, ("float32",), threads=1, repeats=1, context=24,
+                               hf_compile=False, rows=(1, 3), drafts=(), tree=(), prefill=0,
+                               bandwidth_mib=64)
+    (dtype,) = run_engine_bench(config).dtypes
+    assert not dtype.column_errors
+    one, three = dtype.shapes
+    for r in (one, three):
+        assert min(r.plain_compiled_ms, r.invariant_compiled_ms, r.invariant_ms) > 0
+    ratios = three.ratios(one)
+    assert ratios["invariant compiled / invariant"] == pytest.approx(
+        three.invariant_compiled_ms / three.invariant_ms)
+    assert ratios["N / 1 row (invariant compiled)"] == pytest.approx(
+        three.invariant_compiled_ms / one.invariant_compiled_ms)
+    assert "| engine plain compiled | engine invariant compiled |" in table(dtype)

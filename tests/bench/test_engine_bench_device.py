@@ -48,7 +48,8 @@ def test_random_weights_from_a_config_fill_the_rows_asked_for(tiny_config, tmp_p
 
 
 def test_the_cpu_keeps_a_plain_model_beside_the_runners_packed_copy(tiny_config):
-    config = engine.EngineBenchConfig(tiny_config, ("float32",), random_weights=True)
+    config = engine.EngineBenchConfig(tiny_config, ("float32",), random_weights=True,
+                                      engine_compile=False)
     runner, model = engine.load_models(config, "float32")
     assert runner.model is not model
     assert all(type(m) is torch.nn.Linear for m in _linears(model))
@@ -106,7 +107,8 @@ def test_a_failing_column_stays_empty_and_the_run_goes_on(tiny_config, monkeypat
     monkeypatch.setattr(engine, "floor_prepare", broken)
     config = engine.EngineBenchConfig(tiny_config, ("float32",), threads=1, repeats=1,
                                       context=8, hf_compile=False, rows=(1,), drafts=(2,),
-                                      tree=(), prefill=0, bandwidth_mib=8, random_weights=True)
+                                      tree=(), prefill=0, bandwidth_mib=8, random_weights=True,
+                                      engine_compile=False)
     (dtype,) = engine.run_engine_bench(config).dtypes
     assert dtype.column_errors == {
         "floor": "RuntimeError: Expected all tensors to be on the same device"}
