@@ -24,6 +24,10 @@ takes 0.83-0.95x the eager one. Inductor's freezing (weights as constants, the p
 called from the C++ wrapper) took 0.82-0.88x, but a frozen graph is never cached: every start
 would compile for minutes, so it is not used.
 
+The in-process loop (``cascade.core.loop``) compiles its target when ``CASCADE_COMPILE`` (the
+verifier's flag's variable) asks for it, so any exactness test runs compiled with
+``CASCADE_COMPILE=on``.
+
 ``auto`` compiles on a GPU only: on a CPU the first compile takes minutes on a few cores, so
 it is asked for (``on``). A GPU would gain most from CUDA graphs, which need the attention's
 plan as tensors of bucketed shapes (the plan is built in Python per step today): not done.
@@ -63,6 +67,9 @@ def compile_target(runner, mode: str) -> bool:
     first passes compile; ``warm_up`` runs them). Returns whether it is compiled."""
     if not wanted(mode, runner.device):
         return False
+    if getattr(runner.model, "cascade_leader", None) is not None:
+        raise ValueError("--compile does not run a tensor-parallel target yet (its other ranks "
+                         "run the eager step); use --compile off with --tensor-parallel")
     if not is_compiled(runner.model):
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir(runner))  # read at each use
         runner.model.cascade_compiled = compiled_forward(runner.model)

@@ -7,11 +7,13 @@ same verification code.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from cascade.core.blocks import Draft, RoundOutcome, TargetFeatures
+from cascade.core.compiled import compile_target
 from cascade.core.proposers import Proposer, ProposerContext, load, new_proposer
 from cascade.core.runner import ModelRunner
 from cascade.core.suffix_index import SessionMemory
@@ -62,6 +64,7 @@ def speculative_rounds(
     config = config or DraftConfig()
     timing = timing if timing is not None else RoundTiming()
     policy = policy or AcceptancePolicy.default_for(params, config)
+    compile_target(target, os.environ.get("CASCADE_COMPILE", "off"))  # as the verifier does
     verifier = SequenceVerifier(target, prompt, params, policy=policy,
                                 tree_room=config.tree_nodes if config.num_draft_tokens else 0)
     proposer = _proposer(drafter, params, config, policy, len(prompt), memory)

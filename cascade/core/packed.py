@@ -354,11 +354,12 @@ def _packed_forward(model, store: KVStore, feeds: list[Feed], keep: torch.Tensor
     lengths = [(len(f.tokens), int(p.max()) + 1) for f, p in zip(feeds, row_positions)]
     rows, current = ROWS.set(tuple(lengths + ([(fill, 1)] if fill else []))), STEP.set(step)
     try:
-        output = (model if forward is None else forward)(input_ids=tokens[None].to(device),
-                       position_ids=positions[None].to(device), cache=step,
-                       attention_mask=_PREPARED_MASK, use_cache=True,
-                       logits_to_keep=keep.to(device), output_hidden_states=hidden,
-                       packed_step=step)
+        call = model if forward is None else forward
+        output = call(input_ids=tokens[None].to(device),
+                      position_ids=positions[None].to(device), cache=step,
+                      attention_mask=_PREPARED_MASK, use_cache=True,
+                      logits_to_keep=keep.to(device), output_hidden_states=hidden,
+                      packed_step=step)
     finally:
         ROWS.reset(rows)
         STEP.reset(current)
