@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from cascade.core.compiled import MODES
+from cascade.core.compiled import check_mode
 from cascade.pod.cli import model_server_cli, option
 from cascade.serving.mesh import SESSION_KEY_HELP, load_session_key
 from verifier_service.scheduler import VerifierSettings
@@ -17,9 +17,10 @@ _DEFAULTS = VerifierSettings()
 
 
 def _compile_mode(value: str) -> str:
-    if value not in MODES:
-        raise typer.BadParameter(f"must be one of {', '.join(MODES)}, got {value!r}")
-    return value
+    try:
+        return check_mode(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
 
 
 OPTIONS = (
@@ -51,11 +52,12 @@ OPTIONS = (
         _DEFAULTS.max_kv_share, min=0.01, max=1.0, help="Most of the KV budget one API key's "
         "sessions may hold while another key's sessions wait for memory (1: no share).")),
     option("compile", str, typer.Option(
-        _DEFAULTS.compile, callback=_compile_mode, envvar="CASCADE_COMPILE", help="Compile the target's step "
-        "with torch.compile (one graph per step, attention and packed products opaque): on, "
-        "off, or auto (on a GPU only). The first start compiles for minutes on a few CPU "
-        "cores (progress logged), later starts reuse the kernels cached per model, dtype and "
-        "machine; measured 5-25 % faster per step on a CPU (docs/benchmarks.md).")),
+        _DEFAULTS.compile, callback=_compile_mode, envvar="CASCADE_COMPILE",
+        help="Compile the target's step with torch.compile (one graph per step, attention "
+        "and packed products opaque): on, off, or auto (on a GPU only). The first start "
+        "compiles for minutes on a few CPU cores (progress logged), later starts reuse the "
+        "kernels cached per model, dtype and machine; measured 0-15 % faster per step on a "
+        "CPU (docs/benchmarks.md).")),
     option("tensor_parallel", int, typer.Option(
         1, min=1, envvar="CASCADE_TENSOR_PARALLEL", help="Split the target over this many "
         "ranks (processes this pod starts; one GPU each with --device cuda): attention heads "

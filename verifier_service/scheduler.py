@@ -27,7 +27,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 
 from cascade.core.blocks import Draft
-from cascade.core.compiled import MODES
+from cascade.core.compiled import check_mode
 from cascade.core.engine import VerifyEngine
 from cascade.core.paged_cache import Preempted
 from cascade.core.prefix_share import longest_common
@@ -62,8 +62,7 @@ class VerifierSettings:
     """Compile the target's step: off, on, or auto (on a GPU only): ``cascade.core.compiled``."""
 
     def __post_init__(self) -> None:
-        if self.compile not in MODES:
-            raise ValueError(f"compile must be one of {MODES}, got {self.compile!r}")
+        check_mode(self.compile)
         if self.max_batch_tokens < 1:
             raise ValueError(f"max_batch_tokens must be >= 1, got {self.max_batch_tokens}")
         if self.kv_tokens is not None and self.kv_tokens < 1:

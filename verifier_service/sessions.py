@@ -83,11 +83,10 @@ class SessionTable:
         self.runner = runner
         self.limits = model_limits(runner)
         self.settings = settings or VerifierSettings()
-        compiled = compile_target(runner, self.settings.compile)
+        compile_target(runner, self.settings.compile)
         self.engine = VerifyEngine(runner, self.settings.kv_tokens, self.settings.invariant,
                                    self.settings.share_prefixes)
-        if compiled:
-            warm_up(self.engine, logging.getLogger("verifier").info)
+        warm_up(self.engine, logging.getLogger("verifier").info)  # nothing when not compiled
         metrics.VERIFIER_INVARIANT.set(int(self.engine.invariance_verified))
         logging.getLogger("verifier").info(
             "passes: %s", f"batch-invariant, {self.engine.invariance}"

@@ -61,9 +61,9 @@ def _cluster_config(target, drafter, pair, drafters, port, grpc_port, dtype, wor
     target, drafter = pair_folders(target, drafter, pair)
     verifier_args = () if invariant else ("--no-invariant",)
     if compile != "off":
-        from cascade.core.compiled import wanted
+        from cascade.core.compiled import check_mode
 
-        wanted(compile, "cpu")  # ValueError naming the modes
+        check_mode(compile)
         verifier_args += ("--compile", compile)
     if tensor_parallel > 1:
         from cascade.core.weights import check_split

@@ -20,7 +20,7 @@ asks for hidden states (a feature drafter's session) is a second graph, compiled
 one comes.
 
 Measured on an AVX2 EPYC, two cores, float32 (docs/benchmarks.md): the compiled invariant step
-takes 0.83-0.95x the eager one. Inductor's freezing (weights as constants, the packed products
+takes 0.85-1.00x the eager one (median 0.93). Inductor's freezing (weights as constants, the packed products
 called from the C++ wrapper) took 0.82-0.88x, but a frozen graph is never cached: every start
 would compile for minutes, so it is not used.
 
@@ -55,10 +55,16 @@ MODES = ("off", "auto", "on")
 _LOG = logging.getLogger("cascade.compile")
 
 
+def check_mode(mode: str) -> str:
+    """``mode``, or ValueError naming the modes."""
+    if mode not in MODES:
+        raise ValueError(f"compile must be one of {', '.join(MODES)}, got {mode!r}")
+    return mode
+
+
 def wanted(mode: str, device: torch.device | str) -> bool:
     """Whether ``mode`` compiles on ``device`` (``auto``: on a GPU)."""
-    if mode not in MODES:
-        raise ValueError(f"compile must be one of {MODES}, got {mode!r}")
+    check_mode(mode)
     return mode == "on" or (mode == "auto" and torch.device(device).type == "cuda")
 
 
