@@ -7,8 +7,8 @@ import logging
 
 import typer
 
-from cascade.core.packed import UnsupportedModel
-from cascade.core.suffix_index import MemoryLimits, SuffixIndex
+from cascade.core.forward.packed import UnsupportedModel
+from cascade.core.memory.suffix_index import MemoryLimits, SuffixIndex
 
 from cascade.pod.cli import model_server_cli, option
 from cascade.serving.delay import LinkDelay

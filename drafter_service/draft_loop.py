@@ -23,8 +23,8 @@ import grpc
 
 from cascade.core.blocks import Draft
 from cascade.core.proposers import ProposerContext, new_proposer
-from cascade.core.runner import ModelRunner
-from cascade.core.suffix_index import SessionMemory
+from cascade.core.model.runner import ModelRunner
+from cascade.core.memory.suffix_index import SessionMemory
 from cascade.pod.messages import (
     draft_to_pb,
     ends_generation,

@@ -17,7 +17,7 @@ from concurrent.futures import Executor
 
 from cascade.core.blocks import Draft
 from cascade.core.proposers import Proposer
-from cascade.core.speculation import Guess, Outcome, ends_generation, rank_outcomes
+from cascade.core.plan.speculation import Guess, Outcome, ends_generation, rank_outcomes
 from cascade.protocol.settings import SamplingParams
 from cascade.serving import metrics
 from cascade.v1 import verifier_pb2

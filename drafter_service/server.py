@@ -6,9 +6,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import redis.asyncio as redis
 
-from cascade.core import grammar
-from cascade.core.runner import ModelRunner
-from cascade.core.suffix_index import SuffixIndex
+from cascade.core.sample import grammar
+from cascade.core.model.runner import ModelRunner
+from cascade.core.memory.suffix_index import SuffixIndex
 from cascade.pod.process import model_executor
 from cascade.serving.channels import ChannelPool
 from cascade.serving.delay import LinkDelay

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from concurrent.futures import Executor
 
-from cascade.core.runner import ModelRunner
+from cascade.core.model.runner import ModelRunner
 from cascade.pod.messages import model_limits
-from cascade.core.suffix_index import SessionMemory, SuffixIndex
+from cascade.core.memory.suffix_index import SessionMemory, SuffixIndex
 from cascade.protocol.validation import (
     check_scope,
     check_token_ids,

@@ -1,7 +1,7 @@
 """Drafting while the verifier verifies (speculative speculative decoding, DESIGN.md section 5).
 
 While a block is verified, the drafter pre-drafts the next block for its likeliest outcomes
-(``cascade.core.speculation.rank_outcomes``; ``drafter_service.predrafts`` makes them) into a
+(``cascade.core.plan.speculation.rank_outcomes``; ``drafter_service.predrafts`` makes them) into a
 ``SpeculationCache``; in mode ``ahead`` it also sends the first ``send_ahead`` of them to the
 verifier at once, each tagged with the outcome it assumes (``DraftBlock.assumes``; after a token
 tree, with the accepted path). When the verdict arrives:
@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from cascade.core.speculation import Outcome
+from cascade.core.plan.speculation import Outcome
 from cascade.pod.messages import follows, tag_block, verdict_outcome
 from cascade.v1 import common_pb2, verifier_pb2
 

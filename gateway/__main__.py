@@ -14,10 +14,10 @@ from cascade.serving.mesh import SERVER_NAME_HELP, TLS_DIR_HELP, TOKEN_HELP, mes
 from cascade.serving.mesh import SESSION_KEY_HELP, refuse_open
 from cascade.serving.process import check_model, command_line, setup_logging
 from cascade.serving.telemetry import setup_telemetry
-from gateway.orchestrator import OrchestratorSettings
+from gateway.sessions.orchestrator import OrchestratorSettings
 from gateway.server import GatewayConfig, serve
-from gateway.session_store import FINISHED_SESSION_TTL_S, SESSION_TTL_S
-from gateway.sharing import PrefixSharing
+from gateway.sessions.session_store import FINISHED_SESSION_TTL_S, SESSION_TTL_S
+from gateway.sessions.sharing import PrefixSharing
 
 cli = command_line()
 

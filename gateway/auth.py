@@ -17,7 +17,7 @@ import secrets
 
 from fastapi import FastAPI, Request
 
-from gateway.errors import APIError, error_response
+from gateway.openai.errors import APIError, error_response
 from gateway.playground import is_playground
 
 PUBLIC_PATHS = frozenset({"/health", "/ready", "/metrics", "/version"})

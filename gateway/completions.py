@@ -23,9 +23,10 @@ from cascade.protocol.requests import (
     check_vocabulary,
     with_bad_words,
 )
-from gateway import choices, schemas
+from gateway.openai import choices
+from gateway.openai import schemas
 from gateway.auth import ApiKeys
-from gateway.echo import (
+from gateway.openai.echo import (
     EchoedPrompt,
     echoed,
     echoed_prompt,
@@ -33,13 +34,13 @@ from gateway.echo import (
     in_view,
     with_logprobs,
 )
-from gateway.errors import APIError, bad_request, model_not_found
-from gateway.generation import Generator
-from gateway.http_settings import HttpSettings
+from gateway.openai.errors import APIError, bad_request, model_not_found
+from gateway.sessions.generation import Generator
+from gateway.openai.http_settings import HttpSettings
 from gateway.limits import KeyLimits, Slot
-from gateway.events import StreamView, Usage, events
-from gateway.streaming import Delta, EventStreamResponse, collect, text_deltas
-from gateway.tools import tool_calls_of, with_tools
+from gateway.openai.events import StreamView, Usage, events
+from gateway.openai.streaming import Delta, EventStreamResponse, collect, text_deltas
+from gateway.openai.tools import tool_calls_of, with_tools
 
 
 def check_chat_template(tokenizer: PreTrainedTokenizerBase, model: str, instead: str) -> None:
@@ -122,8 +123,8 @@ class CompletionsApi:
     async def _respond(self, kind: str, body: schemas.GenerationFields, http: Request,
                        caller: str, slot: Slot, requests: list[GenerationRequest],
                        echoes: list[EchoedPrompt | None]) -> Response:
-        """One choice per request and n (gateway.choices when there are several); ``echoes``:
-        what each request's choices echo (gateway.echo)."""
+        """One choice per request and n (gateway.openai.choices when there are several); ``echoes``:
+        what each request's choices echo (gateway.openai.echo)."""
         count = getattr(body, "candidates", body.n)
         if len(requests) * count > schemas.MAX_CHOICES:
             name = "best_of" if count > body.n else "n"

@@ -26,10 +26,10 @@ from cascade.protocol.wire import FINISH_TO_PB, grammar_from_pb, logprobs_to_pb
 from cascade.serving.errors import NotFound, Unauthenticated
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc
 from gateway.auth import ApiKeys
-from gateway.detokenize import TextStream
-from gateway.generation import ResumableGenerator, stop_early
+from gateway.openai.detokenize import TextStream
+from gateway.sessions.generation import ResumableGenerator, stop_early
 from gateway.limits import KeyLimits
-from gateway.session_store import SessionLost
+from gateway.sessions.session_store import SessionLost
 
 OPTIONAL_FIELDS = ("temperature", "top_p", "top_k", "seed", "num_draft_tokens", "cascade_alpha",
                    "draft_min_confidence", "draft_max_entropy", "draft_tree_nodes",

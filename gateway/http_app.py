@@ -1,7 +1,7 @@
 """The gateway's OpenAI-compatible HTTP API (completions, chat completions, models, probes).
 
 Prompts are tokenized and outputs detokenized here, so the orchestrator behind ``Generator``
-deals in token ids only. Every error reaches the client in OpenAI's shape (see gateway.errors).
+deals in token ids only. Every error reaches the client in OpenAI's shape (see gateway.openai.errors).
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from transformers import PreTrainedTokenizerBase
 
 from cascade.serving import metrics
-from gateway import schemas
+from gateway.openai import schemas
 from gateway.auth import ApiKeys, install_api_keys
 from gateway.completions import CompletionsApi
-from gateway.http_settings import HttpSettings
-from gateway.errors import install_error_handlers, model_not_found
-from gateway.generation import Generator
+from gateway.openai.http_settings import HttpSettings
+from gateway.openai.errors import install_error_handlers, model_not_found
+from gateway.sessions.generation import Generator
 from gateway.limits import BodyLimit, KeyLimits
 from gateway.playground import install_playground, page_settings
 from gateway.resume import install_resume

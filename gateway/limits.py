@@ -23,9 +23,9 @@ import time
 from collections import Counter, deque
 from collections.abc import AsyncIterator
 
-from gateway.errors import error_body
-from gateway.generation import GeneratedChunk, KeyAtLimit
-from gateway.generation import StopGeneration, stop_early
+from gateway.openai.errors import error_body
+from gateway.sessions.generation import GeneratedChunk, KeyAtLimit
+from gateway.sessions.generation import StopGeneration, stop_early
 
 WINDOW_S = 60.0
 

@@ -3,7 +3,7 @@ tokens the verifier accepted, where it corrected them, how fast it went), beside
 run on request.
 
 Plain HTML, CSS and JavaScript from ``gateway/static`` (no build step, nothing fetched from
-elsewhere). The page calls the public API with ``"cascade_rounds": true`` (gateway.rounds), so it
+elsewhere). The page calls the public API with ``"cascade_rounds": true`` (gateway.openai.rounds), so it
 needs nothing the API does not offer; ``settings.json`` tells it the model and the choices.
 The page itself is public; its requests carry the API key the user types in, if any.
 """

@@ -2,7 +2,7 @@
 ``Last-Event-ID`` header (``<session id>.<round>``, the id of the last event received) or
 ``?after=<round>``. The reply is the rest of the same response: the same chunk shapes, response
 id and options, starting right after that round; the session continues on this gateway if its
-own gateway died (gateway.orchestrator, ``resume``).
+own gateway died (gateway.sessions.orchestrator, ``resume``).
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from cascade.protocol.limits import shortened
-from gateway import echo
+from gateway.openai import echo
 from gateway.auth import ApiKeys
-from gateway.errors import APIError, bad_request
-from gateway.events import StreamView, events
+from gateway.openai.errors import APIError, bad_request
+from gateway.openai.events import StreamView, events
 from gateway.limits import KeyLimits
-from gateway.session_store import SessionLost
-from gateway.streaming import EventStreamResponse, text_deltas
+from gateway.sessions.session_store import SessionLost
+from gateway.openai.streaming import EventStreamResponse, text_deltas
 
 
 def resume_after(session_id: str, last_event_id: str | None, after: int | None) -> int:

@@ -27,8 +27,8 @@ from gateway.auth import ApiKeys
 from gateway.grpc_api import GatewayServicer
 from gateway.http_app import HttpSettings, create_app
 from gateway.limits import KeyLimits
-from gateway.orchestrator import Orchestrator, OrchestratorSettings
-from gateway.session_store import FINISHED_SESSION_TTL_S, SessionStore, connect
+from gateway.sessions.orchestrator import Orchestrator, OrchestratorSettings
+from gateway.sessions.session_store import FINISHED_SESSION_TTL_S, SessionStore, connect
 
 log = logging.getLogger("gateway")
 SERVICE_NAME = gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].full_name

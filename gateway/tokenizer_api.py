@@ -15,9 +15,9 @@ from transformers import PreTrainedTokenizerBase
 import cascade
 from cascade.protocol.requests import Lenient
 from gateway.completions import check_chat_template, templated_ids
-from gateway.errors import bad_request, model_not_found
-from gateway.http_settings import HttpSettings
-from gateway.schemas import ChatMessage, template_messages
+from gateway.openai.errors import bad_request, model_not_found
+from gateway.openai.http_settings import HttpSettings
+from gateway.openai.schemas import ChatMessage, template_messages
 
 
 class TokenizeRequest(Lenient):

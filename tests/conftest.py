@@ -53,7 +53,7 @@ def tiny_pair_dirs(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_runners(tiny_pair_dirs):
     """The tiny pair loaded: (target, drafter)."""
-    from cascade.core.runner import ModelRunner, ModelSpec
+    from cascade.core.model.runner import ModelRunner, ModelSpec
     from models import DEVICE
 
     target_dir, drafter_dir = tiny_pair_dirs

@@ -1,12 +1,12 @@
 """The goodput plan as first written (every candidate prefix's rate computed from scratch), the
-reference the incremental ``cascade.core.goodput.plan_pass`` must equal, plan for plan."""
+reference the incremental ``cascade.core.plan.goodput.plan_pass`` must equal, plan for plan."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 
-from cascade.core.goodput import (
+from cascade.core.plan.goodput import (
     PlanInputs,
     StepCost,
     _shape,
@@ -16,7 +16,7 @@ from cascade.core.goodput import (
 
 
 def plan_pass_reference(inputs: PlanInputs, cost: StepCost) -> list[int]:
-    """``cascade.core.goodput.plan_pass`` as first written: every candidate prefix's rate
+    """``cascade.core.plan.goodput.plan_pass`` as first written: every candidate prefix's rate
     computed from scratch over every row."""
     rows = inputs.rows
     lengths = [r.num_drafted if not r.is_planned else min(r.floor, r.num_drafted) for r in rows]

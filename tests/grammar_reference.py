@@ -8,8 +8,8 @@ import llguidance
 import llguidance.torch as llg_torch
 import torch
 
-from cascade.core.grammar import ll_tokenizer
-from cascade.core.runner import ModelRunner
+from cascade.core.sample.grammar import ll_tokenizer
+from cascade.core.model.runner import ModelRunner
 from cascade.protocol.grammar import Grammar, to_llguidance
 
 SCHEMAS = {

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
-from cascade.core.runner import ModelRunner
+from cascade.core.model.runner import ModelRunner
 
 VOCAB_SIZE = 96
 MAX_POSITIONS = 256
@@ -100,7 +100,7 @@ def hf_greedy(runner: ModelRunner, prompt: list[int], num_new: int = 24,
 def feature_pair(root):
     """A tiny Llama target saved to ``root/target`` and a random (not near-uniform) feature
     drafter for it in ``root/drafter``; returns (target runner, target dir, drafter dir)."""
-    from cascade.core.feature_runner import write_feature_drafter
+    from cascade.core.features.feature_runner import write_feature_drafter
     from cascade.distill.feature_run import build_drafter
 
     target = tiny_llama(seed=21, num_layers=4)

@@ -42,6 +42,7 @@ def test_the_gateway_process_loads_no_torch_and_no_model_code():
 
 def test_the_core_loads_no_grpc():
     modules = [m.name for m in pkgutil.walk_packages(cascade.core.__path__, "cascade.core.")]
-    assert "cascade.core.verification" in modules and "cascade.core.proposers.model" in modules
+    assert "cascade.core.verify.verification" in modules and "cascade.core.proposers.model" in modules
     loaded = _loaded_after(modules)
     assert "grpc" not in loaded and "cascade.v1" not in loaded
+

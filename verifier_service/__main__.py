@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from cascade.core.compiled import check_mode
+from cascade.core.verify.compiled import check_mode
 from cascade.pod.cli import model_server_cli, option
 from cascade.serving.mesh import SESSION_KEY_HELP, load_session_key
 from verifier_service.scheduler import VerifierSettings

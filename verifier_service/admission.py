@@ -1,6 +1,6 @@
 """Admission: a session opens when the engine's KV store has the blocks its context needs now
 (not its whole max_tokens: blocks grow with the sequence, and running sequences are preempted
-when they run out, ``cascade.core.paged_cache``); when it has not, the open waits up to
+when they run out, ``cascade.core.verify.paged_cache``); when it has not, the open waits up to
 ``admission_wait_s`` for closing sessions to make some, then fails with RESOURCE_EXHAUSTED
 (``Overloaded``), which the gateway turns into HTTP 429. One whose prompt plus max_tokens could
 never fit the whole store fails at once.
@@ -18,8 +18,8 @@ import asyncio
 from collections import Counter
 from collections.abc import Callable
 
-from cascade.core.engine import KVBudgetExhausted, VerifyEngine
-from cascade.core.kv_store import BLOCK_SIZE, blocks_for
+from cascade.core.verify.engine import KVBudgetExhausted, VerifyEngine
+from cascade.core.kv.kv_store import BLOCK_SIZE, blocks_for
 from cascade.serving import metrics
 from cascade.serving.errors import Overloaded
 

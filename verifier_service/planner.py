@@ -1,5 +1,5 @@
 """The verifier's draft planner: each step, how much of each planned session's block to verify,
-and how much each drafter should draft next (the "auto" schedule; cascade.core.goodput).
+and how much each drafter should draft next (the "auto" schedule; cascade.core.plan.goodput).
 
 It lives on the verifier because only the verifier sees a step whole: which sessions share
 the pass, what the pass costs (its step-cost model, profiled at start-up and refined from every
@@ -32,10 +32,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from cascade.core.blocks import Draft, RoundOutcome
-from cascade.core.goodput import PlanInputs, RowPlan, StepCost, plan_pass
-from cascade.core.step_cost import StepShape
-from cascade.core.survival import SurvivalBook
-from cascade.core.tree_accept import row_depths, walk
+from cascade.core.plan.goodput import PlanInputs, RowPlan, StepCost, plan_pass
+from cascade.core.verify.step_cost import StepShape
+from cascade.core.plan.survival import SurvivalBook
+from cascade.core.accept.tree_accept import row_depths, walk
 from cascade.protocol.methods import SELF_ESTIMATED_METHODS
 from cascade.protocol.trees import chain_parents
 from cascade.serving import metrics

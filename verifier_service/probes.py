@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cascade.core.goodput import StepCost
-from cascade.core.step_cost import StepShape
+from cascade.core.plan.goodput import StepCost
+from cascade.core.verify.step_cost import StepShape
 
 MAX_PROBE_TOKENS = 4
 """Most drafted tokens a probe asks for (the first positions carry most of a block's value)."""

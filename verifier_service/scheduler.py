@@ -27,11 +27,11 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 
 from cascade.core.blocks import Draft
-from cascade.core.compiled import check_mode
-from cascade.core.engine import VerifyEngine
-from cascade.core.paged_cache import Preempted
-from cascade.core.prefix_share import longest_common
-from cascade.core.verification import SequenceVerifier
+from cascade.core.verify.compiled import check_mode
+from cascade.core.verify.engine import VerifyEngine
+from cascade.core.verify.paged_cache import Preempted
+from cascade.core.kv.prefix_share import longest_common
+from cascade.core.verify.verification import SequenceVerifier
 from cascade.serving import metrics
 from verifier_service.planner import DraftPlanner
 
@@ -50,16 +50,16 @@ class VerifierSettings:
     enabled: bool = True
     """False: one item per step (no batching across sessions)."""
     invariant: bool = True
-    """The batch-invariant pass (``cascade.core.invariant``): a position's logits do not depend
+    """The batch-invariant pass (``cascade.core.forward.invariant``): a position's logits do not depend
     on the rest of the pass, so greedy output never depends on k, batching or load."""
     share_prefixes: bool = True
     """A new session takes the prompt prefix a live or ended session of its scope holds
-    instead of computing it (``cascade.core.prefix_cache``)."""
+    instead of computing it (``cascade.core.kv.prefix_cache``)."""
     max_kv_share: float = 0.5
     """Most of the KV budget one prefix scope (an API key) may hold while another's sessions
     wait for memory (``verifier_service.admission``)."""
     compile: str = "off"
-    """Compile the target's step: off, on, or auto (on a GPU only): ``cascade.core.compiled``."""
+    """Compile the target's step: off, on, or auto (on a GPU only): ``cascade.core.verify.compiled``."""
 
     def __post_init__(self) -> None:
         check_mode(self.compile)
@@ -228,7 +228,7 @@ class StepScheduler:
     def _take(self) -> list[_Item]:
         """The next batch, in arrival order, within the token budget. A new sequence whose
         prompt begins like another new one's in the batch waits for the next step, where it
-        copies that prefix instead of computing it again (``cascade.core.prefix_cache``)."""
+        copies that prefix instead of computing it again (``cascade.core.kv.prefix_cache``)."""
         batch, held, tokens = [], [], 0
         limit = self.settings.max_batch_tokens if self.settings.enabled else 0
         while self.queue:

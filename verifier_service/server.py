@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from cascade.core import grammar
-from cascade.core.runner import ModelRunner
+from cascade.core.sample import grammar
+from cascade.core.model.runner import ModelRunner
 from cascade.pod.process import model_executor
 from cascade.serving.mesh import OPEN, MeshSecurity
 from cascade.serving.server import GrpcService, ServiceBinding

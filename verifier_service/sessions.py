@@ -24,11 +24,11 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 
 from cascade.core.blocks import Draft, RoundOutcome
-from cascade.core.compiled import compile_target, warm_up
-from cascade.core.engine import VerifyEngine
-from cascade.core.runner import ModelRunner
-from cascade.core.step_cost import load_or_profile
-from cascade.core.verification import SequenceVerifier
+from cascade.core.verify.compiled import compile_target, warm_up
+from cascade.core.verify.engine import VerifyEngine
+from cascade.core.model.runner import ModelRunner
+from cascade.core.verify.step_cost import load_or_profile
+from cascade.core.verify.verification import SequenceVerifier
 from cascade.pod.messages import (
     assumed_outcome,
     context_feature_chunks,

@@ -24,10 +24,10 @@ import torch
 
 from cascade.bench.run import machine
 from cascade.core.blocks import Draft
-from cascade.core.engine import KVBudgetExhausted, VerifyEngine
-from cascade.core.kv_store import BLOCK_SIZE, blocks_for
-from cascade.core.runner import ModelRunner, ModelSpec
-from cascade.core.verification import SequenceVerifier
+from cascade.core.verify.engine import KVBudgetExhausted, VerifyEngine
+from cascade.core.kv.kv_store import BLOCK_SIZE, blocks_for
+from cascade.core.model.runner import ModelRunner, ModelSpec
+from cascade.core.verify.verification import SequenceVerifier
 from cascade.protocol.settings import SamplingParams
 from cascade.serving.errors import Overloaded
 from verifier_service.admission import Admission

@@ -21,7 +21,7 @@ import torch
 
 from cascade.bench.prompts import BenchPrompt
 from cascade.core.loop import speculative_rounds
-from cascade.core.runner import ModelRunner
+from cascade.core.model.runner import ModelRunner
 from cascade.protocol.settings import AcceptancePolicy, AcceptanceRule, DraftConfig, SamplingParams
 
 RULES = ("chow", "diff", "opt", "token_v1", "token_v2", "token_v3")

@@ -63,14 +63,14 @@ from cascade.bench.engine_device import (copy_bandwidth, cpu_flags, device_name,
 from cascade.bench.engine_report import (DtypeResult, EngineBenchResult, Shape, ShapeResult,
                                          bandwidth_label, header, save, table)
 from cascade.bench.machine import machine
-from cascade.core import compiled
+from cascade.core.verify import compiled
 from cascade.core.blocks import Draft
-from cascade.core.engine import VerifyEngine
-from cascade.core.invariant import KEY_BLOCK
-from cascade.core.weights import random_model
-from cascade.core.row_rules import padded
-from cascade.core.runner import DTYPES, ModelRunner, ModelSpec
-from cascade.core.verification import SequenceVerifier
+from cascade.core.verify.engine import VerifyEngine
+from cascade.core.forward.invariant import KEY_BLOCK
+from cascade.core.model.weights import random_model
+from cascade.core.forward.row_rules import padded
+from cascade.core.model.runner import DTYPES, ModelRunner, ModelSpec
+from cascade.core.verify.verification import SequenceVerifier
 from cascade.protocol.settings import SamplingParams
 
 BENCH_DTYPES = ("float32", "bfloat16")
@@ -118,7 +118,7 @@ class EngineBenchConfig:
     random_weights: bool = False
     """``target`` is a config (a folder's config.json, or a built-in name): random weights."""
     engine_compile: bool = True
-    """Also time the engine's step compiled (``cascade.core.compiled``; minutes)."""
+    """Also time the engine's step compiled (``cascade.core.verify.compiled``; minutes)."""
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.dtypes) - set(BENCH_DTYPES))
@@ -213,7 +213,7 @@ class EngineRows:
 
     def __init__(self, runner: ModelRunner, invariant: bool, config: EngineBenchConfig,
                  forward=None) -> None:
-        """``forward``: the model compiled (``cascade.core.compiled``), or None: eager."""
+        """``forward``: the model compiled (``cascade.core.verify.compiled``), or None: eager."""
         self.forward = forward
         rows, nodes = max(config.rows, default=1), len(config.tree)
         room = padded(config.context + config.new_tokens + nodes + KEY_BLOCK, KEY_BLOCK)

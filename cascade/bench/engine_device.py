@@ -2,7 +2,7 @@
 (on a CPU: the read bandwidth and the bfloat16/AMX flags), and models with random weights built
 from a config directly on the device.
 
-Random weights (``--random-weights``): ``cascade.core.weights``.
+Random weights (``--random-weights``): ``cascade.core.model.weights``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from cascade.core import dtypes
+from cascade.core.model import dtypes
 
 COPY_BYTES = 4 << 30
 """The device bandwidth probe's tensor (the copy reads and writes this much)."""
@@ -60,7 +60,7 @@ def copy_bandwidth(device: str | torch.device, size_bytes: int = 0, tries: int =
 
 
 def cpu_flags() -> dict[str, bool]:
-    """Whether the CPU has avx512_bf16 and AMX (``cascade.core.dtypes.cpu_flags``)."""
+    """Whether the CPU has avx512_bf16 and AMX (``cascade.core.model.dtypes.cpu_flags``)."""
     flags = dtypes.cpu_flags()
     return {"avx512_bf16": "avx512_bf16" in flags,
             "amx": any(f.startswith("amx") for f in flags)}

@@ -54,7 +54,7 @@ class ShapeResult:
     """The compiled column's warm-up call (a compile, where this shape needed a new graph)."""
     plain_compiled_ms: float | None = None
     invariant_compiled_ms: float | None = None
-    """The engine's step compiled (``cascade.core.compiled``)."""
+    """The engine's step compiled (``cascade.core.verify.compiled``)."""
 
     def ratios(self, one_row: ShapeResult | None) -> dict[str, float | None]:
         """The table's ratios; ``one_row``: the 1-row x 1 shape (for the N-row ones)."""

@@ -26,7 +26,7 @@ import grpc
 
 from cascade.tools.client import stream_generation
 from cascade.tools.local_cluster import ClusterConfig, LocalCluster
-from gateway.session_store import session_keys
+from gateway.sessions.session_store import session_keys
 
 ROLES = ("drafter", "verifier", "gateway", "redis")
 LEASE_S = 2.0

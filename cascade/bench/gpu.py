@@ -27,7 +27,7 @@ from cascade.bench.inprocess import core_trace
 from cascade.bench.measure import Trace
 from cascade.bench.prompts import BenchPrompt, bench_prompts
 from cascade.bench.machine import machine
-from cascade.core.runner import ModelRunner, ModelSpec
+from cascade.core.model.runner import ModelRunner, ModelSpec
 from cascade.protocol.settings import SamplingParams
 
 

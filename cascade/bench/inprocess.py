@@ -15,8 +15,8 @@ from cascade.bench.measure import Trace, fastest, peak_rss_mb, per_token_ms
 from cascade.bench.prompts import BenchPrompt
 from cascade.protocol.settings import DraftConfig
 from cascade.core.loop import RoundTiming, speculative_rounds
-from cascade.core.feature_runner import FeatureRunner, load_model
-from cascade.core.runner import ModelRunner, ModelSpec
+from cascade.core.features.feature_runner import FeatureRunner, load_model
+from cascade.core.model.runner import ModelRunner, ModelSpec
 from cascade.protocol.settings import SamplingParams
 
 

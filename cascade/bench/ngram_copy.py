@@ -18,8 +18,8 @@ from cascade.protocol.chat import chat_prompts_ids
 from cascade.protocol.methods import DRAFT_METHODS
 from cascade.protocol.settings import DraftConfig
 from cascade.core.loop import generate
-from cascade.core.feature_runner import load_model
-from cascade.core.runner import ModelRunner, ModelSpec
+from cascade.core.features.feature_runner import load_model
+from cascade.core.model.runner import ModelRunner, ModelSpec
 from cascade.protocol.settings import SamplingParams
 
 

@@ -12,8 +12,8 @@ import argparse
 import time
 
 from cascade.bench.run import machine
-from cascade.core.goodput import PlanInputs, RowPlan, plan_pass
-from cascade.core.step_cost import StepShape
+from cascade.core.plan.goodput import PlanInputs, RowPlan, plan_pass
+from cascade.core.verify.step_cost import StepShape
 
 
 class LinearCost:

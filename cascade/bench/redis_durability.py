@@ -22,7 +22,7 @@ from cascade.protocol.requests import GenerationRequest
 from cascade.protocol.settings import SamplingParams
 from cascade.serving.registry import connect
 from cascade.tools.redis_ha import RedisHA
-from gateway.session_store import SessionStore
+from gateway.sessions.session_store import SessionStore
 
 BATCH = 100
 

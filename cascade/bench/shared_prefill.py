@@ -22,9 +22,9 @@ import torch
 
 from cascade.bench.run import machine
 from cascade.core.blocks import Draft
-from cascade.core.engine import VerifyEngine
-from cascade.core.runner import ModelRunner, ModelSpec
-from cascade.core.verification import SequenceVerifier
+from cascade.core.verify.engine import VerifyEngine
+from cascade.core.model.runner import ModelRunner, ModelSpec
+from cascade.core.verify.verification import SequenceVerifier
 from cascade.protocol.settings import SamplingParams
 from verifier_service.scheduler import StepScheduler, VerifierSettings
 

@@ -21,8 +21,8 @@ from rich.console import Console
 from rich.table import Table
 
 from cascade.bench.run import machine
-from cascade.core.suffix_draft import best_draft
-from cascade.core.suffix_index import MemoryLimits, SuffixIndex
+from cascade.core.memory.suffix_draft import best_draft
+from cascade.core.memory.suffix_index import MemoryLimits, SuffixIndex
 
 VOCAB = 32_000
 SCOPES = 10

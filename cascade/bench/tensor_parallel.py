@@ -5,7 +5,7 @@
                      [--random-weights] [--device cuda]
 
 One process holds the whole target and rank 0 of the split one
-(``cascade.core.rank_processes``: the other ranks are processes of their own). Per shape, the
+(``cascade.core.parallel.rank_processes``: the other ranks are processes of their own). Per shape, the
 whole target's columns are timed in turn, call after call (a machine that slows down slows
 every column alike), then the split target's, apart: the all-cores columns' threads would
 otherwise spin on the cores the ranks' messages need. Threads: the CPU's cores are shared
@@ -35,9 +35,9 @@ from cascade.bench.engine import (EngineBenchConfig, EngineRows, _interleaved, d
 from cascade.bench.engine_device import device_name, is_cuda, synchronizer
 from cascade.bench.engine_report import Shape
 from cascade.bench.machine import machine
-from cascade.core import rank_processes
-from cascade.core.dtypes import cpu_flags
-from cascade.core.runner import DTYPES, ModelRunner, ModelSpec
+from cascade.core.parallel import rank_processes
+from cascade.core.model.dtypes import cpu_flags
+from cascade.core.model.runner import DTYPES, ModelRunner, ModelSpec
 
 
 SETTLE_S = 0.5

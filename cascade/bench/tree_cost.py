@@ -17,8 +17,8 @@ from rich.table import Table
 
 from cascade.bench.run import machine
 from cascade.core.blocks import Draft
-from cascade.core.runner import ModelRunner, ModelSpec
-from cascade.core.verification import SequenceVerifier
+from cascade.core.model.runner import ModelRunner, ModelSpec
+from cascade.core.verify.verification import SequenceVerifier
 from cascade.protocol.settings import MAX_DRAFT_TOKENS, SamplingParams
 
 PROMPT_LEN = 64

@@ -176,8 +176,8 @@ def bench_tp(target: Path = typer.Option(None, help="Model folder (default: the 
     parallelism on this machine's cores), and what the sums over the ranks cost alone."""
     from cascade.bench.engine import int_list
     from cascade.bench.tensor_parallel import TpBenchConfig, main
-    from cascade.core.tensor_parallel import TensorParallelError
-    from cascade.core.weights import check_split
+    from cascade.core.model.tensor_parallel import TensorParallelError
+    from cascade.core.model.weights import check_split
 
     target = target or pair_folders(None, None, "tiny")[0]
     if dtype not in ("float32", "bfloat16"):
@@ -219,7 +219,7 @@ def bench_cascades(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT,
     from cascade.bench import cascades_eval as ev
     from cascade.bench.prompts import bench_prompts
     from cascade.bench.run import machine
-    from cascade.core.runner import ModelRunner, ModelSpec
+    from cascade.core.model.runner import ModelRunner, ModelSpec
     from cascade.protocol.settings import SamplingParams
 
     unknown = sorted(set(rules) - set(ev.RULES))

@@ -61,12 +61,12 @@ def _cluster_config(target, drafter, pair, drafters, port, grpc_port, dtype, wor
     target, drafter = pair_folders(target, drafter, pair)
     verifier_args = () if invariant else ("--no-invariant",)
     if compile != "off":
-        from cascade.core.compiled import check_mode
+        from cascade.core.verify.compiled import check_mode
 
         check_mode(compile)
         verifier_args += ("--compile", compile)
     if tensor_parallel > 1:
-        from cascade.core.weights import check_split
+        from cascade.core.model.weights import check_split
 
         check_split(str(target), tensor_parallel)  # TensorParallelError is a ValueError
         verifier_args += ("--tensor-parallel", str(tensor_parallel))

@@ -54,8 +54,8 @@ def models_evaluate(target: Path = typer.Option(..., help="Target model folder."
                     ) -> None:
     """Greedy acceptance at draft length k, cost per token, and speedup of a pair."""
     from cascade.distill.evaluate import evaluate_pair
-    from cascade.core.feature_runner import load_model
-    from cascade.core.runner import ModelSpec
+    from cascade.core.features.feature_runner import load_model
+    from cascade.core.model.runner import ModelSpec
 
     pair = [load_model(ModelSpec(str(path), dtype, device), str(target))
             for path in (target, drafter)]
@@ -99,8 +99,8 @@ def models_profile(target: Path = typer.Option(..., help="Target model folder.",
     where the verifier looks first."""
     import torch
 
-    from cascade.core.runner import ModelRunner, ModelSpec
-    from cascade.core.step_cost import cache_path, profile, user_cache_dir
+    from cascade.core.model.runner import ModelRunner, ModelSpec
+    from cascade.core.verify.step_cost import cache_path, profile, user_cache_dir
 
     if threads:
         torch.set_num_threads(threads)
@@ -166,7 +166,7 @@ def _plot_profile(model, path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from cascade.core.step_cost import StepShape
+    from cascade.core.verify.step_cost import StepShape
 
     cached = min(s.num_cached // s.num_rows for s, _ in model.points)
     figure, axes = plt.subplots(figsize=(7, 4.5))

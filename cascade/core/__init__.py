@@ -1,6 +1,10 @@
 """The core: exact speculative decoding with torch and transformers, and nothing of serving.
 
-Sampling, the acceptance rules (and their slow references), the KV-cached model runner, the
-proposers, per-sequence verification and the in-process loop. It imports the protocol layer and
-never grpc or the generated protobuf code.
+Packages from the bottom up: ``kv`` (KV memory), ``forward`` (the packed, batch-invariant pass),
+``model`` (loading and running one model), ``parallel`` (tensor-parallel ranks), ``sample``
+(sampling, processors, grammar), ``accept`` (the acceptance rules), ``verify`` (the verifier's
+step), ``plan`` (where speculation pays), ``memory`` (the speculation memory), ``features`` (the
+feature drafter) and ``proposers`` (the drafting methods); beside them ``blocks`` (what one round
+moves), ``trees`` (token trees), ``paths`` and ``loop`` (the in-process speculative loop). It
+imports the protocol layer and never grpc or the generated protobuf code.
 """

@@ -86,7 +86,7 @@ class RoundOutcome:
     """SamplingParams.logprobs asked: one per emitted token."""
     prompt_logprobs: tuple[TokenLogprobs, ...] | None = None
     """SamplingParams.prompt_logprobs asked, on the sequence's first round: one per prompt
-    token after the first (``cascade.core.logprobs``)."""
+    token after the first (``cascade.core.verify.logprobs``)."""
     num_forced: int = 0
     """Emitted tokens whose position the grammar forced (the processed p a point mass there):
     accepted drafts, the verifier's own token, and the filled ones."""

@@ -13,11 +13,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from cascade.core.blocks import Draft, RoundOutcome, TargetFeatures
-from cascade.core.compiled import compile_target
+from cascade.core.verify.compiled import compile_target
 from cascade.core.proposers import Proposer, ProposerContext, load, new_proposer
-from cascade.core.runner import ModelRunner
-from cascade.core.suffix_index import SessionMemory
-from cascade.core.verification import SequenceVerifier
+from cascade.core.model.runner import ModelRunner
+from cascade.core.memory.suffix_index import SessionMemory
+from cascade.core.verify.verification import SequenceVerifier
 from cascade.protocol.settings import AcceptancePolicy, DraftConfig, FinishReason, SamplingParams
 from cascade.protocol.stats import SpecStats
 

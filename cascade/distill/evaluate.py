@@ -12,7 +12,7 @@ from cascade.distill.prompts import prompt_set
 from cascade.protocol.chat import chat_prompts_ids
 from cascade.protocol.settings import DraftConfig
 from cascade.core.loop import generate
-from cascade.core.runner import ModelRunner
+from cascade.core.model.runner import ModelRunner
 from cascade.protocol.settings import SamplingParams
 from cascade.protocol.stats import SpecStats
 

@@ -20,9 +20,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from cascade.core.feature_drafter import FeatureDrafter, FeatureDrafterConfig
-from cascade.core.feature_runner import load_weights, write_feature_drafter
-from cascade.core.vocab_map import VocabMap
+from cascade.core.features.feature_drafter import FeatureDrafter, FeatureDrafterConfig
+from cascade.core.features.feature_runner import load_weights, write_feature_drafter
+from cascade.core.model.vocab_map import VocabMap
 from cascade.distill.feature_data import (FeatureSequence, annotate, answer_prompts,
                                           greedy_answers, PROSE_PACKAGES, prose_corpus,
                                           prose_windows, text_windows)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from cascade.core.feature_drafter import FeatureDrafter
+from cascade.core.features.feature_drafter import FeatureDrafter
 from cascade.distill.feature_data import FeatureSequence
 
 STEP_DECAY = 0.8

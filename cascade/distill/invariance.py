@@ -24,11 +24,11 @@ from cascade.bench.output import write_section
 from cascade.bench.prompts import encode
 from cascade.bench.run import machine
 from cascade.core.blocks import Draft
-from cascade.core.dtypes import cpu_flags
-from cascade.core.engine import VerifyEngine
+from cascade.core.model.dtypes import cpu_flags
+from cascade.core.verify.engine import VerifyEngine
 from cascade.core.loop import _proposer
-from cascade.core.runner import ModelRunner, ModelSpec
-from cascade.core.verification import SequenceVerifier
+from cascade.core.model.runner import ModelRunner, ModelSpec
+from cascade.core.verify.verification import SequenceVerifier
 from cascade.distill.prompts import prompt_set
 from cascade.protocol.settings import AcceptancePolicy, DraftConfig, SamplingParams
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from cascade.core.dtypes import BF16_FLAGS, cpu_flags
+from cascade.core.model.dtypes import BF16_FLAGS, cpu_flags
 
 def cpu_has_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
     return bool(cpu_flags(cpuinfo) & set(BF16_FLAGS))

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import torch
 
-from cascade.core.feature_drafter import FeatureDrafterConfig
-from cascade.core.feature_runner import load_weights
-from cascade.core.vocab_map import VocabMap
+from cascade.core.features.feature_drafter import FeatureDrafterConfig
+from cascade.core.features.feature_runner import load_weights
+from cascade.core.model.vocab_map import VocabMap
 from cascade.distill.feature_data import FeatureSequence, greedy_answers
 from cascade.distill.feature_run import build_drafter
 from cascade.distill.feature_train import greedy_acceptance

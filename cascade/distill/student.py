@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from cascade.core.vocab_map import VocabMap
+from cascade.core.model.vocab_map import VocabMap
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from rich.table import Table
 
 from cascade.bench.run import machine
 from cascade.core.loop import generate
-from cascade.core.runner import ModelRunner, ModelSpec, SequenceCache
+from cascade.core.model.runner import ModelRunner, ModelSpec, SequenceCache
 from cascade.distill.prompts import prompt_set
 from cascade.protocol.chat import chat_prompts_ids
 from cascade.protocol.settings import DraftConfig, SamplingParams

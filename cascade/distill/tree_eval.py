@@ -28,9 +28,9 @@ from cascade.bench.prompts import bench_prompts, domain_names
 from cascade.bench.run import machine
 from cascade.distill.prompts import prompt_set
 from cascade.protocol.chat import chat_prompts_ids
-from cascade.core.feature_runner import load_model
+from cascade.core.features.feature_runner import load_model
 from cascade.core.loop import generate
-from cascade.core.runner import ModelRunner, ModelSpec
+from cascade.core.model.runner import ModelRunner, ModelSpec
 from cascade.protocol.settings import AcceptancePolicy, AcceptanceRule, DraftConfig, SamplingParams
 from cascade.protocol.stats import SpecStats
 

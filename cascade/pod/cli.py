@@ -11,11 +11,11 @@ from pathlib import Path
 
 import typer
 
-from cascade.core.feature_runner import load_model
-from cascade.core.rank_processes import load_sharded
-from cascade.core.runner import ModelSpec
-from cascade.core.tensor_parallel import TensorParallelError
-from cascade.core.weights import check_split
+from cascade.core.features.feature_runner import load_model
+from cascade.core.parallel.rank_processes import load_sharded
+from cascade.core.model.runner import ModelSpec
+from cascade.core.model.tensor_parallel import TensorParallelError
+from cascade.core.model.weights import check_split
 from cascade.pod.process import setup_pod
 from cascade.protocol.names import default_model_id
 from cascade.serving.mesh import SERVER_NAME_HELP, TLS_DIR_HELP, TOKEN_HELP, mesh_or_exit

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import torch
 
 from cascade.core.blocks import Draft, RoundOutcome, TargetFeatures
-from cascade.core.speculation import Outcome
+from cascade.core.plan.speculation import Outcome
 from cascade.protocol.validation import ModelLimits, check_block
 from cascade.protocol.wire import FINISH_TO_PB, logprobs_to_pb
 from cascade.v1 import common_pb2, verifier_pb2

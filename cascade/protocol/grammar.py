@@ -3,7 +3,7 @@
 A ``Grammar`` is what a request asked for, as it asked: a JSON schema, any JSON object, a
 regular expression, a Lark grammar or a choice among strings. It travels in the session's
 settings (``SamplingParams.grammar``, ``Sampling.grammar`` on the wire) to the verifier, whose
-grammar processor (``cascade.core.grammar``) masks the target's logits with it at every position
+grammar processor (``cascade.core.sample.grammar``) masks the target's logits with it at every position
 of a block. ``to_llguidance`` turns it into the grammar llguidance compiles; ``grammar_problem``
 says what is wrong with one (None: nothing), so the gateway and the pods refuse the same bad
 grammar with the same message.

@@ -1,6 +1,6 @@
 """The keys of a token sequence's prefixes, block by block: the verifier's prefix cache files
-blocks of keys and values under them (``cascade.core.prefix_cache``), and the gateway routes a
-prompt to the verifier that last served a prefix of it (``gateway.prefix_routing``).
+blocks of keys and values under them (``cascade.core.kv.prefix_cache``), and the gateway routes a
+prompt to the verifier that last served a prefix of it (``gateway.sessions.prefix_routing``).
 
 Key i names the tokens of blocks 0 .. i (``BLOCK_SIZE`` tokens each) *and the scope*: it chains
 the previous key with the block's tokens, and the chain's root is the scope (an API key's

@@ -19,14 +19,14 @@ Defaults, documented once (OpenAI's where OpenAI has the field):
 | bad_words | [] | up to 32 strings of at most 256 characters (vLLM): never generated, as tokenized alone and after a space |
 | min_tokens | 0 | [0, max_tokens (or what the request may generate)]: no stop token (end of sequence, stop_token_ids) is chosen before this many tokens |
 | stop_token_ids | [] | up to 15 token ids of the vocabulary; generation also ends after any of them (kept in the output) |
-| max_tokens | completions: 16; chat and gRPC: as many as fit, up to the server limit | [1, limit]; completions with echo: [0, limit] (gateway.echo) |
+| max_tokens | completions: 16; chat and gRPC: as many as fit, up to the server limit | [1, limit]; completions with echo: [0, limit] (gateway.openai.echo) |
 | stop | none | up to 4 strings (OpenAI's limit) of at most 512 characters |
 | num_draft_tokens | the server's default k (4) | [0, 32]; 0 decodes on the target alone |
 | draft_method | the server's default (`--draft-method`, "auto": each round from whichever source pays most, cascade.core.proposers.auto; requests that need the drafter model's q — a speculative cascade, the recursive rule, the adaptive schedule — get "model") | cascade.protocol.methods.DRAFT_METHODS |
 | acceptance | "lossless" | "lossless" (speculative sampling; the keyed rule when the request gives a seed or drafts trees), "keyed" (lossless, and a seeded sampled request's text depends on its prompt and seed alone, whatever was drafted), "recursive" (lossless; sampled trees whose children are drafted from q and tried in turn, SpecInfer) or "cascade" (a speculative cascade: faster, lossy) |
 | cascade_rule | "chow" | chow, diff, opt, token_v1, token_v2, token_v3 (with "cascade") |
 | cascade_alpha | 0.0 | [0, 1]; larger trades quality for speed (with "cascade") |
-| draft_schedule | "auto" | "auto" (the verifier drafts only what pays at its load: each round's length in [0, k], cascade.core.goodput; a speculative cascade is verified as "fixed"), "fixed" (always k) or "adaptive" (k moves in [1, 2k] with the drafter's success; draft_method "model") |
+| draft_schedule | "auto" | "auto" (the verifier drafts only what pays at its load: each round's length in [0, k], cascade.core.plan.goodput; a speculative cascade is verified as "fixed"), "fixed" (always k) or "adaptive" (k moves in [1, 2k] with the drafter's success; draft_method "model") |
 | draft_min_confidence | 0.0 (off) | [0, 1): a block stops where the drafter's top probability is below it |
 | draft_max_entropy | 0.0 (off) | [0, 20] nats: a block stops where the drafter's entropy is above it |
 | draft_tree_nodes | the server's default (0: chains) | [0, 64]: each round drafts a token tree of at most this many nodes, at most k deep (not with "cascade" or "adaptive"; prompt lookup makes every earlier match a branch); sampled trees are verified with the keyed rule; under "auto" the verifier takes the best-first prefix of each tree's nodes that pays (down to none) |
@@ -291,7 +291,7 @@ class GenerationRequest:
     group: str = ""
     """The request this generation is one choice of (n, best_of, a list of prompts): its
     choices of one prompt go to the same pods, which compute the prompt once
-    (``gateway.affinity``). Empty: a request of one choice. Not stored."""
+    (``gateway.sessions.affinity``). Empty: a request of one choice. Not stored."""
 
     def __post_init__(self) -> None:
         if self.acceptance is None:

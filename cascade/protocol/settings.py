@@ -113,10 +113,10 @@ class SamplingParams:
     before the position end with the rest of it (a one-token sequence: everywhere)."""
     grammar: Grammar | None = None
     """Structured output: the text must match this grammar (the verifier masks every token
-    that would leave it; cascade.core.grammar). None: free text."""
+    that would leave it; cascade.core.sample.grammar). None: free text."""
     prompt_logprobs: int | None = None
     """Also the target's log-probability of every prompt token after the first and of this many
-    alternatives, in [0, MAX_LOGPROBS] (None: none; ``echo``; cascade.core.logprobs)."""
+    alternatives, in [0, MAX_LOGPROBS] (None: none; ``echo``; cascade.core.verify.logprobs)."""
 
     @property
     def has_penalties(self) -> bool:
@@ -192,7 +192,7 @@ class DraftConfig:
     """Adapt k to the drafter's recent success, within ``adaptive_bounds`` (model drafters)."""
     planned: bool = False
     """The verifier's goodput planner picks each round's length in [0, k] (the "auto"
-    schedule, cascade.core.goodput); not with ``adaptive``."""
+    schedule, cascade.core.plan.goodput); not with ``adaptive``."""
     method: str = MODEL_METHOD
     """The proposer, by name: one of cascade.protocol.methods.DRAFT_METHODS."""
     ngram_max_n: int = 4
@@ -313,7 +313,7 @@ class DraftConfig:
 
 
 class AcceptanceRule(str, Enum):
-    """How a verifier decides which drafted tokens to keep (see cascade.core.acceptance)."""
+    """How a verifier decides which drafted tokens to keep (see cascade.core.accept.acceptance)."""
 
     GREEDY = "greedy"
     """Temperature 0: keep drafted tokens while they equal the target's argmax (lossless)."""

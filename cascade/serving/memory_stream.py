@@ -1,6 +1,6 @@
 """The cluster's speculation memory on the wire: gateways append every finished generation to a
 capped Redis stream; every drafter pod reads it (from its start when the pod starts, so a new or
-restarted pod warms up) and indexes what it reads (``cascade.core.suffix_index``).
+restarted pod warms up) and indexes what it reads (``cascade.core.memory.suffix_index``).
 
 Entries: ``scope`` (whose generation it is: see ``memory_scope``), ``prompt_len`` and ``tokens``
 (prompt and output ids, little-endian uint32). Sharing is best effort: a Redis outage stops it,

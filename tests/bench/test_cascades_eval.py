@@ -61,7 +61,7 @@ def test_the_services_emit_the_in_process_tokens(tmp_path):
     from cascade.bench.cascades_eval import add_services, rows_markdown
     from cascade.bench.cascades_services import run_on_services
     from cascade.bench.prompts import bench_prompts
-    from cascade.core.runner import ModelRunner, ModelSpec
+    from cascade.core.model.runner import ModelRunner, ModelSpec
     from cascade.tools.tiny_models import build_tiny_pair
 
     target_dir, drafter_dir = build_tiny_pair(tmp_path / "models")

@@ -88,9 +88,9 @@ def test_the_tables_name_every_shape_and_ratio(result, tmp_path):
 def test_every_engine_call_feeds_the_shape_after_the_same_context(result, monkeypatch):
     """The engine's rows are set back before each call: every call feeds the shape's tokens
     after exactly ``context`` cached ones (the prefill from position 0, a fresh sequence)."""
-    import cascade.core.engine as engine_module
+    import cascade.core.verify.engine as engine_module
     from cascade.bench.engine import EngineRows
-    from cascade.core.runner import ModelRunner, ModelSpec
+    from cascade.core.model.runner import ModelRunner, ModelSpec
 
     config, _, _ = result
     fed, forward = [], engine_module.packed_forward

@@ -11,7 +11,7 @@ from transformers import LlamaConfig
 
 from cascade.bench import engine
 from cascade.bench.engine_device import copy_bandwidth, device_name, synchronizer
-from cascade.core.weights import random_config, random_model
+from cascade.core.model.weights import random_config, random_model
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from cascade.bench.hf import HfSetting, hf_trace, restricted_to_full_vocab
 from cascade.bench.prompts import BenchPrompt
-from cascade.core.runner import ModelRunner
-from cascade.core.vocab_map import VocabMap
+from cascade.core.model.runner import ModelRunner
+from cascade.core.model.vocab_map import VocabMap
 
 VOCAB = 96
 

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from cascade.core.acceptance import greedy_accept, point_mass_accept, speculative_accept
-from cascade.core.acceptance_reference import greedy_accept_reference, speculative_accept_reference
+from cascade.core.accept.acceptance import greedy_accept, point_mass_accept, speculative_accept
+from cascade.core.accept.acceptance_reference import greedy_accept_reference, speculative_accept_reference
 
 VOCAB = 6
 

@@ -14,9 +14,9 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from cascade.core.acceptance import point_mass_accept, speculative_accept
-from cascade.core.acceptance_reference import speculative_accept_reference
-from cascade.core.sampling import process_logits, sparse_to_dense, sparsify
+from cascade.core.accept.acceptance import point_mass_accept, speculative_accept
+from cascade.core.accept.acceptance_reference import speculative_accept_reference
+from cascade.core.sample.sampling import process_logits, sparse_to_dense, sparsify
 from cascade.protocol.settings import SamplingParams
 
 N = 200_000

@@ -11,7 +11,7 @@ import pytest
 from cascade.core.loop import speculative_rounds
 from cascade.core.proposers import ProposerContext, new_proposer
 from cascade.core.proposers.schedule import AdaptiveSchedule, adaptive_length
-from cascade.core.verification import SequenceVerifier
+from cascade.core.verify.verification import SequenceVerifier
 from cascade.protocol.settings import DraftConfig, SamplingParams
 from models import disagreeing_drafter, hf_greedy, random_prompts
 

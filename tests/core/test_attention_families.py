@@ -10,11 +10,11 @@ import torch
 from transformers import GptOssConfig, GptOssForCausalLM, Llama4ForCausalLM, Llama4TextConfig
 
 from cascade.core.blocks import Draft
-from cascade.core.engine import VerifyEngine
-from cascade.core.kv_store import KVShape, KVStore
+from cascade.core.verify.engine import VerifyEngine
+from cascade.core.kv.kv_store import KVShape, KVStore
 from cascade.core.loop import generate, speculative_rounds
-from cascade.core.packed import Feed, UnsupportedModel, enable, packed_forward
-from cascade.core.verification import SequenceVerifier
+from cascade.core.forward.packed import Feed, UnsupportedModel, enable, packed_forward
+from cascade.core.verify.verification import SequenceVerifier
 from cascade.protocol.settings import DraftConfig, SamplingParams
 from models import (
     VOCAB_SIZE,
@@ -148,7 +148,7 @@ def _llama4_chunked():
     (_llama4_chunked, "llama4_text", "chunked"),
 ])
 def test_unsupported_attention_is_refused_when_the_engine_is_built(build, model_type, reason):
-    from cascade.core.runner import ModelRunner
+    from cascade.core.model.runner import ModelRunner
 
     with pytest.raises(UnsupportedModel, match=f"{model_type}.*{reason}"):
         VerifyEngine(ModelRunner(build()), kv_tokens=64)

@@ -6,11 +6,11 @@ are grouped into batches by their key spans."""
 import pytest
 import torch
 
-from cascade.core.invariant import SPAN_WASTE, Group, buckets
-from cascade.core.kv_store import KVShape, KVStore
-from cascade.core.row_rules import RowRule
-from cascade.core.packed import Feed, enable, packed_forward
-from cascade.core.row_batches import batched_rows
+from cascade.core.forward.invariant import SPAN_WASTE, Group, buckets
+from cascade.core.kv.kv_store import KVShape, KVStore
+from cascade.core.forward.row_rules import RowRule
+from cascade.core.forward.packed import Feed, enable, packed_forward
+from cascade.core.forward.row_batches import batched_rows
 from cascade.core.trees import ancestor_mask
 from models import (full_forward, tiny_gemma2, tiny_gpt2, tiny_llama, tiny_mistral,
                     tiny_qwen2_sliding)

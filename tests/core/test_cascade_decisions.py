@@ -9,7 +9,7 @@ import torch
 
 from cascade.core.blocks import Draft
 from cascade.core.proposers import ProposerContext, new_proposer
-from cascade.core.verification import SequenceVerifier
+from cascade.core.verify.verification import SequenceVerifier
 from cascade.pod.messages import draft_from_pb, draft_to_pb
 from cascade.protocol.settings import (
     AcceptancePolicy,

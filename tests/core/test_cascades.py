@@ -4,9 +4,9 @@ random inputs, the limits of alpha, and (statistically) emitted tokens distribut
 import pytest
 import torch
 
-from cascade.core.acceptance import AcceptanceInput, accept
-from cascade.core.cascades import SEQUENCE_RULES, TOKEN_RULES, cascade_target
-from cascade.core.cascades_reference import cascade_target_reference
+from cascade.core.accept.acceptance import AcceptanceInput, accept
+from cascade.core.accept.cascades import SEQUENCE_RULES, TOKEN_RULES, cascade_target
+from cascade.core.accept.cascades_reference import cascade_target_reference
 from cascade.protocol.settings import AcceptanceRule, SamplingParams
 from test_acceptance_stats import N, VOCAB, assert_matches, random_distribution
 

@@ -6,9 +6,9 @@ speculation still the target's own greedy decoding. One tiny model is compiled f
 import pytest
 import torch
 
-from cascade.core import compiled
-from cascade.core.compiled import compile_target, is_compiled, wanted, warm_up
-from cascade.core.engine import Pass, VerifyEngine
+from cascade.core.verify import compiled
+from cascade.core.verify.compiled import compile_target, is_compiled, wanted, warm_up
+from cascade.core.verify.engine import Pass, VerifyEngine
 from cascade.core.loop import generate
 from cascade.protocol.settings import DraftConfig, SamplingParams
 from models import hf_greedy, random_prompts, tiny_gemma2, tiny_gpt2, tiny_llama, tiny_mistral

@@ -15,13 +15,13 @@ import pytest
 import torch
 
 from cascade.core.blocks import Draft
-from cascade.core.grammar import GrammarMatcher
+from cascade.core.sample.grammar import GrammarMatcher
 from cascade.core.loop import generate
-from cascade.core.processors import banned_tokens, penalize, processed
+from cascade.core.sample.processors import banned_tokens, penalize, processed
 from cascade.core.proposers import ProposerContext
 from cascade.core.proposers.model import ModelProposer
-from cascade.core.runner import ModelRunner, ModelSpec
-from cascade.core.sampling import process_logits, sparse_to_dense
+from cascade.core.model.runner import ModelRunner, ModelSpec
+from cascade.core.sample.sampling import process_logits, sparse_to_dense
 from cascade.protocol.grammar import Grammar
 from cascade.protocol.settings import AcceptancePolicy, AcceptanceRule, DraftConfig, SamplingParams
 from cascade.tools.tiny_models import build_tiny_pair

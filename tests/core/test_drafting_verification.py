@@ -3,7 +3,7 @@ import torch
 
 from cascade.core.blocks import Draft
 from cascade.core.proposers import ProposerContext, new_proposer
-from cascade.core.verification import InvalidDraft, SequenceVerifier
+from cascade.core.verify.verification import InvalidDraft, SequenceVerifier
 from cascade.protocol.settings import DraftConfig, SamplingParams
 from models import hf_greedy, random_prompts
 from test_acceptance_stats import assert_matches

@@ -3,8 +3,8 @@ measures fast; the choice is made when the spec is made."""
 
 import pytest
 
-from cascade.core import dtypes
-from cascade.core.runner import ModelSpec
+from cascade.core.model import dtypes
+from cascade.core.model.runner import ModelSpec
 
 
 def test_cpu_flags_are_read_from_cpuinfo(tmp_path):

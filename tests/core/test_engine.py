@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from cascade.core.blocks import Draft
-from cascade.core.engine import KVBudgetExhausted, VerifyEngine
-from cascade.core.invariant import KEY_BLOCK
-from cascade.core.kv_budget import available_memory
-from cascade.core.kv_store import BLOCK_SIZE
+from cascade.core.verify.engine import KVBudgetExhausted, VerifyEngine
+from cascade.core.forward.invariant import KEY_BLOCK
+from cascade.core.kv.kv_budget import available_memory
+from cascade.core.kv.kv_store import BLOCK_SIZE
 from cascade.core.loop import speculative_rounds
-from cascade.core.verification import InvalidDraft, SequenceVerifier
+from cascade.core.verify.verification import InvalidDraft, SequenceVerifier
 from cascade.protocol.settings import (
     AcceptancePolicy,
     AcceptanceRule,
@@ -126,7 +126,7 @@ def test_the_default_budget_respects_a_container_memory_limit(tmp_path):
 def test_batched_speculative_sampling_emits_each_rows_own_target_distribution():
     """Rows with different settings share every step; each row's first emitted token follows
     the target distribution under its own settings (lossless sampling, batched)."""
-    from cascade.core.sampling import process_logits
+    from cascade.core.sample.sampling import process_logits
     from test_acceptance_stats import assert_matches
 
     target = tiny_llama(0)
@@ -158,7 +158,7 @@ def test_batched_speculative_sampling_emits_each_rows_own_target_distribution():
 
 
 def test_a_failed_pass_leaves_every_cache_as_it_was(monkeypatch):
-    import cascade.core.engine as engine_module
+    import cascade.core.verify.engine as engine_module
 
     target = tiny_llama(0)
     engine = VerifyEngine(target, kv_tokens=512)

@@ -5,7 +5,7 @@ with it stays exact."""
 import pytest
 import torch
 
-from cascade.core.feature_runner import FeatureRunner, is_feature_drafter
+from cascade.core.features.feature_runner import FeatureRunner, is_feature_drafter
 from cascade.core.loop import generate
 from cascade.protocol.settings import DraftConfig, SamplingParams
 from models import feature_pair as make_feature_pair, full_forward

@@ -6,7 +6,7 @@ trees emits the target's greedy tokens (keyed: the tokens of k = 0)."""
 import pytest
 import torch
 
-from cascade.core.feature_runner import FeatureRunner
+from cascade.core.features.feature_runner import FeatureRunner
 from cascade.core.loop import generate
 from cascade.core.proposers.tree import TreeShape, _Candidate, draft_confident_tree, draft_tree
 from cascade.core.trees import path_to

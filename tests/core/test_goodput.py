@@ -5,9 +5,9 @@ import random
 
 import pytest
 
-from cascade.core.goodput import PlanInputs, RowPlan, plan_pass
-from cascade.core.step_cost import StepShape
-from cascade.core.survival import AcceptanceRates, SurvivalBook
+from cascade.core.plan.goodput import PlanInputs, RowPlan, plan_pass
+from cascade.core.verify.step_cost import StepShape
+from cascade.core.plan.survival import AcceptanceRates, SurvivalBook
 from goodput_reference import plan_pass_reference
 
 

@@ -9,9 +9,9 @@ import torch
 
 import pytest
 
-from cascade.core.grammar import GrammarMatcher
+from cascade.core.sample.grammar import GrammarMatcher
 from cascade.core.loop import generate
-from cascade.core.runner import ModelRunner, ModelSpec
+from cascade.core.model.runner import ModelRunner, ModelSpec
 from cascade.protocol.grammar import Grammar, grammar_problem
 from cascade.protocol.settings import (
     AcceptancePolicy,
@@ -198,8 +198,8 @@ def test_a_row_whose_grammar_allows_no_token_fails_alone(pair):
     row with no finite logit: that row fails (its tokens break the grammar), and a session
     sharing the step gets its verdict as if alone."""
     from cascade.core.blocks import Draft
-    from cascade.core.engine import VerifyEngine
-    from cascade.core.verification import SequenceVerifier
+    from cascade.core.verify.engine import VerifyEngine
+    from cascade.core.verify.verification import SequenceVerifier
 
     target, _ = pair
     grammar = GRAMMARS["regex"]

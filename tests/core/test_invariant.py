@@ -5,9 +5,9 @@ other lengths), in float32 and bfloat16, so speculation never changes greedy out
 import pytest
 import torch
 
-from cascade.core.engine import Pass, VerifyEngine
-from cascade.core.invariant import KEY_BLOCK
-from cascade.core.row_rules import RowRule, _counts, _rows_invariant, probe
+from cascade.core.verify.engine import Pass, VerifyEngine
+from cascade.core.forward.invariant import KEY_BLOCK
+from cascade.core.forward.row_rules import RowRule, _counts, _rows_invariant, probe
 from cascade.core.loop import generate
 from cascade.protocol.settings import DraftConfig, SamplingParams
 from models import DEVICE, random_prompts, tiny_gemma2, tiny_gpt2, tiny_llama, tiny_mistral
@@ -163,7 +163,7 @@ def test_a_drafters_cache_gives_the_same_logits_however_it_is_fed(make, dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_branches_give_each_row_what_it_gets_alone(dtype):
-    from cascade.core.branches import Branches
+    from cascade.core.model.branches import Branches
 
     runner = _target(tiny_llama, dtype)
     runner.set_invariant()

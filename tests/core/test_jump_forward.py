@@ -9,10 +9,10 @@ drafter foresees what the verifier fills after a guessed outcome."""
 
 import pytest
 
-import cascade.core.verification as verification
-from cascade.core.grammar import GrammarMatcher
+import cascade.core.verify.verification as verification
+from cascade.core.sample.grammar import GrammarMatcher
 from cascade.core.loop import generate, speculative_rounds
-from cascade.core.processors import fill
+from cascade.core.sample.processors import fill
 from cascade.core.proposers import ProposerContext
 from cascade.core.proposers.model import ModelProposer
 from cascade.protocol.grammar import Grammar

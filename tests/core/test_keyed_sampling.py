@@ -8,17 +8,17 @@ import random
 import pytest
 import torch
 
-from cascade.core.acceptance import keyed_accept
+from cascade.core.accept.acceptance import keyed_accept
 from cascade.core.blocks import Draft
-from cascade.core.engine import VerifyEngine
-from cascade.core.sampling import (
+from cascade.core.verify.engine import VerifyEngine
+from cascade.core.sample.sampling import (
     STREAM_GUMBEL,
     _splitmix64,
     gumbel_noise,
     keyed_choice,
 )
 from cascade.protocol.trees import depths
-from cascade.core.verification import SequenceVerifier
+from cascade.core.verify.verification import SequenceVerifier
 from cascade.protocol.settings import AcceptancePolicy, AcceptanceRule, SamplingParams
 from models import tiny_llama
 from test_acceptance_stats import N, VOCAB, assert_matches, random_distribution

@@ -6,17 +6,17 @@ distribution stays the target's on the hit path (a pre-draft) and the miss path 
 import pytest
 import torch
 
-from cascade.core.acceptance import speculative_accept
+from cascade.core.accept.acceptance import speculative_accept
 from cascade.core.proposers import ProposerContext, new_proposer
 from cascade.core.proposers.base import DraftStopped
-from cascade.core.sampling import (
+from cascade.core.sample.sampling import (
     STREAM_DRAFT,
     position_uniform,
     process_logits,
     sample_from,
     sparse_to_dense,
 )
-from cascade.core.speculation import Guess, Outcome, ends_generation, rank_outcomes
+from cascade.core.plan.speculation import Guess, Outcome, ends_generation, rank_outcomes
 from cascade.core.trees import path_to
 from cascade.protocol.settings import DraftConfig, SamplingParams
 from models import VOCAB_SIZE, random_prompts

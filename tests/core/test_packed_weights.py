@@ -10,9 +10,9 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from cascade.core import packed_weights
-from cascade.core.runner import ModelRunner
-from cascade.core.packed_weights import PackedConv1D, PackedLinear, available, pack
+from cascade.core.forward import packed_weights
+from cascade.core.model.runner import ModelRunner
+from cascade.core.forward.packed_weights import PackedConv1D, PackedLinear, available, pack
 from models import tiny_gpt2, tiny_llama
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(),

@@ -5,11 +5,11 @@ import pytest
 import torch
 
 from cascade.core.blocks import Draft
-from cascade.core.engine import VerifyEngine
-from cascade.core.kv_store import BLOCK_SIZE, KVShape, KVStore
-from cascade.core.paged_cache import Preempted
+from cascade.core.verify.engine import VerifyEngine
+from cascade.core.kv.kv_store import BLOCK_SIZE, KVShape, KVStore
+from cascade.core.verify.paged_cache import Preempted
 from cascade.protocol.prefix_keys import block_keys
-from cascade.core.verification import SequenceVerifier
+from cascade.core.verify.verification import SequenceVerifier
 from cascade.protocol.settings import SamplingParams
 from models import random_prompts, tiny_gemma2, tiny_gpt2, tiny_llama, tiny_mistral
 from test_prefix_share import _rounds

@@ -5,10 +5,10 @@ emits the target's distribution (a rule that is not lossless must say so to skip
 import pytest
 import torch
 
-from cascade.core.acceptance import ACCEPTANCE_RULES, AcceptanceInput, accept, greedy_accept
+from cascade.core.accept.acceptance import ACCEPTANCE_RULES, AcceptanceInput, accept, greedy_accept
 from cascade.core.blocks import Draft
 from cascade.core.loop import generate
-from cascade.core.verification import InvalidDraft, SequenceVerifier
+from cascade.core.verify.verification import InvalidDraft, SequenceVerifier
 from cascade.protocol.settings import AcceptancePolicy, AcceptanceRule, DraftConfig, SamplingParams
 from cascade.protocol.wire import acceptance_from_pb, acceptance_to_pb
 from models import random_prompts

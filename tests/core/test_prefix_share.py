@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from cascade.core.blocks import Draft
-from cascade.core.engine import VerifyEngine
-from cascade.core.prefix_share import MIN_SHARED, EndedCaches, HeldTokens
-from cascade.core.verification import SequenceVerifier
+from cascade.core.verify.engine import VerifyEngine
+from cascade.core.kv.prefix_share import MIN_SHARED, EndedCaches, HeldTokens
+from cascade.core.verify.verification import SequenceVerifier
 from cascade.protocol.settings import SamplingParams
 from models import random_prompts, tiny_llama
 from verifier_service.scheduler import StepScheduler, VerifierSettings

@@ -8,10 +8,10 @@ from dataclasses import replace
 import pytest
 import torch
 
-from cascade.core import logprobs as core_logprobs
+from cascade.core.verify import logprobs as core_logprobs
 from cascade.core.blocks import Draft, token_logprobs
-from cascade.core.engine import VerifyEngine
-from cascade.core.verification import SequenceVerifier
+from cascade.core.verify.engine import VerifyEngine
+from cascade.core.verify.verification import SequenceVerifier
 from cascade.protocol.settings import SamplingParams
 from models import full_forward, random_prompts, tiny_gpt2, tiny_llama
 
@@ -116,7 +116,7 @@ def test_prompt_logprobs_outside_the_range_are_refused():
 def test_a_long_prompt_is_scored_a_part_at_a_time(monkeypatch, block):
     """A prompt longer than LEADING_CHUNK rows: no pass holds more than that many rows' logits
     (plus the block's), and the entries and the round are what one pass gives."""
-    from cascade.core import engine as core_engine
+    from cascade.core.verify import engine as core_engine
 
     monkeypatch.setattr(core_logprobs, "LEADING_CHUNK", 8, raising=False)
     kept = []

@@ -8,7 +8,7 @@ import torch
 
 from cascade.core.loop import generate
 from cascade.core.proposers.tree import TreeShape, draft_sampled_tree
-from cascade.core.tree_accept import recursive_siblings, walk_recursive
+from cascade.core.accept.tree_accept import recursive_siblings, walk_recursive
 from cascade.protocol.trees import tree_problem
 from cascade.protocol.settings import AcceptancePolicy, AcceptanceRule, DraftConfig, SamplingParams
 from models import random_prompts, tiny_llama
@@ -135,7 +135,7 @@ def test_children_are_sampled_from_the_q_they_carry(monkeypatch):
     from types import SimpleNamespace
 
     from cascade.core.proposers import model
-    from cascade.core.sampling import sample_from
+    from cascade.core.sample.sampling import sample_from
 
     logits = torch.randn(2, 64, generator=torch.Generator().manual_seed(3))
     proposer = SimpleNamespace(sampling=SamplingParams(temperature=1.0, seed=5),

@@ -65,8 +65,8 @@ def test_forward_output_carries_the_requested_layers_for_the_same_positions(llam
 def test_restricted_vocabulary_maps_inputs_and_expands_logits(tmp_path):
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from cascade.core.runner import ModelRunner
-    from cascade.core.vocab_map import VocabMap
+    from cascade.core.model.runner import ModelRunner
+    from cascade.core.model.vocab_map import VocabMap
 
     kept = [3, 7, 11, 20]  # target ids the drafter knows; local row 4 = anything else
     vocab_map = VocabMap(kept, target_vocab_size=32)

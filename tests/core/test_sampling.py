@@ -4,7 +4,7 @@ from scipy.stats import kstest
 
 from cascade.protocol.settings import DraftConfig
 from cascade.core.loop import generate
-from cascade.core.sampling import (
+from cascade.core.sample.sampling import (
     RowSampling,
     position_uniform,
     position_uniforms,

@@ -10,9 +10,9 @@ import torch
 from typer.testing import CliRunner
 
 from cascade.cli.models import models_app
-from cascade.core import step_cost
-from cascade.core.runner import ModelRunner
-from cascade.core.step_cost import (
+from cascade.core.verify import step_cost
+from cascade.core.model.runner import ModelRunner
+from cascade.core.verify.step_cost import (
     ProfileGrid,
     StepCostError,
     StepCostModel,
@@ -166,7 +166,7 @@ def test_the_cache_key_changes_with_the_dtype(tmp_path):
 
 def test_the_cache_key_changes_with_the_tensor_parallel_ranks(tmp_path):
     """A split target's passes wait for its other ranks: its profile is its own."""
-    from cascade.core.tensor_parallel import Shard
+    from cascade.core.model.tensor_parallel import Shard
 
     runner, split = tiny_llama(0), tiny_llama(0)
     split.model.cascade_shard = Shard(0, 2)
@@ -177,7 +177,7 @@ def test_load_or_profile_measures_once_then_reads_the_cache(tmp_path, monkeypatc
     runner = tiny_llama(0)
     first = load_or_profile(runner, tmp_path, seconds=0.3, grid=SMALL_GRID)
     assert cache_path(runner, tmp_path).exists()
-    monkeypatch.setattr("cascade.core.step_cost.profile", pytest.fail)
+    monkeypatch.setattr("cascade.core.verify.step_cost.profile", pytest.fail)
     again = load_or_profile(runner, tmp_path)
     assert again.coef == first.coef and again.meta["dtype"] == "float32"
 

@@ -6,9 +6,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from cascade.core import suffix_index
-from cascade.core.suffix_draft import SuffixParams, best_draft, follow
-from cascade.core.suffix_index import (
+from cascade.core.memory import suffix_index
+from cascade.core.memory.suffix_draft import SuffixParams, best_draft, follow
+from cascade.core.memory.suffix_index import (
     SEEDS,
     Candidates,
     MemoryLimits,

@@ -10,12 +10,12 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from cascade.core import rank_processes
-from cascade.core.engine import Pass, VerifyEngine
+from cascade.core.parallel import rank_processes
+from cascade.core.verify.engine import Pass, VerifyEngine
 from cascade.core.loop import generate
-from cascade.core.runner import ModelSpec
-from cascade.core.tensor_parallel import TensorParallelError, check
-from cascade.core.weights import check_split
+from cascade.core.model.runner import ModelSpec
+from cascade.core.model.tensor_parallel import TensorParallelError, check
+from cascade.core.model.weights import check_split
 from cascade.protocol.settings import DraftConfig, SamplingParams
 from models import full_forward, hf_greedy, tiny_gpt2, tiny_llama, tiny_mistral
 from tokenizers_fixture import build_tokenizer

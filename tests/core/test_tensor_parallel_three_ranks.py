@@ -6,9 +6,9 @@ import copy
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from cascade.core import rank_processes
-from cascade.core.engine import Pass, VerifyEngine
-from cascade.core.runner import ModelSpec
+from cascade.core.parallel import rank_processes
+from cascade.core.verify.engine import Pass, VerifyEngine
+from cascade.core.model.runner import ModelSpec
 from models import on_device
 from tokenizers_fixture import build_tokenizer
 

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from cascade.core.blocks import Draft
-from cascade.core.engine import VerifyEngine
+from cascade.core.verify.engine import VerifyEngine
 from cascade.core.trees import ancestor_mask, children, path_to
 from cascade.protocol.trees import depths, tree_problem
-from cascade.core.verification import InvalidDraft, SequenceVerifier
+from cascade.core.verify.verification import InvalidDraft, SequenceVerifier
 from cascade.protocol.settings import AcceptancePolicy, AcceptanceRule, SamplingParams
 from models import hf_greedy, tiny_gemma2, tiny_llama, tiny_mistral
 

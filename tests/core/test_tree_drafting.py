@@ -11,7 +11,7 @@ from cascade.core.loop import generate
 from cascade.core.proposers import ProposerContext, new_proposer
 from cascade.core.proposers.ngram import ngram_continuations, ngram_propose, trie
 from cascade.core.proposers.tree import TreeShape, _Candidate, _Grower, draft_tree
-from cascade.core.runner import ModelRunner
+from cascade.core.model.runner import ModelRunner
 from cascade.core.trees import path_to
 from cascade.protocol.trees import depths, tree_problem
 from cascade.protocol.settings import AcceptancePolicy, AcceptanceRule, DraftConfig, SamplingParams

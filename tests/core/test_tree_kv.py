@@ -5,7 +5,7 @@ logits are bit-equal to feeding its path as a chain."""
 import pytest
 import torch
 
-from cascade.core.invariant import KEY_BLOCK
+from cascade.core.forward.invariant import KEY_BLOCK
 from cascade.core.proposers.tree import TreeShape, _Candidate, _Grower, draft_tree
 from cascade.core.trees import path_to
 from models import tiny_gemma2, tiny_gpt2, tiny_llama

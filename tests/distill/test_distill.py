@@ -12,7 +12,7 @@ from cascade.distill.student import StudentShape, choose_vocabulary
 from cascade.distill.train import DistillConfig, Distiller, distill_loss
 from cascade.protocol.settings import DraftConfig
 from cascade.core.loop import generate
-from cascade.core.runner import ModelRunner, ModelSpec
+from cascade.core.model.runner import ModelRunner, ModelSpec
 from cascade.protocol.settings import SamplingParams
 from models import tiny_gpt2_folder
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from cascade.core.feature_runner import FeatureRunner, load_model
+from cascade.core.features.feature_runner import FeatureRunner, load_model
 from cascade.core.loop import generate
-from cascade.core.runner import ModelRunner, ModelSpec
+from cascade.core.model.runner import ModelRunner, ModelSpec
 from cascade.distill.evaluate import evaluate_pair
 from cascade.distill.feature_run import FeatureDistillConfig, run_feature_distillation
 from cascade.protocol.settings import DraftConfig, SamplingParams

@@ -52,7 +52,7 @@ def test_the_corpus_reads_the_same_on_many_cores(monkeypatch):
 
 
 def test_the_replay_curve_reads_a_drafter_folder(tmp_path):
-    from cascade.core.feature_drafter import FeatureDrafterConfig
+    from cascade.core.features.feature_drafter import FeatureDrafterConfig
     from cascade.distill.feature_data import annotate
     from cascade.distill.replay import curve
     from models import feature_pair, random_prompts

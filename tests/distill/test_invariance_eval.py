@@ -4,7 +4,7 @@ is exact on every prompt and setting (no speed assertions)."""
 import re
 
 from cascade.distill.invariance import report
-from cascade.core.runner import ModelRunner, ModelSpec
+from cascade.core.model.runner import ModelRunner, ModelSpec
 from cascade.tools.tiny_models import build_tiny_pair
 
 

@@ -11,7 +11,7 @@ import redis.asyncio as redis
 import uvicorn
 
 from cascade.tools.redis_server import free_port
-from cascade.core.suffix_index import SuffixIndex
+from cascade.core.memory.suffix_index import SuffixIndex
 from cascade.serving.registry import Heartbeat
 from drafter_service.server import build_drafter
 from gateway.server import GatewayConfig, build_gateway

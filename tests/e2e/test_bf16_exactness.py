@@ -17,7 +17,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from cascade.tools.local_cluster import ClusterConfig, LocalCluster
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc
-from gateway.session_store import session_keys
+from gateway.sessions.session_store import session_keys
 
 PROMPTS = ["def main():", "import os\n", "class Config:", "The quick brown fox",
            "for i in range(", "# Compute the", "with open(path) as f:", "x = [1, 2,"]

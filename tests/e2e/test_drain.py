@@ -84,7 +84,7 @@ def test_a_draining_verifier_hands_its_sessions_to_another(tiny_pair_dirs, tmp_p
     the session moves to the other verifier and the client's stream completes unchanged."""
     import redis
 
-    from gateway.session_store import session_keys
+    from gateway.sessions.session_store import session_keys
 
     target, drafter = tiny_pair_dirs
     config = ClusterConfig(target, drafter, http_port=0, grpc_port=0,

@@ -45,7 +45,7 @@ async def test_a_hung_drafter_costs_one_round_timeout_and_output_is_exact(
     import threading
     import time
 
-    from gateway.orchestrator import OrchestratorSettings
+    from gateway.sessions.orchestrator import OrchestratorSettings
 
     _, drafter_model = tiny_runners
     hang, release = threading.Event(), threading.Event()

@@ -9,12 +9,12 @@ import grpc
 import pytest
 import redis.asyncio as redis
 
-from cascade.core.suffix_index import SuffixIndex
+from cascade.core.memory.suffix_index import SuffixIndex
 from cascade.serving import memory_stream
 from cascade.tools.redis_server import free_port
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc
 from drafter_service.server import build_drafter
-from gateway.assignment import OrchestratorSettings
+from gateway.sessions.assignment import OrchestratorSettings
 from test_gateway_e2e import PROMPTS, expected_tokens
 
 MAX_TOKENS = 24

@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from cascade.tools.pairs import DEFAULT_DRAFTER, default_models_dir
-from cascade.core.runner import ModelRunner, ModelSpec
+from cascade.core.model.runner import ModelRunner, ModelSpec
 from conftest import running_cluster
 from models import hf_greedy
 

@@ -12,7 +12,7 @@ import httpx
 import redis
 
 from cascade.tools.local_cluster import ClusterConfig, LocalCluster
-from gateway.session_store import session_keys
+from gateway.sessions.session_store import session_keys
 
 SHORT_LEASE = ("--session-lease-s", "2")
 BODY = {"model": "target", "prompt": "import os\nimport sys\n", "max_tokens": 200,

@@ -14,11 +14,11 @@ from cascade.protocol.prefix_keys import BLOCK_SIZE
 from cascade.protocol.settings import DraftConfig, SamplingParams
 from cascade.serving.channels import ChannelPool
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc
-from gateway.assignment import OrchestratorSettings
-from gateway.generation import GenerationRequest
-from gateway.lease import ConsumerIdle
-from gateway.orchestrator import Orchestrator
-from gateway.session_store import LeaseHeld, SessionLost, SessionStore, session_keys
+from gateway.sessions.assignment import OrchestratorSettings
+from gateway.sessions.generation import GenerationRequest
+from gateway.sessions.lease import ConsumerIdle
+from gateway.sessions.orchestrator import Orchestrator
+from gateway.sessions.session_store import LeaseHeld, SessionLost, SessionStore, session_keys
 
 BODY = {"model": "tiny", "prompt": "def main():", "max_tokens": 120, "temperature": 0,
         "num_draft_tokens": 3}
@@ -137,7 +137,7 @@ async def test_a_stored_complete_session_resumes_to_its_end_and_no_further(clust
 async def test_a_resume_past_the_stored_rounds_is_refused_as_data_loss(cluster):
     """The client has more rounds than Redis kept (a failover without WAIT lost them): the
     continuation would not line up with its text, so the resume says so instead of running."""
-    from gateway.generation import RoundsLost
+    from gateway.sessions.generation import RoundsLost
 
     orchestrator = orchestrator_for(cluster, lease_s=0.2)
     store = orchestrator.store

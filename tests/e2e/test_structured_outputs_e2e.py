@@ -130,7 +130,7 @@ async def test_named_tool_call_is_the_targets_masked_greedy(cluster, draft):
     """A named tool choice through the real cluster: the call's text is the target's greedy
     decoding under the call's schema, and it comes back as a tool call whose arguments
     validate against the function's parameters."""
-    from gateway.tools import ToolFields, with_tools
+    from gateway.openai.tools import ToolFields, with_tools
 
     tokenizer = cluster.target.tokenizer
     choice = {"type": "function", "function": {"name": "get_weather"}}

@@ -12,10 +12,10 @@ from pathlib import Path
 import grpc
 import redis
 
-from cascade.core.rank_processes import RANK_LOST_EXIT
+from cascade.core.parallel.rank_processes import RANK_LOST_EXIT
 from cascade.tools.local_cluster import ClusterConfig, LocalCluster
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc
-from gateway.session_store import session_keys
+from gateway.sessions.session_store import session_keys
 from models import hf_greedy
 
 MAX_TOKENS = 200

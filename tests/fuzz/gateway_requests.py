@@ -28,7 +28,7 @@ from cascade.protocol.validation import ModelLimits, draft_config, session_setti
 from cascade.protocol.wire import acceptance_to_pb, draft_settings_to_pb, sampling_to_pb
 from cascade.serving.server import GrpcService, ServiceBinding
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc, verifier_pb2
-from gateway.generation import GeneratedChunk
+from gateway.sessions.generation import GeneratedChunk
 from gateway.grpc_api import GatewayServicer
 from gateway.http_app import HttpSettings
 from gateway.server import SERVICE_NAME

@@ -18,9 +18,9 @@ from cascade.serving.server import GrpcService, ServiceBinding
 from cascade.v1 import gateway_pb2_grpc
 from gateway.grpc_api import GatewayServicer
 from gateway.http_app import create_app
-from gateway.orchestrator import Orchestrator, OrchestratorSettings
+from gateway.sessions.orchestrator import Orchestrator, OrchestratorSettings
 from gateway.server import SERVICE_NAME
-from gateway.session_store import SessionStore
+from gateway.sessions.session_store import SessionStore
 from gateway_requests import (
     CONTEXT,
     HTTP_SETTINGS,

@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 from cascade.protocol.requests import GenerationRequest
 from cascade.protocol.settings import FinishReason, SamplingParams
 from cascade.v1 import gateway_pb2
-from gateway.generation import GeneratedChunk
+from gateway.sessions.generation import GeneratedChunk
 from gateway.http_app import create_app
-from gateway.session_store import SessionLost
+from gateway.sessions.session_store import SessionLost
 from gateway_requests import HTTP_SETTINGS, MODEL, GatewayApi
 from harness import SERVER_FAULTS, BackgroundLoop, run_fuzz
 

@@ -11,7 +11,7 @@ import httpx
 import openai
 
 from cascade.protocol.settings import FinishReason
-from gateway.generation import GeneratedChunk, GenerationRequest, StopGeneration
+from gateway.sessions.generation import GeneratedChunk, GenerationRequest, StopGeneration
 from gateway.http_app import HttpSettings, create_app
 
 MODEL = "tiny-model"

@@ -2,7 +2,7 @@
 
 import asyncio
 
-from gateway.affinity import PromptAffinity
+from gateway.sessions.affinity import PromptAffinity
 
 
 async def _picks(affinity, keys, results):

@@ -2,7 +2,7 @@ import httpx
 import pytest
 
 from gateway.auth import ApiKeys
-from gateway.generation import GeneratedChunk
+from gateway.sessions.generation import GeneratedChunk
 from gateway.http_app import HttpSettings, create_app
 from tokenizers_fixture import build_tokenizer
 

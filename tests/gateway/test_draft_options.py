@@ -59,7 +59,7 @@ async def test_bad_draft_options_name_the_field(tokenizer, extra, param):
 ])
 def test_the_servers_default_method_where_the_request_can_use_it(extra, method):
     from cascade.protocol.requests import ServerDefaults, build_request
-    from gateway.schemas import CompletionRequest
+    from gateway.openai.schemas import CompletionRequest
 
     server = ServerDefaults(64, default_draft_method="suffix_then_model")
     body = CompletionRequest(model=MODEL, prompt="Hi", max_tokens=4, **extra)
@@ -83,7 +83,7 @@ def test_an_unknown_default_method_is_refused():
 ])
 def test_a_seeded_sampled_request_is_verified_with_the_keyed_rule(extra, rule):
     from cascade.protocol.requests import ServerDefaults, build_request
-    from gateway.schemas import CompletionRequest
+    from gateway.openai.schemas import CompletionRequest
 
     body = CompletionRequest(model=MODEL, prompt="Hi", max_tokens=4, **extra)
     policy = build_request(body, [1, 2], 4, ServerDefaults(64), "prompt").acceptance

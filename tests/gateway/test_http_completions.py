@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from cascade.protocol.settings import FinishReason
-from gateway.detokenize import IncrementalDetokenizer, StopStringMatcher
+from gateway.openai.detokenize import IncrementalDetokenizer, StopStringMatcher
 
 from http_fixtures import (
     MODEL,

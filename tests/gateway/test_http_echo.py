@@ -146,7 +146,7 @@ async def test_a_long_prompts_entries_are_built_off_the_event_loop(tokenizer, mo
     import asyncio
     import threading
 
-    from gateway import echo
+    from gateway.openai import echo
 
     building, health_answered, waited = threading.Event(), threading.Event(), []
     entries = echo.prompt_entries

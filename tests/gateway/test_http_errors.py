@@ -9,7 +9,7 @@ import json
 import openai
 import pytest
 
-from gateway.generation import GenerationFailed, Overloaded
+from gateway.sessions.generation import GenerationFailed, Overloaded
 from gateway.http_app import create_app
 
 from http_fixtures import (

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from cascade.protocol.settings import FinishReason
-from gateway.rounds import token_kinds
+from gateway.openai.rounds import token_kinds
 from http_fixtures import (
     MODEL,
     OUTPUT,

@@ -13,7 +13,7 @@ import uvicorn
 
 from cascade.serving.mesh import refuse_open
 from cascade.tools.redis_server import free_port
-from gateway.generation import GeneratedChunk
+from gateway.sessions.generation import GeneratedChunk
 from gateway.http_app import HttpSettings, create_app
 from http_fixtures import MODEL, OUTPUT, FakeGenerator, script
 

@@ -1,7 +1,7 @@
 """The OpenAI shapes of log-probabilities: a completion's alternatives include the token itself
 (up to N + 1, as OpenAI's legacy completions and vLLM return them); chat's are the top N."""
 
-from gateway.logprobs import LogprobEntry, chat_logprobs, completion_logprobs
+from gateway.openai.logprobs import LogprobEntry, chat_logprobs, completion_logprobs
 
 TOP = (("a", -0.1), ("b", -1.0))
 

@@ -16,9 +16,9 @@ from cascade.serving.registry import Heartbeat
 from cascade.serving.server import GrpcService, ServiceBinding
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc, verifier_pb2_grpc
 from gateway.grpc_api import GatewayServicer
-from gateway.orchestrator import Orchestrator, OrchestratorSettings
+from gateway.sessions.orchestrator import Orchestrator, OrchestratorSettings
 from gateway.server import SERVICE_NAME
-from gateway.session_store import SessionStore
+from gateway.sessions.session_store import SessionStore
 from http_fixtures import MODEL, SETTINGS, make_client
 
 REFUSAL = "sampling.top_p: must be in (0, 1], got 0"

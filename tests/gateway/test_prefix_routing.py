@@ -3,7 +3,7 @@ while their load allows, and never across scopes."""
 
 from cascade.protocol.prefix_keys import BLOCK_SIZE
 from cascade.serving.registry import Heartbeat
-from gateway.prefix_routing import PrefixRouter
+from gateway.sessions.prefix_routing import PrefixRouter
 
 CHAT = list(range(3, 3 + 2 * BLOCK_SIZE + 10))
 

@@ -12,8 +12,8 @@ import pytest
 from cascade.protocol.requests import MAX_STOP_CHARS
 from cascade.protocol.settings import DraftConfig, MAX_BAD_WORDS, SamplingParams
 from cascade.serving import memory_stream
-from gateway.generation import GenerationRequest
-from gateway.session_store import SessionStore, session_keys
+from gateway.sessions.generation import GenerationRequest
+from gateway.sessions.session_store import SessionStore, session_keys
 from http_fixtures import MODEL, FakeGenerator, make_client, script
 
 REQUEST = GenerationRequest([5, 6, 7], SamplingParams(max_new_tokens=8), DraftConfig(4))

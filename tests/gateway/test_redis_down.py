@@ -10,7 +10,7 @@ from cascade.tools.redis_server import free_port
 from cascade.tools.tiny_models import build_tiny_pair
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc
 from gateway.server import GatewayConfig, build_gateway
-from gateway.session_store import connect
+from gateway.sessions.session_store import connect
 
 
 @pytest.fixture

@@ -128,7 +128,7 @@ async def test_a_grpc_message_over_the_body_limit_is_refused_before_it_is_parsed
     from cascade.tools.redis_server import free_port
     from cascade.tools.tiny_models import build_tiny_pair
     from gateway.server import GatewayConfig, build_gateway
-    from gateway.session_store import connect
+    from gateway.sessions.session_store import connect
 
     target, _ = build_tiny_pair(tmp_path / "models")
     url = f"redis://127.0.0.1:{free_port()}/0"  # refused before Redis is needed

@@ -8,9 +8,9 @@ import httpx
 
 from cascade.protocol.requests import GenerationRequest
 from cascade.protocol.settings import FinishReason, SamplingParams
-from gateway.generation import GeneratedChunk
+from gateway.sessions.generation import GeneratedChunk
 from gateway.http_app import HttpSettings, create_app
-from gateway.session_store import SessionLost
+from gateway.sessions.session_store import SessionLost
 from http_fixtures import MODEL, SETTINGS
 
 

@@ -4,8 +4,8 @@ import pytest
 
 from cascade.serving.errors import StaleEpoch
 from cascade.protocol.settings import DraftConfig, SamplingParams
-from gateway.generation import GenerationRequest
-from gateway.session_store import LengthMismatch, SessionStore
+from gateway.sessions.generation import GenerationRequest
+from gateway.sessions.session_store import LengthMismatch, SessionStore
 
 REQUEST = GenerationRequest([5, 6, 7], SamplingParams(max_new_tokens=8), DraftConfig(4))
 
@@ -55,7 +55,7 @@ async def test_a_client_survives_a_redis_restart_within_its_retries(tmp_path):
     import asyncio
 
     from cascade.tools.redis_server import RedisServer, free_port
-    from gateway.session_store import connect
+    from gateway.sessions.session_store import connect
 
     port = free_port()
     server = RedisServer(tmp_path / "a", port=port).start()
@@ -81,7 +81,7 @@ async def test_writes_lost_by_a_redis_restart_are_written_back(redis_client):
     """A restart without the last second of the append-only file loses a tail of tokens, or
     the whole record; the gateway's restore writes back what it holds, and refuses when a later
     epoch owns the session or the stored tokens are not a prefix of its own."""
-    from gateway.session_store import SessionLost, session_keys
+    from gateway.sessions.session_store import SessionLost, session_keys
 
     store = SessionStore(redis_client, ttl_s=60)
     record = await store.create(REQUEST, "d:1", "v:1")
@@ -117,7 +117,7 @@ async def test_a_session_is_taken_over_only_when_its_lease_lapses_or_it_was_canc
     a new epoch only after the owner's lease expires, and nothing once the session ended."""
     import asyncio
 
-    from gateway.session_store import LeaseHeld, SessionEnded, request_from_record
+    from gateway.sessions.session_store import LeaseHeld, SessionEnded, request_from_record
 
     owner = SessionStore(redis_client, ttl_s=60, owner="gateway-a", lease_s=0.5)
     other = SessionStore(redis_client, ttl_s=60, owner="gateway-b", lease_s=0.5)
@@ -149,7 +149,7 @@ async def test_a_session_is_taken_over_only_when_its_lease_lapses_or_it_was_canc
 async def test_the_final_round_records_the_session_finished_in_the_same_step(redis_client):
     """No stored session is complete but still running: the final append marks it finished
     (a retry of it changes nothing), and another gateway then has nothing to take over."""
-    from gateway.session_store import SessionEnded
+    from gateway.sessions.session_store import SessionEnded
 
     store = SessionStore(redis_client, ttl_s=60, lease_s=0.2)
     sid = (await store.create(REQUEST, "d:1", "v:1")).session_id
@@ -164,7 +164,7 @@ async def test_the_final_round_records_the_session_finished_in_the_same_step(red
 
 
 async def test_a_refused_restore_writes_nothing(redis_client):
-    from gateway.session_store import session_keys
+    from gateway.sessions.session_store import session_keys
 
     store = SessionStore(redis_client, ttl_s=60)
     sid = (await store.create(REQUEST, "d:1", "v:1")).session_id
@@ -178,7 +178,7 @@ async def test_a_refused_restore_writes_nothing(redis_client):
 async def test_an_epoch_bump_lost_by_redis_is_told_apart_from_a_newer_owner(redis_client):
     """A stored epoch below the writer's (a restart lost a reassign) is EpochBehind, which the
     gateway repairs by writing back; one above it stays StaleEpoch (fenced out)."""
-    from gateway.session_store import EpochBehind, session_keys
+    from gateway.sessions.session_store import EpochBehind, session_keys
 
     store = SessionStore(redis_client, ttl_s=60)
     sid = (await store.create(REQUEST, "d:1", "v:1")).session_id
@@ -197,7 +197,7 @@ async def test_a_reassign_tells_a_lost_record_and_a_lost_bump_from_a_newer_owner
     """What a failover to a replica that had not received the record (or the last epoch bump)
     leaves: reassign says SessionLost / EpochBehind, which the gateway repairs by writing back
     what it holds and reassigning again; a newer owner's epoch stays StaleEpoch."""
-    from gateway.session_store import EpochBehind, SessionLost, session_keys
+    from gateway.sessions.session_store import EpochBehind, SessionLost, session_keys
 
     store = SessionStore(redis_client, ttl_s=60)
     sid = (await store.create(REQUEST, "d:1", "v:1")).session_id
@@ -219,7 +219,7 @@ async def test_a_reassign_tells_a_lost_record_and_a_lost_bump_from_a_newer_owner
 async def test_a_live_lease_is_never_taken_over_even_by_its_own_gateway(redis_client):
     """A second caller resuming on the gateway that streams the session must wait for that
     stream to end (or lapse): it does not take the live stream over."""
-    from gateway.session_store import LeaseHeld
+    from gateway.sessions.session_store import LeaseHeld
 
     store = SessionStore(redis_client, ttl_s=60, owner="gateway-a", lease_s=5)
     sid = (await store.create(REQUEST, "d:1", "v:1")).session_id
@@ -232,7 +232,7 @@ async def test_a_live_lease_is_never_taken_over_even_by_its_own_gateway(redis_cl
 async def test_a_stored_grammar_comes_back(redis_client):
     """A moved or resumed session keeps its structured output (the record is JSON)."""
     from cascade.protocol.grammar import Grammar
-    from gateway.session_store import request_from_record
+    from gateway.sessions.session_store import request_from_record
 
     grammar = Grammar.json_schema({"type": "object", "properties": {"a": {"type": "integer"}}})
     request = GenerationRequest([5, 6], SamplingParams(max_new_tokens=8, grammar=grammar))

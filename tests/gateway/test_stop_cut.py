@@ -13,8 +13,8 @@ from cascade.protocol.logprobs import TokenLogprobs
 from cascade.protocol.requests import ServerDefaults
 from cascade.protocol.settings import FinishReason
 from cascade.v1 import gateway_pb2
-from gateway.detokenize import TextStream
-from gateway.generation import GeneratedChunk, StopGeneration
+from gateway.openai.detokenize import TextStream
+from gateway.sessions.generation import GeneratedChunk, StopGeneration
 from gateway.grpc_api import GatewayServicer
 
 from http_fixtures import MODEL, OUTPUT, make_client

@@ -12,7 +12,7 @@ import pytest
 from cascade.protocol.chat import chat_ids
 from cascade.protocol.settings import FinishReason
 from gateway.http_app import HttpSettings
-from gateway.tools import NO_PARAMETERS, TOOLS_PROMPT, parse_tool_calls
+from gateway.openai.tools import NO_PARAMETERS, TOOLS_PROMPT, parse_tool_calls
 from http_fixtures import MODEL, FakeGenerator, make_client, make_openai, script
 
 SETTINGS = HttpSettings(model_name=MODEL, context_length=4096, max_tokens_limit=32)

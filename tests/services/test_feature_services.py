@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from cascade.core.blocks import TargetFeatures
-from cascade.core.feature_runner import FeatureRunner
+from cascade.core.features.feature_runner import FeatureRunner
 from cascade.pod.messages import features_from_pb, features_to_pb
 from cascade.protocol.settings import DraftConfig, SamplingParams
 from cascade.protocol.wire import draft_settings_to_pb, sampling_to_pb

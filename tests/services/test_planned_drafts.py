@@ -5,9 +5,9 @@ import grpc
 import pytest
 
 from cascade.core.blocks import Draft
-from cascade.core.engine import VerifyEngine
-from cascade.core.step_cost import StepShape
-from cascade.core.verification import SequenceVerifier
+from cascade.core.verify.engine import VerifyEngine
+from cascade.core.verify.step_cost import StepShape
+from cascade.core.verify.verification import SequenceVerifier
 from cascade.protocol.settings import DraftConfig, SamplingParams
 from cascade.protocol.wire import draft_settings_to_pb, sampling_to_pb
 from cascade.v1 import drafter_pb2, drafter_pb2_grpc

@@ -5,9 +5,9 @@ import asyncio
 from concurrent.futures import ThreadPoolExecutor
 
 from cascade.core.blocks import Draft
-from cascade.core.engine import VerifyEngine
-from cascade.core.kv_store import BLOCK_SIZE
-from cascade.core.verification import SequenceVerifier
+from cascade.core.verify.engine import VerifyEngine
+from cascade.core.kv.kv_store import BLOCK_SIZE
+from cascade.core.verify.verification import SequenceVerifier
 from cascade.protocol.settings import SamplingParams
 from models import random_prompts, tiny_llama
 from verifier_service.scheduler import StepScheduler, VerifierSettings

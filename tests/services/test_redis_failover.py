@@ -104,7 +104,7 @@ async def test_appends_wait_for_a_replica_when_asked(tmp_path):
     from cascade.protocol.requests import GenerationRequest
     from cascade.protocol.settings import SamplingParams
     from cascade.serving import metrics
-    from gateway.session_store import NotReplicated, SessionStore, session_keys
+    from gateway.sessions.session_store import NotReplicated, SessionStore, session_keys
 
     ha = RedisHA(tmp_path, replicas=1, sentinels=1, password="secret").start()
     client = connect(ha.url)
@@ -165,7 +165,7 @@ async def test_a_session_survives_the_primary_once_created_or_restored(tmp_path)
 
     from cascade.protocol.requests import GenerationRequest
     from cascade.protocol.settings import SamplingParams
-    from gateway.session_store import SessionStore
+    from gateway.sessions.session_store import SessionStore
 
     ha = RedisHA(tmp_path, replicas=1, sentinels=3, password="secret").start()
     client = connect(ha.url)

@@ -1,4 +1,4 @@
-"""Appends wait for every replica in sync (gateway.replication), on real Redis servers: with
+"""Appends wait for every replica in sync (gateway.sessions.replication), on real Redis servers: with
 two replicas and ``wait_replicas=1`` a round is on both before it is sent (so whichever one
 Sentinel promotes has it), and a hung replica stops being waited for once it falls behind."""
 
@@ -14,8 +14,8 @@ from cascade.protocol.requests import GenerationRequest
 from cascade.protocol.settings import SamplingParams
 from cascade.serving.registry import connect
 from cascade.tools.redis_ha import RedisHA
-from gateway.replication import IN_SYNC_LAG_S, NotReplicated, ReplicaWaiter, in_sync_replicas
-from gateway.session_store import SessionStore, session_keys
+from gateway.sessions.replication import IN_SYNC_LAG_S, NotReplicated, ReplicaWaiter, in_sync_replicas
+from gateway.sessions.session_store import SessionStore, session_keys
 
 
 @pytest.mark.parametrize("replicas, expected", [

@@ -9,7 +9,7 @@ import grpc
 import pytest
 
 from cascade.core.loop import generate
-from cascade.core.speculation import Guess, Outcome
+from cascade.core.plan.speculation import Guess, Outcome
 from cascade.protocol.settings import DraftConfig, SamplingParams
 from cascade.protocol.wire import draft_settings_to_pb, sampling_to_pb
 from cascade.serving.delay import DelayedWriter, LinkDelay

@@ -5,8 +5,8 @@ import asyncio
 import threading
 import time
 
-from cascade.core.engine import VerifyEngine
-from cascade.core.kv_store import BLOCK_SIZE
+from cascade.core.verify.engine import VerifyEngine
+from cascade.core.kv.kv_store import BLOCK_SIZE
 from cascade.protocol.settings import SamplingParams
 from cascade.protocol.wire import sampling_to_pb
 from cascade.v1 import verifier_pb2

@@ -7,7 +7,7 @@ target's masked greedy decoding whether the guess foresaw the filled tokens (a h
 import pytest
 
 from cascade.core.proposers.model import ModelProposer
-from cascade.core.speculation import Guess, Outcome
+from cascade.core.plan.speculation import Guess, Outcome
 from cascade.protocol.grammar import Grammar
 from cascade.protocol.settings import SamplingParams
 from cascade.serving.delay import LinkDelay

@@ -5,7 +5,7 @@ copy of the target, and blocks sent ahead of a tree's verdict matched by the acc
 import grpc
 import pytest
 
-from cascade.core.speculation import Guess, Outcome
+from cascade.core.plan.speculation import Guess, Outcome
 from cascade.core.trees import children
 from cascade.core.loop import generate
 from cascade.protocol.settings import (

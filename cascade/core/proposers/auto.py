@@ -24,7 +24,7 @@ verifier adds one of its own) in ``round_s`` (the measured time from block to ve
 the model's drafting, so each source is worth ``(1 + S) / (round_s + model tokens x
 draft_token_s)`` (``rate``); the best is drafted, the previous round's source on ties. A
 source that stops paying (its acceptance falls) loses to the next; nothing is a fixed
-threshold. The verifier's plan (``cascade.core.goodput``) still cuts each block to what pays
+threshold. The verifier's plan (``cascade.core.plan.goodput``) still cuts each block to what pays
 at its load, and while it decodes the session alone, ``ready`` tells it when a free source's
 draft beats a round decoded alone.
 
@@ -45,7 +45,7 @@ from cascade.core.proposers.model import ModelProposer
 from cascade.core.proposers.prediction import SOURCE as PREDICTION
 from cascade.core.proposers.prediction import PredictionLookup
 from cascade.core.proposers.suffix import SuffixProposer
-from cascade.core.survival import AcceptanceRates, SessionRates
+from cascade.core.plan.survival import AcceptanceRates, SessionRates
 from cascade.protocol.settings import MAX_DRAFT_TOKENS
 
 MODEL = "model"

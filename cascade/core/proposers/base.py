@@ -20,8 +20,8 @@ from typing import ClassVar
 import torch
 
 from cascade.core.blocks import Draft, TargetFeatures
-from cascade.core.runner import ModelRunner
-from cascade.core.suffix_index import SessionMemory
+from cascade.core.model.runner import ModelRunner
+from cascade.core.memory.suffix_index import SessionMemory
 from cascade.protocol.settings import AcceptancePolicy, DraftConfig, SamplingParams
 
 
@@ -67,11 +67,11 @@ class ProposerContext:
     """Where the generated tokens start in ``committed`` (the adaptive schedule counts from
     there)."""
     memory: SessionMemory | None = None
-    """The pod's speculation memory under this session's scope (``cascade.core.suffix_index``);
+    """The pod's speculation memory under this session's scope (``cascade.core.memory.suffix_index``);
     None: the memory is off for it."""
     prefix_scope: str = ""
     """Whose sessions' caches its cache may copy a prompt prefix from
-    (``cascade.core.prefix_share``)."""
+    (``cascade.core.kv.prefix_share``)."""
 
 
 class Proposer(ABC):
@@ -148,7 +148,7 @@ class Proposer(ABC):
         return None
 
     def filled_after(self, context: list[int]) -> list[int]:
-        """The tokens a verifier fills in (jump-forward, ``cascade.core.processors.fill``)
+        """The tokens a verifier fills in (jump-forward, ``cascade.core.sample.processors.fill``)
         after a round that leaves ``context`` committed, as far as the method can tell: a
         guess of that round's outcome drafts after them (default: none foreseen)."""
         return []

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from cascade.core.blocks import Draft
-from cascade.core.sampling import (
+from cascade.core.sample.sampling import (
     STREAM_DRAFT,
     KeyedNoise,
     keyed_choice,

@@ -14,9 +14,9 @@ from __future__ import annotations
 import torch
 
 from cascade.core.blocks import Draft, TargetFeatures
-from cascade.core.branches import Branches
-from cascade.core.grammar import GrammarCursor
-from cascade.core.processors import is_shaping
+from cascade.core.model.branches import Branches
+from cascade.core.sample.grammar import GrammarCursor
+from cascade.core.sample.processors import is_shaping
 from cascade.core.proposers.base import DraftStopped, Proposer, ProposerContext
 from cascade.core.proposers.choice import TokenChoice
 from cascade.core.proposers.schedule import AdaptiveSchedule
@@ -29,8 +29,8 @@ from cascade.core.proposers.tree import (
     log_softmax_rank,
 )
 from cascade.core.proposers.tree_speculation import stoppable, tree_logits
-from cascade.core.runner import common_prefix_len
-from cascade.core.sampling import (
+from cascade.core.model.runner import common_prefix_len
+from cascade.core.sample.sampling import (
     STREAM_CHILD_DRAFT,
     KeyedNoise,
     position_uniform,

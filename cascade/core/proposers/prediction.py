@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from cascade.core.blocks import Draft
-from cascade.core.survival import AcceptanceRates
+from cascade.core.plan.survival import AcceptanceRates
 
 MAX_JOIN = 8
 """Longest suffix of the output looked up in the prediction."""

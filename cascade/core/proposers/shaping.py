@@ -2,7 +2,7 @@
 
 At every position of a chain the verifier applies the request's processors (logit_bias, the
 penalties, bad_words, min_tokens, then the grammar's mask) to p, counting the drafted tokens
-before the position (``cascade.core.processors``). The model drafter applies the very same
+before the position (``cascade.core.sample.processors``). The model drafter applies the very same
 function to its own logits row, with the same history: the committed tokens (the prompt for
 repetition_penalty) and its own earlier drafts in the block. A token the verifier's processors
 forbid is then never proposed (it would be rejected and waste the rest of the block); any q
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import torch
 
-from cascade.core.grammar import GrammarCursor, forced_token
-from cascade.core.processors import fill, is_shaping, may_fill, shape
+from cascade.core.sample.grammar import GrammarCursor, forced_token
+from cascade.core.sample.processors import fill, is_shaping, may_fill, shape
 from cascade.protocol.settings import SamplingParams
 
 
@@ -43,7 +43,7 @@ class DraftShaper:
 
     def fill_after(self, context: list[int], limit: int) -> list[int]:
         """The tokens the verifier fills in after its own token when its round ends with
-        ``context`` (``cascade.core.processors.fill``): what a guess of that round must add."""
+        ``context`` (``cascade.core.sample.processors.fill``): what a guess of that round must add."""
         generated = context[self.prompt_len:]
         if self.cursor is None or limit <= 0 or not self.cursor.move_to(generated):
             return []

@@ -1,6 +1,6 @@
 """Suffix decoding: draft what followed the context's suffix in the session's own tokens and in
-the cluster's finished generations (the pod's speculation memory, ``cascade.core.suffix_index``),
-scored as SuffixDecoding scores a suffix tree (``cascade.core.suffix_draft``). No model; its
+the cluster's finished generations (the pod's speculation memory, ``cascade.core.memory.suffix_index``),
+scored as SuffixDecoding scores a suffix tree (``cascade.core.memory.suffix_draft``). No model; its
 blocks carry no q (at temperature > 0 they are verified with q a point mass on each drafted
 token, still lossless). With ``tree_nodes`` it drafts the most probable nodes as a token tree.
 
@@ -16,8 +16,8 @@ from __future__ import annotations
 from cascade.core.blocks import Draft
 from cascade.core.proposers.base import Proposer, ProposerContext
 from cascade.core.proposers.hybrid import LookupThenModel
-from cascade.core.suffix_draft import SuffixParams, best_draft
-from cascade.core.suffix_index import Candidates, MemoryLimits, context_candidates
+from cascade.core.memory.suffix_draft import SuffixParams, best_draft
+from cascade.core.memory.suffix_index import Candidates, MemoryLimits, context_candidates
 
 MIN_SCORE = 1.5
 """suffix_then_model sends the lookup's draft when it expects at least this many accepted

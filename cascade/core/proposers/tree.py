@@ -11,7 +11,7 @@ tokens again, the fed nodes kept aside by path for the next round (``SequenceCac
 
 The builders do not care which drafter feeds the nodes: a ``TreeGrower`` does, the model
 drafter's (``_Grower``, a 4D additive mask on its ``DynamicCache``) or the one a cache brings
-itself (``tree_grower``: the feature drafter's, ``cascade.core.feature_tree``).
+itself (``tree_grower``: the feature drafter's, ``cascade.core.features.feature_tree``).
 
 ``rank`` turns a frontier's logits into the log-scores of its children: the drafter's log-softmax
 (greedy), or for position-keyed sampling the log-softmax of log q + the position's noise, so the
@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import torch
 
-from cascade.core.runner import SequenceCache
+from cascade.core.model.runner import SequenceCache
 from cascade.core.trees import FedSlots
 from cascade.protocol.trees import depths
 
 if TYPE_CHECKING:
-    from cascade.core.feature_runner import FeatureCache
+    from cascade.core.features.feature_runner import FeatureCache
 
     DrafterCache = SequenceCache | FeatureCache
 

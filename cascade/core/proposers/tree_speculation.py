@@ -2,7 +2,7 @@
 
 Ranking a tree's outcomes. Building a tree feeds only its frontier nodes (a dynamic tree's
 ``branching`` per depth, a confidence tree's chain), so the logits after a leaf were never
-computed. Ranking the outcomes (``cascade.core.speculation.rank_outcomes``) needs the
+computed. Ranking the outcomes (``cascade.core.plan.speculation.rank_outcomes``) needs the
 distribution after every node, leaves included: one more pass feeds all the nodes at once,
 each at position committed length + depth - 1 and seeing the committed tokens, its ancestors
 and itself, like the verifier's pass over the block (the tree builder's grower,
@@ -20,7 +20,7 @@ import torch
 
 from cascade.core.proposers.base import DraftStopped
 from cascade.core.proposers.tree import Rank, _Grower
-from cascade.core.runner import SequenceCache
+from cascade.core.model.runner import SequenceCache
 
 
 @torch.inference_mode()

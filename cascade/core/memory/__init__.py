@@ -1,0 +1,1 @@
+"""The speculation memory: an index of finished generations and drafts scored from it."""

@@ -1,0 +1,1 @@
+"""What shapes and draws tokens: sampling, request processors and the grammar mask."""

@@ -1,0 +1,377 @@
+"""Session state in Redis: the record, the committed tokens, and epoch fencing.
+
+Keys (the {session_id} hash tag keeps both in one Redis Cluster slot, so the Lua scripts may touch
+both atomically):
+
+- ``cascade:session:{id}`` hash: request (JSON), status, drafter, verifier, epoch, prompt_len,
+  caller (the digest of the API key that started it: only that key may resume it).
+- ``cascade:session:{id}:tokens`` list: generated token ids, in order.
+- ``cascade:session:{id}:rounds`` list: the token count after each stored round (the stream's
+  chunk boundaries: a resumed stream replays them as they were sent).
+
+The gateway that runs a session holds a lease on it (``owner``, ``lease_ms`` in the record),
+renewed while it streams; another gateway takes a session over (``takeover``: a new epoch)
+only when the lease has expired or the session was cancelled, so a client can resume it
+anywhere after its gateway died.
+
+Every write goes through a Lua script that first checks the epoch, so an owner that was paused
+and replaced cannot write after the new one took over. Appends also check the expected length,
+so a chunk is never stored twice or out of order, and a repeated append of the chunk just stored
+succeeds without writing (so redis-py may retry appends after a lost reply). Everything carries
+a TTL: ``ttl_s`` (an hour) while a session can go on (running, or cancelled and resumable), the
+shorter ``finished_ttl_s`` (ten minutes, ``--finished-session-ttl-s``) once it has ended
+(finished or failed), when all it is kept for is a client replaying it after a dropped
+connection.
+
+``connect`` (cascade.serving.registry) makes the client every gateway uses: explicit timeouts,
+and redis-py's retries with exponential backoff on connection errors and timeouts (a stream
+pauses for a Redis blip instead of failing).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import asdict, dataclass
+
+import redis.asyncio as redis
+
+from cascade.protocol.requests import GenerationRequest
+from cascade.protocol.settings import AcceptancePolicy, DraftConfig, SamplingParams
+from cascade.serving.errors import StaleEpoch
+from cascade.serving.registry import connect
+from gateway.sessions.replication import NotReplicated, ReplicaWaiter
+
+__all__ = ["EpochBehind", "LeaseHeld", "LengthMismatch", "NotReplicated", "SessionEnded", "SessionLost", "SessionRecord",
+           "SessionStore", "connect", "request_from_record", "session_keys"]
+
+APPEND_SCRIPT = """
+local epoch = redis.call('HGET', KEYS[1], 'epoch')
+if not epoch then return -3 end
+if epoch ~= ARGV[1] then
+  if tonumber(epoch) < tonumber(ARGV[1]) then return -4 end
+  return -1
+end
+local stored, expected, count = redis.call('LLEN', KEYS[2]), tonumber(ARGV[2]), #ARGV - 5
+if stored == expected + count and count > 0 then
+  local tail = redis.call('LRANGE', KEYS[2], expected, -1)
+  local same = true
+  for i = 1, count do
+    if tail[i] ~= ARGV[5 + i] then same = false break end
+  end
+  if same then return stored end
+end
+if count == 0 and stored == expected and redis.call('HGET', KEYS[1], 'status') == 'finished' then
+  return stored
+end
+if stored ~= expected then return -2 end
+if count > 0 then redis.call('RPUSH', KEYS[2], unpack(ARGV, 6)) end
+local length = stored + count
+redis.call('RPUSH', KEYS[3], length)
+local now = redis.call('TIME')
+redis.call('HSET', KEYS[1], 'lease_ms', now[1] * 1000 + math.floor(now[2] / 1000) + ARGV[4])
+if ARGV[5] ~= '' then
+  redis.call('HSET', KEYS[1], 'status', 'finished', 'finish_reason', ARGV[5])
+end
+for i = 1, 3 do redis.call('EXPIRE', KEYS[i], ARGV[3]) end
+return length
+"""
+"""Idempotent: an append whose exact tokens already follow the expected length (a retry whose
+first reply was lost) changes nothing and succeeds. Each append is one round (its end goes on
+the rounds list) and renews the lease; the final round (ARGV[5], its finish reason) records
+the session finished in the same step, so no stored session is complete but still running.
+-3: the record is gone (a Redis restart lost it); -1: a later epoch owns the session; -4: the
+stored epoch is older than the writer's (a restart lost an epoch bump); -2: the stored length
+differs."""
+
+CREATE_SCRIPT = """
+redis.call('HSET', KEYS[1], unpack(ARGV, 3))
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+local now = redis.call('TIME')
+redis.call('HSET', KEYS[1], 'lease_ms', now[1] * 1000 + math.floor(now[2] / 1000) + ARGV[2])
+return 0
+"""
+"""A new session's record (ARGV[3:], field and value in turn) with its TTL (ARGV[1]) and this
+gateway's lease (ARGV[2] ms); 0: the length of its token list."""
+
+RESTORE_SCRIPT = """
+local epoch = redis.call('HGET', KEYS[1], 'epoch')
+if epoch and tonumber(epoch) > tonumber(ARGV[1]) then return -1 end
+local num_fields, num_tokens = tonumber(ARGV[3]), tonumber(ARGV[4])
+local first = 5 + num_fields
+local stored = redis.call('LRANGE', KEYS[2], 0, -1)
+if #stored > num_tokens then return -2 end
+for i = 1, #stored do
+  if stored[i] ~= ARGV[first + i - 1] then return -2 end
+end
+redis.call('HSET', KEYS[1], unpack(ARGV, 5, 4 + num_fields))
+if num_tokens > #stored then
+  redis.call('RPUSH', KEYS[2], unpack(ARGV, first + #stored, first + num_tokens - 1))
+end
+redis.call('DEL', KEYS[3])
+if #ARGV >= first + num_tokens then redis.call('RPUSH', KEYS[3], unpack(ARGV, first + num_tokens)) end
+for i = 1, 3 do redis.call('EXPIRE', KEYS[i], ARGV[2]) end
+return num_tokens
+"""
+"""Re-writes a session the gateway holds after Redis lost writes (a restart without the last
+second of its append-only file): the record's fields, the tokens missing after the stored ones
+(which must be a prefix of the gateway's) and the round ends. Checked before anything is
+written: refused (-1) when a later epoch owns it, (-2) when the stored tokens are not a prefix
+of the gateway's. A missing record has no epoch to compare (that loss is what this repairs);
+the prefix check still guards the tokens."""
+
+TAKEOVER_SCRIPT = """
+local status = redis.call('HGET', KEYS[1], 'status')
+if not status then return -3 end
+if status ~= 'running' and status ~= 'cancelled' then return -2 end
+local now = redis.call('TIME')
+local now_ms = now[1] * 1000 + math.floor(now[2] / 1000)
+local lease = tonumber(redis.call('HGET', KEYS[1], 'lease_ms') or '0')
+if status == 'running' and lease > now_ms then return -1 end
+local epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
+redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'lease_ms', now_ms + ARGV[2], 'status', 'running')
+return epoch
+"""
+"""A new epoch for gateway ARGV[1], if the session is unfinished and no stream holds a live
+lease on it (this gateway's own streams included: a second caller never takes a live stream
+over): -1 the lease is held, -2 the session has ended, -3 it is gone."""
+
+RENEW_SCRIPT = """
+if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return 0 end
+local now = redis.call('TIME')
+redis.call('HSET', KEYS[1], 'lease_ms', now[1] * 1000 + math.floor(now[2] / 1000) + ARGV[2])
+return 1
+"""
+
+SET_IF_EPOCH_SCRIPT = """
+if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV, 3))
+for i = 1, #KEYS do redis.call('EXPIRE', KEYS[i], ARGV[2]) end
+return 1
+"""
+"""Sets the record's fields ARGV[3:] if the epoch is ARGV[1]; every key in KEYS (the record
+first) then expires in ARGV[2] seconds."""
+
+SESSION_TTL_S = 3600
+"""How long a session that can go on is kept after its last write."""
+FINISHED_SESSION_TTL_S = 600
+"""How long an ended session is kept by default (for a client replaying it)."""
+FINAL_STATUSES = ("finished", "failed")
+"""Statuses after which a session only replays (a cancelled one can still be resumed)."""
+
+REASSIGN_SCRIPT = """
+local epoch = redis.call('HGET', KEYS[1], 'epoch')
+if not epoch then return -3 end
+if epoch ~= ARGV[1] then
+  if tonumber(epoch) < tonumber(ARGV[1]) then return -4 end
+  return -1
+end
+epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
+redis.call('HSET', KEYS[1], 'drafter', ARGV[2], 'verifier', ARGV[3])
+return epoch
+"""
+"""-3, -4, -1 as in APPEND_SCRIPT: a record lost by Redis (a failover to a replica that had not
+received it) is told apart from one a later epoch owns."""
+
+
+class LengthMismatch(RuntimeError):
+    """The stored token count differs from what the writer expected (nothing was written)."""
+
+
+class SessionLost(RuntimeError):
+    """The session's record is gone from Redis (nothing was written)."""
+
+
+class EpochBehind(RuntimeError):
+    """The stored epoch is older than the writer's: Redis lost an epoch bump (nothing was
+    written; the writer re-writes what it holds)."""
+
+
+@dataclass(frozen=True)
+class SessionRecord:
+    session_id: str
+    epoch: int
+    prompt_len: int
+
+
+def _record_fields(request: GenerationRequest, epoch: int, drafter: str, verifier: str
+                   ) -> dict[str, str | int]:
+    body = {"prompt_tokens": request.prompt_tokens, "sampling": asdict(request.sampling),
+            "draft": asdict(request.draft), "acceptance": asdict(request.acceptance)}
+    return {"request": json.dumps(body), "status": "running", "epoch": epoch,
+            "prompt_len": len(request.prompt_tokens), "drafter": drafter, "verifier": verifier,
+            "caller": request.caller}
+
+
+def request_from_record(fields: dict[str, str]) -> GenerationRequest:
+    """The generation a stored record describes (for taking a session over)."""
+    body = json.loads(fields["request"])
+
+    def settings(kind, values: dict):
+        return kind(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+
+    return GenerationRequest(list(body["prompt_tokens"]), settings(SamplingParams, body["sampling"]),
+                             settings(DraftConfig, body["draft"]),
+                             settings(AcceptancePolicy, body["acceptance"]),
+                             fields.get("view", ""), fields.get("caller", ""))
+
+
+def _flat(fields: dict[str, str | int]) -> list[str | int]:
+    """A record's fields and values in turn (as HSET takes them)."""
+    return [item for pair in fields.items() for item in pair]
+
+
+def session_keys(session_id: str) -> tuple[str, str, str]:
+    """(record hash, token list, round ends) keys of a session."""
+    base = f"cascade:session:{{{session_id}}}"
+    return base, f"{base}:tokens", f"{base}:rounds"
+
+
+class LeaseHeld(RuntimeError):
+    """Another gateway holds a live lease on the session (it is still streaming it)."""
+
+
+class SessionEnded(RuntimeError):
+    """The session has a final status: there is nothing to take over, only to replay."""
+
+
+class SessionStore:
+    def __init__(self, client: redis.Redis, ttl_s: int = SESSION_TTL_S, owner: str = "",
+                 lease_s: float = 10.0, wait_replicas: int = 0, wait_ms: int = 1000,
+                 wait_tries: int = 8, finished_ttl_s: int = FINISHED_SESSION_TTL_S) -> None:
+        """``ttl_s``: how long a session that can go on is kept after its last write;
+        ``finished_ttl_s``: how long one that has ended is (never longer than ``ttl_s``);
+        ``owner``: this gateway's id in leases (a fresh one per process by default);
+        ``wait_replicas``: each write of a record or of rounds (``create``, ``append``,
+        ``restore``) returns once every replica in sync, and at least this many, has it
+        (gateway.sessions.replication: Redis ``WAIT`` of at most ``wait_ms``, asked up to
+        ``wait_tries`` times), so a session or a chunk a client was told of survives the
+        primary's death even when the client moves to another gateway or its gateway dies
+        too."""
+        if finished_ttl_s <= 0:
+            raise ValueError(f"finished_ttl_s must be positive, got {finished_ttl_s}")
+        self.client, self.ttl_s, self.lease_s = client, ttl_s, lease_s
+        self.finished_ttl_s = min(finished_ttl_s, ttl_s)
+        self.waiter = (ReplicaWaiter(client, wait_replicas, wait_ms, wait_tries)
+                       if wait_replicas else None)
+        self.owner = owner or secrets.token_hex(6)
+        self._takeover = client.register_script(TAKEOVER_SCRIPT)
+        self._renew = client.register_script(RENEW_SCRIPT)
+        self._append = client.register_script(APPEND_SCRIPT)
+        self._set_if_epoch = client.register_script(SET_IF_EPOCH_SCRIPT)
+        self._reassign = client.register_script(REASSIGN_SCRIPT)
+        self._restore = client.register_script(RESTORE_SCRIPT)
+        self._create = client.register_script(CREATE_SCRIPT)
+
+    async def create(self, request: GenerationRequest, drafter: str, verifier: str) -> SessionRecord:
+        session_id = secrets.token_hex(12)
+        fields = self._fields(request, 1, drafter, verifier)
+        await self._write(self._create, session_keys(session_id),
+                          [self.ttl_s, self._lease_ms, *_flat(fields)])
+        return SessionRecord(session_id, 1, len(request.prompt_tokens))
+
+    async def append(self, session_id: str, epoch: int, expected_len: int, tokens: list[int],
+                     finish_reason: str = "") -> int:
+        """Append one round's tokens if the epoch and length match; returns the new length.
+        ``finish_reason`` (the final round's) records the session finished in the same step."""
+        keys = session_keys(session_id)
+        ttl_s = self._ttl(bool(finish_reason))
+        args = [epoch, expected_len, ttl_s, self._lease_ms, finish_reason, *tokens]
+        result = await self._write(self._append, keys, args)
+        if result == -1:
+            raise StaleEpoch(f"session {session_id}: epoch {epoch} is no longer current")
+        if result == -4:
+            raise EpochBehind(f"session {session_id}: the stored epoch is older than {epoch}")
+        if result == -2:
+            raise LengthMismatch(f"session {session_id}: expected {expected_len} stored tokens")
+        if result == -3:
+            raise SessionLost(f"session {session_id}: its record is gone")
+        return int(result)
+
+    async def restore(self, session_id: str, request: GenerationRequest, epoch: int,
+                      drafter: str, verifier: str, tokens: list[int],
+                      round_ends: list[int], finish_reason: str = "") -> None:
+        """Write back the record, the tokens and round ends the gateway holds (see
+        RESTORE_SCRIPT); ``finish_reason``: the tokens end the generation."""
+        record = self._fields(request, epoch, drafter, verifier)
+        if finish_reason:
+            record |= {"status": "finished", "finish_reason": finish_reason}
+        fields = _flat(record)
+        ttl_s = self._ttl(bool(finish_reason))
+        result = await self._write(self._restore, session_keys(session_id),
+                                   [epoch, ttl_s, len(fields), len(tokens), *fields,
+                                    *tokens, *round_ends])
+        if result == -1:
+            raise StaleEpoch(f"session {session_id}: epoch {epoch} is no longer current")
+        if result == -2:
+            raise LengthMismatch(f"session {session_id}: stored tokens are not a prefix of "
+                                 "the gateway's")
+
+    def _ttl(self, has_ended: bool) -> int:
+        """How long a session's keys are kept after this write."""
+        return self.finished_ttl_s if has_ended else self.ttl_s
+
+    async def _write(self, script, keys: tuple[str, ...], args: list) -> int:
+        """``script``'s result; with ``wait_replicas``, once the replicas have what it wrote
+        (a client hears of a session or a round only after that)."""
+        if self.waiter is not None:
+            return await self.waiter.write(script, list(keys), args)
+        return await script(keys=keys, args=args)
+
+    async def finish(self, session_id: str, epoch: int, status: str,
+                     finish_reason: str = "") -> None:
+        """Record a final status (or "cancelled"); an ended session's keys expire sooner."""
+        ttl_s = self._ttl(status in FINAL_STATUSES)
+        args = [epoch, ttl_s, "status", status, "finish_reason", finish_reason]
+        if not await self._set_if_epoch(keys=list(session_keys(session_id)), args=args):
+            raise StaleEpoch(f"session {session_id}: epoch {epoch} is no longer current")
+
+    async def reassign(self, session_id: str, epoch: int, drafter: str, verifier: str) -> int:
+        """Bump the epoch (fencing out the old assignment) and record the new pods."""
+        record_key = session_keys(session_id)[0]
+        result = await self._reassign(keys=[record_key], args=[epoch, drafter, verifier])
+        if result == -1:
+            raise StaleEpoch(f"session {session_id}: epoch {epoch} is no longer current")
+        if result == -4:
+            raise EpochBehind(f"session {session_id}: the stored epoch is older than {epoch}")
+        if result == -3:
+            raise SessionLost(f"session {session_id}: its record is gone")
+        return int(result)
+
+    def _fields(self, request: GenerationRequest, epoch: int, drafter: str, verifier: str
+                ) -> dict[str, str | int]:
+        """The record as this gateway writes it: the request and assignment, the owner, the
+        API layer's view (the lease is set by Redis's clock, in the scripts)."""
+        return {**_record_fields(request, epoch, drafter, verifier), "owner": self.owner,
+                "view": request.view}
+
+    @property
+    def _lease_ms(self) -> int:
+        return int(self.lease_s * 1000)
+
+    async def renew(self, session_id: str, epoch: int) -> bool:
+        """Extend this gateway's lease; False once another epoch owns the session."""
+        return bool(await self._renew(keys=[session_keys(session_id)[0]],
+                                      args=[epoch, self._lease_ms]))
+
+    async def takeover(self, session_id: str) -> int:
+        """A new epoch owned by this gateway (LeaseHeld, SessionEnded, SessionLost if not)."""
+        result = await self._takeover(keys=[session_keys(session_id)[0]],
+                                      args=[self.owner, self._lease_ms])
+        if result == -1:
+            raise LeaseHeld(f"session {session_id} is still streamed by another gateway")
+        if result == -2:
+            raise SessionEnded(f"session {session_id} has ended")
+        if result == -3:
+            raise SessionLost(f"session {session_id} does not exist (or has expired)")
+        return int(result)
+
+    async def round_ends(self, session_id: str) -> list[int]:
+        return [int(n) for n in await self.client.lrange(session_keys(session_id)[2], 0, -1)]
+
+    async def tokens(self, session_id: str) -> list[int]:
+        return [int(t) for t in await self.client.lrange(session_keys(session_id)[1], 0, -1)]
+
+    async def record(self, session_id: str) -> dict[str, str]:
+        raw = await self.client.hgetall(session_keys(session_id)[0])
+        return {k.decode(): v.decode() for k, v in raw.items()}
