@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 
-from cascade.bench.memory import SYSTEM
+from cascade.bench.agent_workloads import SYSTEM
 from cascade.bench.run import machine
 from cascade.bench.services import pinned_cluster
 
