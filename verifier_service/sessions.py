@@ -27,7 +27,7 @@ from cascade.core.blocks import Draft, RoundOutcome
 from cascade.core.verify.compiled import compile_target, warm_up
 from cascade.core.verify.engine import VerifyEngine
 from cascade.core.model.runner import ModelRunner
-from cascade.core.verify.step_cost import load_or_profile
+from cascade.core.verify.step_profile import load_or_profile
 from cascade.core.verify.verification import SequenceVerifier
 from cascade.pod.messages import (
     assumed_outcome,

@@ -100,7 +100,7 @@ def models_profile(target: Path = typer.Option(..., help="Target model folder.",
     import torch
 
     from cascade.core.model.runner import ModelRunner, ModelSpec
-    from cascade.core.verify.step_cost import cache_path, profile, user_cache_dir
+    from cascade.core.verify.step_profile import cache_path, profile, user_cache_dir
 
     if threads:
         torch.set_num_threads(threads)

@@ -10,17 +10,10 @@ import torch
 from typer.testing import CliRunner
 
 from cascade.cli.models import models_app
-from cascade.core.verify import step_cost
+from cascade.core.verify import step_profile
 from cascade.core.model.runner import ModelRunner
-from cascade.core.verify.step_cost import (
-    ProfileGrid,
-    StepCostError,
-    StepCostModel,
-    StepShape,
-    cache_path,
-    load_or_profile,
-    profile,
-)
+from cascade.core.verify.step_cost import StepCostError, StepCostModel, StepShape
+from cascade.core.verify.step_profile import ProfileGrid, cache_path, load_or_profile, profile
 from models import tiny_gpt2_folder, tiny_llama
 
 BASE_S = 0.010
@@ -79,7 +72,7 @@ def test_a_point_the_fit_disagrees_with_is_named():
 def test_profile_times_a_disturbed_point_again(monkeypatch):
     """Every round of one pass is slowed (another process had the cores); the profile times
     it again afterwards and fits the new timing."""
-    real_time, slowed = step_cost._time, {"on": True}
+    real_time, slowed = step_profile._time, {"on": True}
 
     def time_pass(engine, passes):
         seconds = real_time(engine, passes)
@@ -91,9 +84,9 @@ def test_profile_times_a_disturbed_point_again(monkeypatch):
         slowed["on"] = False
         return points
 
-    real_measure = step_cost._measure
-    monkeypatch.setattr(step_cost, "_time", time_pass)
-    monkeypatch.setattr(step_cost, "_measure", measure)
+    real_measure = step_profile._measure
+    monkeypatch.setattr(step_profile, "_time", time_pass)
+    monkeypatch.setattr(step_profile, "_measure", measure)
     model = profile(tiny_llama(0), seconds=2.0, grid=SMALL_GRID)
     target = StepShape(4, 36, 4 * 64)
     assert dict(model.retimed)[target] > 0.05
@@ -177,7 +170,7 @@ def test_load_or_profile_measures_once_then_reads_the_cache(tmp_path, monkeypatc
     runner = tiny_llama(0)
     first = load_or_profile(runner, tmp_path, seconds=0.3, grid=SMALL_GRID)
     assert cache_path(runner, tmp_path).exists()
-    monkeypatch.setattr("cascade.core.verify.step_cost.profile", pytest.fail)
+    monkeypatch.setattr("cascade.core.verify.step_profile.profile", pytest.fail)
     again = load_or_profile(runner, tmp_path)
     assert again.coef == first.coef and again.meta["dtype"] == "float32"
 

@@ -49,7 +49,7 @@ import torch
 from cascade.core.verify.engine import Pass
 from cascade.core.forward.graph_ops import is_compiled
 from cascade.core.paths import cache_root
-from cascade.core.verify.step_cost import identity
+from cascade.core.verify.step_profile import identity
 
 MODES = ("off", "auto", "on")
 _LOG = logging.getLogger("cascade.compile")
@@ -104,7 +104,7 @@ def compiled_forward(model):
 
 def cache_dir(runner) -> Path:
     """Where inductor keeps the kernels it built for this model: one folder per model,
-    dtype, torch version and machine (``step_cost.identity`` less what a kernel does not
+    dtype, torch version and machine (``step_profile.identity`` less what a kernel does not
     depend on)."""
     found = identity(runner)
     for key in ("pass", "threads", "revision", "compiled"):
