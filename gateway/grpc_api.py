@@ -17,9 +17,9 @@ from cascade.protocol.requests import (
     ServerDefaults,
     build_request,
     check_vocabulary,
-    validate_options,
     with_bad_words,
 )
+from cascade.protocol.options import validate_options
 from cascade.protocol.settings import MAX_LOGPROBS, FinishReason
 from cascade.protocol.structured import with_grammar
 from cascade.protocol.wire import FINISH_TO_PB, grammar_from_pb, logprobs_to_pb

@@ -22,7 +22,8 @@ from cascade.protocol.methods import PREDICTION_METHODS
 from cascade.protocol.limits import RequestInvalid
 
 Request = TypeVar("Request")
-"""A ``cascade.protocol.requests.GenerationRequest`` (which imports this module)."""
+"""A ``cascade.protocol.requests.GenerationRequest`` (whose module imports this one through
+``cascade.protocol.options``)."""
 
 
 class _Strict(BaseModel):

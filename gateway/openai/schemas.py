@@ -18,7 +18,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from cascade.protocol.grammar import Grammar
 from cascade.protocol.limits import RequestInvalid
-from cascade.protocol.requests import GenerationOptions, Lenient, valid_text
+from cascade.protocol.options import GenerationOptions, Lenient, valid_text
 from cascade.protocol.stats import SpecStats
 from cascade.protocol.settings import MAX_LOGPROBS
 from gateway.openai.structured import StructuredFields

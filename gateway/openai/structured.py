@@ -25,7 +25,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from cascade.protocol.grammar import Grammar
 from cascade.protocol.limits import RequestInvalid
-from cascade.protocol.requests import Lenient
+from cascade.protocol.options import Lenient
 
 
 class Strict(Lenient):

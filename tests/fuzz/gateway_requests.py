@@ -22,7 +22,8 @@ import grpc
 from hypothesis import strategies as st
 
 from cascade.protocol.methods import DRAFT_METHODS
-from cascade.protocol.requests import CASCADE_RULE_NAMES, GenerationRequest, ServerDefaults
+from cascade.protocol.requests import GenerationRequest, ServerDefaults
+from cascade.protocol.options import CASCADE_RULE_NAMES
 from cascade.protocol.settings import FinishReason, as_float32
 from cascade.protocol.validation import ModelLimits, draft_config, session_settings
 from cascade.protocol.wire import acceptance_to_pb, draft_settings_to_pb, sampling_to_pb

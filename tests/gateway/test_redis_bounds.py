@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from cascade.protocol.requests import MAX_STOP_CHARS
+from cascade.protocol.options import MAX_STOP_CHARS
 from cascade.protocol.settings import DraftConfig, MAX_BAD_WORDS, SamplingParams
 from cascade.serving import memory_stream
 from gateway.sessions.generation import GenerationRequest
