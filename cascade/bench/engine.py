@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import copy
 import os
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -56,22 +55,17 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from transformers import AutoModelForCausalLM
 
-from cascade.bench.engine_columns import (compile_model, context_tokens, floor_prepare,
-                                          hf_prepare, weight_bytes)
-from cascade.bench.engine_device import (copy_bandwidth, cpu_flags, device_name, is_cuda,
-                                         read_bandwidth, synchronizer)
+from cascade.bench.engine_columns import CompiledColumn, floor_prepare, hf_prepare, weight_bytes
+from cascade.bench.engine_device import (cpu_flags, device_name, is_cuda, memory_bandwidth,
+                                         synchronizer)
 from cascade.bench.engine_report import (DtypeResult, EngineBenchResult, Shape, ShapeResult,
                                          bandwidth_label, header, save, table)
+from cascade.bench.engine_rows import EngineRows
+from cascade.bench.engine_timing import Counter, OnProgress, interleaved, set_up
 from cascade.bench.machine import machine
 from cascade.core.verify import compiled
-from cascade.core.blocks import Draft
-from cascade.core.verify.engine import VerifyEngine
-from cascade.core.forward.invariant import KEY_BLOCK
 from cascade.core.model.weights import random_model
-from cascade.core.forward.row_rules import padded
 from cascade.core.model.runner import DTYPES, ModelRunner, ModelSpec
-from cascade.core.verify.verification import SequenceVerifier
-from cascade.protocol.settings import SamplingParams
 
 BENCH_DTYPES = ("float32", "bfloat16")
 TREE_PARENTS = (-1, -1, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6)
@@ -80,12 +74,6 @@ NEW_TOKENS = 32
 """max_new_tokens of the engine's sequences, at least (``EngineBenchConfig.new_tokens``)."""
 COLUMNS = ("plain", "invariant", "eager", "compiled", "floor")
 
-Prepare = Callable[[], Callable[[], object]]
-"""Sets up one timed call untimed and returns it."""
-Sync = Callable[[], None]
-"""Waits for the device's queued work before the clock is read (``engine_device.synchronizer``)."""
-OnProgress = Callable[[str, int, int], None]
-"""``progress(description, done, total)``: what is being measured, out of how many cells."""
 
 
 def default_threads() -> int:
@@ -149,151 +137,19 @@ class EngineBenchConfig:
         return shapes
 
 
-def _median_ms(prepare: Callable[[], Callable[[], object]], repeats: int,
-               sync: Sync = lambda: None) -> tuple[float, float]:
-    """``prepare()`` sets up one call untimed and returns it; the first call is a warm-up.
-    Returns (median ms of the other ``repeats``, the warm-up's ms)."""
-    medians, warm_up = _interleaved({"only": prepare}, repeats, sync)
-    return medians["only"], warm_up["only"]
-
-
-def _interleaved(prepares: dict[str, Callable[[], Callable[[], object]]], repeats: int,
-                 sync: Sync = lambda: None, errors: dict[str, str] | None = None
-                 ) -> tuple[dict[str, float], dict[str, float]]:
-    """Each column's warm-up call, then ``repeats`` rounds timing one call of every column in
-    turn (so a machine that slows down for a while slows every column alike). Returns (median
-    ms per column, warm-up ms per column). ``sync`` fences the device on both sides of a call
-    (the untimed preparation's work neither counts nor is left queued). Given ``errors``, a
-    column that raises is dropped from the results and its error kept there by name."""
-    times: dict[str, list[float]] = {name: [] for name in prepares}
-    for _ in range(repeats + 1):
-        for name in list(times):
-            try:
-                times[name].append(_timed_ms(prepares[name], sync))
-            except Exception as exc:  # noqa: BLE001 - the column stays empty, the run goes on
-                if errors is None:
-                    raise
-                errors.setdefault(name, describe(exc))
-                del times[name]
-    return ({name: statistics.median(t[1:]) for name, t in times.items()},
-            {name: t[0] for name, t in times.items()})
-
-
-def _timed_ms(prepare: Callable[[], Callable[[], object]], sync: Sync) -> float:
-    """Milliseconds of one call that ``prepare()`` set up, the device fenced on both sides."""
-    call = prepare()
-    sync()
-    started = time.perf_counter()
-    call()
-    sync()
-    return 1000 * (time.perf_counter() - started)
-
-
-def describe(exc: BaseException) -> str:
-    """An error in one line: its type and first line."""
-    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-
-
-def _draft(shape: Shape, vocab: int) -> Draft:
-    """The shape's draft after the row's pending token (distinct tokens: a tree's siblings)."""
-    tokens = [(7 + 3 * i) % vocab for i in range(shape.tokens - 1)]
-    return Draft(tokens, parents=list(shape.parents) if shape.parents else None)
-
-
-def _step(engine: VerifyEngine, items: list) -> None:
-    """One engine step; a row's failure (kept in its slot by the engine) is raised."""
-    for result in engine.step(items):
-        if isinstance(result, Exception):
-            raise result
-
-
-class EngineRows:
-    """One engine and its prefilled sequences, each set back to its post-prefill state before
-    every call so that every call feeds the same tokens after the same cached context."""
-
-    def __init__(self, runner: ModelRunner, invariant: bool, config: EngineBenchConfig,
-                 forward=None) -> None:
-        """``forward``: the model compiled (``cascade.core.verify.compiled``), or None: eager."""
-        self.forward = forward
-        rows, nodes = max(config.rows, default=1), len(config.tree)
-        room = padded(config.context + config.new_tokens + nodes + KEY_BLOCK, KEY_BLOCK)
-        fresh = padded(config.prefill + config.new_tokens + nodes + KEY_BLOCK, KEY_BLOCK)
-        self.engine = VerifyEngine(runner, kv_tokens=rows * room + fresh, invariant=invariant)
-        self.runner, self.nodes, self.prefill_rows = runner, nodes, 0
-        self.new_tokens = config.new_tokens
-        self.sequences = [self._sequence(context_tokens(i, config.context, runner.vocab_size))
-                          for i in range(rows)]
-        self._step([(s, Draft([])) for s in self.sequences])
-        self.committed = [list(s.committed) for s in self.sequences]
-
-    def _sequence(self, context: list[int]) -> SequenceVerifier:
-        return SequenceVerifier(self.runner, context,
-                                SamplingParams(max_new_tokens=self.new_tokens),
-                                engine=self.engine, tree_room=self.nodes)
-
-    def prepare(self, shape: Shape) -> Callable[[], None]:
-        if shape.prefill:
-            return self._prepare_prefill(shape)
-        draft = _draft(shape, self.runner.vocab_size)
-        for sequence, committed in zip(self.sequences[: shape.rows], self.committed):
-            sequence.committed = list(committed)
-        items = [(s, draft) for s in self.sequences[: shape.rows]]
-        return lambda: self._step(items)
-
-    def _step(self, items: list) -> None:
-        with compiled.using(self.runner.model, self.forward):
-            _step(self.engine, items)
-
-    def _prepare_prefill(self, shape: Shape) -> Callable[[], None]:
-        """A fresh sequence (the previous one closed) whose prefill is the call."""
-        self.close_prefill()
-        self.prefill_rows += 1
-        self.fresh = self._sequence(context_tokens(-self.prefill_rows, shape.tokens,
-                                             self.runner.vocab_size))
-        return lambda: self._step([(self.fresh, Draft([]))])
-
-    def close_prefill(self) -> None:
-        if getattr(self, "fresh", None) is not None:
-            self.fresh.close()
-            self.fresh = None
-
-    def close(self) -> None:
-        self.close_prefill()
-        for sequence in self.sequences:
-            sequence.close()
-
-
-class _Compiled:
-    """The compiled column of one dtype: the compiled model, or the reason it failed."""
-
-    def __init__(self, model, enabled: bool) -> None:
-        self.model, self.error = (compile_model(model) if enabled else None), None
-
-    def measure(self, model, shape: Shape, config: EngineBenchConfig
-                ) -> tuple[float | None, float | None]:
-        if self.model is None or self.error is not None:
-            return None, None
-        try:
-            return _median_ms(hf_prepare(model, self.model, shape, config.context, True),
-                              config.repeats, synchronizer(config.device))
-        except Exception as exc:  # noqa: BLE001 - the column stays empty, the run goes on
-            self.error = describe(exc)
-            return None, None
-
-
-def _measure_shape(shape: Shape, engines: dict[str, EngineRows], model, compiled: _Compiled,
+def _measure_shape(shape: Shape, engines: dict[str, EngineRows], model, compiled: CompiledColumn,
                    config: EngineBenchConfig, note: Callable[[str], None],
                    errors: dict[str, str]) -> ShapeResult:
     """Every column of one shape but the bandwidth limit (``bandwidth_ms`` is left 0); the
-    engine, eager and floor columns interleaved (``_interleaved``). A column that fails is
+    engine, eager and floor columns interleaved (``engine_timing.interleaved``). A column that fails is
     left empty for this shape (its first error kept in ``errors``)."""
     note(", ".join(f"engine {name}" for name in engines) + ", transformers eager, torch floor",
          len(engines) + 2)
     setups = {name: partial(partial, rows.prepare, shape) for name, rows in engines.items()}
     setups["eager"] = partial(hf_prepare, model, model, shape, config.context, False)
     setups["floor"] = partial(floor_prepare, model, shape)
-    prepares = _set_up(setups, errors)
-    cells, _ = _interleaved(prepares, config.repeats, synchronizer(config.device), errors)
+    prepares = set_up(setups, errors)
+    cells, _ = interleaved(prepares, config.repeats, synchronizer(config.device), errors)
     for rows in engines.values():
         rows.close_prefill()
     note("transformers compiled")
@@ -302,34 +158,6 @@ def _measure_shape(shape: Shape, engines: dict[str, EngineRows], model, compiled
                        compiled_ms, cells.get("floor"), 0.0, shape.fed,
                        None if compile_ms is None else compile_ms / 1000,
                        cells.get("plain compiled"), cells.get("invariant compiled"))
-
-
-def _set_up(setups: dict[str, Callable[[], Prepare]], errors: dict[str, str]
-            ) -> dict[str, Prepare]:
-    """Each column's ``prepare`` (its untimed setup run now), but for those whose setup
-    raises (their first error kept in ``errors``)."""
-    prepares = {}
-    for name, setup in setups.items():
-        try:
-            prepares[name] = setup()
-        except Exception as exc:  # noqa: BLE001 - the column stays empty, the run goes on
-            errors.setdefault(name, describe(exc))
-    return prepares
-
-
-class _Counter:
-    """Progress over every cell of the run."""
-
-    def __init__(self, progress: OnProgress, total: int) -> None:
-        self.progress, self.total, self.done = progress, total, 0
-
-    def note(self, prefix: str) -> Callable[[str], None]:
-        """A cell's announcer for descriptions that begin with ``prefix``."""
-        def announce(column: str, cells: int = 1) -> None:
-            self.progress(f"{prefix}: {column}", self.done, self.total)
-            self.done += cells
-
-        return announce
 
 
 def load_models(config: EngineBenchConfig, dtype: str) -> tuple[ModelRunner, object]:
@@ -346,7 +174,7 @@ def load_models(config: EngineBenchConfig, dtype: str) -> tuple[ModelRunner, obj
 
 
 def _measure_dtype(dtype: str, config: EngineBenchConfig, bandwidth: float,
-                   counter: _Counter) -> DtypeResult:
+                   counter: Counter) -> DtypeResult:
     runner, model = load_models(config, dtype)
     errors: dict[str, str] = {}
     setups = {"plain": partial(EngineRows, runner, False, config),
@@ -355,15 +183,15 @@ def _measure_dtype(dtype: str, config: EngineBenchConfig, bandwidth: float,
         forward = compiled.compiled_forward(runner.model)
         setups["plain compiled"] = partial(EngineRows, runner, False, config, forward)
         setups["invariant compiled"] = partial(EngineRows, runner, True, config, forward)
-    engines = _set_up(setups, errors)
-    hf_compiled = _Compiled(model, config.hf_compile)
+    engines = set_up(setups, errors)
+    hf_compiled = CompiledColumn(model, config.hf_compile)
     try:
         results = [_measure_shape(shape, engines, model, hf_compiled, config,
                                   counter.note(f"{dtype} {shape.name}"), errors)
                    for shape in config.shapes()]
     finally:
         for name, rows in engines.items():
-            _set_up({name: rows.close}, errors)
+            set_up({name: rows.close}, errors)
     total_bytes = weight_bytes(model)
     for result in results:
         result.bandwidth_ms = 1000 * total_bytes / bandwidth
@@ -382,7 +210,7 @@ def run_engine_bench(config: EngineBenchConfig,
     try:
         progress("memory bandwidth", 0, 1)
         bandwidth = memory_bandwidth(config.device, config.bandwidth_mib << 20)
-        counter = _Counter(progress, len(config.dtypes) * len(config.shapes())
+        counter = Counter(progress, len(config.dtypes) * len(config.shapes())
                            * (len(COLUMNS) + 2 * config.engine_compile))
         dtypes = []
         for dtype in config.dtypes:
@@ -395,14 +223,6 @@ def run_engine_bench(config: EngineBenchConfig,
     return EngineBenchResult(machine(), config.threads, cpu_flags(), bandwidth / 1e9,
                              config.context, config.repeats, str(config.target), dtypes,
                              config.device, device_name(config.device))
-
-
-def memory_bandwidth(device: str, size_bytes: int = 0) -> float:
-    """Bytes per second of the bandwidth limit: the host's read bandwidth on the CPU, the
-    device-to-device copy's (read plus written) on a GPU; ``size_bytes`` 0: each one's default."""
-    if is_cuda(device):
-        return copy_bandwidth(device, size_bytes)
-    return read_bandwidth(size_bytes)
 
 
 def run_on_console(config: EngineBenchConfig, console: Console) -> EngineBenchResult:

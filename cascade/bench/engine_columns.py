@@ -6,12 +6,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from transformers import DynamicCache, StaticCache
 
+from cascade.bench.engine_device import synchronizer
 from cascade.bench.engine_report import Shape
+from cascade.bench.engine_timing import describe, median_ms
+
+if TYPE_CHECKING:
+    from cascade.bench.engine import EngineBenchConfig
 
 
 def context_tokens(row: int, length: int, vocab: int) -> list[int]:
@@ -103,3 +109,21 @@ def floor_prepare(model, shape: Shape) -> Callable[[], Callable[[], object]]:
             torch.matmul(x, weight) if conv1d else F.linear(x, weight)
 
     return lambda: call
+
+
+class CompiledColumn:
+    """The compiled column of one dtype: the compiled model, or the reason it failed."""
+
+    def __init__(self, model, enabled: bool) -> None:
+        self.model, self.error = (compile_model(model) if enabled else None), None
+
+    def measure(self, model, shape: Shape, config: EngineBenchConfig
+                ) -> tuple[float | None, float | None]:
+        if self.model is None or self.error is not None:
+            return None, None
+        try:
+            return median_ms(hf_prepare(model, self.model, shape, config.context, True),
+                              config.repeats, synchronizer(config.device))
+        except Exception as exc:  # noqa: BLE001 - the column stays empty, the run goes on
+            self.error = describe(exc)
+            return None, None

@@ -86,3 +86,11 @@ def read_bandwidth(size_bytes: int = 0, tries: int = 5) -> float:
         data.sum()
         best = min(best, time.perf_counter() - started)
     return data.nbytes / best
+
+
+def memory_bandwidth(device: str, size_bytes: int = 0) -> float:
+    """Bytes per second of the bandwidth limit: the host's read bandwidth on the CPU, the
+    device-to-device copy's (read plus written) on a GPU; ``size_bytes`` 0: each one's default."""
+    if is_cuda(device):
+        return copy_bandwidth(device, size_bytes)
+    return read_bandwidth(size_bytes)

@@ -31,7 +31,9 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from cascade.bench.engine import (EngineBenchConfig, EngineRows, _interleaved, default_threads)
+from cascade.bench.engine import EngineBenchConfig, default_threads
+from cascade.bench.engine_rows import EngineRows
+from cascade.bench.engine_timing import interleaved
 from cascade.bench.engine_device import device_name, is_cuda, synchronizer
 from cascade.bench.engine_report import Shape
 from cascade.bench.machine import machine
@@ -123,7 +125,7 @@ def _measure(config: TpBenchConfig, whole: ModelRunner, split: ModelRunner,
         medians = {}
         for prepares in phases.values():  # apart: the whole model's threads idle meanwhile
             time.sleep(SETTLE_S)
-            medians.update(_interleaved(prepares, config.repeats, sync)[0])
+            medians.update(interleaved(prepares, config.repeats, sync)[0])
         for rows in engines.values():
             rows.close_prefill()
         results.append(TpRow(shape.name, tokens, medians, sums, tokens * hidden * element))

@@ -89,7 +89,7 @@ def test_every_engine_call_feeds_the_shape_after_the_same_context(result, monkey
     """The engine's rows are set back before each call: every call feeds the shape's tokens
     after exactly ``context`` cached ones (the prefill from position 0, a fresh sequence)."""
     import cascade.core.verify.engine as engine_module
-    from cascade.bench.engine import EngineRows
+    from cascade.bench.engine_rows import EngineRows
     from cascade.core.model.runner import ModelRunner, ModelSpec
 
     config, _, _ = result
