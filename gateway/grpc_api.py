@@ -20,7 +20,8 @@ from cascade.protocol.requests import (
     with_bad_words,
 )
 from cascade.protocol.options import validate_options
-from cascade.protocol.settings import MAX_LOGPROBS, FinishReason
+from cascade.protocol.settings import FinishReason
+from cascade.protocol.limits import MAX_LOGPROBS
 from cascade.protocol.structured import with_grammar
 from cascade.protocol.wire import FINISH_TO_PB, grammar_from_pb, logprobs_to_pb
 from cascade.serving.errors import NotFound, Unauthenticated

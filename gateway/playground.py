@@ -19,7 +19,7 @@ from fastapi.responses import RedirectResponse
 
 from cascade.protocol.methods import DEFAULT_DRAFT_METHOD, DRAFT_METHODS
 from cascade.protocol.options import CASCADE_RULE_NAMES
-from cascade.protocol.settings import MAX_DRAFT_TOKENS
+from cascade.protocol.limits import MAX_DRAFT_TOKENS
 
 PATH = "/playground"
 STATIC = Path(__file__).parent / "static"

@@ -37,7 +37,7 @@ from cascade.pod.messages import (
     verdict_to_pb,
 )
 from cascade.protocol.methods import DEFAULT_DRAFT_METHOD
-from cascade.protocol.settings import MAX_DRAFT_TOKENS, MAX_TREE_NODES
+from cascade.protocol.limits import MAX_DRAFT_TOKENS, MAX_TREE_NODES
 from cascade.protocol.validation import (
     check_feature_layers,
     check_scope,

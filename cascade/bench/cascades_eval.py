@@ -22,7 +22,8 @@ import torch
 from cascade.bench.prompts import BenchPrompt
 from cascade.core.loop import speculative_rounds
 from cascade.core.model.runner import ModelRunner
-from cascade.protocol.settings import AcceptancePolicy, AcceptanceRule, DraftConfig, SamplingParams
+from cascade.protocol.settings import DraftConfig, SamplingParams
+from cascade.protocol.acceptance import AcceptancePolicy, AcceptanceRule
 
 RULES = ("chow", "diff", "opt", "token_v1", "token_v2", "token_v3")
 ALPHAS = (0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0)

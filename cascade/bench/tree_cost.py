@@ -19,7 +19,8 @@ from cascade.bench.run import machine
 from cascade.core.blocks import Draft
 from cascade.core.model.runner import ModelRunner, ModelSpec
 from cascade.core.verify.verification import SequenceVerifier
-from cascade.protocol.settings import MAX_DRAFT_TOKENS, SamplingParams
+from cascade.protocol.settings import SamplingParams
+from cascade.protocol.limits import MAX_DRAFT_TOKENS
 
 PROMPT_LEN = 64
 

@@ -18,7 +18,8 @@ from cascade.core.proposers import Proposer, ProposerContext, load, new_proposer
 from cascade.core.model.runner import ModelRunner
 from cascade.core.memory.suffix_index import SessionMemory
 from cascade.core.verify.verification import SequenceVerifier
-from cascade.protocol.settings import AcceptancePolicy, DraftConfig, FinishReason, SamplingParams
+from cascade.protocol.settings import DraftConfig, FinishReason, SamplingParams
+from cascade.protocol.acceptance import AcceptancePolicy
 from cascade.protocol.stats import SpecStats
 
 

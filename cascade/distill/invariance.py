@@ -30,7 +30,8 @@ from cascade.core.loop import _proposer
 from cascade.core.model.runner import ModelRunner, ModelSpec
 from cascade.core.verify.verification import SequenceVerifier
 from cascade.distill.prompts import prompt_set
-from cascade.protocol.settings import AcceptancePolicy, DraftConfig, SamplingParams
+from cascade.protocol.settings import DraftConfig, SamplingParams
+from cascade.protocol.acceptance import AcceptancePolicy
 
 BATCH = 8
 MARKER = "<!-- cascade.distill.invariance -->"

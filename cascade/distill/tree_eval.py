@@ -31,7 +31,8 @@ from cascade.protocol.chat import chat_prompts_ids
 from cascade.core.features.feature_runner import load_model
 from cascade.core.loop import generate
 from cascade.core.model.runner import ModelRunner, ModelSpec
-from cascade.protocol.settings import AcceptancePolicy, AcceptanceRule, DraftConfig, SamplingParams
+from cascade.protocol.settings import DraftConfig, SamplingParams
+from cascade.protocol.acceptance import AcceptancePolicy, AcceptanceRule
 from cascade.protocol.stats import SpecStats
 
 

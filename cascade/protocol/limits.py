@@ -1,8 +1,40 @@
-"""Request length rules shared by the HTTP and gRPC front ends: the prompt must leave room in the
-context, and the completion must fit in what is left; and how an error message quotes what the
-client sent (never all of a long value)."""
+"""The bounds every pod holds a generation's settings to (drafts, trees, proposals, stop
+tokens, biases, bad words, log-probabilities); the request length rules shared by the HTTP and
+gRPC front ends (the prompt must leave room in the context, and the completion must fit in what
+is left); and how an error message quotes what the client sent (never all of a long value)."""
 
 from __future__ import annotations
+
+MAX_DRAFT_TOKENS = 32
+"""Largest draft length (k) any request, drafter or verifier accepts."""
+MAX_ENTROPY = 20.0
+"""Bound of DraftConfig.max_entropy (nats; a 2^28-token vocabulary has ln(2^28) = 19.4)."""
+MAX_PROPOSAL_TOKENS = 4096
+"""Largest support of one sparse proposal q (DraftConfig.max_proposal_tokens, and what a
+verifier accepts per drafted token)."""
+MAX_NGRAM_N = 16
+"""Longest suffix prompt lookup may try (DraftConfig.ngram_max_n). A lookup compares every
+window of each length it tries with the suffix, so unbounded it costs O(context^3)."""
+MAX_STOP_TOKEN_IDS = 16
+"""Stop token ids a session carries (the model's end-of-sequence one included)."""
+MAX_LOGIT_BIAS = 100.0
+"""Largest logit bias magnitude (OpenAI's bound)."""
+MAX_LOGIT_BIAS_TOKENS = 300
+"""Most tokens a request may bias (OpenAI's bound)."""
+MAX_BAD_WORDS = 64
+"""Most banned token sequences a session carries (a word may give two: with and without a
+leading space)."""
+MAX_BAD_WORD_TOKENS = 16
+"""Longest banned token sequence."""
+MAX_LOGPROBS = 20
+"""Most alternatives a request may ask the log-probabilities of (OpenAI's limit)."""
+MAX_TREE_NODES = 64
+"""Most nodes a token tree may carry (chains stay within MAX_DRAFT_TOKENS)."""
+MAX_TREE_BRANCHING = 16
+TREE_EXPANSIONS = ("dynamic", "confidence")
+"""How a model drafter grows a tree: EAGLE-2's dynamic expansion (every depth's best
+frontier nodes fed and expanded) or CAPE's confidence-aware one (the drafter's chain plus, at
+each position, as many runners-up as its confidence asks for; drafted at a chain's cost)."""
 
 
 QUOTED_CHARS = 64

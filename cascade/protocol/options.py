@@ -57,7 +57,8 @@ from pydantic import (
 from cascade.protocol.limits import RequestInvalid, shortened
 from cascade.protocol.methods import DRAFT_METHODS
 from cascade.protocol.prediction import Prediction
-from cascade.protocol.settings import (
+from cascade.protocol.settings import MIN_TEMPERATURE, as_float32, DraftConfig
+from cascade.protocol.limits import (
     MAX_DRAFT_TOKENS,
     MAX_ENTROPY,
     MAX_BAD_WORDS,
@@ -66,10 +67,7 @@ from cascade.protocol.settings import (
     MAX_STOP_TOKEN_IDS,
     MAX_TREE_BRANCHING,
     MAX_TREE_NODES,
-    MIN_TEMPERATURE,
     TREE_EXPANSIONS,
-    as_float32,
-    DraftConfig,
 )
 
 CASCADE_RULE_NAMES = ("chow", "diff", "opt", "token_v1", "token_v2", "token_v3")

@@ -16,15 +16,9 @@ from dataclasses import dataclass, field, replace
 from cascade.protocol.limits import RequestInvalid, fit_lengths, shortened
 from cascade.protocol.methods import DEFAULT_DRAFT_METHOD, DRAFT_METHODS, MODEL_METHOD
 from cascade.protocol.options import GenerationOptions
-from cascade.protocol.settings import (
-    MAX_DRAFT_TOKENS,
-    MAX_BAD_WORD_TOKENS,
-    MAX_TREE_NODES,
-    AcceptancePolicy,
-    AcceptanceRule,
-    DraftConfig,
-    SamplingParams,
-)
+from cascade.protocol.settings import DraftConfig, SamplingParams
+from cascade.protocol.limits import MAX_DRAFT_TOKENS, MAX_BAD_WORD_TOKENS, MAX_TREE_NODES
+from cascade.protocol.acceptance import AcceptancePolicy, AcceptanceRule
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Settings of one generation: sampling, drafting and the acceptance policy (no torch).
+"""Settings of one generation: sampling and drafting (no torch; the acceptance policy is
+``cascade.protocol.acceptance``).
 
 These frozen dataclasses are built once at the edge (the request mapping, or a test) and travel
 unchanged to the drafter and the verifier; each checks its own ranges and names the field.
@@ -20,37 +21,18 @@ from cascade.protocol.methods import (
     PREDICTION_METHODS,
     PREDICTION_TOKENS,
 )
-
-MAX_DRAFT_TOKENS = 32
-"""Largest draft length (k) any request, drafter or verifier accepts."""
-MAX_ENTROPY = 20.0
-"""Bound of DraftConfig.max_entropy (nats; a 2^28-token vocabulary has ln(2^28) = 19.4)."""
-MAX_PROPOSAL_TOKENS = 4096
-"""Largest support of one sparse proposal q (DraftConfig.max_proposal_tokens, and what a
-verifier accepts per drafted token)."""
-MAX_NGRAM_N = 16
-"""Longest suffix prompt lookup may try (DraftConfig.ngram_max_n). A lookup compares every
-window of each length it tries with the suffix, so unbounded it costs O(context^3)."""
-MAX_STOP_TOKEN_IDS = 16
-"""Stop token ids a session carries (the model's end-of-sequence one included)."""
-MAX_LOGIT_BIAS = 100.0
-"""Largest logit bias magnitude (OpenAI's bound)."""
-MAX_LOGIT_BIAS_TOKENS = 300
-"""Most tokens a request may bias (OpenAI's bound)."""
-MAX_BAD_WORDS = 64
-"""Most banned token sequences a session carries (a word may give two: with and without a
-leading space)."""
-MAX_BAD_WORD_TOKENS = 16
-"""Longest banned token sequence."""
-MAX_LOGPROBS = 20
-"""Most alternatives a request may ask the log-probabilities of (OpenAI's limit)."""
-MAX_TREE_NODES = 64
-"""Most nodes a token tree may carry (chains stay within MAX_DRAFT_TOKENS)."""
-MAX_TREE_BRANCHING = 16
-TREE_EXPANSIONS = ("dynamic", "confidence")
-"""How a model drafter grows a tree: EAGLE-2's dynamic expansion (every depth's best
-frontier nodes fed and expanded) or CAPE's confidence-aware one (the drafter's chain plus, at
-each position, as many runners-up as its confidence asks for; drafted at a chain's cost)."""
+from cascade.protocol.acceptance import TREE_RULES, AcceptancePolicy, AcceptanceRule
+from cascade.protocol.limits import (
+    MAX_DRAFT_TOKENS,
+    MAX_ENTROPY,
+    MAX_PROPOSAL_TOKENS,
+    MAX_NGRAM_N,
+    MAX_LOGIT_BIAS,
+    MAX_LOGPROBS,
+    MAX_TREE_NODES,
+    MAX_TREE_BRANCHING,
+    TREE_EXPANSIONS,
+)
 
 
 class FinishReason(str, Enum):
@@ -310,84 +292,3 @@ class DraftConfig:
         if self.method in MEMORY_METHODS and most:
             return max(most, LOOKUP_TOKENS)
         return most
-
-
-class AcceptanceRule(str, Enum):
-    """How a verifier decides which drafted tokens to keep (see cascade.core.accept.acceptance)."""
-
-    GREEDY = "greedy"
-    """Temperature 0: keep drafted tokens while they equal the target's argmax (lossless)."""
-    SPECULATIVE = "speculative"
-    """Speculative sampling against the q each block carries; a block without q is verified
-    with q a point mass on each drafted token (lossless either way)."""
-    POINT_MASS = "point_mass"
-    """Speculative sampling with q a point mass on each drafted token; blocks carry no q
-    (lossless)."""
-    KEYED = "keyed"
-    """Position-keyed sampling: the token at position t is the target's Gumbel-max sample
-    with noise keyed by (seed, t); drafted tokens (chains or trees) are kept while they are
-    that sample, so the text depends on the prompt and seed alone (lossless; no q needed)."""
-    RECURSIVE = "recursive"
-    """Recursive rejection over siblings (SpecInfer's multi-step speculative sampling): a tree
-    node's children, each sampled from the q the block carries, are tried in order against the
-    residual of the target's distribution (lossless; on a chain it is speculative sampling)."""
-    CHOW = "chow"
-    """Speculative cascade (lossy): keep the drafter's q where max q >= 1 - alpha."""
-    DIFF = "diff"
-    """Speculative cascade (lossy): keep q where max q >= max p - alpha."""
-    OPT = "opt"
-    """Speculative cascade (lossy): keep q where max q >= max p - alpha * TV(q, p)."""
-    TOKEN_V1 = "token_v1"
-    """Token-level cascade (lossy): accepted set {v : q(v) >= max p - alpha}."""
-    TOKEN_V2 = "token_v2"
-    """Token-level cascade (lossy): accepted set {v : p(v) >= max p - alpha}."""
-    TOKEN_V3 = "token_v3"
-    """Token-level cascade (lossy): accepted set {v : p(v) >= (1 - alpha) max p}."""
-
-    @property
-    def is_lossless(self) -> bool:
-        """Emitted tokens follow the target's distribution exactly."""
-        return self in LOSSLESS_RULES
-
-
-LOSSLESS_RULES = frozenset({AcceptanceRule.GREEDY, AcceptanceRule.SPECULATIVE,
-                            AcceptanceRule.POINT_MASS, AcceptanceRule.KEYED,
-                            AcceptanceRule.RECURSIVE})
-TREE_RULES = (AcceptanceRule.GREEDY, AcceptanceRule.KEYED, AcceptanceRule.RECURSIVE)
-"""The rules that verify token trees."""
-
-
-@dataclass(frozen=True)
-class AcceptancePolicy:
-    """The acceptance rule a session is verified with, named in its settings, and its knob."""
-
-    rule: AcceptanceRule
-    alpha: float = 0.0
-    """Quality knob of lossy rules, in [0, 1]; lossless rules ignore it."""
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "rule", AcceptanceRule(self.rule))
-        if not 0.0 <= self.alpha <= 1.0:
-            raise ValueError(f"alpha must be in [0, 1], got {self.alpha}")
-
-    @classmethod
-    def default_for(cls, sampling: SamplingParams, draft: DraftConfig | None = None
-                    ) -> AcceptancePolicy:
-        """Greedy at temperature 0; else speculative sampling, or the point-mass rule when the
-        drafter is told not to send q."""
-        if sampling.is_greedy:
-            return cls(AcceptanceRule.GREEDY)
-        if draft is not None and not draft.send_proposal:
-            return cls(AcceptanceRule.POINT_MASS)
-        return cls(AcceptanceRule.SPECULATIVE)
-
-    def check(self, sampling: SamplingParams) -> None:
-        """Raises ValueError when the rule cannot verify at this temperature (the lossy
-        cascade rules work at any temperature)."""
-        if not self.rule.is_lossless:
-            return
-        is_greedy_rule = self.rule is AcceptanceRule.GREEDY
-        if sampling.is_greedy != is_greedy_rule:
-            needs = "temperature 0" if is_greedy_rule else "temperature > 0"
-            raise ValueError(f"acceptance rule {self.rule.value} needs {needs}, "
-                             f"got temperature {sampling.temperature}")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from cascade.protocol.settings import MAX_TREE_NODES
+from cascade.protocol.limits import MAX_TREE_NODES
 
 
 def chain_parents(count: int) -> list[int]:

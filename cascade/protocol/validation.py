@@ -38,7 +38,8 @@ from dataclasses import dataclass
 
 from cascade.protocol.grammar import MAX_GRAMMAR_CHARS, grammar_problem
 from cascade.protocol.limits import RequestInvalid
-from cascade.protocol.settings import (
+from cascade.protocol.settings import DraftConfig, SamplingParams
+from cascade.protocol.limits import (
     MAX_DRAFT_TOKENS,
     MAX_PROPOSAL_TOKENS,
     MAX_BAD_WORD_TOKENS,
@@ -46,10 +47,8 @@ from cascade.protocol.settings import (
     MAX_LOGIT_BIAS_TOKENS,
     MAX_STOP_TOKEN_IDS,
     MAX_TREE_NODES,
-    AcceptancePolicy,
-    DraftConfig,
-    SamplingParams,
 )
+from cascade.protocol.acceptance import AcceptancePolicy
 from cascade.protocol.trees import depths, misplaced_parent, path_problem
 from cascade.protocol.wire import (
     acceptance_from_pb,

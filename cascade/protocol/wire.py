@@ -8,13 +8,8 @@ from __future__ import annotations
 
 from cascade.protocol.grammar import Grammar
 from cascade.protocol.methods import DEFAULT_DRAFT_METHOD
-from cascade.protocol.settings import (
-    AcceptancePolicy,
-    AcceptanceRule,
-    DraftConfig,
-    FinishReason,
-    SamplingParams,
-)
+from cascade.protocol.settings import DraftConfig, FinishReason, SamplingParams
+from cascade.protocol.acceptance import AcceptancePolicy, AcceptanceRule
 from cascade.protocol.logprobs import TokenLogprobs
 from cascade.v1 import common_pb2
 

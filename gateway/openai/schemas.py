@@ -20,7 +20,7 @@ from cascade.protocol.grammar import Grammar
 from cascade.protocol.limits import RequestInvalid
 from cascade.protocol.options import GenerationOptions, Lenient, valid_text
 from cascade.protocol.stats import SpecStats
-from cascade.protocol.settings import MAX_LOGPROBS
+from cascade.protocol.limits import MAX_LOGPROBS
 from gateway.openai.structured import StructuredFields
 from gateway.openai.tools import ToolFields
 

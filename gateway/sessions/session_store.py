@@ -37,7 +37,8 @@ from dataclasses import asdict, dataclass
 import redis.asyncio as redis
 
 from cascade.protocol.requests import GenerationRequest
-from cascade.protocol.settings import AcceptancePolicy, DraftConfig, SamplingParams
+from cascade.protocol.settings import DraftConfig, SamplingParams
+from cascade.protocol.acceptance import AcceptancePolicy
 from cascade.serving.errors import StaleEpoch
 from cascade.serving.registry import connect
 from gateway.sessions.replication import NotReplicated, ReplicaWaiter

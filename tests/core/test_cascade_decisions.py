@@ -11,12 +11,8 @@ from cascade.core.blocks import Draft
 from cascade.core.proposers import ProposerContext, new_proposer
 from cascade.core.verify.verification import SequenceVerifier
 from cascade.pod.messages import draft_from_pb, draft_to_pb
-from cascade.protocol.settings import (
-    AcceptancePolicy,
-    AcceptanceRule,
-    DraftConfig,
-    SamplingParams,
-)
+from cascade.protocol.settings import DraftConfig, SamplingParams
+from cascade.protocol.acceptance import AcceptancePolicy, AcceptanceRule
 from models import random_prompts
 
 CHOW = AcceptancePolicy(AcceptanceRule.CHOW, 0.3)  # keeps the drafter's q where max q >= 0.7

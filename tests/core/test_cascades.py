@@ -7,7 +7,8 @@ import torch
 from cascade.core.accept.acceptance import AcceptanceInput, accept
 from cascade.core.accept.cascades import SEQUENCE_RULES, TOKEN_RULES, cascade_target
 from cascade.core.accept.cascades_reference import cascade_target_reference
-from cascade.protocol.settings import AcceptanceRule, SamplingParams
+from cascade.protocol.settings import SamplingParams
+from cascade.protocol.acceptance import AcceptanceRule
 from test_acceptance_stats import N, VOCAB, assert_matches, random_distribution
 
 RULES = [*SEQUENCE_RULES, *TOKEN_RULES]
@@ -119,7 +120,8 @@ def test_cascades_in_the_loop_greedy(llama_pair):
     """Greedy blocks carry the temperature-1 q under a cascade rule; Chow at alpha 0 is the
     target's greedy output, at alpha 1 every drafted token is kept."""
     from cascade.core.loop import generate
-    from cascade.protocol.settings import AcceptancePolicy, DraftConfig
+    from cascade.protocol.settings import DraftConfig
+    from cascade.protocol.acceptance import AcceptancePolicy
     from models import random_prompts
 
     target, drafter = llama_pair

@@ -13,7 +13,8 @@ from cascade.core.proposers.tree import (
     confidence_width,
     draft_confident_tree,
 )
-from cascade.protocol.settings import AcceptancePolicy, AcceptanceRule, DraftConfig, SamplingParams
+from cascade.protocol.settings import DraftConfig, SamplingParams
+from cascade.protocol.acceptance import AcceptancePolicy, AcceptanceRule
 from cascade.protocol.trees import depths, tree_problem
 from models import hf_greedy, random_prompts, tiny_llama
 

@@ -23,7 +23,8 @@ from cascade.core.proposers.model import ModelProposer
 from cascade.core.model.runner import ModelRunner, ModelSpec
 from cascade.core.sample.sampling import process_logits, sparse_to_dense
 from cascade.protocol.grammar import Grammar
-from cascade.protocol.settings import AcceptancePolicy, AcceptanceRule, DraftConfig, SamplingParams
+from cascade.protocol.settings import DraftConfig, SamplingParams
+from cascade.protocol.acceptance import AcceptancePolicy, AcceptanceRule
 from cascade.tools.tiny_models import build_tiny_pair
 from grammar_reference import SCHEMAS
 from models import VOCAB_SIZE, full_forward, penalized, random_prompts

@@ -13,12 +13,8 @@ from cascade.core.kv.kv_budget import available_memory
 from cascade.core.kv.kv_store import BLOCK_SIZE
 from cascade.core.loop import speculative_rounds
 from cascade.core.verify.verification import InvalidDraft, SequenceVerifier
-from cascade.protocol.settings import (
-    AcceptancePolicy,
-    AcceptanceRule,
-    DraftConfig,
-    SamplingParams,
-)
+from cascade.protocol.settings import DraftConfig, SamplingParams
+from cascade.protocol.acceptance import AcceptancePolicy, AcceptanceRule
 from models import random_prompts, tiny_gpt2, tiny_llama
 
 CASES = [  # (k, sampling, policy)

@@ -10,7 +10,8 @@ from cascade.core.features.feature_runner import FeatureRunner
 from cascade.core.loop import generate
 from cascade.core.proposers.tree import TreeShape, _Candidate, draft_confident_tree, draft_tree
 from cascade.core.trees import path_to
-from cascade.protocol.settings import AcceptancePolicy, AcceptanceRule, DraftConfig, SamplingParams
+from cascade.protocol.settings import DraftConfig, SamplingParams
+from cascade.protocol.acceptance import AcceptancePolicy, AcceptanceRule
 from cascade.protocol.trees import tree_problem
 from models import feature_pair as make_feature_pair, full_forward
 from models import hf_greedy, random_prompts

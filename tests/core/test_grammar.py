@@ -13,13 +13,8 @@ from cascade.core.sample.grammar import GrammarMatcher
 from cascade.core.loop import generate
 from cascade.core.model.runner import ModelRunner, ModelSpec
 from cascade.protocol.grammar import Grammar, grammar_problem
-from cascade.protocol.settings import (
-    AcceptancePolicy,
-    AcceptanceRule,
-    DraftConfig,
-    FinishReason,
-    SamplingParams,
-)
+from cascade.protocol.settings import DraftConfig, FinishReason, SamplingParams
+from cascade.protocol.acceptance import AcceptancePolicy, AcceptanceRule
 from cascade.tools.tiny_models import build_tiny_pair
 from models import full_forward
 from grammar_reference import SCHEMAS, fresh_mask, masked_grammar_rows, masked_greedy

@@ -19,7 +19,8 @@ from cascade.core.sample.sampling import (
 )
 from cascade.protocol.trees import depths
 from cascade.core.verify.verification import SequenceVerifier
-from cascade.protocol.settings import AcceptancePolicy, AcceptanceRule, SamplingParams
+from cascade.protocol.settings import SamplingParams
+from cascade.protocol.acceptance import AcceptancePolicy, AcceptanceRule
 from models import tiny_llama
 from test_acceptance_stats import N, VOCAB, assert_matches, random_distribution
 

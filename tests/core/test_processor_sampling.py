@@ -12,7 +12,8 @@ import torch
 from scipy.stats import chisquare
 
 from cascade.core.loop import generate
-from cascade.protocol.settings import AcceptancePolicy, AcceptanceRule, DraftConfig, SamplingParams
+from cascade.protocol.settings import DraftConfig, SamplingParams
+from cascade.protocol.acceptance import AcceptancePolicy, AcceptanceRule
 from models import full_forward, penalized, random_prompts
 
 BIAS = ((7, 6.0), (11, -2.0))

@@ -10,7 +10,8 @@ from cascade.core.loop import generate
 from cascade.core.proposers.tree import TreeShape, draft_sampled_tree
 from cascade.core.accept.tree_accept import recursive_siblings, walk_recursive
 from cascade.protocol.trees import tree_problem
-from cascade.protocol.settings import AcceptancePolicy, AcceptanceRule, DraftConfig, SamplingParams
+from cascade.protocol.settings import DraftConfig, SamplingParams
+from cascade.protocol.acceptance import AcceptancePolicy, AcceptanceRule
 from models import random_prompts, tiny_llama
 from test_acceptance_stats import N, VOCAB, assert_matches, random_distribution
 from test_keyed_sampling import ADVERSARIAL

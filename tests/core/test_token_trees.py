@@ -10,7 +10,8 @@ from cascade.core.verify.engine import VerifyEngine
 from cascade.core.trees import ancestor_mask, children, path_to
 from cascade.protocol.trees import depths, tree_problem
 from cascade.core.verify.verification import InvalidDraft, SequenceVerifier
-from cascade.protocol.settings import AcceptancePolicy, AcceptanceRule, SamplingParams
+from cascade.protocol.settings import SamplingParams
+from cascade.protocol.acceptance import AcceptancePolicy, AcceptanceRule
 from models import hf_greedy, tiny_gemma2, tiny_llama, tiny_mistral
 
 PARENTS = [-1, -1, 0, 0, 1, 2, 4, -1]

@@ -14,7 +14,8 @@ from cascade.core.proposers.tree import TreeShape, _Candidate, _Grower, draft_tr
 from cascade.core.model.runner import ModelRunner
 from cascade.core.trees import path_to
 from cascade.protocol.trees import depths, tree_problem
-from cascade.protocol.settings import AcceptancePolicy, AcceptanceRule, DraftConfig, SamplingParams
+from cascade.protocol.settings import DraftConfig, SamplingParams
+from cascade.protocol.acceptance import AcceptancePolicy, AcceptanceRule
 from models import hf_greedy, random_prompts, tiny_gpt2, tiny_llama
 
 PREFIX = [3, 17, 5, 40, 2, 9]

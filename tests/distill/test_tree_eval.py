@@ -6,7 +6,8 @@ import argparse
 import pytest
 
 from cascade.distill.tree_eval import Tally, label, parse_config, run_one
-from cascade.protocol.settings import AcceptancePolicy, AcceptanceRule, SamplingParams
+from cascade.protocol.settings import SamplingParams
+from cascade.protocol.acceptance import AcceptancePolicy, AcceptanceRule
 from models import random_prompts
 
 

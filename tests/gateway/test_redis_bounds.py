@@ -10,7 +10,8 @@ import json
 import pytest
 
 from cascade.protocol.options import MAX_STOP_CHARS
-from cascade.protocol.settings import DraftConfig, MAX_BAD_WORDS, SamplingParams
+from cascade.protocol.settings import DraftConfig, SamplingParams
+from cascade.protocol.limits import MAX_BAD_WORDS
 from cascade.serving import memory_stream
 from gateway.sessions.generation import GenerationRequest
 from gateway.sessions.session_store import SessionStore, session_keys

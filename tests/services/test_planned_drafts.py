@@ -469,7 +469,8 @@ def test_greedy_and_sampled_sessions_of_one_method_pool_apart():
     from types import SimpleNamespace
 
     from cascade.core.blocks import RoundOutcome
-    from cascade.protocol.settings import AcceptancePolicy, SamplingParams
+    from cascade.protocol.settings import SamplingParams
+    from cascade.protocol.acceptance import AcceptancePolicy
     from verifier_service.planner import sampling_regime
 
     greedy, sampled = SamplingParams(temperature=0.0), SamplingParams(temperature=0.7, seed=3)

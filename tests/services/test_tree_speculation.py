@@ -8,12 +8,8 @@ import pytest
 from cascade.core.plan.speculation import Guess, Outcome
 from cascade.core.trees import children
 from cascade.core.loop import generate
-from cascade.protocol.settings import (
-    AcceptancePolicy,
-    AcceptanceRule,
-    DraftConfig,
-    SamplingParams,
-)
+from cascade.protocol.settings import DraftConfig, SamplingParams
+from cascade.protocol.acceptance import AcceptancePolicy, AcceptanceRule
 from cascade.protocol.trees import chain_parents
 from cascade.protocol.wire import acceptance_to_pb, draft_settings_to_pb, sampling_to_pb
 from cascade.serving.delay import LinkDelay

@@ -36,7 +36,9 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from cascade.protocol.settings import AcceptanceRule, SamplingParams
+from cascade.protocol.settings import SamplingParams
+
+from cascade.protocol.acceptance import AcceptanceRule
 
 from cascade.core.accept.cascades import cascade_target
 from cascade.core.sample.sampling import RowSampling, keyed_choice, process_logits, sample_from

@@ -15,7 +15,8 @@ import torch
 
 from cascade.core.accept.acceptance import AcceptanceInput, accept
 from cascade.core.sample.sampling import RowSampling
-from cascade.protocol.settings import AcceptancePolicy, SamplingParams
+from cascade.protocol.settings import SamplingParams
+from cascade.protocol.acceptance import AcceptancePolicy
 
 
 class AcceptRow(NamedTuple):

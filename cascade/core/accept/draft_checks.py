@@ -6,7 +6,8 @@ from __future__ import annotations
 import torch
 
 from cascade.core.blocks import Draft
-from cascade.protocol.settings import MAX_TREE_NODES, TREE_RULES, AcceptanceRule
+from cascade.protocol.limits import MAX_TREE_NODES
+from cascade.protocol.acceptance import TREE_RULES, AcceptanceRule
 from cascade.protocol.trees import tree_problem
 
 

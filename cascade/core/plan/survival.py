@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from cascade.protocol.settings import MAX_DRAFT_TOKENS, MAX_TREE_NODES
+from cascade.protocol.limits import MAX_DRAFT_TOKENS, MAX_TREE_NODES
 
 PRIOR = 0.5
 """Conditional acceptance before anything was observed (the pooled estimate takes over fast)."""

@@ -46,7 +46,7 @@ from cascade.core.proposers.prediction import SOURCE as PREDICTION
 from cascade.core.proposers.prediction import PredictionLookup
 from cascade.core.proposers.suffix import SuffixProposer
 from cascade.core.plan.survival import AcceptanceRates, SessionRates
-from cascade.protocol.settings import MAX_DRAFT_TOKENS
+from cascade.protocol.limits import MAX_DRAFT_TOKENS
 
 MODEL = "model"
 LOOKUP = "lookup"

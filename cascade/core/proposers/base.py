@@ -22,7 +22,8 @@ import torch
 from cascade.core.blocks import Draft, TargetFeatures
 from cascade.core.model.runner import ModelRunner
 from cascade.core.memory.suffix_index import SessionMemory
-from cascade.protocol.settings import AcceptancePolicy, DraftConfig, SamplingParams
+from cascade.protocol.settings import DraftConfig, SamplingParams
+from cascade.protocol.acceptance import AcceptancePolicy
 
 
 COST_WEIGHT = 0.2

@@ -38,7 +38,8 @@ from cascade.core.sample.sampling import (
     sample_from,
     sparsify,
 )
-from cascade.protocol.settings import MAX_DRAFT_TOKENS, AcceptanceRule
+from cascade.protocol.limits import MAX_DRAFT_TOKENS
+from cascade.protocol.acceptance import AcceptanceRule
 
 
 def _grammar_cursor(context: ProposerContext) -> GrammarCursor | None:

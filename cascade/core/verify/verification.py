@@ -33,12 +33,8 @@ from cascade.core.sample.sampling import (
     sparse_to_dense,
 )
 from cascade.core.accept.tree_accept import row_depths, target_choices, walk, walk_recursive
-from cascade.protocol.settings import (
-    AcceptancePolicy,
-    AcceptanceRule,
-    FinishReason,
-    SamplingParams,
-)
+from cascade.protocol.settings import FinishReason, SamplingParams
+from cascade.protocol.acceptance import AcceptancePolicy, AcceptanceRule
 from cascade.protocol.stats import SpecStats
 
 
