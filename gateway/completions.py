@@ -24,7 +24,7 @@ from cascade.protocol.requests import (
     with_bad_words,
 )
 from gateway.openai import choices
-from gateway.openai import schemas
+from gateway.openai import responses, schemas
 from gateway.auth import ApiKeys
 from gateway.openai.echo import (
     EchoedPrompt,
@@ -141,10 +141,10 @@ class CompletionsApi:
         text, last = await _collect_while_connected(deltas, http, slot)
         logprobs = view.format_logprobs(last.logprobs)
         if kind == "completion":
-            return JSONResponse(schemas.completion_response(
+            return JSONResponse(responses.completion_response(
                 view.meta, text, last.finish_reason, view.usage.of(last), logprobs))
         calls = tool_calls_of(view.tools, text, last.finish_reason)
-        return JSONResponse(schemas.chat_response(view.meta, text, last.finish_reason,
+        return JSONResponse(responses.chat_response(view.meta, text, last.finish_reason,
                                                   view.usage.of(last), logprobs, calls))
 
     async def _several(self, kind: str, body: schemas.GenerationFields, http: Request,
@@ -154,7 +154,7 @@ class CompletionsApi:
         if count > body.n:  # best_of: every candidate's log-probabilities rank it
             requests = [choices.scored(r) for r in requests]
         each = choices.per_choice(requests, count)
-        meta = schemas.ResponseMeta.new("chatcmpl" if kind == "chat" else "cmpl", body.model)
+        meta = responses.ResponseMeta.new("chatcmpl" if kind == "chat" else "cmpl", body.model)
         each_echo = [e for e in echoes for _ in range(count)]
         views = [in_view(v, e) for v, e in zip(choices.views(kind, meta, body, each), each_echo)]
         slots = [slot]
@@ -243,7 +243,7 @@ def _not_with_prediction(body: schemas.GenerationFields) -> list[tuple[str, bool
 
 
 def _view(kind: str, body: schemas.GenerationFields, request: GenerationRequest) -> StreamView:
-    meta = schemas.ResponseMeta.new("chatcmpl" if kind == "chat" else "cmpl", body.model)
+    meta = responses.ResponseMeta.new("chatcmpl" if kind == "chat" else "cmpl", body.model)
     usage = Usage(len(request.prompt_tokens), not request.acceptance.rule.is_lossless,
                   request.draft.prediction)
     return StreamView(kind, meta, tuple(body.stop), body.include_usage, body.cascade_rounds,

@@ -17,7 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from transformers import PreTrainedTokenizerBase
 
 from cascade.serving import metrics
-from gateway.openai import schemas
+from gateway.openai import responses, schemas
 from gateway.auth import ApiKeys, install_api_keys
 from gateway.completions import CompletionsApi
 from gateway.openai.http_settings import HttpSettings
@@ -89,7 +89,7 @@ def _add_info_routes(
 
     async def card() -> dict[str, Any]:
         facts = await serving() if serving else {}
-        return schemas.model_card(settings.model_name, created, settings.context_length, facts)
+        return responses.model_card(settings.model_name, created, settings.context_length, facts)
 
     @app.get("/v1/models")
     async def list_models() -> dict[str, Any]:

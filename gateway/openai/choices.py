@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from cascade.protocol.stats import SpecStats
-from gateway.openai import schemas
+from gateway.openai import responses
 from gateway.openai.events import StreamView, Usage, events
 from gateway.sessions.generation import GenerationRequest
 from gateway.openai.streaming import Delta, sse_event
@@ -52,7 +52,7 @@ def best(choice_views: list[StreamView], results: list[tuple[str, Delta]], count
             [results[i] for i in kept])
 
 
-def views(kind: str, meta: schemas.ResponseMeta, body, requests: list[GenerationRequest]
+def views(kind: str, meta: responses.ResponseMeta, body, requests: list[GenerationRequest]
           ) -> list[StreamView]:
     """One view per choice (no per-choice usage chunk: the totals come once, at the end)."""
     return [StreamView(kind, meta, tuple(body.stop), False, body.cascade_rounds,
@@ -64,26 +64,26 @@ def views(kind: str, meta: schemas.ResponseMeta, body, requests: list[Generation
 def usage_of(prompts: list[list[int]], lasts: list[Delta]) -> dict[str, Any]:
     """Each distinct prompt once (n choices of a prompt share it), every choice's tokens and
     rounds."""
-    return schemas.usage(sum(len(p) for p in prompts),
+    return responses.usage(sum(len(p) for p in prompts),
                          sum(last.completion_tokens for last in lasts),
                          spec=sum((last.spec or SpecStats() for last in lasts), SpecStats()))
 
 
-def response(kind: str, meta: schemas.ResponseMeta, choice_views: list[StreamView],
+def response(kind: str, meta: responses.ResponseMeta, choice_views: list[StreamView],
              results: list[tuple[str, Delta]], usage_: dict[str, int]) -> dict:
     def choice(i: int, view: StreamView, text: str, last: Delta) -> dict:
         logprobs = view.format_logprobs(last.logprobs)
         if kind == "completion":
-            return schemas.completion_choice(text, last.finish_reason, i, logprobs)
-        return schemas.chat_choice(text, last.finish_reason, i, logprobs,
+            return responses.completion_choice(text, last.finish_reason, i, logprobs)
+        return responses.chat_choice(text, last.finish_reason, i, logprobs,
                                    tool_calls_of(view.tools, text, last.finish_reason))
 
-    return schemas.choices_response(meta, kind, [
+    return responses.choices_response(meta, kind, [
         choice(i, view, text, last)
         for i, (view, (text, last)) in enumerate(zip(choice_views, results))], usage_)
 
 
-async def stream(kind: str, meta: schemas.ResponseMeta, choice_views: list[StreamView],
+async def stream(kind: str, meta: responses.ResponseMeta, choice_views: list[StreamView],
                  deltas: list[AsyncIterator[Delta]], include_usage: bool,
                  usage: Callable[[list[Delta]], dict[str, int]]) -> AsyncIterator[str]:
     """Every choice's events as they come; the usage chunk after the last."""
@@ -99,7 +99,7 @@ async def stream(kind: str, meta: schemas.ResponseMeta, choice_views: list[Strea
         yield event
     if include_usage:
         object_type = "chat.completion.chunk" if kind == "chat" else "text_completion"
-        yield sse_event(schemas.usage_chunk(meta, object_type,
+        yield sse_event(responses.usage_chunk(meta, object_type,
                                             usage([d for d in lasts if d is not None])))
 
 

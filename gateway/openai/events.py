@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from cascade.protocol.prediction import prediction_usage
-from gateway.openai import schemas
+from gateway.openai import responses
 from gateway.openai.logprobs import chat_logprobs, completion_logprobs
 from gateway.sessions.generation import GenerationFailed
 from gateway.openai.streaming import Delta, sse_event
@@ -31,7 +31,7 @@ class Usage:
 
     def of(self, last: Delta) -> dict:
         deferred = last.spec.num_deferred_tokens if self.is_cascade else None
-        counts = schemas.usage(self.num_prompt, last.completion_tokens, deferred, last.spec)
+        counts = responses.usage(self.num_prompt, last.completion_tokens, deferred, last.spec)
         if self.prediction:
             counts["completion_tokens_details"] = prediction_usage(self.prediction,
                                                                    last.token_ids)
@@ -42,7 +42,7 @@ class Usage:
 class StreamView:
     kind: str
     """"completion" or "chat"."""
-    meta: schemas.ResponseMeta
+    meta: responses.ResponseMeta
     stop: tuple[str, ...]
     include_usage: bool
     rounds: bool
@@ -75,7 +75,7 @@ class StreamView:
     @classmethod
     def from_json(cls, text: str) -> StreamView:
         raw = json.loads(text)
-        return cls(raw["kind"], schemas.ResponseMeta(**raw["meta"]), tuple(raw["stop"]),
+        return cls(raw["kind"], responses.ResponseMeta(**raw["meta"]), tuple(raw["stop"]),
                    raw["include_usage"], raw["rounds"], Usage(**raw["usage"]),
                    raw.get("choice", 0), raw.get("logprobs", False),
                    tuple(raw.get("tools", ())), raw.get("echo"), raw.get("echo_alone", False))
@@ -96,12 +96,12 @@ async def completion_events(view: StreamView, deltas: AsyncIterator[Delta]
     async for delta in deltas:
         group = []
         if delta.text or delta.finish_reason or delta.round or (view.logprobs and delta.logprobs):
-            chunk = schemas.completion_chunk(meta, delta.text, delta.finish_reason, include_usage,
+            chunk = responses.completion_chunk(meta, delta.text, delta.finish_reason, include_usage,
                                              view.choice,
                                              view.format_logprobs(delta.logprobs, offset))
-            group.append(schemas.with_round(chunk, _round_json(delta)))
+            group.append(responses.with_round(chunk, _round_json(delta)))
         if delta.finish_reason and include_usage:
-            group.append(schemas.usage_chunk(meta, "text_completion", view.usage.of(delta)))
+            group.append(responses.usage_chunk(meta, "text_completion", view.usage.of(delta)))
         offset += sum(len(item.token) for item in delta.logprobs)
         for event in _framed(group, delta.event_id):
             yield event
@@ -116,23 +116,23 @@ async def chat_events(view: StreamView, deltas: AsyncIterator[Delta], resumed: b
     async for delta in deltas:
         group = []
         if first:  # sent with the first generated chunk, so errors before it still get a status
-            group.append(schemas.chat_chunk(meta, {"role": "assistant", "content": ""}, None,
+            group.append(responses.chat_chunk(meta, {"role": "assistant", "content": ""}, None,
                                             include_usage, view.choice))
             first = False
         calls = _stable_ids(view, tool_calls_of(view.tools, delta.text, delta.finish_reason))
         for tool_calls in streamed_calls(calls or []):
-            group.append(schemas.chat_chunk(meta, {"tool_calls": tool_calls}, None,
+            group.append(responses.chat_chunk(meta, {"tool_calls": tool_calls}, None,
                                             include_usage, view.choice))
         if not calls and (delta.text or delta.round or (view.logprobs and delta.logprobs)):
-            chunk = schemas.chat_chunk(meta, {"content": delta.text}, None, include_usage,
+            chunk = responses.chat_chunk(meta, {"content": delta.text}, None, include_usage,
                                        view.choice, view.format_logprobs(delta.logprobs))
-            group.append(schemas.with_round(chunk, _round_json(delta)))
+            group.append(responses.with_round(chunk, _round_json(delta)))
         if delta.finish_reason:
-            group.append(schemas.chat_chunk(meta, {}, "tool_calls" if calls
+            group.append(responses.chat_chunk(meta, {}, "tool_calls" if calls
                                             else delta.finish_reason, include_usage,
                                             view.choice))
             if include_usage:
-                group.append(schemas.usage_chunk(meta, "chat.completion.chunk",
+                group.append(responses.usage_chunk(meta, "chat.completion.chunk",
                                                  view.usage.of(delta)))
         for event in _framed(group, delta.event_id):
             yield event
