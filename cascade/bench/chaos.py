@@ -18,15 +18,15 @@ received a round again.
 from __future__ import annotations
 
 import random
-import signal
-import statistics
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 
+from cascade.bench.chaos_faults import Injector
+from cascade.bench.chaos_report import Outcome, Session, recovery, table
 from cascade.bench.prompts import DOMAINS
 from cascade.tools.client import stream_generation
 from cascade.tools.fault_proxy import FaultProxy
@@ -59,28 +59,6 @@ class ChaosConfig:
     in_order: bool = False
     """Faults in the order of ``kinds`` (cycling) instead of at random."""
     seed: int = 0
-
-
-@dataclass
-class Session:
-    prompt: int
-    started: float
-    rounds: list[tuple[int, float]] = field(default_factory=list)
-    tokens: list[int] = field(default_factory=list)
-    ended: float = 0.0
-    error: str = ""
-    resumes: list[str] = field(default_factory=list)
-    """The error each resume followed."""
-
-
-@dataclass
-class Fault:
-    kind: str
-    victim: str
-    at: float
-    recovery_s: float | None = None
-    wall: float = field(default_factory=time.time)
-    """When it hit (epoch seconds: to find it in the processes' logs)."""
 
 
 class ChaosCluster:
@@ -119,106 +97,6 @@ class ChaosCluster:
         self.cluster.stop()
         for proxy in self.proxies.values():
             proxy.stop()
-
-
-class Injector:
-    """Every ~``fault_every_s`` one fault on a process no other fault is touching."""
-
-    def __init__(self, chaos: ChaosCluster, config: ChaosConfig) -> None:
-        self.chaos, self.config = chaos, config
-        self.rng = random.Random(config.seed)
-        self.faults: list[Fault] = []
-        self.busy: set[str] = set()
-        self.lock = threading.Lock()
-        self.heals: list[threading.Thread] = []
-        self.errors: list[str] = []
-        """What went wrong in the suite itself (a restart that failed)."""
-
-    def run(self, until: float) -> None:
-        i = 0
-        while True:
-            gap = self.config.fault_every_s * self.rng.uniform(0.7, 1.3)
-            if time.monotonic() + gap > until:
-                return
-            time.sleep(gap)
-            kinds = self.config.kinds
-            kind = kinds[i % len(kinds)] if self.config.in_order else self.rng.choice(kinds)
-            if self.inject(kind) is not None:  # in order: a kind whose victims are busy waits
-                i += 1
-
-    def inject(self, kind: str) -> Fault | None:
-        action, what = kind.split("-", 1)
-        role = {"drafter-verifier": "drafter", "gateway-redis": "gateway",
-                "redis-primary": "redis"}.get(what, what)
-        with self.lock:
-            free = [n for n in self.chaos.names(role) if n not in self.busy]
-            if role != "redis" and not free or role == "redis" and "redis" in self.busy:
-                return None
-            victim = "redis" if role == "redis" else self.rng.choice(free)
-            self.busy.add(victim)
-        fault = Fault(kind, victim, time.monotonic())
-        self.faults.append(fault)
-        heal = getattr(self, f"_{action}")(victim, what)
-        thread = threading.Thread(target=self._heal, args=(victim, heal), daemon=True)
-        thread.start()
-        self.heals.append(thread)
-        return fault
-
-    def _heal(self, victim: str, heal) -> None:
-        try:
-            heal()
-        except Exception as exc:  # noqa: BLE001 - reported; the run goes on without it
-            self.errors.append(f"healing {victim} failed: {exc}")
-        finally:
-            with self.lock:
-                self.busy.discard(victim)
-
-    def _kill(self, victim: str, what: str):
-        cluster = self.chaos.cluster
-        if victim == "redis":
-            old = cluster.redis.primary_port()
-            server = cluster.redis.server_on(old)
-            server.process.kill()
-
-            def heal() -> None:
-                cluster.redis.wait_for_failover(old)
-                time.sleep(self.config.restart_after_s)
-                cluster.redis.restart(server)  # as a replica of the new primary
-            return heal
-        cluster.processes[victim].kill()
-
-        def heal() -> None:
-            cluster.processes[victim].wait()
-            time.sleep(self.config.restart_after_s)
-            cluster.restart(victim)
-        return heal
-
-    def _hang(self, victim: str, what: str):
-        process = self.chaos.cluster.processes[victim]
-        process.send_signal(signal.SIGSTOP)
-
-        def heal() -> None:
-            time.sleep(self.config.hang_s)
-            process.send_signal(signal.SIGCONT)
-        return heal
-
-    def _link(self, victim: str, what: str, fault: str, seconds: float):
-        pid = self.chaos.cluster.processes[victim].pid
-        side = "verifier" if what == "drafter-verifier" else "redis-"
-        for name, proxy in self.chaos.proxies.items():
-            if name.startswith(side):
-                getattr(proxy, fault)(seconds, pid=pid)
-        return lambda: time.sleep(seconds)
-
-    def _drop(self, victim: str, what: str):
-        return self._link(victim, what, "drop", self.config.drop_s)
-
-    def _stall(self, victim: str, what: str):
-        return self._link(victim, what, "stall", self.config.stall_s)
-
-    def settle(self) -> None:
-        for thread in self.heals:
-            thread.join()
 
 
 class Clients:
@@ -265,48 +143,6 @@ class Clients:
             session.ended = time.monotonic()
 
 
-def recovery(fault: Fault, sessions: list[Session]) -> float | None:
-    """Seconds until every stream live at the fault received a round after it."""
-    waits = []
-    for s in sessions:
-        if s.started < fault.at and (not s.ended or s.ended > fault.at):
-            after = [t for _, t in s.rounds if t >= fault.at]
-            if after:
-                waits.append(after[0] - fault.at)
-    return max(waits) if waits else None
-
-
-@dataclass
-class Outcome:
-    sessions: list[Session]
-    faults: list[Fault]
-    references: dict[int, list[int]]
-    errors: list[str] = field(default_factory=list)
-    """The suite's own failures (a process it could not start again)."""
-
-    def lost_and_repeated(self, session: Session) -> tuple[int, int]:
-        ids = [r for r, _ in session.rounds]
-        repeated = len(ids) - len(set(ids))
-        lost = (max(ids) - len(set(ids))) if ids else 0
-        return lost, repeated
-
-    def summary(self) -> dict[str, int]:
-        counts = [self.lost_and_repeated(s) for s in self.sessions]
-        return {"sessions": len(self.sessions),
-                "completed": sum(not s.error for s in self.sessions),
-                "identical": sum(s.tokens == self.references[s.prompt] for s in self.sessions),
-                "in order": sum([r for r, _ in s.rounds] == list(range(1, len(s.rounds) + 1))
-                                for s in self.sessions),
-                "rounds lost": sum(lost for lost, _ in counts),
-                "rounds repeated": sum(rep for _, rep in counts),
-                "faults": len(self.faults)}
-
-    def ok(self) -> bool:
-        s = self.summary()
-        return (s["completed"] == s["identical"] == s["in order"] == s["sessions"]
-                and s["rounds lost"] == s["rounds repeated"] == 0 and not self.errors)
-
-
 def run_chaos(chaos: ChaosCluster, config: ChaosConfig, progress=print) -> Outcome:
     clients = Clients(chaos.gateways, config)
     references = clients.references()
@@ -332,27 +168,6 @@ def _progress(clients: Clients, injector: Injector, until: float, progress) -> N
         progress(f"{len(done)} sessions done ({sum(bool(s.error) for s in done)} failed), "
                  f"{len(injector.faults)} faults: "
                  f"{', '.join(f'{f.kind}@{f.victim}' for f in injector.faults[-3:])}")
-
-
-def _quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def table(outcome: Outcome) -> str:
-    """The summary line and, per fault kind: count and recovery p50 / p99 / max (markdown)."""
-    s = outcome.summary()
-    lines = [", ".join(f"{k}: {v}" for k, v in s.items()) + "\n",
-             "| fault | count | recovery p50 s | recovery p99 s | recovery max s |",
-             "|---|---|---|---|---|"]
-    for kind in sorted({f.kind for f in outcome.faults}):
-        times = [f.recovery_s for f in outcome.faults if f.kind == kind
-                 and f.recovery_s is not None]
-        cells = ([f"{statistics.median(times):.2f}", f"{_quantile(times, 0.99):.2f}",
-                  f"{max(times):.2f}"] if times else ["–"] * 3)
-        count = sum(f.kind == kind for f in outcome.faults)
-        lines.append(f"| {kind} | {count} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
