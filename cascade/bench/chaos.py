@@ -30,7 +30,8 @@ from cascade.bench.chaos_report import Outcome, Session, recovery, table
 from cascade.bench.prompts import DOMAINS
 from cascade.tools.client import stream_generation
 from cascade.tools.fault_proxy import FaultProxy
-from cascade.tools.local_cluster import ClusterConfig, LocalCluster
+from cascade.tools.local_cluster import LocalCluster
+from cascade.tools.cluster_config import ClusterConfig
 
 KINDS = ("kill-gateway", "kill-verifier", "kill-drafter", "kill-redis-primary",
          "hang-gateway", "hang-verifier", "hang-drafter",

@@ -25,7 +25,8 @@ from pathlib import Path
 import grpc
 
 from cascade.tools.client import stream_generation
-from cascade.tools.local_cluster import ClusterConfig, LocalCluster
+from cascade.tools.local_cluster import LocalCluster
+from cascade.tools.cluster_config import ClusterConfig
 from gateway.sessions.session_store import session_keys
 
 ROLES = ("drafter", "verifier", "gateway", "redis")

@@ -28,7 +28,8 @@ from cascade.bench.measure import percentile
 from cascade.bench.prompts import DOMAINS
 from cascade.bench.run import machine
 from cascade.bench.services import NO_MEMORY, pin_all_threads, pinning, place_helpers
-from cascade.tools.local_cluster import ClusterConfig, LocalCluster
+from cascade.tools.local_cluster import LocalCluster
+from cascade.tools.cluster_config import ClusterConfig
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc
 
 

@@ -19,7 +19,8 @@ import grpc
 from cascade.bench.inprocess import Job, MethodRun, measure_method, params_for
 from cascade.bench.measure import Trace, peak_rss_mb
 from cascade.bench.prompts import BenchPrompt
-from cascade.tools.local_cluster import ClusterConfig, LocalCluster
+from cascade.tools.local_cluster import LocalCluster
+from cascade.tools.cluster_config import ClusterConfig
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc
 
 

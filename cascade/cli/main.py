@@ -21,7 +21,8 @@ from cascade.core.paths import cache_root
 from cascade.protocol.methods import DEFAULT_DRAFT_METHOD, DRAFT_METHODS
 from cascade.serving.memory_stream import MemoryMode
 from cascade.tools.client import GenerationSummary, stream_generation
-from cascade.tools.local_cluster import ClusterConfig, LocalCluster
+from cascade.tools.local_cluster import LocalCluster
+from cascade.tools.cluster_config import ClusterConfig
 from cascade.serving.process import command_line
 from cascade.tools.redis_server import is_bindable
 

@@ -15,7 +15,9 @@ import redis
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from cascade.tools.local_cluster import ClusterConfig, LocalCluster
+from cascade.tools.local_cluster import LocalCluster
+
+from cascade.tools.cluster_config import ClusterConfig
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc
 from gateway.sessions.session_store import session_keys
 

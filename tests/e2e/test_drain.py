@@ -11,7 +11,9 @@ import threading
 import grpc
 import httpx
 
-from cascade.tools.local_cluster import ClusterConfig, LocalCluster
+from cascade.tools.local_cluster import LocalCluster
+
+from cascade.tools.cluster_config import ClusterConfig
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc
 
 MAX_TOKENS = 400

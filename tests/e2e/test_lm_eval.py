@@ -27,7 +27,8 @@ _spec.loader.exec_module(lm_eval_check)
 
 @pytest.fixture(scope="module")
 def gateway_url(tmp_path_factory):
-    from cascade.tools.local_cluster import ClusterConfig, LocalCluster
+    from cascade.tools.local_cluster import LocalCluster
+    from cascade.tools.cluster_config import ClusterConfig
     from cascade.tools.pairs import default_pair
 
     target, drafter = default_pair(None, None, "smollm2")

@@ -10,7 +10,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from cascade.cli.main import served_card
 from cascade.tools import local_cluster
 from cascade.tools.client import stream_generation
-from cascade.tools.local_cluster import ClusterConfig, LocalCluster
+from cascade.tools.local_cluster import LocalCluster
+from cascade.tools.cluster_config import ClusterConfig
 
 
 def is_running(pid: int) -> bool:

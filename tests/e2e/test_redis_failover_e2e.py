@@ -6,7 +6,9 @@ import json
 
 import httpx
 
-from cascade.tools.local_cluster import ClusterConfig, LocalCluster
+from cascade.tools.local_cluster import LocalCluster
+
+from cascade.tools.cluster_config import ClusterConfig
 
 BODY = {"model": "target", "prompt": "import os", "max_tokens": 120, "temperature": 0,
         "num_draft_tokens": 0}

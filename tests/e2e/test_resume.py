@@ -11,7 +11,9 @@ from contextlib import contextmanager
 import httpx
 import redis
 
-from cascade.tools.local_cluster import ClusterConfig, LocalCluster
+from cascade.tools.local_cluster import LocalCluster
+
+from cascade.tools.cluster_config import ClusterConfig
 from gateway.sessions.session_store import session_keys
 
 SHORT_LEASE = ("--session-lease-s", "2")

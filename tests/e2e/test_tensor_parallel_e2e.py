@@ -13,7 +13,8 @@ import grpc
 import redis
 
 from cascade.core.parallel.rank_processes import RANK_LOST_EXIT
-from cascade.tools.local_cluster import ClusterConfig, LocalCluster
+from cascade.tools.local_cluster import LocalCluster
+from cascade.tools.cluster_config import ClusterConfig
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc
 from gateway.sessions.session_store import session_keys
 from models import hf_greedy
