@@ -10,7 +10,6 @@ resumes where it stopped (with a fresh replay pool).
 
 from __future__ import annotations
 
-import json
 import random
 import time
 from collections import Counter
@@ -18,15 +17,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
 
 from cascade.core.features.feature_drafter import FeatureDrafter, FeatureDrafterConfig
-from cascade.core.features.feature_runner import load_weights, write_feature_drafter
+from cascade.core.features.feature_runner import load_weights
 from cascade.core.model.vocab_map import VocabMap
 from cascade.distill.feature_data import (FeatureSequence, annotate, answer_prompts,
                                           greedy_answers, PROSE_PACKAGES, prose_corpus,
                                           prose_windows, text_windows)
-from cascade.distill.feature_train import greedy_acceptance, make_batch, ttt_loss
+from cascade.distill.feature_pool import POOL_FILE, export, load_pool
+from cascade.distill.feature_train import build_drafter, greedy_acceptance, make_batch, ttt_loss
 from cascade.distill.prompts import code_prompts, doc_prompts, prompt_set
 from cascade.distill.precision import resolve_dtype
 from cascade.distill.progress import RunProgress
@@ -34,7 +33,6 @@ from cascade.distill.run import CHECKPOINT, save_atomically
 from cascade.distill.student import choose_vocabulary
 from cascade.distill.train import _fill_vocabulary
 from cascade.protocol.chat import chat_prompts_ids
-
 
 
 @dataclass(frozen=True)
@@ -216,19 +214,6 @@ class FeatureDistiller:
         return result
 
 
-def build_drafter(target, vocab: list[int], seed: int) -> tuple[FeatureDrafter, VocabMap]:
-    """A fresh drafter on ``target``'s embedding and head, its head kept to ``vocab``."""
-    embed = target.get_input_embeddings().weight
-    vocab_map = VocabMap(vocab, embed.shape[0])
-    torch.manual_seed(seed)
-    drafter = FeatureDrafter(FeatureDrafterConfig.for_target(target.config), embed.float(),
-                             target.get_output_embeddings().weight.float(), vocab_map.to_target)
-    final_norm = getattr(getattr(target, "model", None), "norm", None)
-    if final_norm is not None:  # an RMSNorm like ours (Llama family): start from the target's
-        drafter.norm.weight.data.copy_(final_norm.weight.float())
-    return drafter.to(embed.device), vocab_map
-
-
 def save_checkpoint(d: FeatureDistiller, folder: Path) -> None:
     pool = [(s.tokens.to(torch.int32).cpu(), s.answer_start) for s in d.pool]
     save_atomically({"drafter": d.drafter.state_dict(), "optimizer": d.optimizer.state_dict(),
@@ -248,46 +233,6 @@ def load_checkpoint(d: FeatureDistiller, folder: Path) -> bool:
     d.random.setstate(payload["random"])
     d.restore_pool(payload.get("pool", []))
     return True
-
-
-POOL_FILE = "replay_pool.safetensors"
-"""The replay pool's token rows beside an export (a few hundred KB): a run started from the
-export (``--init``) trains on them at once instead of generating them again."""
-
-
-def save_pool(pool: list[FeatureSequence], path: Path) -> None:
-    flat = torch.cat([s.tokens.cpu() for s in pool]) if pool else torch.zeros(0, dtype=torch.long)
-    dtype = torch.uint16 if flat.numel() == 0 or int(flat.max()) < 2 ** 16 else torch.int32
-    save_file({"tokens": flat.to(dtype),
-               "lengths": torch.tensor([len(s.tokens) for s in pool], dtype=torch.int32),
-               "starts": torch.tensor([s.answer_start for s in pool], dtype=torch.int32)},
-              str(path))
-
-
-def newest(pool: list, positions: int) -> list:
-    """The newest sequences of ``pool`` holding at most ``positions`` positions in all."""
-    kept, total = [], 0
-    for sequence in reversed(pool):
-        total += len(sequence.tokens)
-        if total > positions:
-            break
-        kept.append(sequence)
-    return kept[::-1]
-
-
-def load_pool(path: Path) -> list[tuple[torch.Tensor, int]]:
-    saved = load_file(str(path))
-    rows = torch.split(saved["tokens"].to(torch.long), saved["lengths"].tolist())
-    return list(zip(rows, saved["starts"].tolist()))
-
-
-def export(d: FeatureDistiller, out: Path) -> Path:
-    write_feature_drafter(d.drafter, d.vocab, out, Path(d.config.target).name)
-    save_pool(newest(d.pool, d.config.export_pool_positions), out / POOL_FILE)
-    config = {k: str(v) for k, v in asdict(d.config).items() if k not in ("out", "target")}
-    record = {"config": config, "history": d.state.history}
-    (out / "distill_history.json").write_text(json.dumps(record, indent=1))
-    return out
 
 
 def _cycle(d: FeatureDistiller, fraction: float) -> dict:

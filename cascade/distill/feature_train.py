@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from cascade.core.features.feature_drafter import FeatureDrafter
+from cascade.core.features.feature_drafter import FeatureDrafter, FeatureDrafterConfig
+from cascade.core.model.vocab_map import VocabMap
 from cascade.distill.feature_data import FeatureSequence
 
 STEP_DECAY = 0.8
@@ -105,3 +106,16 @@ def _walk(guesses: list[list[int]], tokens: list[int], start: int, k: int):
         accepted, drafted, rounds = accepted + run, drafted + budget, rounds + 1
         n += run + 1
     return accepted, drafted, rounds
+
+
+def build_drafter(target, vocab: list[int], seed: int) -> tuple[FeatureDrafter, VocabMap]:
+    """A fresh drafter on ``target``'s embedding and head, its head kept to ``vocab``."""
+    embed = target.get_input_embeddings().weight
+    vocab_map = VocabMap(vocab, embed.shape[0])
+    torch.manual_seed(seed)
+    drafter = FeatureDrafter(FeatureDrafterConfig.for_target(target.config), embed.float(),
+                             target.get_output_embeddings().weight.float(), vocab_map.to_target)
+    final_norm = getattr(getattr(target, "model", None), "norm", None)
+    if final_norm is not None:  # an RMSNorm like ours (Llama family): start from the target's
+        drafter.norm.weight.data.copy_(final_norm.weight.float())
+    return drafter.to(embed.device), vocab_map

@@ -14,7 +14,7 @@ from cascade.core.features.feature_drafter import FeatureDrafterConfig
 from cascade.core.features.feature_runner import load_weights
 from cascade.core.model.vocab_map import VocabMap
 from cascade.distill.feature_data import FeatureSequence, greedy_answers
-from cascade.distill.feature_run import build_drafter
+from cascade.distill.feature_train import build_drafter
 from cascade.distill.feature_train import greedy_acceptance
 from cascade.distill.prompts import prompt_set
 from cascade.protocol.chat import chat_prompts_ids

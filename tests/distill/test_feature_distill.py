@@ -88,7 +88,7 @@ def test_an_export_keeps_only_the_newest_pool_rows():
 
     import torch
 
-    from cascade.distill.feature_run import newest
+    from cascade.distill.feature_pool import newest
 
     pool = [SimpleNamespace(tokens=torch.zeros(n)) for n in (50, 30, 20, 40)]
 
