@@ -28,26 +28,18 @@ from cascade.protocol.requests import GenerationRequest
 from cascade.protocol.settings import FinishReason
 from cascade.protocol.wire import (
     FINISH_FROM_PB,
-    acceptance_to_pb,
-    draft_settings_to_pb,
-    logprobs_from_pb,
-    sampling_to_pb,
 )
 from cascade.serving import metrics
 from cascade.serving.channels import ChannelPool
 from cascade.serving.telemetry import start_span, tracer
-from cascade.v1 import drafter_pb2, drafter_pb2_grpc, verifier_pb2, verifier_pb2_grpc
 from gateway.sessions.generation import (
-    AtCapacity,
     GeneratedChunk,
     GenerationFailed,
-    Overloaded,
-    RequestRefused,
     RoundsLost,
     StopGeneration,
 )
 from gateway.sessions.affinity import PromptAffinity
-from gateway.sessions.assignment import LatencyClock, OrchestratorSettings, RoundTimeout, SessionJob
+from gateway.sessions.assignment import LatencyClock, OrchestratorSettings, SessionJob
 from gateway.sessions.lease import ConsumerIdle, keep_lease, redacted, take_over
 from gateway.sessions.session_store import (
     EpochBehind,
@@ -57,23 +49,19 @@ from gateway.sessions.session_store import (
     SessionStore,
     request_from_record,
 )
+from gateway.sessions.pod_calls import chunk_of, session_call, stored_rounds, timed_rounds
 from gateway.sessions.pods import PodPicker
+from gateway.sessions.recovery import Recovery
 from gateway.sessions.sharing import MemorySharing, prefix_scope
 
 log = logging.getLogger(__name__)
-RETRY_BACKOFF_S = 0.1
-"""Wait before the n-th retry of a failed session: this times 2 ** (n - 1) (a link that drops
-refuses new connections for a moment)."""
-RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN,
-             grpc.StatusCode.ABORTED, grpc.StatusCode.CANCELLED}
-
-
 class Orchestrator:
     def __init__(self, client: redis.Redis, store: SessionStore, channels: ChannelPool,
                  settings: OrchestratorSettings = OrchestratorSettings()) -> None:
         self.client, self.store, self.channels, self.settings = client, store, channels, settings
         self._tasks: set[asyncio.Task] = set()
         self.pods = PodPicker(client, channels, settings)
+        self.recovery = Recovery(store, self.pods, settings, self._give_up)
         self.affinity = PromptAffinity()
         """The pods of prompts being generated (their sessions share the prefill)."""
         self.memory = MemorySharing(client, settings.memory, settings.model_name,
@@ -160,7 +148,7 @@ class Orchestrator:
         if epoch is not None and complete is not None:  # its final round was never recorded
             await self.store.finish(session_id, epoch, "finished", complete.value)
             fields, epoch = {**fields, "finish_reason": complete.value}, None
-        replay = _stored_rounds(session_id, tokens, ends, None if epoch is not None
+        replay = stored_rounds(session_id, tokens, ends, None if epoch is not None
                                 else fields.get("finish_reason"))
         if epoch is None:
             for chunk in replay:
@@ -171,7 +159,7 @@ class Orchestrator:
         drafter, verifier = await self.pods.pick(request, set())
         record = SessionRecord(session_id, epoch, int(fields["prompt_len"]))
         job = SessionJob(record, epoch, drafter, verifier, trace_context, round_ends=ends)
-        job.epoch = await self._reassign(request, job, tokens)
+        job.epoch = await self.recovery.reassign(request, job, tokens)
         async with aclosing(self._drive(request, job, tokens, ending, replay)) as chunks:
             async for chunk in chunks:
                 yield chunk
@@ -200,7 +188,7 @@ class Orchestrator:
                 except (grpc.aio.AioRpcError, ConnectionError) as exc:
                     if job.is_abandoned:
                         raise ConsumerIdle(self._idle_message(job)) from exc
-                    await self._recover(request, job, exc, attempt, generated)
+                    await self.recovery.recover(request, job, exc, attempt, generated)
         except GeneratorExit:  # closed before its last round: stopped or abandoned
             if not (job.is_finished or job.is_abandoned):
                 await self._mark(job, ending["status"], ending["reason"])
@@ -251,7 +239,9 @@ class Orchestrator:
         with self.channels.using(job.drafter or job.verifier) as channel:
             token = otel_context.attach(job.trace_context)  # the call carries the trace
             try:
-                call = job.call = self._rounds(request, job, generated, channel)
+                call = job.call = session_call(
+                    request, job, generated, channel, self.channels.mesh,
+                    self.memory.scope(request), self._scope(request))
             finally:
                 otel_context.detach(token)
             try:
@@ -265,7 +255,7 @@ class Orchestrator:
 
     async def _committed(self, request, job: SessionJob, generated: list[int], call):
         """The call's rounds, each stored before it is yielded."""
-        async for result in self._timed(call, job):
+        async for result in timed_rounds(call, job, self.settings):
             tokens, finish = list(result.tokens), FINISH_FROM_PB[result.finish_reason]
             with start_span("commit", job.trace_context, session_id=job.record.session_id,
                             round=result.round, num_tokens=len(tokens)):
@@ -278,15 +268,7 @@ class Orchestrator:
                 self._background(self.pods.prefixes.served(
                     request.prompt_tokens + generated, self._scope(request), job.verifier,
                     job.drafter))
-            yield GeneratedChunk(job.record.session_id, tokens, result.num_accepted,
-                                 result.num_drafted, finish, result.draft_us, result.verify_us,
-                                 result.round_us, result.num_deferred,
-                                 tuple(result.drafted_tokens), len(job.round_ends),
-                                 result.speculation, tuple(result.drafted_parents),
-                                 tuple(result.path), draft_source=result.draft_source,
-                                 logprobs=logprobs_from_pb(result.logprobs),
-                                 prompt_logprobs=logprobs_from_pb(result.prompt_logprobs),
-                                 num_forced=result.num_forced, num_filled=result.num_filled)
+            yield chunk_of(result, job.record.session_id, tokens, finish, len(job.round_ends))
 
     async def _commit(self, request, job: SessionJob, generated: list[int],
                       tokens: list[int], finish: FinishReason | None) -> None:
@@ -303,113 +285,8 @@ class Orchestrator:
                                      job.verifier, generated + tokens,
                                      [*job.round_ends, len(generated) + len(tokens)], reason)
 
-    async def _timed(self, call, job: SessionJob):
-        """The call's rounds; RoundTimeout when the next one is overdue (see the settings)."""
-        rounds, limit, slowest = aiter(call), self.settings.first_round_timeout_s, 0.0
-        while True:
-            started = time.monotonic()
-            try:
-                result = await asyncio.wait_for(anext(rounds), limit)
-            except StopAsyncIteration:
-                return
-            except TimeoutError:
-                pods = tuple(p for p in (job.drafter, job.verifier) if p)
-                raise RoundTimeout(limit, pods) from None
-            slowest = max(slowest, time.monotonic() - started)
-            limit = max(self.settings.round_timeout_s,
-                        self.settings.round_timeout_factor * slowest)
-            yield result
-
-    def _rounds(self, request: GenerationRequest, job: SessionJob, generated: list[int],
-                channel):
-        session = verifier_pb2.SessionOpen(
-            session_id=job.record.session_id, epoch=job.epoch,
-            context_tokens=request.prompt_tokens + generated, prompt_len=job.record.prompt_len,
-            sampling=sampling_to_pb(request.sampling),
-            acceptance=acceptance_to_pb(request.acceptance),
-            owner_tag=self.channels.mesh.owner_tag(job.record.session_id, job.epoch),
-            prefix_scope=self._scope(request))
-        if job.drafter is None:
-            stub = verifier_pb2_grpc.VerifierStub(channel)
-            return stub.Decode(verifier_pb2.DecodeRequest(session=session))
-        run = drafter_pb2.RunSessionRequest(
-            session_id=session.session_id, epoch=session.epoch,
-            context_tokens=session.context_tokens, prompt_len=session.prompt_len,
-            sampling=session.sampling, draft=draft_settings_to_pb(request.draft),
-            verifier_address=job.verifier, acceptance=session.acceptance,
-            owner_tag=session.owner_tag, memory_scope=self.memory.scope(request),
-            prefix_scope=session.prefix_scope)
-        return drafter_pb2_grpc.DrafterStub(channel).RunSession(run)
-
     def _scope(self, request: GenerationRequest) -> str:
         return prefix_scope(self.settings.prefix_sharing, request.caller)
 
-    async def _recover(self, request, job: SessionJob, exc: Exception, attempt: int,
-                       generated: list[int]) -> None:
-        """Move the session after a retryable failure; a full verifier (RESOURCE_EXHAUSTED)
-        sends it to another one, and when none has room the client hears 429."""
-        code = exc.code() if isinstance(exc, grpc.aio.AioRpcError) else grpc.StatusCode.UNAVAILABLE
-        log.warning("session %s attempt %d (drafter %s, verifier %s) failed: %s",
-                    redacted(job.record.session_id), attempt, job.drafter, job.verifier, exc)
-        full = code is grpc.StatusCode.RESOURCE_EXHAUSTED
-        if (code not in RETRYABLE and not full) or attempt == self.settings.max_attempts:
-            await self._give_up(job)
-            if full:
-                raise AtCapacity(exc.details()) from exc
-            if code is grpc.StatusCode.INVALID_ARGUMENT:
-                raise RequestRefused(f"The request was refused: {exc.details()}") from exc
-            raise GenerationFailed(f"session {job.record.session_id} failed: {code.name}") from exc
-        if full:
-            exclude = {job.verifier}
-        elif isinstance(exc, RoundTimeout):  # hung pods still answer health: cool them down
-            self.pods.cool_down(exc.pods)
-            exclude = set()
-        else:
-            dead = {a for a in (job.drafter, job.verifier)
-                    if a and not await self.pods.is_serving(a)}
-            # Both answer the gateway: the link between them failed (the drafter reaches the
-            # verifier for the session), so this session goes on without that drafter.
-            job.excluded |= dead or {job.drafter} - {None}
-            exclude = job.excluded
-            await asyncio.sleep(RETRY_BACKOFF_S * 2 ** (attempt - 1))
-        try:
-            job.drafter, job.verifier = await (
-                self.pods.pick(request, exclude) if full else
-                self.pods.repick(request, job, exclude))
-        except Overloaded:
-            await self._give_up(job)
-            if full:
-                raise AtCapacity(exc.details()) from exc
-            raise
-        job.epoch = await self._reassign(request, job, generated)
-
-    async def _reassign(self, request, job: SessionJob, generated: list[int]) -> int:
-        """The session's next epoch on its new pods; when Redis lost its record or an epoch
-        bump (a failover to a replica that had not received them), what the gateway holds is
-        written back first."""
-        session_id, drafter = job.record.session_id, job.drafter or ""
-        try:
-            return await self.store.reassign(session_id, job.epoch, drafter, job.verifier)
-        except (SessionLost, EpochBehind) as exc:
-            log.warning("session %s: %s; re-writing the %d tokens the gateway holds",
-                        redacted(session_id), type(exc).__name__, len(generated))
-            await self.store.restore(session_id, request, job.epoch, drafter, job.verifier,
-                                     generated, list(job.round_ends))
-            return await self.store.reassign(session_id, job.epoch, drafter, job.verifier)
-
     async def _give_up(self, job: SessionJob) -> None:
         await self._mark(job, "failed")
-
-
-
-def _stored_rounds(session_id: str, tokens: list[int], ends: list[int],
-                   finish_reason: str | None) -> list[GeneratedChunk]:
-    """A session's stored rounds as a resumed stream sends them again; the last carries
-    ``finish_reason`` (that of an ended session)."""
-    chunks = []
-    for i, end in enumerate(ends):
-        reason = finish_reason if i == len(ends) - 1 else None
-        finish = FinishReason(reason) if reason in ("stop", "length") else None
-        chunks.append(GeneratedChunk(session_id, tokens[ends[i - 1] if i else 0 : end], 0, 0,
-                                     finish, round=i + 1, is_replayed=True))
-    return chunks
