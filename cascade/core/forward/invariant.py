@@ -32,15 +32,11 @@ as unverified.
 from __future__ import annotations
 
 from collections import defaultdict
-from contextlib import contextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import torch
-import torch.nn.functional as F
 
-from cascade.core.kv.kv_store import attention_heads
-from cascade.core.forward.row_rules import Invariance, RowRule, padded, probe
+from cascade.core.forward.row_rules import RowRule, padded
 
 KEY_BLOCK = 64
 """Key spans end on a multiple of this many positions (the masked keys a decode step pays)."""
@@ -168,14 +164,14 @@ def _groups(feed, offset: int, window: int | None) -> list[Group]:
         spans[key_span(position, window)].append(i)
     table = feed.table
     out = [Group([offset + i for i in index], table.slots(first, end),
-                 _visible(torch.arange(first, end), [positions[i] for i in index], window))
+                 visible(torch.arange(first, end), [positions[i] for i in index], window))
            for (first, end), index in spans.items()]
     for node, position in enumerate(positions[chain:]):
         first, end = key_span(position, window)
         slots = [table.slot(slot) for slot in _node_slots(node, feed.parents, feed.tree_start)]
         slots += [table.slot(0)] * (end - len(slots))  # past the node: masked, finite entries
         out.append(Group([offset + chain + node], slots[first:end],
-                         _visible(torch.arange(first, end), [position], window)))
+                         visible(torch.arange(first, end), [position], window)))
     return out
 
 
@@ -247,7 +243,7 @@ def _node_slots(node: int, parents: tuple[int, ...], tree_start: int) -> list[in
     return list(range(tree_start)) + path[::-1]
 
 
-def _visible(key_positions: torch.Tensor, query_positions: list[int],
+def visible(key_positions: torch.Tensor, query_positions: list[int],
              window: int | None) -> torch.Tensor:
     """[queries, keys] causal (and within the window) by position."""
     queries = torch.tensor(query_positions)[:, None]
@@ -255,125 +251,3 @@ def _visible(key_positions: torch.Tensor, query_positions: list[int],
     if window is not None:
         visible &= key_positions[None] > queries - window
     return visible
-
-
-@dataclass
-class DenseCall:
-    """One forward over a ``DynamicCache`` batch (a drafter's sequence or its branches), for
-    the invariant attention: per row, the cache slots holding its positions 0, 1, ... in
-    order, and its real queries as (column, position)."""
-
-    rows: list[tuple[list[int], list[tuple[int, int]]]]
-    width: int
-    """Query columns per batch row (real ones and padding)."""
-    rule: RowRule
-    pad_limit: int = 0
-    """``Invariance.pad_limit``: groups of spans up to it may share a product."""
-    batches: list[int] | None = None
-    """The batch row each row's queries and slots are in; None: row i is batch row i. Rows
-    that share a batch row see different slots: the nodes of a token tree, each its own
-    ancestors."""
-    plans: dict = field(default_factory=dict)
-
-
-DENSE_CALL: ContextVar[DenseCall | None] = ContextVar("dense_call", default=None)
-
-
-@contextmanager
-def dense_call(call: DenseCall):
-    """Forwards inside run ``call``'s invariant attention (``attend_dense``)."""
-    token = DENSE_CALL.set(call)
-    try:
-        yield
-    finally:
-        DENSE_CALL.reset(token)
-
-
-def attend_dense(call: DenseCall, query: torch.Tensor, keys: torch.Tensor,
-                 values: torch.Tensor, scaling: float, window: int | None,
-                 softcap: float | None) -> torch.Tensor:
-    """query [B, heads, W, d], keys/values [B, kv_heads, L, d] (the cache after the update) ->
-    [B, W, heads, d], every real query through the canonical attention (padding columns
-    zero)."""
-    batch, heads, width, dim = query.shape
-    length = keys.shape[2]
-    stride = padded(length + 1, KEY_BLOCK)  # a zero slot past every row's keys
-    stride = max(stride, max((key_span(p, window)[1] for _, queries in call.rows
-                              for _, p in queries), default=0) + KEY_BLOCK)
-    key = (window, heads // keys.shape[1], stride)
-    if key not in call.plans:
-        call.plans[key] = [b.to(query.device) for b in
-                           _dense_plan(call, window, heads // keys.shape[1], stride, length)]
-    flat_keys = F.pad(keys, (0, 0, 0, stride - length)).transpose(0, 1).reshape(
-        keys.shape[1], batch * stride, dim)
-    flat_values = F.pad(values, (0, 0, 0, stride - length)).transpose(0, 1).reshape(
-        keys.shape[1], batch * stride, dim)
-    flat_query = query.transpose(0, 1).reshape(1, heads, batch * width, dim)
-    out = attend(call.plans[key], flat_keys, flat_values, flat_query, scaling, softcap)
-    return out[0].view(heads, batch, width, dim).permute(1, 2, 0, 3)
-
-
-def _dense_plan(call: DenseCall, window, groups: int, stride: int, length: int) -> list:
-    members: list[Group] = []
-    for row, (slots, queries) in enumerate(call.rows):
-        b = call.batches[row] if call.batches is not None else row
-        sequence = [b * stride + s for s in slots]
-        spans: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
-        for column, position in queries:
-            spans[key_span(position, window)].append((column, position))
-        for (first, end), chosen in spans.items():
-            full = sequence + [b * stride + length] * (end - len(sequence))
-            group = Group([b * call.width + c for c, _ in chosen], full[first:end],
-                          _visible(torch.arange(first, end), [p for _, p in chosen], window))
-            members.append(group)
-    return buckets(members, groups, call.rule, call.pad_limit)
-
-
-def probe_invariance(model) -> Invariance:
-    """``row_rules.probe``'s rules for ``model`` on this machine, with the span the attention
-    products may be padded to (``span_pad_limit``; 0 where no rule was verified)."""
-    found = probe(model)
-    return replace(found, pad_limit=span_pad_limit(model, found.attention) if found.verified
-                   else 0)
-
-
-PAD_PROBE_LIMIT = 4096
-"""The longest key span the start-up probe pads to."""
-
-
-def span_pad_limit(model, rule: RowRule, seed: int = 0) -> int:
-    """The longest span (whole key blocks, 0 for none) up to which ``canonical_attention``
-    gives a query the same numbers over its key span alone and padded with masked key blocks
-    (next to a group of another span), for this model's head sizes and query counts the rule
-    gives (spans sampled for each length: one block, half of it, one block short of it):
-    groups of spans up to it share one product (``buckets``). Past some length the products
-    over keys block their reduction by the key count, so the limit is probed, not assumed."""
-    heads, kv_heads, dim = attention_heads(model.config)
-    generator = torch.Generator().manual_seed(seed)
-    device = next(model.parameters()).device
-    limit = KEY_BLOCK
-    for padded_to in range(2 * KEY_BLOCK, PAD_PROBE_LIMIT + 1, KEY_BLOCK):
-        spans = {KEY_BLOCK, padded_to // 2 // KEY_BLOCK * KEY_BLOCK, padded_to - KEY_BLOCK}
-        if not all(_pads_alike(kv_heads, heads // kv_heads * rows, dim, span, padded_to,
-                               generator, device)
-                   for span in spans for rows in {rule.pad(1), rule.pad(5)}):
-            break
-        limit = padded_to
-    return limit if limit > KEY_BLOCK else 0
-
-
-def _pads_alike(kv_heads: int, rows: int, dim: int, span: int, padded_to: int,
-                generator: torch.Generator, device: torch.device) -> bool:
-    query = torch.randn(kv_heads, 2, rows, dim, generator=generator).to(device)
-    keys = torch.randn(kv_heads, 2, padded_to, dim, generator=generator).to(device)
-    values = torch.randn(kv_heads, 2, padded_to, dim, generator=generator).to(device)
-    hidden = (torch.rand(1, 2, rows, padded_to, generator=generator) < 0.3).to(device)
-    hidden[..., 0] = False
-    hidden[:, 0, :, span:] = True  # the first group: span keys, padded
-    for softcap in (None, 30.0):
-        alone = canonical_attention(query[:, :1], keys[:, :1, :span], values[:, :1, :span],
-                                    hidden[:, :1, :, :span], 0.125, softcap)
-        padded = canonical_attention(query, keys, values, hidden, 0.125, softcap)
-        if not torch.equal(padded[:, :1], alone):
-            return False
-    return True

@@ -40,6 +40,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
 
 from cascade.core.forward import invariant
+from cascade.core.forward import dense
 from cascade.core.forward.graph_ops import STEP, packed_attention as packed_attention_op
 from cascade.core.kv.kv_store import BlockTable, KVStore
 from cascade.core.forward.row_rope import (ROWS, config_rope_types, has_length_dependent_rope,
@@ -235,7 +236,7 @@ def _attend_dense(module, query, key, value, scaling, kwargs):
     """A ``DynamicCache`` forward in the invariant mode (``SequenceCache``, ``Branches``)."""
     _refuse_unsupported(module, kwargs)
     scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
-    return invariant.attend_dense(invariant.DENSE_CALL.get(), query, key, value, scaling,
+    return dense.attend_dense(dense.DENSE_CALL.get(), query, key, value, scaling,
                                   kwargs.get("sliding_window"), kwargs.get("softcap")), None
 
 
@@ -243,7 +244,7 @@ def packed_attention(module, query, key, value, attention_mask, scaling=None, dr
                      **kwargs):
     if kwargs.get("packed_step") is not None:
         return _attend_packed(module, query, key, value, scaling, kwargs)
-    if invariant.DENSE_CALL.get() is not None:
+    if dense.DENSE_CALL.get() is not None:
         return _attend_dense(module, query, key, value, scaling, kwargs)
     _refuse_unsupported(module, kwargs)
     return sdpa_attention_forward(module, query, key, value, attention_mask,
@@ -254,7 +255,7 @@ def packed_eager_attention(module, query, key, value, attention_mask, scaling=No
                            dropout=0.0, **kwargs):
     if kwargs.get("packed_step") is not None:
         return _attend_packed(module, query, key, value, scaling, kwargs)
-    if invariant.DENSE_CALL.get() is not None:
+    if dense.DENSE_CALL.get() is not None:
         return _attend_dense(module, query, key, value, scaling, kwargs)
     _refuse_unsupported(module, kwargs)
     eager = sys.modules[type(module).__module__].eager_attention_forward

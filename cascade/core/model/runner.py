@@ -19,7 +19,8 @@ import torch
 from transformers import AutoTokenizer, DynamicCache, PreTrainedModel
 
 from cascade.core.forward import packed_weights
-from cascade.core.forward.invariant import DenseCall, dense_call, probe_invariance
+from cascade.core.forward.dense import DenseCall, dense_call
+from cascade.core.forward.invariance_probe import probe_invariance
 from cascade.core.forward.row_rules import Invariance
 from cascade.core.forward.packed import enable
 from cascade.core.forward.row_rope import rope_switch
@@ -87,7 +88,7 @@ class ModelRunner:
         self.invariant = on
 
     def dense_call(self, rows, width: int, batches: list[int] | None = None):
-        """The context of one invariant ``DynamicCache`` forward (``invariant.DenseCall``)."""
+        """The context of one invariant ``DynamicCache`` forward (``dense.DenseCall``)."""
         return dense_call(DenseCall(rows, width, self.invariance.attention,
                                     self.invariance.pad_limit, batches))
 
