@@ -7,7 +7,7 @@ import logging
 
 import typer
 
-from cascade.core.forward.packed import UnsupportedModel
+from cascade.core.forward.packed_backend import UnsupportedModel
 from cascade.core.memory.suffix_index import MemoryLimits, SuffixIndex
 
 from cascade.pod.cli import model_server_cli, option

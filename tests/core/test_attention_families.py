@@ -13,7 +13,8 @@ from cascade.core.blocks import Draft
 from cascade.core.verify.engine import VerifyEngine
 from cascade.core.kv.kv_store import KVShape, KVStore
 from cascade.core.loop import generate, speculative_rounds
-from cascade.core.forward.packed import Feed, UnsupportedModel, enable, packed_forward
+from cascade.core.forward.packed import Feed, packed_forward
+from cascade.core.forward.packed_backend import UnsupportedModel, enable
 from cascade.core.verify.verification import SequenceVerifier
 from cascade.protocol.settings import DraftConfig, SamplingParams
 from models import (

@@ -9,7 +9,8 @@ import torch
 from cascade.core.forward.invariant import SPAN_WASTE, Group, buckets
 from cascade.core.kv.kv_store import KVShape, KVStore
 from cascade.core.forward.row_rules import RowRule
-from cascade.core.forward.packed import Feed, enable, packed_forward
+from cascade.core.forward.packed import Feed, packed_forward
+from cascade.core.forward.packed_backend import enable
 from cascade.core.forward.row_batches import batched_rows
 from cascade.core.trees import ancestor_mask
 from models import (full_forward, tiny_gemma2, tiny_gpt2, tiny_llama, tiny_mistral,

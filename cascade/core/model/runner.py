@@ -22,7 +22,7 @@ from cascade.core.forward import packed_weights
 from cascade.core.forward.dense import DenseCall, dense_call
 from cascade.core.forward.invariance_probe import probe_invariance
 from cascade.core.forward.row_rules import Invariance
-from cascade.core.forward.packed import enable
+from cascade.core.forward.packed_backend import enable
 from cascade.core.forward.row_rope import rope_switch
 from cascade.core.model.tensor_parallel import Shard, local_products
 from cascade.core.model.vocab_map import VocabMap

@@ -17,7 +17,7 @@ import torch
 from cascade.core.parallel import rank_processes
 
 from cascade.core.parallel import ranks
-from cascade.core.forward.packed import enable
+from cascade.core.forward.packed_backend import enable
 from cascade.core.model.runner import DTYPES, ModelRunner, ModelSpec
 from cascade.core.model.tensor_parallel import Shard
 from cascade.core.model.weights import load_causal_lm

@@ -29,7 +29,8 @@ from cascade.core.forward.invariant import KEY_BLOCK
 from cascade.core.kv.kv_budget import default_budget
 from cascade.core.kv.kv_store import BLOCK_SIZE, KVShape, KVStore, blocks_for
 from cascade.core.verify.logprobs import leading_entries, score_ahead
-from cascade.core.forward.packed import Feed, enable, packed_forward
+from cascade.core.forward.packed import Feed, packed_forward
+from cascade.core.forward.packed_backend import enable
 from cascade.core.verify.paged_cache import KVBudgetExhausted, PagedCache, Preempted, make_room
 from cascade.core.kv.prefix_cache import PrefixCache
 from cascade.core.forward.row_rope import rope_switch
