@@ -8,7 +8,8 @@ import logging
 import typer
 
 from cascade.core.forward.packed_backend import UnsupportedModel
-from cascade.core.memory.suffix_index import MemoryLimits, SuffixIndex
+from cascade.core.memory.suffix_index import SuffixIndex
+from cascade.core.memory.candidates import MemoryLimits
 
 from cascade.pod.cli import model_server_cli, option
 from cascade.serving.delay import LinkDelay

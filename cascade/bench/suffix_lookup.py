@@ -22,7 +22,8 @@ from rich.table import Table
 
 from cascade.bench.run import machine
 from cascade.core.memory.suffix_draft import best_draft
-from cascade.core.memory.suffix_index import MemoryLimits, SuffixIndex
+from cascade.core.memory.suffix_index import SuffixIndex
+from cascade.core.memory.candidates import MemoryLimits
 
 VOCAB = 32_000
 SCOPES = 10

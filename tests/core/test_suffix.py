@@ -8,14 +8,8 @@ import pytest
 
 from cascade.core.memory import suffix_index
 from cascade.core.memory.suffix_draft import SuffixParams, best_draft, follow
-from cascade.core.memory.suffix_index import (
-    SEEDS,
-    Candidates,
-    MemoryLimits,
-    SessionMemory,
-    SuffixIndex,
-    context_candidates,
-)
+from cascade.core.memory.suffix_index import SessionMemory, SuffixIndex
+from cascade.core.memory.candidates import SEEDS, Candidates, MemoryLimits, context_candidates
 
 DEPTH = 8
 LIMITS = MemoryLimits(max_depth=DEPTH, max_candidates=10_000)

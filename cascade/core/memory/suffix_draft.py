@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cascade.core.memory.suffix_index import SEP, Candidates
+from cascade.core.memory.candidates import SEP, Candidates
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from cascade.core.blocks import Draft
 from cascade.core.proposers.base import Proposer, ProposerContext
 from cascade.core.proposers.hybrid import LookupThenModel
 from cascade.core.memory.suffix_draft import SuffixParams, best_draft
-from cascade.core.memory.suffix_index import Candidates, MemoryLimits, context_candidates
+from cascade.core.memory.candidates import Candidates, MemoryLimits, context_candidates
 
 MIN_SCORE = 1.5
 """suffix_then_model sends the lookup's draft when it expects at least this many accepted
