@@ -42,6 +42,7 @@ from cascade.serving import metrics
 from verifier_service.probes import MAX_PROBE_TOKENS, ProbeClock, Probes
 from verifier_service.round_trips import RoundTrips, Trip
 
+
 @dataclass
 class PlanNote:
     """What the verdict of a planned session's round says about the plan."""

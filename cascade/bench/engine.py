@@ -75,7 +75,6 @@ NEW_TOKENS = 32
 COLUMNS = ("plain", "invariant", "eager", "compiled", "floor")
 
 
-
 def default_threads() -> int:
     return os.cpu_count() or 1
 

@@ -55,6 +55,7 @@ PROMPTS = {
     "event": "Describe an upcoming event as JSON: its name, date, attendees and kind.",
 }
 
+
 def modes(k: int) -> tuple[tuple[str, int, bool], ...]:
     """(name, k, with the grammar) of each mode."""
     return (("target alone", 0, False), ("target alone + grammar", 0, True),

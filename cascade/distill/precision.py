@@ -12,6 +12,7 @@ import torch
 
 from cascade.core.model.dtypes import BF16_FLAGS, cpu_flags
 
+
 def cpu_has_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
     return bool(cpu_flags(cpuinfo) & set(BF16_FLAGS))
 

@@ -26,9 +26,7 @@ from opentelemetry import trace
 from cascade.protocol.limits import shortened
 from cascade.protocol.requests import GenerationRequest
 from cascade.protocol.settings import FinishReason
-from cascade.protocol.wire import (
-    FINISH_FROM_PB,
-)
+from cascade.protocol.wire import FINISH_FROM_PB
 from cascade.serving import metrics
 from cascade.serving.channels import ChannelPool
 from cascade.serving.telemetry import start_span, tracer
@@ -55,6 +53,8 @@ from gateway.sessions.recovery import Recovery
 from gateway.sessions.sharing import MemorySharing, prefix_scope
 
 log = logging.getLogger(__name__)
+
+
 class Orchestrator:
     def __init__(self, client: redis.Redis, store: SessionStore, channels: ChannelPool,
                  settings: OrchestratorSettings = OrchestratorSettings()) -> None:

@@ -122,8 +122,6 @@ P2 = torch.stack([random_distribution(30 + x) for x in range(VOCAB)])  # [VOCAB 
 Q2 = torch.stack([random_distribution(50 + x, zeros=2) for x in range(VOCAB)])
 
 
-
-
 def test_two_position_joint_distribution():
     generator = torch.Generator().manual_seed(22)
     d1 = torch.multinomial(Q1.float(), N, replacement=True, generator=generator)

@@ -52,6 +52,7 @@ def _greedy_text(target, prompt: str) -> str:
         expected = expected[: expected.index(tokenizer.eos_token_id) + 1]
     return tokenizer.decode(expected, skip_special_tokens=True)
 
+
 PERSON = {"type": "object", "properties": {
     "name": {"type": "string", "maxLength": 30},
     "age": {"type": "integer", "minimum": 0, "maximum": 150},

@@ -126,7 +126,6 @@ async def test_echo_must_be_a_boolean(tokenizer):
     assert response.status_code == 400 and response.json()["error"]["param"] == "echo"
 
 
-
 async def test_best_of_ranks_echoed_candidates_by_their_log_probabilities(tokenizer):
     """The prompt's first entry has no log-probability; ranking still works (the prompt's
     entries are the same for every candidate of a prompt)."""

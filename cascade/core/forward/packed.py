@@ -48,6 +48,8 @@ MIN_COMPILED_ROWS = 2
 """A compiled step feeds at least this many tokens (filler rows otherwise), so the token count
 is never 1, a size compiled code would specialise on (two graphs whose kernels may round
 differently)."""
+
+
 @dataclass(frozen=True)
 class Feed:
     """What one row feeds in a step: ``tokens`` into positions ``start ..`` of its block table.

@@ -16,7 +16,6 @@ DEFAULT_GPU_FRACTION = 0.8
 use (the rest: activations and the allocator's slack)."""
 
 
-
 def available_memory(cgroup: Path = Path("/sys/fs/cgroup")) -> int:
     """Bytes this process can still use: the machine's available memory, or less when a
     container's memory limit (cgroup v2 or v1) leaves less."""

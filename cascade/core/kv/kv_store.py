@@ -32,6 +32,7 @@ import torch
 
 from cascade.protocol.prefix_keys import BLOCK_SIZE
 
+
 def attention_heads(config) -> tuple[int, int, int]:
     """(query heads, key/value heads, head size) of a transformers model config."""
     heads = config.num_attention_heads

@@ -15,6 +15,7 @@ SEEDS = (2, 6)
 """Seed lengths: a place is found when at least this many tokens before it match the context
 (the longer seed finds long matches that a common bigram's most recent places would miss)."""
 
+
 @dataclass(frozen=True)
 class MemoryLimits:
     max_sequences: int = 100_000

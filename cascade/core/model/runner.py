@@ -33,6 +33,7 @@ from cascade.core.kv.prefix_share import (ENDED_BYTES, EndedCaches, HeldTokens, 
 
 _PROBE_LOCK = threading.Lock()
 
+
 class ForwardOutput(NamedTuple):
     """What one forward pass returns for the positions asked for."""
 

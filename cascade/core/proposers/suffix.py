@@ -50,7 +50,6 @@ class SuffixProposer(Proposer):
         return Draft(draft.tokens, parents=draft.parents, survival=draft.probs,
                      source="memory" if from_memory else "suffix")
 
-
     def ready(self, committed: list[int]) -> int:
         budget = self.config.budget(self.sampling, len(committed) - self.prompt_len)
         draft = self.propose(committed, budget)
