@@ -202,7 +202,7 @@ class DraftLoop:
         self.proposer.costs.observe("round_s", time.perf_counter() - sent)
         verified = (verdict.num_verified if verdict.HasField("num_verified")
                     else len(block.tokens))
-        self.proposer.judged(block.source, verified, verdict.num_accepted)
+        self.proposer.judged(block.source, verified, verdict.stats.num_accepted)
 
     def _relay(self, verdict: verifier_pb2.Verdict, block: verifier_pb2.DraftBlock,
                origin: common_pb2.Speculation, cache: SpeculationCache | None

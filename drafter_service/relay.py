@@ -23,8 +23,9 @@ def relayed_round(verdict: verifier_pb2.Verdict, block: verifier_pb2.DraftBlock,
     parents = block.parents[: len(verified)]
     result = round_from_verdict(verdict, verified, block.draft_us, round_us, parents,
                                 block.source)
-    metrics.observe_drafted(block.source, len(verified), verdict.num_accepted)
-    result.speculation = origin
+    metrics.observe_drafted(block.source, len(verified), verdict.stats.num_accepted)
+    result.stats.speculation = origin
     if cache is not None:
-        result.num_predrafted, result.num_sent_ahead = len(cache.blocks), len(cache.sent)
+        result.stats.num_predrafted = len(cache.blocks)
+        result.stats.num_sent_ahead = len(cache.sent)
     return result

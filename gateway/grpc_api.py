@@ -183,8 +183,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         try:
             async for chunk in chunks:
                 final, before = chunk.finish_reason is not None, text.num_tokens
-                accepted = text.add(chunk.token_ids[: chunk.num_accepted])
-                chosen = text.add(chunk.token_ids[chunk.num_accepted :], final=final)
+                accepted = text.add(chunk.token_ids[: chunk.stats.num_accepted])
+                chosen = text.add(chunk.token_ids[chunk.stats.num_accepted :], final=final)
                 finish = FinishReason.STOP if text.stopped else chunk.finish_reason
                 if text.stopped:
                     chunk = _cut(chunk, text.num_tokens - before)
@@ -212,13 +212,10 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
                   completion_tokens: int) -> gateway_pb2.GenerateResponse:
         return gateway_pb2.GenerateResponse(
             session_id=chunk.session_id, text=accepted + chosen, accepted_text=accepted,
-            token_ids=chunk.token_ids, num_accepted=chunk.num_accepted,
-            num_drafted=chunk.num_drafted, finish_reason=FINISH_TO_PB[finish],
-            prompt_tokens=num_prompt, completion_tokens=completion_tokens,
-            draft_us=chunk.draft_us, verify_us=chunk.verify_us, round_us=chunk.round_us,
-            num_deferred=chunk.num_deferred, round=chunk.round, speculation=chunk.speculation,
-            draft_source=chunk.draft_source, logprobs=logprobs_to_pb(chunk.logprobs),
-            num_forced=chunk.num_forced, num_filled=chunk.num_filled, **_tree_fields(chunk))
+            token_ids=chunk.token_ids, finish_reason=FINISH_TO_PB[finish],
+            prompt_tokens=num_prompt, completion_tokens=completion_tokens, round=chunk.round,
+            logprobs=logprobs_to_pb(chunk.logprobs),
+            stats=None if chunk.is_replayed else chunk.stats.to_pb(), **_tree_fields(chunk))
 
 
 def _cut(chunk, num_tokens: int):
@@ -226,7 +223,8 @@ def _cut(chunk, num_tokens: int):
     them: what followed in the round is not part of it)."""
     return replace(chunk, token_ids=chunk.token_ids[:num_tokens],
                    logprobs=chunk.logprobs[:num_tokens],
-                   num_accepted=min(chunk.num_accepted, num_tokens))
+                   stats=replace(chunk.stats,
+                                 num_accepted=min(chunk.stats.num_accepted, num_tokens)))
 
 
 def _tree_fields(chunk) -> dict[str, Any]:

@@ -39,7 +39,46 @@ def test_proto_comments_name_every_draft_method_and_source():
     for proto, field in (("gateway.proto", "string draft_method = 12;"),
                          ("common.proto", "string method = 8;")):
         assert _quoted_in_comment_above(proto, field) == set(DRAFT_METHODS), (proto, field)
-    for proto, field in (("gateway.proto", "string draft_source = 19;"),
-                         ("common.proto", "string draft_source = 17;"),
+    for proto, field in (("common.proto", "string draft_source = 12;"),
                          ("verifier.proto", "string source = 11;")):
         assert _quoted_in_comment_above(proto, field) == set(DRAFT_SOURCES), (proto, field)
+
+
+def test_round_stats_are_declared_once_and_agree_with_their_message():
+    """The dataclass and the message have the same fields, in order, of matching kinds; the
+    three messages that carry a round nest it instead of copying its fields."""
+    from dataclasses import fields
+
+    from google.protobuf.descriptor import FieldDescriptor
+
+    from cascade.protocol.round_stats import RoundStats
+    from cascade.v1 import common_pb2, gateway_pb2, verifier_pb2
+
+    message = common_pb2.RoundStats.DESCRIPTOR
+    names = [f.name for f in fields(RoundStats)]
+    assert names == [f.name for f in message.fields]
+    kinds = {FieldDescriptor.TYPE_STRING: str}
+    for f in message.fields:
+        assert isinstance(getattr(RoundStats(), f.name), kinds.get(f.type, int)), f.name
+    for carrier in (common_pb2.Round, verifier_pb2.Verdict, gateway_pb2.GenerateResponse):
+        own = {f.name for f in carrier.DESCRIPTOR.fields}
+        assert carrier.DESCRIPTOR.fields_by_name["stats"].message_type is message
+        assert not own & set(names), (carrier.DESCRIPTOR.name, own & set(names))
+
+
+def test_round_stats_cross_the_wire_and_reach_json_whole():
+    from dataclasses import fields
+
+    from cascade.protocol.round_stats import RoundStats
+    from cascade.v1 import common_pb2
+
+    values = {f.name: (f"s{i}" if f.type is str or f.type == "str" else i + 1)
+              for i, f in enumerate(fields(RoundStats))}
+    values["speculation"] = common_pb2.SPECULATION_AHEAD_HIT
+    stats = RoundStats(**values)
+    wire = common_pb2.RoundStats.FromString(stats.to_pb().SerializeToString())
+    assert RoundStats.from_pb(wire) == stats
+    shown = stats.to_json()
+    assert len(shown) == len(values) and shown["block"] == "ahead_hit"
+    assert shown["draft_ms"] == values["draft_us"] / 1000
+    assert shown["num_accepted"] == values["num_accepted"]

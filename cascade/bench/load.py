@@ -172,7 +172,7 @@ async def _client(stub, point: Point, index: int, mode: Mode, max_tokens: int,
                 now, count = time.perf_counter(), len(response.token_ids)
                 if not count:
                     continue
-                point.drafted.append(response.num_drafted)
+                point.drafted.append(response.stats.num_drafted)
                 if last == started:
                     point.ttft_s.append(now - started)
                 else:

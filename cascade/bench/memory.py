@@ -90,7 +90,7 @@ def _complete(http: httpx.Client, messages: list[dict], fields: dict, max_tokens
             rounds = chunk.get("cascade")
             if rounds:
                 counts["rounds"] += 1
-                source = rounds.get("source") or "target"
+                source = rounds.get("draft_source") or "target"
                 counts["tokens"] += len(rounds["tokens"])
                 counts[f"drafted:{source}"] += rounds["num_drafted"]
                 counts[f"accepted:{source}"] += rounds["num_accepted"]

@@ -98,9 +98,9 @@ def _run_prompts(address: str, row: RttRow, prompts: tuple[str, ...], max_tokens
                                     on_response=responses.append, schedule="fixed", **shape)
         row.tokens.append(summary.token_ids)
         row.wall_s += summary.elapsed_s
-        row.verify_s += sum(r.verify_us for r in responses) / 1e6
+        row.verify_s += sum(r.stats.verify_us for r in responses) / 1e6
         row.rounds += len(responses)
-        row.origins.update(r.speculation for r in responses[1:])
+        row.origins.update(r.stats.speculation for r in responses[1:])
     return row
 
 

@@ -77,10 +77,11 @@ def service_trace(stub, prompt: BenchPrompt, job: Job, k: int, sampling: bool) -
         if not response.token_ids:
             continue
         trace.chunk(time.perf_counter() - started, list(response.token_ids))
-        trace.round(response.num_drafted, response.num_accepted, response.draft_us / 1e6,
-                    response.verify_us / 1e6, len(response.token_ids))
-        if response.round_us:
-            overhead = response.round_us - response.draft_us - response.verify_us
+        stats = response.stats
+        trace.round(stats.num_drafted, stats.num_accepted, stats.draft_us / 1e6,
+                    stats.verify_us / 1e6, len(response.token_ids))
+        if stats.round_us:
+            overhead = stats.round_us - stats.draft_us - stats.verify_us
             trace.overhead_s.append(overhead / 1e6)
     trace.elapsed_s = time.perf_counter() - started
     return trace

@@ -13,6 +13,7 @@ import torch
 
 from cascade.core.blocks import Draft, RoundOutcome, TargetFeatures
 from cascade.core.plan.speculation import Outcome
+from cascade.protocol.round_stats import RoundStats
 from cascade.protocol.validation import ModelLimits, check_block
 from cascade.protocol.wire import FINISH_TO_PB, logprobs_to_pb
 from cascade.v1 import common_pb2, verifier_pb2
@@ -73,14 +74,15 @@ SmolLM2-135M, inside the 16 MB message limit)."""
 def verdict_to_pb(outcome: RoundOutcome, verify_us: int, features: TargetFeatures | None = None,
                   **fields) -> verifier_pb2.Verdict:
     """``fields``: session_id, epoch, round."""
+    stats = RoundStats(num_accepted=outcome.num_accepted, num_deferred=outcome.num_deferred,
+                       num_forced=outcome.num_forced, num_filled=outcome.num_filled,
+                       verify_us=verify_us)
     return verifier_pb2.Verdict(
-        tokens=outcome.tokens, num_accepted=outcome.num_accepted,
-        committed_len=outcome.committed_len, finish_reason=FINISH_TO_PB[outcome.finish_reason],
-        verify_us=verify_us, features=features_to_pb(features),
-        num_deferred=outcome.num_deferred, path=outcome.path or (),
-        logprobs=logprobs_to_pb(outcome.logprobs or ()),
-        prompt_logprobs=logprobs_to_pb(outcome.prompt_logprobs or ()),
-        num_forced=outcome.num_forced, num_filled=outcome.num_filled, **fields)
+        tokens=outcome.tokens, committed_len=outcome.committed_len,
+        finish_reason=FINISH_TO_PB[outcome.finish_reason], features=features_to_pb(features),
+        path=outcome.path or (), logprobs=logprobs_to_pb(outcome.logprobs or ()),
+        prompt_logprobs=logprobs_to_pb(outcome.prompt_logprobs or ()), stats=stats.to_pb(),
+        **fields)
 
 
 def features_to_pb(features: TargetFeatures | None) -> verifier_pb2.TargetFeatures | None:
@@ -120,15 +122,15 @@ def round_from_verdict(verdict: verifier_pb2.Verdict, drafted: Sequence[int], dr
                        ) -> common_pb2.Round:
     """What the drafter streams to the gateway for one verified block (``drafted``: the
     block's tokens, rejected ones included; ``parents``: a tree's, empty for a chain;
-    ``source``: what drafted it)."""
-    return common_pb2.Round(drafted_parents=parents, path=verdict.path,
-        draft_source=source if drafted else "", logprobs=verdict.logprobs,
-        prompt_logprobs=verdict.prompt_logprobs,
-        round=verdict.round, tokens=verdict.tokens, num_accepted=verdict.num_accepted,
-        num_drafted=len(drafted), committed_len=verdict.committed_len,
-        finish_reason=verdict.finish_reason, draft_us=draft_us, verify_us=verdict.verify_us,
-        round_us=round_us, num_deferred=verdict.num_deferred, drafted_tokens=drafted,
-        num_forced=verdict.num_forced, num_filled=verdict.num_filled)
+    ``source``: what drafted it): the verdict's statistics with the drafter's added."""
+    stats = common_pb2.RoundStats(num_drafted=len(drafted), draft_us=draft_us,
+                                  round_us=round_us, draft_source=source if drafted else "")
+    stats.MergeFrom(verdict.stats)
+    return common_pb2.Round(
+        round=verdict.round, tokens=verdict.tokens, committed_len=verdict.committed_len,
+        finish_reason=verdict.finish_reason, drafted_tokens=drafted, drafted_parents=parents,
+        path=verdict.path, logprobs=verdict.logprobs, prompt_logprobs=verdict.prompt_logprobs,
+        stats=stats)
 
 
 def ends_generation(verdict: verifier_pb2.Verdict) -> bool:
@@ -142,10 +144,10 @@ def verdict_outcome(verdict: verifier_pb2.Verdict) -> Outcome | None:
     tree, the accepted path. A block sent
     ahead is the next round's only when its ``base_len`` is also the verdict's committed
     length (``follows``): a guess may not foresee the filled tokens."""
-    own = len(verdict.tokens) - 1 - verdict.num_filled
+    own = len(verdict.tokens) - 1 - verdict.stats.num_filled
     if own < 0:
         return None
-    return Outcome(verdict.num_accepted, verdict.tokens[own], tuple(verdict.path))
+    return Outcome(verdict.stats.num_accepted, verdict.tokens[own], tuple(verdict.path))
 
 
 def follows(block: verifier_pb2.DraftBlock, verdict: verifier_pb2.Verdict) -> bool:

@@ -1,5 +1,6 @@
 """The acceptance counters, one type for every reader: the verifier's sessions and its Prometheus
-metrics, the in-process loop, the CLI summary, the benchmark's traces and the pair evaluator.
+metrics, the in-process loop, the CLI summary, the benchmark's traces and the pair evaluator
+(one round's own statistics: ``cascade.protocol.round_stats``).
 
 Definitions (vLLM's): acceptance rate = accepted / drafted tokens; mean acceptance length =
 1 + accepted tokens / drafts (the bonus or recovered token included).
@@ -9,7 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from itertools import zip_longest
+from typing import TYPE_CHECKING
 
+if TYPE_CHECKING:
+    from cascade.protocol.round_stats import RoundStats
 
 @dataclass
 class SpecStats:
@@ -62,6 +66,12 @@ class SpecStats:
         per_position = [a + b for a, b in zip_longest(self.accepted_per_position,
                                                       other.accepted_per_position, fillvalue=0)]
         return SpecStats(**counts, accepted_per_position=per_position)
+
+    def observe_round(self, stats: RoundStats, num_emitted: int) -> None:
+        """One round as its statistics report it (the dataclass or its message; ``num_emitted``:
+        its committed tokens)."""
+        self.observe(stats.num_drafted, stats.num_accepted, num_emitted, stats.num_deferred,
+                     stats.num_forced, stats.num_filled)
 
     @property
     def acceptance_rate(self) -> float:

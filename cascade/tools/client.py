@@ -42,13 +42,13 @@ class GenerationSummary:
     def observe(self, response: gateway_pb2.GenerateResponse) -> None:
         self.text += response.text
         self.token_ids += response.token_ids
-        self.stats.observe(response.num_drafted, response.num_accepted, len(response.token_ids),
-                           response.num_deferred, response.num_forced, response.num_filled)
-        if response.round_us and response.num_drafted:
-            hidden = response.speculation in (common_pb2.SPECULATION_CACHE_HIT,
-                                              common_pb2.SPECULATION_AHEAD_HIT)
-            drafting = 0 if hidden else response.draft_us
-            self.overhead_us.append(response.round_us - drafting - response.verify_us)
+        stats = response.stats
+        self.stats.observe_round(stats, len(response.token_ids))
+        if stats.round_us and stats.num_drafted:
+            hidden = stats.speculation in (common_pb2.SPECULATION_CACHE_HIT,
+                                           common_pb2.SPECULATION_AHEAD_HIT)
+            drafting = 0 if hidden else stats.draft_us
+            self.overhead_us.append(stats.round_us - drafting - stats.verify_us)
 
 
 RESUMABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN,

@@ -154,48 +154,54 @@ class Acceptance(_message.Message):
     alpha: float
     def __init__(self, rule: _Optional[_Union[AcceptanceRule, str]] = ..., alpha: _Optional[float] = ...) -> None: ...
 
-class Round(_message.Message):
-    __slots__ = ("round", "tokens", "num_accepted", "num_drafted", "committed_len", "finish_reason", "draft_us", "verify_us", "round_us", "num_deferred", "drafted_tokens", "speculation", "num_predrafted", "num_sent_ahead", "drafted_parents", "path", "draft_source", "logprobs", "prompt_logprobs", "num_forced", "num_filled")
-    ROUND_FIELD_NUMBER: _ClassVar[int]
-    TOKENS_FIELD_NUMBER: _ClassVar[int]
+class RoundStats(_message.Message):
+    __slots__ = ("num_accepted", "num_drafted", "num_deferred", "num_forced", "num_filled", "draft_us", "verify_us", "round_us", "speculation", "num_predrafted", "num_sent_ahead", "draft_source")
     NUM_ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     NUM_DRAFTED_FIELD_NUMBER: _ClassVar[int]
-    COMMITTED_LEN_FIELD_NUMBER: _ClassVar[int]
-    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    NUM_DEFERRED_FIELD_NUMBER: _ClassVar[int]
+    NUM_FORCED_FIELD_NUMBER: _ClassVar[int]
+    NUM_FILLED_FIELD_NUMBER: _ClassVar[int]
     DRAFT_US_FIELD_NUMBER: _ClassVar[int]
     VERIFY_US_FIELD_NUMBER: _ClassVar[int]
     ROUND_US_FIELD_NUMBER: _ClassVar[int]
-    NUM_DEFERRED_FIELD_NUMBER: _ClassVar[int]
-    DRAFTED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     SPECULATION_FIELD_NUMBER: _ClassVar[int]
     NUM_PREDRAFTED_FIELD_NUMBER: _ClassVar[int]
     NUM_SENT_AHEAD_FIELD_NUMBER: _ClassVar[int]
-    DRAFTED_PARENTS_FIELD_NUMBER: _ClassVar[int]
-    PATH_FIELD_NUMBER: _ClassVar[int]
     DRAFT_SOURCE_FIELD_NUMBER: _ClassVar[int]
-    LOGPROBS_FIELD_NUMBER: _ClassVar[int]
-    PROMPT_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
-    NUM_FORCED_FIELD_NUMBER: _ClassVar[int]
-    NUM_FILLED_FIELD_NUMBER: _ClassVar[int]
-    round: int
-    tokens: _containers.RepeatedScalarFieldContainer[int]
     num_accepted: int
     num_drafted: int
-    committed_len: int
-    finish_reason: FinishReason
+    num_deferred: int
+    num_forced: int
+    num_filled: int
     draft_us: int
     verify_us: int
     round_us: int
-    num_deferred: int
-    drafted_tokens: _containers.RepeatedScalarFieldContainer[int]
     speculation: Speculation
     num_predrafted: int
     num_sent_ahead: int
+    draft_source: str
+    def __init__(self, num_accepted: _Optional[int] = ..., num_drafted: _Optional[int] = ..., num_deferred: _Optional[int] = ..., num_forced: _Optional[int] = ..., num_filled: _Optional[int] = ..., draft_us: _Optional[int] = ..., verify_us: _Optional[int] = ..., round_us: _Optional[int] = ..., speculation: _Optional[_Union[Speculation, str]] = ..., num_predrafted: _Optional[int] = ..., num_sent_ahead: _Optional[int] = ..., draft_source: _Optional[str] = ...) -> None: ...
+
+class Round(_message.Message):
+    __slots__ = ("round", "tokens", "committed_len", "finish_reason", "drafted_tokens", "drafted_parents", "path", "logprobs", "prompt_logprobs", "stats")
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_LEN_FIELD_NUMBER: _ClassVar[int]
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    DRAFTED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    DRAFTED_PARENTS_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    STATS_FIELD_NUMBER: _ClassVar[int]
+    round: int
+    tokens: _containers.RepeatedScalarFieldContainer[int]
+    committed_len: int
+    finish_reason: FinishReason
+    drafted_tokens: _containers.RepeatedScalarFieldContainer[int]
     drafted_parents: _containers.RepeatedScalarFieldContainer[int]
     path: _containers.RepeatedScalarFieldContainer[int]
-    draft_source: str
     logprobs: _containers.RepeatedCompositeFieldContainer[TokenLogprobs]
     prompt_logprobs: _containers.RepeatedCompositeFieldContainer[TokenLogprobs]
-    num_forced: int
-    num_filled: int
-    def __init__(self, round: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., num_accepted: _Optional[int] = ..., num_drafted: _Optional[int] = ..., committed_len: _Optional[int] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., draft_us: _Optional[int] = ..., verify_us: _Optional[int] = ..., round_us: _Optional[int] = ..., num_deferred: _Optional[int] = ..., drafted_tokens: _Optional[_Iterable[int]] = ..., speculation: _Optional[_Union[Speculation, str]] = ..., num_predrafted: _Optional[int] = ..., num_sent_ahead: _Optional[int] = ..., drafted_parents: _Optional[_Iterable[int]] = ..., path: _Optional[_Iterable[int]] = ..., draft_source: _Optional[str] = ..., logprobs: _Optional[_Iterable[_Union[TokenLogprobs, _Mapping]]] = ..., prompt_logprobs: _Optional[_Iterable[_Union[TokenLogprobs, _Mapping]]] = ..., num_forced: _Optional[int] = ..., num_filled: _Optional[int] = ...) -> None: ...
+    stats: RoundStats
+    def __init__(self, round: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., committed_len: _Optional[int] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., drafted_tokens: _Optional[_Iterable[int]] = ..., drafted_parents: _Optional[_Iterable[int]] = ..., path: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[_Union[TokenLogprobs, _Mapping]]] = ..., prompt_logprobs: _Optional[_Iterable[_Union[TokenLogprobs, _Mapping]]] = ..., stats: _Optional[_Union[RoundStats, _Mapping]] = ...) -> None: ...

@@ -89,57 +89,39 @@ class GenerateRequest(_message.Message):
     def __init__(self, model: _Optional[str] = ..., prompt: _Optional[str] = ..., num_draft_tokens: _Optional[int] = ..., chat: _Optional[bool] = ..., max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., seed: _Optional[int] = ..., draft_method: _Optional[str] = ..., stop: _Optional[_Iterable[str]] = ..., acceptance: _Optional[str] = ..., cascade_rule: _Optional[str] = ..., cascade_alpha: _Optional[float] = ..., draft_schedule: _Optional[str] = ..., draft_min_confidence: _Optional[float] = ..., draft_max_entropy: _Optional[float] = ..., draft_tree_nodes: _Optional[int] = ..., draft_tree_branching: _Optional[int] = ..., draft_tree_expansion: _Optional[str] = ..., logprobs: _Optional[int] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., min_tokens: _Optional[int] = ..., logit_bias: _Optional[_Mapping[str, float]] = ..., presence_penalty: _Optional[float] = ..., frequency_penalty: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., bad_words: _Optional[_Iterable[str]] = ..., structured_output: _Optional[_Union[_common_pb2.Grammar, _Mapping]] = ..., prompt_logprobs: _Optional[int] = ..., prediction: _Optional[str] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
-    __slots__ = ("session_id", "text", "token_ids", "num_accepted", "num_drafted", "finish_reason", "prompt_tokens", "completion_tokens", "accepted_text", "draft_us", "verify_us", "round_us", "num_deferred", "round", "speculation", "drafted_tokens", "drafted_parents", "path", "draft_source", "logprobs", "prompt_token_ids", "prompt_logprobs", "num_forced", "num_filled", "accepted_prediction_tokens", "rejected_prediction_tokens")
+    __slots__ = ("session_id", "text", "token_ids", "finish_reason", "prompt_tokens", "completion_tokens", "accepted_text", "round", "drafted_tokens", "drafted_parents", "path", "logprobs", "prompt_token_ids", "prompt_logprobs", "accepted_prediction_tokens", "rejected_prediction_tokens", "stats")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
-    NUM_ACCEPTED_FIELD_NUMBER: _ClassVar[int]
-    NUM_DRAFTED_FIELD_NUMBER: _ClassVar[int]
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
     ACCEPTED_TEXT_FIELD_NUMBER: _ClassVar[int]
-    DRAFT_US_FIELD_NUMBER: _ClassVar[int]
-    VERIFY_US_FIELD_NUMBER: _ClassVar[int]
-    ROUND_US_FIELD_NUMBER: _ClassVar[int]
-    NUM_DEFERRED_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
-    SPECULATION_FIELD_NUMBER: _ClassVar[int]
     DRAFTED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     DRAFTED_PARENTS_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
-    DRAFT_SOURCE_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     PROMPT_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
-    NUM_FORCED_FIELD_NUMBER: _ClassVar[int]
-    NUM_FILLED_FIELD_NUMBER: _ClassVar[int]
     ACCEPTED_PREDICTION_TOKENS_FIELD_NUMBER: _ClassVar[int]
     REJECTED_PREDICTION_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    STATS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     text: str
     token_ids: _containers.RepeatedScalarFieldContainer[int]
-    num_accepted: int
-    num_drafted: int
     finish_reason: _common_pb2.FinishReason
     prompt_tokens: int
     completion_tokens: int
     accepted_text: str
-    draft_us: int
-    verify_us: int
-    round_us: int
-    num_deferred: int
     round: int
-    speculation: _common_pb2.Speculation
     drafted_tokens: _containers.RepeatedScalarFieldContainer[int]
     drafted_parents: _containers.RepeatedScalarFieldContainer[int]
     path: _containers.RepeatedScalarFieldContainer[int]
-    draft_source: str
     logprobs: _containers.RepeatedCompositeFieldContainer[_common_pb2.TokenLogprobs]
     prompt_token_ids: _containers.RepeatedScalarFieldContainer[int]
     prompt_logprobs: _containers.RepeatedCompositeFieldContainer[_common_pb2.TokenLogprobs]
-    num_forced: int
-    num_filled: int
     accepted_prediction_tokens: int
     rejected_prediction_tokens: int
-    def __init__(self, session_id: _Optional[str] = ..., text: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., num_accepted: _Optional[int] = ..., num_drafted: _Optional[int] = ..., finish_reason: _Optional[_Union[_common_pb2.FinishReason, str]] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., accepted_text: _Optional[str] = ..., draft_us: _Optional[int] = ..., verify_us: _Optional[int] = ..., round_us: _Optional[int] = ..., num_deferred: _Optional[int] = ..., round: _Optional[int] = ..., speculation: _Optional[_Union[_common_pb2.Speculation, str]] = ..., drafted_tokens: _Optional[_Iterable[int]] = ..., drafted_parents: _Optional[_Iterable[int]] = ..., path: _Optional[_Iterable[int]] = ..., draft_source: _Optional[str] = ..., logprobs: _Optional[_Iterable[_Union[_common_pb2.TokenLogprobs, _Mapping]]] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., prompt_logprobs: _Optional[_Iterable[_Union[_common_pb2.TokenLogprobs, _Mapping]]] = ..., num_forced: _Optional[int] = ..., num_filled: _Optional[int] = ..., accepted_prediction_tokens: _Optional[int] = ..., rejected_prediction_tokens: _Optional[int] = ...) -> None: ...
+    stats: _common_pb2.RoundStats
+    def __init__(self, session_id: _Optional[str] = ..., text: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., finish_reason: _Optional[_Union[_common_pb2.FinishReason, str]] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., accepted_text: _Optional[str] = ..., round: _Optional[int] = ..., drafted_tokens: _Optional[_Iterable[int]] = ..., drafted_parents: _Optional[_Iterable[int]] = ..., path: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[_Union[_common_pb2.TokenLogprobs, _Mapping]]] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., prompt_logprobs: _Optional[_Iterable[_Union[_common_pb2.TokenLogprobs, _Mapping]]] = ..., accepted_prediction_tokens: _Optional[int] = ..., rejected_prediction_tokens: _Optional[int] = ..., stats: _Optional[_Union[_common_pb2.RoundStats, _Mapping]] = ...) -> None: ...

@@ -132,46 +132,38 @@ class Outcome(_message.Message):
     def __init__(self, num_accepted: _Optional[int] = ..., next_token: _Optional[int] = ..., path: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Verdict(_message.Message):
-    __slots__ = ("session_id", "epoch", "round", "is_stale", "tokens", "num_accepted", "committed_len", "finish_reason", "verify_us", "features", "num_deferred", "num_verified", "next_draft_tokens", "path", "logprobs", "prompt_logprobs", "num_forced", "num_filled", "catching_up")
+    __slots__ = ("session_id", "epoch", "round", "is_stale", "tokens", "committed_len", "finish_reason", "features", "num_verified", "next_draft_tokens", "path", "logprobs", "prompt_logprobs", "catching_up", "stats")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     IS_STALE_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
-    NUM_ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     COMMITTED_LEN_FIELD_NUMBER: _ClassVar[int]
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
-    VERIFY_US_FIELD_NUMBER: _ClassVar[int]
     FEATURES_FIELD_NUMBER: _ClassVar[int]
-    NUM_DEFERRED_FIELD_NUMBER: _ClassVar[int]
     NUM_VERIFIED_FIELD_NUMBER: _ClassVar[int]
     NEXT_DRAFT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     PROMPT_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
-    NUM_FORCED_FIELD_NUMBER: _ClassVar[int]
-    NUM_FILLED_FIELD_NUMBER: _ClassVar[int]
     CATCHING_UP_FIELD_NUMBER: _ClassVar[int]
+    STATS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     epoch: int
     round: int
     is_stale: bool
     tokens: _containers.RepeatedScalarFieldContainer[int]
-    num_accepted: int
     committed_len: int
     finish_reason: _common_pb2.FinishReason
-    verify_us: int
     features: TargetFeatures
-    num_deferred: int
     num_verified: int
     next_draft_tokens: int
     path: _containers.RepeatedScalarFieldContainer[int]
     logprobs: _containers.RepeatedCompositeFieldContainer[_common_pb2.TokenLogprobs]
     prompt_logprobs: _containers.RepeatedCompositeFieldContainer[_common_pb2.TokenLogprobs]
-    num_forced: int
-    num_filled: int
     catching_up: bool
-    def __init__(self, session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., round: _Optional[int] = ..., is_stale: _Optional[bool] = ..., tokens: _Optional[_Iterable[int]] = ..., num_accepted: _Optional[int] = ..., committed_len: _Optional[int] = ..., finish_reason: _Optional[_Union[_common_pb2.FinishReason, str]] = ..., verify_us: _Optional[int] = ..., features: _Optional[_Union[TargetFeatures, _Mapping]] = ..., num_deferred: _Optional[int] = ..., num_verified: _Optional[int] = ..., next_draft_tokens: _Optional[int] = ..., path: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[_Union[_common_pb2.TokenLogprobs, _Mapping]]] = ..., prompt_logprobs: _Optional[_Iterable[_Union[_common_pb2.TokenLogprobs, _Mapping]]] = ..., num_forced: _Optional[int] = ..., num_filled: _Optional[int] = ..., catching_up: _Optional[bool] = ...) -> None: ...
+    stats: _common_pb2.RoundStats
+    def __init__(self, session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., round: _Optional[int] = ..., is_stale: _Optional[bool] = ..., tokens: _Optional[_Iterable[int]] = ..., committed_len: _Optional[int] = ..., finish_reason: _Optional[_Union[_common_pb2.FinishReason, str]] = ..., features: _Optional[_Union[TargetFeatures, _Mapping]] = ..., num_verified: _Optional[int] = ..., next_draft_tokens: _Optional[int] = ..., path: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[_Union[_common_pb2.TokenLogprobs, _Mapping]]] = ..., prompt_logprobs: _Optional[_Iterable[_Union[_common_pb2.TokenLogprobs, _Mapping]]] = ..., catching_up: _Optional[bool] = ..., stats: _Optional[_Union[_common_pb2.RoundStats, _Mapping]] = ...) -> None: ...
 
 class DecodeRequest(_message.Message):
     __slots__ = ("session",)

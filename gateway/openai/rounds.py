@@ -10,12 +10,7 @@ fields; OpenAI clients keep unknown fields, so they parse these chunks unchanged
 | tokens | the round's committed tokens in order: ``{"text", "kind"}``; kind is ``accepted`` (drafted and accepted), ``recovered`` (the verifier's correction after a rejection), ``bonus`` (the verifier's extra token after a fully accepted draft), ``target`` (decoded by the target alone, k = 0) or ``filled`` (the grammar allowed only it: filled in after the verifier's token without a pass, jump-forward) |
 | drafted | text of each drafted token, rejected ones included |
 | parents, path | token trees only: each drafted node's parent index (-1: a child of the last committed token) and the accepted branch (node indices from a root child down) |
-| num_drafted, num_accepted | the round's drafted and accepted counts |
-| num_deferred | speculative cascades: drafted positions the target's distribution decided |
-| num_forced, num_filled | structured outputs: committed tokens at positions the grammar forced (drafted, the verifier's, or filled), and how many of them were filled |
-| draft_ms, verify_ms, round_ms | drafting, target pass plus acceptance, and the round's wall time |
-| source | what drafted the block: ``model``, ``ngram``, ``suffix`` (the session's own tokens) or ``memory`` (the speculation memory); empty when nothing was drafted |
-| block | where the round's block came from: ``lock_step`` (drafted after the previous verdict), ``miss`` (the same, the drafter's guesses having missed), ``cache_hit`` (pre-drafted, sent at the verdict), ``ahead_hit`` (pre-drafted and sent ahead) |
+| the round's statistics | every field of ``cascade.protocol.round_stats.RoundStats`` by its name (``num_drafted``, ``num_accepted``, ``num_deferred``, ``num_forced``, ``num_filled``, ``num_predrafted``, ``num_sent_ahead``, ``draft_source`` ...), times in milliseconds (``draft_ms``, ``verify_ms``, ``round_ms``), and ``block``: where the round's block came from, ``lock_step`` (drafted after the previous verdict), ``miss`` (the same, the drafter's guesses having missed), ``cache_hit`` (pre-drafted, sent at the verdict), ``ahead_hit`` (pre-drafted and sent ahead) |
 
 A token's ``text`` is what it added to the visible text, so joining the texts of all rounds gives
 the completion; a token whose text is held back (part of a multi-byte character, or what could
@@ -28,17 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cascade.v1 import common_pb2
 from gateway.openai.detokenize import Decoder, TextStream
 from gateway.sessions.generation import GeneratedChunk
-
-BLOCK_ORIGINS = {
-    common_pb2.SPECULATION_UNSPECIFIED: "lock_step",
-    common_pb2.SPECULATION_MISS: "miss",
-    common_pb2.SPECULATION_CACHE_HIT: "cache_hit",
-    common_pb2.SPECULATION_AHEAD_HIT: "ahead_hit",
-}
-
 
 def token_kinds(num_tokens: int, num_accepted: int, num_drafted: int, num_filled: int = 0
                 ) -> list[str]:
@@ -70,23 +56,15 @@ class RoundView:
 
     def to_json(self) -> dict[str, Any]:
         c = self.chunk
-        kinds = token_kinds(len(self.texts), c.num_accepted, c.num_drafted, c.num_filled)
+        kinds = token_kinds(len(self.texts), c.stats.num_accepted, c.stats.num_drafted,
+                            c.stats.num_filled)
         tree = {"parents": list(c.drafted_parents), "path": list(c.path)} if c.drafted_parents else {}
         return {
             **tree,
             "round": self.index,
             "tokens": [{"text": t, "kind": k} for t, k in zip(self.texts, kinds, strict=True)],
             "drafted": list(self.drafted),
-            "num_drafted": c.num_drafted,
-            "num_accepted": c.num_accepted,
-            "num_deferred": c.num_deferred,
-            "num_forced": c.num_forced,
-            "num_filled": c.num_filled,
-            "draft_ms": c.draft_us / 1000,
-            "verify_ms": c.verify_us / 1000,
-            "round_ms": c.round_us / 1000,
-            "block": BLOCK_ORIGINS.get(c.speculation, "lock_step"),
-            "source": c.draft_source,
+            **c.stats.to_json(),
         }
 
 

@@ -73,8 +73,7 @@ async def text_deltas(chunks: AsyncIterator[GeneratedChunk], tokenizer: Decoder,
             if last is not None:
                 break  # nothing counts after the chunk that carried the finish_reason
             ids += chunk.token_ids
-            spec.observe(chunk.num_drafted, chunk.num_accepted, len(chunk.token_ids),
-                         chunk.num_deferred, chunk.num_forced, chunk.num_filled)
+            spec.observe_round(chunk.stats, len(chunk.token_ids))
             final = chunk.finish_reason is not None
             before = text.num_tokens
             view = reader.read(chunk, final) if reader else None

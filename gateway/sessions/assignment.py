@@ -99,6 +99,5 @@ class LatencyClock:
             for _ in range(num_tokens):
                 metrics.INTER_TOKEN_LATENCY.observe(gap / num_tokens)
         metrics.GENERATION_TOKENS.inc(num_tokens)
-        metrics.SPEC_STATS.observe(chunk.num_drafted, chunk.num_accepted, num_tokens,
-                                   chunk.num_deferred, chunk.num_forced, chunk.num_filled)
+        metrics.SPEC_STATS.observe_round(chunk.stats, num_tokens)
         self.last = now

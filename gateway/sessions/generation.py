@@ -9,6 +9,7 @@ from typing import Protocol
 from cascade.protocol.logprobs import TokenLogprobs
 from cascade.protocol.requests import GenerationRequest
 from cascade.protocol.settings import FinishReason
+from cascade.protocol.round_stats import RoundStats
 from cascade.serving.errors import DataLoss
 from cascade.serving.errors import Overloaded as ResourceExhausted
 from cascade.serving.errors import Unavailable
@@ -79,41 +80,24 @@ class GeneratedChunk:
 
     session_id: str
     token_ids: list[int]
-    num_accepted: int
-    """How many of token_ids (a prefix) were drafted and accepted."""
-    num_drafted: int
     finish_reason: FinishReason | None
-    draft_us: int = 0
-    """Drafting time of the round (microseconds)."""
-    verify_us: int = 0
-    """Target forward pass plus acceptance (microseconds)."""
-    round_us: int = 0
-    """Round wall time seen by the drafter, previous verdict to this one (microseconds)."""
-    num_deferred: int = 0
-    """Cascade rules: drafted positions the target's distribution decided."""
+    stats: RoundStats = RoundStats()
+    """What the round did (counts, timings, the block's origin); all zero for a replayed one.
+    ``stats.num_accepted`` counts a prefix of token_ids."""
     drafted_tokens: tuple[int, ...] = ()
     """The round's drafted tokens, rejected ones included (empty when the target decoded alone)."""
     round: int = 0
     """1-based index of this chunk among the session's stored rounds (a stream's event id); 0
     where unknown."""
-    speculation: int = 0
-    """Where the round's block came from (``cascade.v1.common_pb2.Speculation``; 0: drafted
-    after the previous verdict, or unknown)."""
     drafted_parents: tuple[int, ...] = ()
     """A token tree's parent per drafted token (-1: a root child); empty for a chain."""
     path: tuple[int, ...] = ()
     """A token tree's accepted nodes, from a root child down."""
-    draft_source: str = ""
-    """What drafted the round's block (``Round.draft_source``); empty: nothing was."""
     logprobs: tuple[TokenLogprobs, ...] = ()
     """The target's log-probabilities of token_ids, when the request asked for them."""
     prompt_logprobs: tuple[TokenLogprobs, ...] = ()
     """SamplingParams.prompt_logprobs asked, on the first round only (never on a replayed
     one): one per prompt token after the first."""
-    num_forced: int = 0
-    """Structured outputs: tokens at positions the grammar forced (``Round.num_forced``)."""
-    num_filled: int = 0
-    """The last ``num_filled`` of token_ids the verifier filled in without a pass."""
     is_replayed: bool = False
     """A stored round a resumed stream sends again (generated before, by some stream)."""
 

@@ -9,6 +9,7 @@ import time
 
 from cascade.protocol.requests import GenerationRequest
 from cascade.protocol.settings import FinishReason
+from cascade.protocol.round_stats import RoundStats
 from cascade.protocol.wire import (
     acceptance_to_pb,
     draft_settings_to_pb,
@@ -65,15 +66,11 @@ async def timed_rounds(call, job: SessionJob, settings: OrchestratorSettings):
 def chunk_of(result, session_id: str, tokens: list[int], finish: FinishReason | None,
              round_number: int) -> GeneratedChunk:
     """A relayed ``Round`` as the chunk the APIs stream."""
-    return GeneratedChunk(session_id, tokens, result.num_accepted,
-                          result.num_drafted, finish, result.draft_us, result.verify_us,
-                          result.round_us, result.num_deferred,
+    return GeneratedChunk(session_id, tokens, finish, RoundStats.from_pb(result.stats),
                           tuple(result.drafted_tokens), round_number,
-                          result.speculation, tuple(result.drafted_parents),
-                          tuple(result.path), draft_source=result.draft_source,
+                          tuple(result.drafted_parents), tuple(result.path),
                           logprobs=logprobs_from_pb(result.logprobs),
-                          prompt_logprobs=logprobs_from_pb(result.prompt_logprobs),
-                          num_forced=result.num_forced, num_filled=result.num_filled)
+                          prompt_logprobs=logprobs_from_pb(result.prompt_logprobs))
 
 
 def stored_rounds(session_id: str, tokens: list[int], ends: list[int],
@@ -84,6 +81,6 @@ def stored_rounds(session_id: str, tokens: list[int], ends: list[int],
     for i, end in enumerate(ends):
         reason = finish_reason if i == len(ends) - 1 else None
         finish = FinishReason(reason) if reason in ("stop", "length") else None
-        chunks.append(GeneratedChunk(session_id, tokens[ends[i - 1] if i else 0 : end], 0, 0,
+        chunks.append(GeneratedChunk(session_id, tokens[ends[i - 1] if i else 0 : end],
                                      finish, round=i + 1, is_replayed=True))
     return chunks

@@ -126,7 +126,7 @@ class Pane {
       "mean accepted length": n ? (this.tokens / n).toFixed(2) : "–",
       "mean verified draft": n ? (this.drafted / n).toFixed(2) : "–",
       "rounds at 0 drafts": n ? `${Math.round((100 * this.rounds.filter((r) => !r.num_drafted).length) / n)} %` : "–",
-      "rounds from memory": n ? `${Math.round((100 * this.rounds.filter((r) => r.source === "memory").length) / n)} %` : "–",
+      "rounds from memory": n ? `${Math.round((100 * this.rounds.filter((r) => r.draft_source === "memory").length) / n)} %` : "–",
       "time to first token": this.ttftMs === null ? "–" : `${Math.round(this.ttftMs)} ms`,
     };
     this.figures.replaceChildren(...Object.entries(figures).map(([name, value]) => {
@@ -239,7 +239,7 @@ function showRoundInfo(element, round) {
     (round.num_filled ? `<br>filled in (forced by the grammar): ${round.num_filled}` : "") +
     `<br>draft ${round.draft_ms.toFixed(1)} ms · verify ${round.verify_ms.toFixed(1)} ms` +
     ` · round ${round.round_ms.toFixed(1)} ms<br>block: ${BLOCK_ORIGINS[round.block] || round.block}` +
-    (round.source ? ` · drafted by: ${escapeHtml(SOURCES[round.source] || round.source)}` : "");
+    (round.draft_source ? ` · drafted by: ${escapeHtml(SOURCES[round.draft_source] || round.draft_source)}` : "");
   info.hidden = false;
 }
 

@@ -80,5 +80,5 @@ async def test_a_hung_drafter_costs_one_round_timeout_and_output_is_exact(
         await asyncio.sleep(0)
     tokens = [t for r in [first, *rest] for t in r.token_ids]
     assert tokens == expected
-    assert rest and all(r.num_drafted == 0 for r in rest[-3:])  # the verifier decoded alone
+    assert rest and all(r.stats.num_drafted == 0 for r in rest[-3:])  # the verifier decoded alone
     assert recovered_after < 10

@@ -72,7 +72,7 @@ async def test_grpc_generate_reports_accepted_tokens(cluster):
         responses = [r async for r in stub.Generate(request, timeout=60)]
     tokens = [t for r in responses for t in r.token_ids]
     assert tokens == expected_tokens(cluster, "import os\n")
-    assert all(r.num_accepted < len(r.token_ids) for r in responses)
+    assert all(r.stats.num_accepted < len(r.token_ids) for r in responses)
     assert responses[-1].finish_reason != 0 and responses[-1].completion_tokens == len(tokens)
 
 
@@ -128,7 +128,7 @@ async def test_a_speculative_cascade_through_http(cluster):
                 acceptance="cascade", cascade_rule="chow", cascade_alpha=alpha)
             rounds[alpha] = [r async for r in stub.Generate(request, timeout=60)]
     assert len(rounds[1.0]) < len(rounds[0.0])  # more tokens per round
-    assert sum(r.num_deferred for r in rounds[0.0]) == strict["usage"]["num_deferred_tokens"]
+    assert sum(r.stats.num_deferred for r in rounds[0.0]) == strict["usage"]["num_deferred_tokens"]
 
 
 async def test_adaptive_draft_length_through_grpc_is_exact(cluster):
@@ -142,7 +142,7 @@ async def test_adaptive_draft_length_through_grpc_is_exact(cluster):
         responses = [r async for r in stub.Generate(request, timeout=60)]
     tokens = [t for r in responses for t in r.token_ids]
     assert tokens == expected_tokens(cluster, prompt, 24)
-    drafted = [r.num_drafted for r in responses]
+    drafted = [r.stats.num_drafted for r in responses]
     assert drafted[0] == 3 and len(set(drafted)) > 1, drafted
 
 

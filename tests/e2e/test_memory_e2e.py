@@ -57,10 +57,10 @@ async def test_a_keys_generations_draft_for_that_key_only(cluster_with, schedule
         again = await _generate(cluster, prompt, "key-a", draft_schedule=schedule)
         other = await _generate(cluster, prompt, "key-b", draft_schedule=schedule)
         assert _tokens(again) == _tokens(other) == expected
-        assert "memory" in {r.draft_source for r in again}
-        assert "memory" not in {r.draft_source for r in other}
+        assert "memory" in {r.stats.draft_source for r in again}
+        assert "memory" not in {r.stats.draft_source for r in other}
         assert len(again) < len(first)
-        assert sum(r.num_accepted for r in again) >= len(expected) - (4 if schedule == "fixed" else 8)
+        assert sum(r.stats.num_accepted for r in again) >= len(expected) - (4 if schedule == "fixed" else 8)
 
 
 async def test_a_new_drafter_warms_from_the_capped_stream(cluster_with, tiny_runners):

@@ -76,10 +76,10 @@ async def test_spec_decode_metrics_match_the_session(cluster):
 
     drafted = delta("cascade:spec_decode_num_draft_tokens_total")
     accepted = delta("cascade:spec_decode_num_accepted_tokens_total")
-    assert drafted == sum(r.num_drafted for r in responses) > 0
-    assert accepted == sum(r.num_accepted for r in responses) <= drafted
+    assert drafted == sum(r.stats.num_drafted for r in responses) > 0
+    assert accepted == sum(r.stats.num_accepted for r in responses) <= drafted
     assert delta("cascade:spec_decode_num_drafts_total") == sum(
-        1 for r in responses if r.num_drafted)
+        1 for r in responses if r.stats.num_drafted)
     per_position = sum(delta("cascade:spec_decode_num_accepted_tokens_per_pos_total",
                              position=str(p)) for p in range(3))
     assert per_position == accepted

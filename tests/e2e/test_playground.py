@@ -92,8 +92,8 @@ async def test_a_run_streams_coloured_rounds(page, tmp_path):
     assert await info.is_visible()
     first = rounds[0]
     assert f"accepted {first['num_accepted']} of {first['num_drafted']}" in await info.inner_text()
-    assert first["source"] == "model" and "drafted by: the drafter model" in await info.inner_text()
-    memory_share = sum(r["source"] == "memory" for r in rounds) * 100 // len(rounds)
+    assert first["draft_source"] == "model" and "drafted by: the drafter model" in await info.inner_text()
+    memory_share = sum(r["draft_source"] == "memory" for r in rounds) * 100 // len(rounds)
     assert await figure(pane, "rounds from memory") == f"{memory_share} %"
     undrafted = pane.locator('[data-figure="rounds at 0 drafts"]')
     assert "goodput planner" in await undrafted.get_attribute("title")  # why there are any

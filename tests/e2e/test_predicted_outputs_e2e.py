@@ -30,7 +30,7 @@ async def _streamed(http: httpx.AsyncClient, prediction: str) -> tuple[str, dict
             text += [c["text"] for c in chunk["choices"]]
             rounds = chunk.get("cascade")
             if rounds:
-                source = rounds.get("source") or "none"
+                source = rounds.get("draft_source") or "none"
                 accepted[source] = accepted.get(source, 0) + rounds["num_accepted"]
     return "".join(text), accepted
 

@@ -61,7 +61,7 @@ async def test_confident_trees_equal_target_greedy_and_are_checked(cluster):
         expected = tokenizer.decode(expected_tokens(cluster, prompt), skip_special_tokens=True)
         assert result["choices"][0]["text"] == expected
     responses = await _grpc_tokens(cluster, "def main():", temperature=0, **cape)
-    assert max(r.num_drafted for r in responses) > TREE["num_draft_tokens"]  # trees, not chains
+    assert max(r.stats.num_drafted for r in responses) > TREE["num_draft_tokens"]  # trees, not chains
 
 
 async def _grpc_tokens(cluster, prompt: str, **fields) -> list[gateway_pb2.GenerateResponse]:
@@ -90,9 +90,9 @@ async def test_tree_rounds_name_the_branch_taken(cluster):
     drafted = [r for r in responses if r.drafted_parents]
     assert drafted, "every drafting round of a tree request carries its nodes"
     for r in drafted:
-        assert len(r.drafted_parents) == len(r.drafted_tokens) == r.num_drafted
-        assert len(r.path) == r.num_accepted
-        assert [r.drafted_tokens[n] for n in r.path] == list(r.token_ids[: r.num_accepted])
+        assert len(r.drafted_parents) == len(r.drafted_tokens) == r.stats.num_drafted
+        assert len(r.path) == r.stats.num_accepted
+        assert [r.drafted_tokens[n] for n in r.path] == list(r.token_ids[: r.stats.num_accepted])
         for parent, child in zip([-1, *r.path], r.path):  # each node's parent is the previous
             assert r.drafted_parents[child] == parent
     async with httpx.AsyncClient(base_url=cluster.http_url, timeout=60) as http:
@@ -151,7 +151,7 @@ async def test_recursive_sampled_trees_run_through_the_services(cluster):
     tokens = [t for r in responses for t in r.token_ids]
     assert len(tokens) == 24 or responses[-1].finish_reason == 1  # length, or a stop token
     trees = [r for r in responses if r.drafted_parents]
-    assert trees and all(len(r.path) == r.num_accepted for r in trees)
+    assert trees and all(len(r.path) == r.stats.num_accepted for r in trees)
     async with httpx.AsyncClient(base_url=cluster.http_url, timeout=60) as http:
         body = {"model": "tiny", "prompt": "x", "max_tokens": 4, "temperature": 0.8,
                 "acceptance": "recursive", "draft_method": "ngram"}

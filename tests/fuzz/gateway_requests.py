@@ -251,8 +251,7 @@ class RecordingGenerator:
         self.requests.append(request)
         refusal = pods_refusal(request, self.vocab_size)
         assert refusal is None, f"the gateway passed what the pods refuse: {refusal}"
-        yield GeneratedChunk("fuzz", self.token_ids, num_accepted=0, num_drafted=0,
-                             finish_reason=FinishReason.LENGTH)
+        yield GeneratedChunk("fuzz", self.token_ids, finish_reason=FinishReason.LENGTH)
 
 
 class GatewayApi:

@@ -93,7 +93,7 @@ def assert_verdict(replies: list, opened: verifier_pb2.SessionOpen, block: Fuzze
     verdict, drafted = replies[0], len(block.message.tokens)
     assert verdict.is_stale == ("stale" in block.broken)
     if not verdict.is_stale:
-        assert verdict.num_accepted <= drafted and 1 <= len(verdict.tokens) <= drafted + 1
+        assert verdict.stats.num_accepted <= drafted and 1 <= len(verdict.tokens) <= drafted + 1
         assert verdict.committed_len == len(opened.context_tokens) + len(verdict.tokens)
 
 

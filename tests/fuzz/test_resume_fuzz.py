@@ -59,7 +59,7 @@ class StoredSession:
     async def _chunks(self):
         for number in range(1, ROUNDS + 1):
             finish = FinishReason.LENGTH if number == ROUNDS else None
-            yield GeneratedChunk(SESSION, self.ids[number - 1 : number], 0, 0, finish,
+            yield GeneratedChunk(SESSION, self.ids[number - 1 : number], finish,
                                  round=number)
 
 

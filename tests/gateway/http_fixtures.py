@@ -11,6 +11,7 @@ import httpx
 import openai
 
 from cascade.protocol.settings import FinishReason
+from cascade.protocol.round_stats import RoundStats
 from gateway.sessions.generation import GeneratedChunk, GenerationRequest, StopGeneration
 from gateway.http_app import HttpSettings, create_app
 
@@ -43,11 +44,11 @@ class FakeGenerator:
                 if self.delay:
                     await asyncio.sleep(self.delay)
                 self.yielded += 1
-                yield GeneratedChunk("s-1", ids, num_accepted=len(ids) - 1, num_drafted=3,
-                                     finish_reason=self.finish if last else None,
-                                     draft_us=1500, verify_us=2500, round_us=4200,
-                                     drafted_tokens=drafted_block(ids, 3),
-                                     speculation=2 + self.yielded % 2)
+                stats = RoundStats(num_accepted=len(ids) - 1, num_drafted=3, draft_us=1500,
+                                   verify_us=2500, round_us=4200,
+                                   speculation=2 + self.yielded % 2)
+                yield GeneratedChunk("s-1", ids, self.finish if last else None, stats,
+                                     drafted_tokens=drafted_block(ids, 3))
             self.completed = True
         except StopGeneration:
             self.stopped = True

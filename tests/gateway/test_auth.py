@@ -17,7 +17,7 @@ def test_bearer_keys(header, allowed):
 
 class OneChunk:
     async def generate(self, request):
-        yield GeneratedChunk("s", [5], 0, 0, None)
+        yield GeneratedChunk("s", [5], None)
 
 
 async def test_http_routes_need_a_key_except_public_ones():

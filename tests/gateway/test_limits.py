@@ -206,7 +206,7 @@ async def test_a_slot_is_given_back_even_when_closing_the_stream_is_cut_short():
             return self
 
         async def __anext__(self):
-            return GeneratedChunk("s", [1], 0, 0, None)
+            return GeneratedChunk("s", [1], None)
 
         async def aclose(self):
             await asyncio.sleep(3600)

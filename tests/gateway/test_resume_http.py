@@ -31,7 +31,7 @@ class Stored:
     async def _chunks(self):
         for i, ids in enumerate(self.rounds, start=1):
             finish = FinishReason.LENGTH if i == len(self.rounds) else None
-            yield GeneratedChunk("s1", ids, 0, 0, finish, round=i, is_replayed=True)
+            yield GeneratedChunk("s1", ids, finish, round=i, is_replayed=True)
 
 
 def view() -> str:
@@ -106,7 +106,7 @@ class Recorded:
 
     def _chunks(self, is_replayed: bool) -> list[GeneratedChunk]:
         last = len(self.rounds)
-        return [GeneratedChunk("s1", ids, 0, 0, self.finish if i == last else None, round=i,
+        return [GeneratedChunk("s1", ids, self.finish if i == last else None, round=i,
                                is_replayed=is_replayed)
                 for i, ids in enumerate(self.rounds, start=1)]
 

@@ -12,6 +12,7 @@ import pytest
 from cascade.protocol.logprobs import TokenLogprobs
 from cascade.protocol.requests import ServerDefaults
 from cascade.protocol.settings import FinishReason
+from cascade.protocol.round_stats import RoundStats
 from cascade.v1 import gateway_pb2
 from gateway.openai.detokenize import TextStream
 from gateway.sessions.generation import GeneratedChunk, StopGeneration
@@ -47,8 +48,9 @@ class RoundGenerator:
                 tokens = self.ids[start:start + step]
                 last = start + step >= len(self.ids)
                 yield GeneratedChunk(
-                    "s-1", tokens, len(tokens) - 1, step - 1,
-                    FinishReason.LENGTH if last else None, round=start // step + 1,
+                    "s-1", tokens, FinishReason.LENGTH if last else None,
+                    RoundStats(num_accepted=len(tokens) - 1, num_drafted=step - 1),
+                    round=start // step + 1,
                     logprobs=tuple(TokenLogprobs(v) for v in logprobs[start:start + step]))
         except StopGeneration:
             pass

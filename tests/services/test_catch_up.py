@@ -102,7 +102,7 @@ async def test_a_block_sent_ahead_for_the_asking_verdict_is_taken_after_rounds_c
 
     try:
         asking = await sessions.verify(session, block(0, 0, expected[:4]))
-        assert asking.num_accepted == 4 and asking.next_draft_tokens > 0
+        assert asking.stats.num_accepted == 4 and asking.next_draft_tokens > 0
         for round_number in (1, 2):  # decoded alone while the block is on its way
             assert (await sessions.catch_up(session, round_number)).catching_up
         outcome = verifier_pb2.Outcome(num_accepted=4, next_token=expected[4])
@@ -111,7 +111,7 @@ async def test_a_block_sent_ahead_for_the_asking_verdict_is_taken_after_rounds_c
         assert sessions.awaits_block(session)  # a wrong guess is not the awaited block
         verdict = await sessions.verify(session, block(1, 5, expected[5:9], assumes=outcome))
         assert verdict is not None and not verdict.is_stale
-        assert (verdict.round, verdict.num_accepted) == (3, 2)  # its 2 tokens past the rounds
+        assert (verdict.round, verdict.stats.num_accepted) == (3, 2)  # its 2 tokens past the rounds
         assert session.sequence.committed == prompt + expected[:10]
         assert not sessions.awaits_block(session)
     finally:

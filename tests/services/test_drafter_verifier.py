@@ -117,7 +117,7 @@ async def test_decode_is_target_only_greedy(services, gpt2_pair):
         request.session.sampling.max_new_tokens = 24
         rounds = [r async for r in stub.Decode(request, timeout=60)]
     assert [t for r in rounds for t in r.tokens] == hf_greedy(target, prompt)
-    assert all(r.num_drafted == 0 for r in rounds)
+    assert all(r.stats.num_drafted == 0 for r in rounds)
 
 
 async def test_bad_request_maps_to_invalid_argument(services):
@@ -148,7 +148,7 @@ async def test_an_injected_delay_lengthens_every_round_and_changes_no_token(gpt2
         params = SamplingParams(max_new_tokens=12)
         rounds = await run_session(far.address, verifier.address, prompt, params, 3)
         assert [t for r in rounds for t in r.tokens] == hf_greedy(target, prompt)[:12]
-        assert all(r.round_us >= 40_000 for r in rounds)  # 2 x (25 - 5) ms at least
+        assert all(r.stats.round_us >= 40_000 for r in rounds)  # 2 x (25 - 5) ms at least
     finally:
         await far.drain()
         await verifier.drain()

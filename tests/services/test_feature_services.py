@@ -65,7 +65,7 @@ async def test_greedy_with_a_feature_drafter_over_grpc_equals_target_greedy(serv
     for prompt in random_prompts(2, seed=60 + k):
         rounds = await run(services, prompt, len(prompt), 20, k)
         assert [t for r in rounds for t in r.tokens] == hf_greedy(target, prompt, 20)
-        assert sum(r.num_drafted for r in rounds) > 0
+        assert sum(r.stats.num_drafted for r in rounds) > 0
 
 
 async def test_greedy_feature_drafter_trees_over_grpc_equal_target_greedy(services, pair):
@@ -73,7 +73,7 @@ async def test_greedy_feature_drafter_trees_over_grpc_equal_target_greedy(servic
     for prompt in random_prompts(2, seed=62):
         rounds = await run(services, prompt, len(prompt), 20, 4, tree_nodes=12)
         assert [t for r in rounds for t in r.tokens] == hf_greedy(target, prompt, 20)
-        assert max(r.num_drafted for r in rounds) > 4  # trees, not chains
+        assert max(r.stats.num_drafted for r in rounds) > 4  # trees, not chains
 
 
 async def test_a_restarted_session_gets_the_context_features_again_and_stays_exact(services,
@@ -113,7 +113,7 @@ async def test_only_a_session_that_asks_receives_features(services, pair):
         await asking.write(block)
         verdict = await asking.read()
         assert verdict.features.start == len(prompt) - 1
-        assert verdict.features.shape[0] == verdict.num_accepted + 1
+        assert verdict.features.shape[0] == verdict.stats.num_accepted + 1
         plain.cancel()
         asking.cancel()
 
@@ -136,8 +136,8 @@ async def test_a_feature_drafter_speculating_ahead_stays_exact(pair):
         for prompt in random_prompts(2, seed=67):
             rounds = await run((verifier, ahead), prompt, len(prompt), 20, 3)
             assert [t for r in rounds for t in r.tokens] == hf_greedy(target, prompt, 20)
-            assert common_pb2.SPECULATION_UNSPECIFIED not in [r.speculation for r in rounds]
-            assert sum(r.num_predrafted for r in rounds) > 0
+            assert common_pb2.SPECULATION_UNSPECIFIED not in [r.stats.speculation for r in rounds]
+            assert sum(r.stats.num_predrafted for r in rounds) > 0
     finally:
         await ahead.drain()
         await verifier.drain()

@@ -59,8 +59,8 @@ async def test_planned_greedy_output_is_the_targets(gpt2_pair, cost):
     for prompt in random_prompts(2, seed=41):
         rounds = await planned_rounds(target, target, cost, prompt, params)
         assert [t for r in rounds for t in r.tokens] == hf_greedy(target, prompt, 40)
-        drafted = [r.num_drafted for r in rounds]
-        assert all(len(r.drafted_tokens) == r.num_drafted for r in rounds)
+        drafted = [r.stats.num_drafted for r in rounds]
+        assert all(len(r.drafted_tokens) == r.stats.num_drafted for r in rounds)
         if cost is STEEP:  # decoded alone but for probes (each verified whatever it costs)
             assert set(drafted) <= set(range(MAX_PROBE_TOKENS + 1))
             assert drafted.count(0) > 0.7 * len(drafted)
@@ -79,7 +79,7 @@ async def test_a_drafter_that_never_hits_is_dropped_where_a_drafted_token_costs(
     prompt = random_prompts(1, seed=42)[0]
     rounds = await planned_rounds(target, drafter, Linear(0.02, 0.002), prompt, params)
     assert [t for r in rounds for t in r.tokens] == hf_greedy(target, prompt, 40)
-    drafted = [r.num_drafted for r in rounds]
+    drafted = [r.stats.num_drafted for r in rounds]
     assert drafted[0] > 0 and drafted[-8:].count(0) >= 6
 
 
@@ -216,7 +216,7 @@ async def test_a_greedy_session_decoded_alone_sends_shadows_not_probes(gpt2_pair
     before = metrics.SHADOW_DRAFT_TOKENS._value.get()
     rounds = await planned_rounds(target, drafter, STEEP, prompt, params)
     assert [t for r in rounds for t in r.tokens] == hf_greedy(target, prompt, 40)
-    assert [r.num_drafted for r in rounds] == [0] * len(rounds)
+    assert [r.stats.num_drafted for r in rounds] == [0] * len(rounds)
     assert metrics.SHADOW_DRAFT_TOKENS._value.get() - before >= 4 * 2  # one per 16 tokens
 
 
@@ -230,12 +230,12 @@ async def test_planned_trees_are_cut_to_what_pays_and_stay_exact(gpt2_pair, cost
     prompt = random_prompts(1, seed=44)[0]
     rounds = await planned_rounds(target, target, cost, prompt, params, k=3, tree_nodes=9)
     assert [t for r in rounds for t in r.tokens] == hf_greedy(target, prompt, 40)
-    drafted = [r.num_drafted for r in rounds]
+    drafted = [r.stats.num_drafted for r in rounds]
     if cost is STEEP:  # decoded alone; its drafter's shadow trees replace probes
         assert sum(1 for n in drafted if n) <= 1
     else:
         assert max(drafted) == 9 and any(r.drafted_parents for r in rounds)
-        assert sum(r.num_accepted for r in rounds) >= 0.6 * 40  # whole paths accepted
+        assert sum(r.stats.num_accepted for r in rounds) >= 0.6 * 40  # whole paths accepted
 
 
 def test_a_shadow_tree_is_scored_by_the_greedy_walk_over_the_committed_tokens():
@@ -392,18 +392,18 @@ async def test_a_session_sent_to_draft_among_sessions_decoded_alone_misses_no_st
         await verifier.drain()
     assert alone and all(tokens == hf_greedy(target, alone_prompt, 30) for tokens in alone)
     assert [t for r in rounds for t in r.tokens] == hf_greedy(target, prompt, 40)
-    first = next(i for i, r in enumerate(rounds) if r.num_drafted)
-    between = [r for r in rounds[first + 1:-1] if not r.num_drafted]
+    first = next(i for i, r in enumerate(rounds) if r.stats.num_drafted)
+    between = [r for r in rounds[first + 1:-1] if not r.stats.num_drafted]
     assert len(between) >= 3 and all(len(r.tokens) == 1 for r in between)
     # most of those rounds were caught up; the rest the plan decoded alone (when the link's
     # wait made a block not pay for a while), which timing decides; a caught-up round is
     # always one without a draft (before the first block or between blocks)
-    undrafted = sum(1 for r in rounds if not r.num_drafted)
+    undrafted = sum(1 for r in rounds if not r.stats.num_drafted)
     assert 3 <= metrics.CAUGHT_UP_ROUNDS._value.get() - caught_before <= undrafted
-    drafted = [r for r in rounds if r.num_drafted]
+    drafted = [r for r in rounds if r.stats.num_drafted]
     assert len(drafted) >= 3
     for r in drafted:  # the target drafts for itself: every verified token is accepted
-        assert list(r.drafted_tokens) == list(r.tokens[:r.num_drafted])
+        assert list(r.drafted_tokens) == list(r.tokens[:r.stats.num_drafted])
 
 
 async def test_a_chain_alone_on_its_pod_sends_its_tail_token_once_its_position_is_committed():

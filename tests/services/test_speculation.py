@@ -94,14 +94,14 @@ async def test_forced_hits_and_misses_stay_exact(cluster, gpt2_pair, monkeypatch
     rounds = await run_session(far.address, verifier.address, prompt,
                                SamplingParams(max_new_tokens=24), 4)
     assert [t for r in rounds for t in r.tokens] == hf_greedy(target, prompt)
-    later = [r.speculation for r in rounds[1:]]
+    later = [r.stats.speculation for r in rounds[1:]]
     if path == "miss":
         assert set(later) == {common_pb2.SPECULATION_MISS}
     else:
         expected = HIT[1] if mode == "ahead" else HIT[0]
         assert later.count(expected) >= len(later) - 1, later
     if mode == "ahead":  # a busy machine may let one verdict land before anything is sent ahead
-        unsent = [i for i, r in enumerate(rounds[:-1]) if r.num_sent_ahead == 0]
+        unsent = [i for i, r in enumerate(rounds[:-1]) if r.stats.num_sent_ahead == 0]
         assert len(unsent) <= 1, unsent
 
 
@@ -117,7 +117,7 @@ async def test_greedy_with_speculation_equals_target_greedy(cluster, gpt2_pair, 
                                    SamplingParams(max_new_tokens=24), k)
         assert [t for r in rounds for t in r.tokens] == hf_greedy(target, prompt)
         for r in rounds[1:]:
-            counts[r.speculation] = counts.get(r.speculation, 0) + 1
+            counts[r.stats.speculation] = counts.get(r.stats.speculation, 0) + 1
     assert set(counts) <= {common_pb2.SPECULATION_MISS, *HIT}
 
 
@@ -153,7 +153,7 @@ async def test_blocks_on_wrong_guesses_are_dropped_and_change_nothing(cluster):
         await call.write(block_request(3, 0, len(prompt), [1, 2]))
         first = await call.read()
         assert first.round == 0 and not first.is_stale
-        a, t, length = first.num_accepted, first.tokens[-1], first.committed_len
+        a, t, length = first.stats.num_accepted, first.tokens[-1], first.committed_len
         for wrong in (tagged(1, length, [7], a + 1, t),  # wrong number accepted
                       tagged(1, length, [7], a, (t + 1) % 64),  # wrong token
                       tagged(2, length, [7], a, t),  # not the next round
@@ -164,7 +164,7 @@ async def test_blocks_on_wrong_guesses_are_dropped_and_change_nothing(cluster):
         assert (second.round, second.committed_len) == (1, length + len(second.tokens))
         assert sessions.sessions["s2"].sequence.committed == prompt + list(first.tokens) + list(
             second.tokens)
-        await call.write(tagged(2, second.committed_len, [9], second.num_accepted + 1,
+        await call.write(tagged(2, second.committed_len, [9], second.stats.num_accepted + 1,
                                 second.tokens[-1]))  # guesses round 1 wrongly: dropped
         await call.write(block_request(3, 2, second.committed_len, []))
         third = await call.read()
@@ -231,11 +231,12 @@ def test_speculation_settings_are_checked_and_the_cache_finds_the_real_outcome()
     sent = cache.tagged(Outcome(1, 6))
     assert (sent.assumes.num_accepted, sent.assumes.next_token) == (1, 6)
     assert not cache.blocks[Outcome(1, 6)].HasField("assumes")  # the cached copy is untagged
-    verdict = verifier_pb2.Verdict(num_accepted=1, tokens=[4, 6])
+    verdict = verifier_pb2.Verdict(stats=common_pb2.RoundStats(num_accepted=1), tokens=[4, 6])
     assert cache.lookup(verdict) == (cache.blocks[Outcome(1, 6)], HIT[1])
     verdict.tokens[-1] = 5
     assert cache.lookup(verdict) == (None, common_pb2.SPECULATION_MISS)
-    assert cache.lookup(verifier_pb2.Verdict(num_accepted=0, tokens=[5]))[1] == HIT[0]
+    assert cache.lookup(verifier_pb2.Verdict(stats=common_pb2.RoundStats(num_accepted=0),
+                                              tokens=[5]))[1] == HIT[0]
 
 
 async def test_a_session_moved_to_another_drafter_mid_speculation_stays_exact(cluster, gpt2_pair):
@@ -275,7 +276,7 @@ async def test_a_busy_drafter_stops_speculating(cluster, gpt2_pair):
         for name, prompt in zip("ab", prompts)))
     for prompt, rounds in zip(prompts, both):
         assert [t for r in rounds for t in r.tokens] == hf_greedy(target, prompt, 16)
-        assert common_pb2.SPECULATION_UNSPECIFIED in [r.speculation for r in rounds[1:]]
+        assert common_pb2.SPECULATION_UNSPECIFIED in [r.stats.speculation for r in rounds[1:]]
 
 
 @pytest.mark.parametrize("path", ["hit", "miss"])
@@ -308,9 +309,9 @@ async def test_a_planning_verifier_does_not_count_pre_drafting_as_waited_for(
         await verifier.drain()
     assert [t for r in rounds for t in r.tokens] == hf_greedy(target, prompt)
     drafted = [r for before, r in zip(rounds, rounds[1:])  # the first block is never a
-               if r.num_drafted and before.num_drafted]  # pre-draft, nor one after rounds
+               if r.stats.num_drafted and before.stats.num_drafted]  # pre-draft, nor one after rounds
     # decoded alone (none are made while the verifier decodes the session alone)
-    assert drafted and all(r.speculation == (HIT[0] if path == "hit"
+    assert drafted and all(r.stats.speculation == (HIT[0] if path == "hit"
                                              else common_pb2.SPECULATION_MISS) for r in drafted)
     if path == "miss":
         assert exposed == 1.0
@@ -318,8 +319,8 @@ async def test_a_planning_verifier_does_not_count_pre_drafting_as_waited_for(
         # (a block drafted after a round decoded alone, which a busy machine can cause, is
         # waited for and counts 1, so the run's trailing pre-drafted blocks bound it)
         trailing = 0
-        for block in (r for r in rounds if r.num_drafted):
-            trailing = trailing + 1 if block.speculation == HIT[0] else 0
-        last = max(i for i, r in enumerate(rounds) if r.num_drafted)
-        after_alone = last == 0 or not rounds[last - 1].num_drafted
+        for block in (r for r in rounds if r.stats.num_drafted):
+            trailing = trailing + 1 if block.stats.speculation == HIT[0] else 0
+        last = max(i for i, r in enumerate(rounds) if r.stats.num_drafted)
+        after_alone = last == 0 or not rounds[last - 1].stats.num_drafted
         assert (trailing >= 1 or after_alone) and exposed <= 0.7 ** trailing + 1e-9

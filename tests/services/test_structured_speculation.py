@@ -68,9 +68,9 @@ async def test_filled_verdicts_and_guesses_stay_exact(servers, pair, monkeypatch
                             grammar=grammar)
     rounds = await run_session(draft_service.address, verifier.address, prompt, params, 4)
     assert [t for r in rounds for t in r.tokens] == reference
-    filled = [i for i, r in enumerate(rounds[:-1]) if r.num_filled]
-    assert filled and sum(r.num_forced for r in rounds) >= sum(r.num_filled for r in rounds)
-    after_filled = [rounds[i + 1].speculation for i in filled]
+    filled = [i for i, r in enumerate(rounds[:-1]) if r.stats.num_filled]
+    assert filled and sum(r.stats.num_forced for r in rounds) >= sum(r.stats.num_filled for r in rounds)
+    after_filled = [rounds[i + 1].stats.speculation for i in filled]
     if foresee:  # a busy machine may let a verdict land before its guess was pre-drafted
         assert set(after_filled) & {common_pb2.SPECULATION_AHEAD_HIT,
                                     common_pb2.SPECULATION_CACHE_HIT}, after_filled

@@ -102,7 +102,7 @@ async def test_forced_tree_hits_and_misses_stay_exact(cluster, gpt2_pair, monkey
     rounds = await run_tree(far, verifier, prompt, tree_config())
     assert [t for r in rounds for t in r.tokens] == hf_greedy(target, prompt)
     assert all(r.path for r in rounds[:-1]), [list(r.path) for r in rounds]
-    later = [r.speculation for r in rounds[1:]]
+    later = [r.stats.speculation for r in rounds[1:]]
     if path == "miss":
         assert set(later) == {common_pb2.SPECULATION_MISS}
     else:  # a busy machine may let one verdict land before its pre-draft is made
@@ -120,8 +120,8 @@ async def test_greedy_tree_sessions_with_speculation_equal_target_greedy(
     for prompt in random_prompts(2, seed=82):
         rounds = await run_tree(far, verifier, prompt, tree_config(expansion))
         assert [t for r in rounds for t in r.tokens] == hf_greedy(target, prompt)
-        assert {r.speculation for r in rounds[1:]} <= {common_pb2.SPECULATION_MISS, *HITS}
-        assert all(r.drafted_parents for r in rounds[:-1] if r.num_drafted > 1)  # trees
+        assert {r.stats.speculation for r in rounds[1:]} <= {common_pb2.SPECULATION_MISS, *HITS}
+        assert all(r.drafted_parents for r in rounds[:-1] if r.stats.num_drafted > 1)  # trees
 
 
 async def test_a_drafter_that_is_the_target_hits_its_tree_guesses(cluster, gpt2_pair):
@@ -133,8 +133,8 @@ async def test_a_drafter_that_is_the_target_hits_its_tree_guesses(cluster, gpt2_
     prompt = random_prompts(1, seed=83)[0]
     rounds = await run_tree(same, verifier, prompt, tree_config())
     assert [t for r in rounds for t in r.tokens] == hf_greedy(target, prompt)
-    hits = [r for r in rounds[1:] if r.speculation in HITS]
-    assert hits and sum(r.num_predrafted for r in rounds) > 0, [r.speculation for r in rounds]
+    hits = [r for r in rounds[1:] if r.stats.speculation in HITS]
+    assert hits and sum(r.stats.num_predrafted for r in rounds) > 0, [r.stats.speculation for r in rounds]
 
 
 @pytest.mark.parametrize("drafts", ["drafter", "target"])
