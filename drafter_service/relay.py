@@ -25,6 +25,7 @@ def relayed_round(verdict: verifier_pb2.Verdict, block: verifier_pb2.DraftBlock,
                                 block.source)
     metrics.observe_drafted(block.source, len(verified), verdict.stats.num_accepted)
     result.stats.speculation = origin
+    result.stats.num_unverified = len(block.tokens) - len(verified)
     if cache is not None:
         result.stats.num_predrafted = len(cache.blocks)
         result.stats.num_sent_ahead = len(cache.sent)

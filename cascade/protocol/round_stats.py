@@ -55,6 +55,8 @@ class RoundStats:
     draft_source: str = ""
     """What drafted the block (``model``, ``ngram``, ``suffix``, ``memory``, ``prediction``);
     empty when nothing was drafted."""
+    num_unverified: int = 0
+    """Planned sessions: drafted tokens the verifier's plan cut (drafting spent for nothing)."""
 
     @classmethod
     def from_pb(cls, msg: common_pb2.RoundStats) -> RoundStats:

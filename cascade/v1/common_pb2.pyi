@@ -155,7 +155,7 @@ class Acceptance(_message.Message):
     def __init__(self, rule: _Optional[_Union[AcceptanceRule, str]] = ..., alpha: _Optional[float] = ...) -> None: ...
 
 class RoundStats(_message.Message):
-    __slots__ = ("num_accepted", "num_drafted", "num_deferred", "num_forced", "num_filled", "draft_us", "verify_us", "round_us", "speculation", "num_predrafted", "num_sent_ahead", "draft_source")
+    __slots__ = ("num_accepted", "num_drafted", "num_deferred", "num_forced", "num_filled", "draft_us", "verify_us", "round_us", "speculation", "num_predrafted", "num_sent_ahead", "draft_source", "num_unverified")
     NUM_ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     NUM_DRAFTED_FIELD_NUMBER: _ClassVar[int]
     NUM_DEFERRED_FIELD_NUMBER: _ClassVar[int]
@@ -168,6 +168,7 @@ class RoundStats(_message.Message):
     NUM_PREDRAFTED_FIELD_NUMBER: _ClassVar[int]
     NUM_SENT_AHEAD_FIELD_NUMBER: _ClassVar[int]
     DRAFT_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    NUM_UNVERIFIED_FIELD_NUMBER: _ClassVar[int]
     num_accepted: int
     num_drafted: int
     num_deferred: int
@@ -180,7 +181,8 @@ class RoundStats(_message.Message):
     num_predrafted: int
     num_sent_ahead: int
     draft_source: str
-    def __init__(self, num_accepted: _Optional[int] = ..., num_drafted: _Optional[int] = ..., num_deferred: _Optional[int] = ..., num_forced: _Optional[int] = ..., num_filled: _Optional[int] = ..., draft_us: _Optional[int] = ..., verify_us: _Optional[int] = ..., round_us: _Optional[int] = ..., speculation: _Optional[_Union[Speculation, str]] = ..., num_predrafted: _Optional[int] = ..., num_sent_ahead: _Optional[int] = ..., draft_source: _Optional[str] = ...) -> None: ...
+    num_unverified: int
+    def __init__(self, num_accepted: _Optional[int] = ..., num_drafted: _Optional[int] = ..., num_deferred: _Optional[int] = ..., num_forced: _Optional[int] = ..., num_filled: _Optional[int] = ..., draft_us: _Optional[int] = ..., verify_us: _Optional[int] = ..., round_us: _Optional[int] = ..., speculation: _Optional[_Union[Speculation, str]] = ..., num_predrafted: _Optional[int] = ..., num_sent_ahead: _Optional[int] = ..., draft_source: _Optional[str] = ..., num_unverified: _Optional[int] = ...) -> None: ...
 
 class Round(_message.Message):
     __slots__ = ("round", "tokens", "committed_len", "finish_reason", "drafted_tokens", "drafted_parents", "path", "logprobs", "prompt_logprobs", "stats")
