@@ -19,7 +19,7 @@ from cascade.protocol.requests import (
     check_vocabulary,
     with_bad_words,
 )
-from cascade.protocol.options import validate_options
+from cascade.protocol.options import GenerationOptions, validate_options
 from cascade.protocol.settings import FinishReason
 from cascade.protocol.limits import MAX_LOGPROBS
 from cascade.protocol.structured import with_grammar
@@ -32,34 +32,33 @@ from gateway.sessions.generation import ResumableGenerator, stop_early
 from gateway.limits import KeyLimits
 from gateway.sessions.session_store import SessionLost
 
-OPTIONAL_FIELDS = ("temperature", "top_p", "top_k", "seed", "num_draft_tokens", "cascade_alpha",
-                   "draft_min_confidence", "draft_max_entropy", "draft_tree_nodes",
-                   "draft_tree_branching", "min_tokens", "presence_penalty",
-                   "frequency_penalty", "repetition_penalty")
-"""GenerateRequest fields whose absence means "the default" (proto3 presence)."""
+REQUEST_FIELDS = ("model", "prompt", "chat", "max_tokens", "logprobs", "prompt_logprobs",
+                  "structured_output")
+"""GenerateRequest fields the servicer reads itself; every other field is a generation option
+of the same name (``GenerationOptions``; ``tests/test_protos.py`` keeps the two equal)."""
 
 
 def options_fields(msg: gateway_pb2.GenerateRequest) -> dict[str, Any]:
-    """The generation options a request sets, named as in the HTTP API."""
-    fields: dict[str, Any] = {name: getattr(msg, name) for name in OPTIONAL_FIELDS
-                              if msg.HasField(name)}
-    if msg.draft_method:
-        fields["draft_method"] = msg.draft_method
-    if msg.stop:
-        fields["stop"] = list(msg.stop)
-    if msg.stop_token_ids:
-        fields["stop_token_ids"] = list(msg.stop_token_ids)
-    if msg.logit_bias:
-        fields["logit_bias"] = dict(msg.logit_bias)
-    if msg.bad_words:
-        fields["bad_words"] = list(msg.bad_words)
-    if msg.prediction:
+    """The generation options a request sets, by name (an unset optional field, an empty
+    string, list or map: the default)."""
+    fields: dict[str, Any] = {}
+    for name in GenerationOptions.model_fields:
+        field, value = msg.DESCRIPTOR.fields_by_name[name], getattr(msg, name)
+        if field.has_presence:
+            if msg.HasField(name):
+                fields[name] = value
+        elif value:
+            fields[name] = _plain(field, value)
+    if "prediction" in fields:
         fields["prediction"] = {"type": "content", "content": msg.prediction}
-    for name in ("acceptance", "cascade_rule", "draft_schedule",
-                 "draft_tree_expansion"):  # empty: the default
-        if getattr(msg, name):
-            fields[name] = getattr(msg, name)
     return fields
+
+
+def _plain(field, value) -> Any:
+    """A repeated or map field's value as a list or dict (scalars as they are)."""
+    if field.message_type is not None and field.message_type.GetOptions().map_entry:
+        return dict(value)
+    return list(value) if field.is_repeated else value
 
 
 def _grammar(msg: gateway_pb2.GenerateRequest) -> Grammar | None:

@@ -82,3 +82,27 @@ def test_round_stats_cross_the_wire_and_reach_json_whole():
     assert len(shown) == len(values) and shown["block"] == "ahead_hit"
     assert shown["draft_ms"] == values["draft_us"] / 1000
     assert shown["num_accepted"] == values["num_accepted"]
+
+
+def test_every_generate_request_field_is_an_option_of_the_same_name_or_the_servicers():
+    """The gRPC servicer converts options by name: a field added to one side and not the
+    other fails here, not in a client's request."""
+    from cascade.protocol.options import GenerationOptions
+    from cascade.v1 import gateway_pb2
+    from gateway.grpc_api import REQUEST_FIELDS
+
+    names = {f.name for f in gateway_pb2.GenerateRequest.DESCRIPTOR.fields}
+    assert set(GenerationOptions.model_fields) == names - set(REQUEST_FIELDS)
+
+
+def test_a_generate_requests_options_arrive_by_name():
+    from cascade.v1 import gateway_pb2
+    from gateway.grpc_api import options_fields
+
+    msg = gateway_pb2.GenerateRequest(model="m", prompt="p", temperature=0.0, top_k=5,
+                                      stop=["\n"], logit_bias={"7": -100.0}, draft_method="ngram",
+                                      prediction="abc", max_tokens=3)
+    assert options_fields(msg) == {
+        "temperature": 0.0, "top_k": 5, "stop": ["\n"], "logit_bias": {"7": -100.0},
+        "draft_method": "ngram", "prediction": {"type": "content", "content": "abc"}}
+    assert options_fields(gateway_pb2.GenerateRequest(acceptance="")) == {}
