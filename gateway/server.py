@@ -7,7 +7,7 @@ import json
 import logging
 import signal
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -16,7 +16,6 @@ import uvicorn
 from huggingface_hub import hf_hub_download
 from transformers import PreTrainedTokenizerFast
 
-from cascade.protocol.methods import DEFAULT_DRAFT_METHOD
 from cascade.protocol.names import default_model_id
 from cascade.serving.channels import ChannelPool
 from cascade.serving.mesh import OPEN, MeshSecurity
@@ -28,54 +27,11 @@ from gateway.grpc_api import GatewayServicer
 from gateway.http_app import HttpSettings, create_app
 from gateway.limits import KeyLimits
 from gateway.sessions.orchestrator import Orchestrator, OrchestratorSettings
-from gateway.sessions.session_store import FINISHED_SESSION_TTL_S, SessionStore, connect
+from gateway.sessions.session_store import SessionStore, connect
+from gateway.settings import GatewaySettings
 
 log = logging.getLogger("gateway")
 SERVICE_NAME = gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].full_name
-
-
-@dataclass(frozen=True)
-class GatewayConfig:
-    model: str
-    """Folder (or hub name) of the target model: its tokenizer and context length are used."""
-    redis_url: str
-    model_name: str = ""
-    """Name clients send as `model`; defaults to the folder's last part."""
-    host: str = "127.0.0.1"
-    port: int = 8000
-    grpc_port: int = 50050
-    default_num_draft_tokens: int = 4
-    max_tokens_limit: int = 4096
-    api_keys: tuple[str, ...] = ()
-    """Bearer keys clients must send; empty leaves the API open."""
-    grace_s: float = 30.0
-    """Seconds in-flight requests get after SIGTERM before the servers stop."""
-    playground: bool = True
-    """Serve the playground page at /playground/."""
-    orchestrator: OrchestratorSettings = OrchestratorSettings()
-    """Retries, round timeouts and cool-downs of sessions."""
-    mesh: MeshSecurity = OPEN
-    """How the gateway dials drafters and verifiers (mutual TLS, shared token)."""
-    max_body_bytes: int = 1 << 20
-    """Largest HTTP body (413) and gRPC request message (RESOURCE_EXHAUSTED; a prompt over it
-    alone, INVALID_ARGUMENT)."""
-    max_sessions_per_key: int = 64
-    """Concurrent sessions per API key on this gateway (429 / RESOURCE_EXHAUSTED); 0: none."""
-    max_tokens_per_minute_per_key: int = 0
-    """Tokens per minute per API key on this gateway (429 / RESOURCE_EXHAUSTED); 0: none."""
-    session_lease_s: float = 10.0
-    """How long a session stays this gateway's after its last renewal: a client resuming on
-    another gateway waits at most this long after this one died."""
-    default_tree_nodes: int = 0
-    """Token-tree nodes per round for requests that do not set draft_tree_nodes (0: chains)."""
-    default_draft_method: str = DEFAULT_DRAFT_METHOD
-    """The drafting method of requests that do not name one (and can use it)."""
-    redis_wait_replicas: int = 0
-    """Each round's append returns once this many Redis replicas have it (0: the primary's
-    acknowledgement; after a failover the gateway writes back what it holds)."""
-    finished_session_ttl_s: int = FINISHED_SESSION_TTL_S
-    """How long Redis keeps a session that has ended (finished or failed), for clients that
-    replay it; one that can go on is kept an hour after its last write."""
 
 
 def context_length(model: str) -> int:
@@ -116,26 +72,29 @@ class _SignalFreeServer(uvicorn.Server):
         yield
 
 
-def build_gateway(config: GatewayConfig, client: redis.Redis,
-                  lifecycle: Lifecycle | None = None):
-    """Returns (FastAPI app, GrpcService) sharing one orchestrator."""
+def build_gateway(settings: GatewaySettings, client: redis.Redis,
+                  lifecycle: Lifecycle | None = None, mesh: MeshSecurity = OPEN,
+                  orchestration: OrchestratorSettings | None = None):
+    """Returns (FastAPI app, GrpcService) sharing one orchestrator (``orchestration``: its
+    settings, instead of those the flags set)."""
     lifecycle = lifecycle or Lifecycle()
-    tokenizer = load_tokenizer(config.model)
-    name = config.model_name or default_model_id(config.model)
-    settings = HttpSettings(model_name=name, context_length=context_length(config.model),
-                            max_tokens_limit=config.max_tokens_limit,
-                            default_num_draft_tokens=config.default_num_draft_tokens,
-                            api_keys=config.api_keys, playground=config.playground,
-                            max_body_bytes=config.max_body_bytes,
-                            max_sessions_per_key=config.max_sessions_per_key,
-                            max_tokens_per_minute_per_key=config.max_tokens_per_minute_per_key,
-                            default_tree_nodes=config.default_tree_nodes,
-                            default_draft_method=config.default_draft_method)
-    store = SessionStore(client, lease_s=config.session_lease_s,
-                         wait_replicas=config.redis_wait_replicas,
-                         finished_ttl_s=config.finished_session_ttl_s)
-    orchestrator = Orchestrator(client, store, ChannelPool(config.mesh),
-                                replace(config.orchestrator, model_name=name))
+    tokenizer = load_tokenizer(settings.model)
+    name = settings.model_name or default_model_id(settings.model)
+    http = HttpSettings(model_name=name, context_length=context_length(settings.model),
+                        max_tokens_limit=settings.max_tokens_limit,
+                        default_num_draft_tokens=settings.num_draft_tokens,
+                        api_keys=settings.keys, playground=settings.playground,
+                        max_body_bytes=settings.max_body_bytes,
+                        max_sessions_per_key=settings.max_sessions_per_key,
+                        max_tokens_per_minute_per_key=settings.tokens_per_minute_per_key,
+                        default_tree_nodes=settings.tree_nodes,
+                        default_draft_method=settings.draft_method)
+    store = SessionStore(client, lease_s=settings.session_lease_s,
+                         wait_replicas=settings.redis_wait_replicas,
+                         finished_ttl_s=settings.finished_session_ttl_s)
+    orchestration = (replace(orchestration, model_name=name) if orchestration
+                     else settings.orchestrator(name))
+    orchestrator = Orchestrator(client, store, ChannelPool(mesh), orchestration)
 
     lifecycle.orchestrator = orchestrator
 
@@ -145,16 +104,16 @@ def build_gateway(config: GatewayConfig, client: redis.Redis,
         not take every gateway out of it at once: clients would get connection refused)."""
         return not lifecycle.draining
 
-    limits = KeyLimits(config.max_sessions_per_key, config.max_tokens_per_minute_per_key)
-    app = create_app(settings, tokenizer, orchestrator, ready=ready, limits=limits,  # one
+    limits = KeyLimits(settings.max_sessions_per_key, settings.tokens_per_minute_per_key)
+    app = create_app(http, tokenizer, orchestrator, ready=ready, limits=limits,  # one
                      serving=partial(serving_facts, client))
     servicer = GatewayServicer(tokenizer, orchestrator, name,  # limiter for HTTP and gRPC
-                               settings.server_defaults(tokenizer.eos_token_id),
-                               ApiKeys(config.api_keys), limits, config.max_body_bytes)
+                               http.server_defaults(tokenizer.eos_token_id),
+                               ApiKeys(settings.keys), limits, settings.max_body_bytes)
     binding = ServiceBinding(gateway_pb2_grpc.add_GatewayServicer_to_server, servicer,
                              SERVICE_NAME)
-    return app, GrpcService([binding], config.host, config.grpc_port, config.grace_s,
-                            max_receive_bytes=config.max_body_bytes)
+    return app, GrpcService([binding], settings.host, settings.grpc_port, settings.grace_s,
+                            max_receive_bytes=settings.max_body_bytes)
 
 
 SERVING_FACTS_TIMEOUT_S = 1.0
@@ -175,14 +134,14 @@ async def serving_facts(client: redis.Redis) -> dict[str, str]:
     return {"dtype": ",".join(dtypes)} if dtypes else {}
 
 
-async def serve(config: GatewayConfig) -> None:
+async def serve(config: GatewaySettings, mesh: MeshSecurity = OPEN) -> None:
     """Serve HTTP and gRPC until SIGTERM or SIGINT, then drain both: readiness and gRPC health
     turn off, new connections are refused, in-flight requests and streams get ``grace_s`` to
     finish, those still running are cancelled (so their clients resume them on another
     gateway at once), and the process exits 0."""
     client = connect(config.redis_url)
     lifecycle = Lifecycle()
-    app, grpc_service = build_gateway(config, client, lifecycle)
+    app, grpc_service = build_gateway(config, client, lifecycle, mesh)
     await grpc_service.start()
     server = _SignalFreeServer(uvicorn.Config(app, host=config.host, port=config.port,
                                               log_level="warning", lifespan="off",

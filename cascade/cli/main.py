@@ -23,7 +23,7 @@ from cascade.serving.memory_stream import MemoryMode
 from cascade.tools.client import GenerationSummary, stream_generation
 from cascade.tools.local_cluster import LocalCluster
 from cascade.tools.cluster_config import ClusterConfig
-from cascade.serving.process import command_line
+from cascade.serving.settings_cli import command_line
 from cascade.tools.redis_server import is_bindable
 
 app = command_line(help="Cascade: speculative decoding across machines.")

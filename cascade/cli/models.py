@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from cascade.cli.options import FOLDER, draft_tokens_option
-from cascade.serving.process import command_line
+from cascade.serving.settings_cli import command_line
 from cascade.tools.pairs import default_models_dir
 
 models_app = command_line(help="Build, convert or measure model pairs.")

@@ -21,7 +21,8 @@ from cascade.protocol.names import default_model_id
 from cascade.serving.mesh import SERVER_NAME_HELP, TLS_DIR_HELP, TOKEN_HELP, mesh_or_exit
 from cascade.serving.mesh import refuse_open
 from cascade.serving.metrics import serve_metrics
-from cascade.serving.process import check_model, command_line, serve_forever
+from cascade.serving.process import check_model, serve_forever
+from cascade.serving.settings_cli import command_line
 from cascade.serving.registry import connect
 from cascade.serving.telemetry import setup_telemetry
 

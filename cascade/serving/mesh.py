@@ -28,8 +28,10 @@ from pathlib import Path
 
 import grpc
 import typer
+from pydantic import BaseModel, ConfigDict, Field
 
 from cascade.serving.errors import PermissionDenied, rewrapped
+from cascade.serving.settings_cli import env
 
 CERT, KEY, CA = "tls.crt", "tls.key", "ca.crt"
 DEFAULT_SERVER_NAME = "cascade-mesh"
@@ -206,6 +208,23 @@ def mesh_or_exit(tls_dir: Path | None, server_name: str | None, token_file: Path
         return dataclasses.replace(mesh, session_key=load_session_key(session_key_file))
     except (ValueError, OSError) as exc:
         raise typer.BadParameter(str(exc)) from exc
+
+
+class MeshSettings(BaseModel):
+    """How a service meets the others on the mesh (the flags every service shares)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tls_dir: Path | None = Field(None, description=TLS_DIR_HELP, **env("CASCADE_TLS_DIR"))
+    tls_server_name: str | None = Field(None, description=SERVER_NAME_HELP,
+                                        **env("CASCADE_TLS_SERVER_NAME"))
+    mesh_token_file: Path | None = Field(None, description=TOKEN_HELP,
+                                         **env("CASCADE_MESH_TOKEN_FILE"))
+
+    def security(self, session_key_file: Path | None = None) -> MeshSecurity:
+        """The mesh's credentials, or a usage error that says which file is wrong."""
+        return mesh_or_exit(self.tls_dir, self.tls_server_name, self.mesh_token_file,
+                            session_key_file)
 
 
 def refuse_open(has_credentials: bool, allow_open: bool, what: str) -> None:

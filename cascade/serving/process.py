@@ -13,13 +13,6 @@ from cascade.serving.registry import Heartbeat
 from cascade.serving.server import GrpcService
 
 
-def command_line(**options) -> typer.Typer:
-    """A command-line app with click's plain help: paragraphs wrapped to the terminal (up to
-    100 columns), one compact column of flags, no type tags on flags that take no value."""
-    return typer.Typer(add_completion=False, rich_markup_mode=None,
-                       context_settings={"max_content_width": 100}, **options)
-
-
 def check_model(name: str | None, flag: str = "--model") -> None:
     """A model named by a path (``/`` or ``.`` first) must be a folder that is there: a usage
     error naming it, not transformers' complaint about hub repository names."""

@@ -3,7 +3,6 @@ the gateway's HTTP app under uvicorn and its gRPC service. Models: the tiny defa
 
 import asyncio
 from contextlib import asynccontextmanager
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,8 @@ from cascade.tools.redis_server import free_port
 from cascade.core.memory.suffix_index import SuffixIndex
 from cascade.serving.registry import Heartbeat
 from drafter_service.server import build_drafter
-from gateway.server import GatewayConfig, build_gateway
+from gateway.server import build_gateway
+from gateway.settings import GatewaySettings
 from verifier_service.server import build_verifier
 
 
@@ -41,11 +41,9 @@ async def running_cluster(redis_url: str, target_dir: Path, target, drafter, nam
                                             registry=client)
     await _start_pod(verifier, "verifier", client, lambda: sessions.num_active)
     await _start_pod(draft_service, "drafter", client, lambda: servicer.num_active)
-    config = GatewayConfig(str(target_dir), redis_url, name, grpc_port=0, max_tokens_limit=256,
-                           **gateway)
-    if orchestrator is not None:
-        config = replace(config, orchestrator=orchestrator)
-    app, gateway_grpc = build_gateway(config, client)
+    config = GatewaySettings(model=str(target_dir), redis_url=redis_url, model_name=name,
+                             grpc_port=0, max_tokens_limit=256, **gateway)
+    app, gateway_grpc = build_gateway(config, client, orchestration=orchestrator)
     await gateway_grpc.start()
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
@@ -70,7 +68,7 @@ async def running_cluster(redis_url: str, target_dir: Path, target, drafter, nam
 @pytest.fixture
 def cluster_with(redis_server, tiny_pair_dirs, tiny_runners):
     """``async with cluster_with(verifier_settings) as cluster``: a tiny cluster whose verifier
-    (and gateway orchestrator, ``orchestrator=``, and GatewayConfig fields) has the given
+    (and gateway orchestrator, ``orchestrator=``, and GatewaySettings fields) has the given
     settings."""
     return lambda settings, orchestrator=None, **gateway: running_cluster(
         redis_server.url, tiny_pair_dirs[0], *tiny_runners, "tiny", verifier_settings=settings,

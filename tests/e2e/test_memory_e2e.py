@@ -48,7 +48,7 @@ async def _indexed(index: SuffixIndex, num: int, timeout_s: float = 15.0) -> Non
 async def test_a_keys_generations_draft_for_that_key_only(cluster_with, schedule):
     """Under "auto" the verifier decodes the first run alone (nothing is known of the method
     yet); the rerun's drafter notes its memory draft is ready and the verifier asks for it."""
-    async with cluster_with(None, api_keys=("key-a", "key-b")) as cluster:
+    async with cluster_with(None, api_keys="key-a,key-b") as cluster:
         prompt = PROMPTS[0]
         expected = expected_tokens(cluster, prompt, MAX_TOKENS)
         first = await _generate(cluster, prompt, "key-a", draft_schedule=schedule)

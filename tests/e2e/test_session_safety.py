@@ -45,7 +45,7 @@ def event_text(body: str) -> str:
 
 
 async def test_only_the_key_that_started_a_session_may_resume_it(cluster_with):
-    async with cluster_with(None, api_keys=KEYS) as cluster:
+    async with cluster_with(None, api_keys=",".join(KEYS)) as cluster:
         async with httpx.AsyncClient(base_url=cluster.http_url, timeout=60) as http:
             whole = await http.post("/v1/completions", json=BODY, headers=bearer("key-a"))
             event_id = await first_event_id(http, "key-a")
@@ -70,7 +70,7 @@ async def test_only_the_key_that_started_a_session_may_resume_it(cluster_with):
 async def test_http_grpc_and_resumed_streams_share_a_keys_limit(cluster_with):
     """One limiter per gateway: a key at its one session cannot start another over gRPC, and a
     stream it left and resumed holds its slot like a new one."""
-    async with cluster_with(None, api_keys=KEYS, max_sessions_per_key=1) as cluster:
+    async with cluster_with(None, api_keys=",".join(KEYS), max_sessions_per_key=1) as cluster:
         channel = grpc.aio.insecure_channel(cluster.grpc_address)
         stub = gateway_pb2_grpc.GatewayStub(channel)
         async with httpx.AsyncClient(base_url=cluster.http_url, timeout=60) as http:
@@ -197,7 +197,7 @@ async def test_two_keys_with_the_same_prompt_share_no_prefix(cluster_with):
     drafter's caches follow the same scopes: tests/core/test_prefix_share.py)."""
     prompt = "the secret system prompt of one tenant, long enough to be worth sharing " * 3
     body = {**BODY, "prompt": prompt, "max_tokens": 200, "ignore_eos": True}
-    async with cluster_with(None, api_keys=KEYS) as cluster:
+    async with cluster_with(None, api_keys=",".join(KEYS)) as cluster:
         engine = cluster.verifier_sessions.engine
         async with httpx.AsyncClient(base_url=cluster.http_url, timeout=60) as http:
             async with http.stream("POST", "/v1/completions", json={**body, "stream": True},
@@ -220,7 +220,7 @@ async def test_two_keys_never_take_each_others_ended_prompt_blocks(cluster_with)
     is no sooner), and key A's next request takes them."""
     prompt = "the secret system prompt of one tenant, long enough to fill whole KV blocks " * 8
     short = {**BODY, "prompt": prompt, "max_tokens": 2}
-    async with cluster_with(None, api_keys=KEYS) as cluster:
+    async with cluster_with(None, api_keys=",".join(KEYS)) as cluster:
         prefixes = cluster.verifier_sessions.engine.prefixes
         async with httpx.AsyncClient(base_url=cluster.http_url, timeout=60) as http:
             first = await http.post("/v1/completions", json=short, headers=bearer("key-a"))

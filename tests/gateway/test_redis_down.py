@@ -9,7 +9,8 @@ import pytest
 from cascade.tools.redis_server import free_port
 from cascade.tools.tiny_models import build_tiny_pair
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc
-from gateway.server import GatewayConfig, build_gateway
+from gateway.server import build_gateway
+from gateway.settings import GatewaySettings
 from gateway.sessions.session_store import connect
 
 
@@ -18,7 +19,8 @@ async def gateway_without_redis(tmp_path):
     target, _ = build_tiny_pair(tmp_path / "models")
     url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
     client = connect(url, timeout_s=0.2, retries=1)
-    app, grpc_service = build_gateway(GatewayConfig(str(target), url, grpc_port=0), client)
+    app, grpc_service = build_gateway(GatewaySettings(model=str(target), redis_url=url, grpc_port=0),
+                                      client)
     await grpc_service.start()
     yield app, grpc_service
     await grpc_service.drain()

@@ -127,15 +127,16 @@ async def test_a_grpc_message_over_the_body_limit_is_refused_before_it_is_parsed
     fields the prompt check does not see count too."""
     from cascade.tools.redis_server import free_port
     from cascade.tools.tiny_models import build_tiny_pair
-    from gateway.server import GatewayConfig, build_gateway
+    from gateway.server import build_gateway
+    from gateway.settings import GatewaySettings
     from gateway.sessions.session_store import connect
 
     target, _ = build_tiny_pair(tmp_path / "models")
     url = f"redis://127.0.0.1:{free_port()}/0"  # refused before Redis is needed
     client = connect(url, timeout_s=0.2, retries=1)
     limit = 4096
-    app, service = build_gateway(GatewayConfig(str(target), url, grpc_port=0,
-                                               max_body_bytes=limit), client)
+    app, service = build_gateway(GatewaySettings(model=str(target), redis_url=url, grpc_port=0,
+                                                 max_body_bytes=limit), client)
     await service.start()
     try:
         async with grpc.aio.insecure_channel(service.address) as channel:

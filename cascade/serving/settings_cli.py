@@ -1,0 +1,121 @@
+"""Command lines generated from settings classes.
+
+A service declares each setting once, as a field of a pydantic model: its type, default, bounds
+(``ge``, ``le``, ...), help text (the field's description) and environment variable
+(``env("CASCADE_...")``). ``settings_command`` turns the model into a command line (typer) whose
+flags are the fields in kebab case (``--redis-url``; ``--playground/--no-playground`` for a bool); a
+field that is itself a settings model (the mesh block every service shares) adds its own fields
+as flags. The command validates the values with the model, so a bad value is a usage error that
+names its flag.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+import typing
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import annotated_types
+import typer
+from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
+
+Settings = TypeVar("Settings", bound=BaseModel)
+
+
+def command_line(**options) -> typer.Typer:
+    """A command-line app with click's plain help: paragraphs wrapped to the terminal (up to
+    100 columns), one compact column of flags, no type tags on flags that take no value."""
+    return typer.Typer(add_completion=False, rich_markup_mode=None,
+                       context_settings={"max_content_width": 100}, **options)
+
+
+def env(name: str) -> dict[str, Any]:
+    """A field's environment variable (a secret there stays out of the process list)."""
+    return {"json_schema_extra": {"env": name}}
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def settings_command(settings_type: type[Settings], run: Callable[[Settings], None],
+                     name: str | None = None) -> typer.Typer:
+    """A command line taking ``settings_type``'s fields as flags and calling ``run`` with the
+    validated settings."""
+
+    def command(**values: Any) -> None:
+        run(build(settings_type, values))
+
+    command.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [_parameter(n, f) for n, f in flat_fields(settings_type)])
+    command.__doc__ = settings_type.__doc__
+    app = command_line()
+    app.command(name=name)(command)
+    return app
+
+
+def flat_fields(settings_type: type[BaseModel]) -> Iterator[tuple[str, FieldInfo]]:
+    """The fields that are flags: a nested settings model's fields in its place."""
+    for name, field in settings_type.model_fields.items():
+        nested = _settings_model(field.annotation)
+        yield from flat_fields(nested) if nested else [(name, field)]
+
+
+def build(settings_type: type[Settings], values: dict[str, Any]) -> Settings:
+    """The settings from the flags' values, or a usage error naming the flag at fault."""
+    fields = {}
+    for name, field in settings_type.model_fields.items():
+        nested = _settings_model(field.annotation)
+        fields[name] = build(nested, values) if nested else values[name]
+    try:
+        return settings_type(**fields)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = flag(str(error["loc"][0])) if error["loc"] else None
+        message = error["msg"].removeprefix("Value error, ")
+        raise typer.BadParameter(message, param_hint=where) from None
+
+
+def _parameter(name: str, field: FieldInfo) -> inspect.Parameter:
+    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+    default = ... if field.is_required() else field.get_default(call_default_factory=True)
+    decl = flag(name)
+    if _plain(field.annotation) is bool:
+        decl += "/--no-" + decl[2:]
+    option = typer.Option(default, decl, help=field.description, envvar=extra.get("env"),
+                          show_default=default not in (None, "", ...), **_bounds(field))
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option,
+                             annotation=field.annotation)
+
+
+def _bounds(field: FieldInfo) -> dict[str, Any]:
+    """typer's min and max from the field's ge/gt/le/lt (a strict bound on an integer moves by
+    one; on a float, the model refuses the bound itself)."""
+    step = 1 if _plain(field.annotation) is int else 0
+    bounds: dict[str, Any] = {}
+    for rule in field.metadata:
+        if isinstance(rule, annotated_types.Ge):
+            bounds["min"] = rule.ge
+        elif isinstance(rule, annotated_types.Gt):
+            bounds["min"] = rule.gt + step
+        elif isinstance(rule, annotated_types.Le):
+            bounds["max"] = rule.le
+        elif isinstance(rule, annotated_types.Lt):
+            bounds["max"] = rule.lt - step
+    return bounds
+
+
+def _plain(annotation: Any) -> Any:
+    """``X`` of ``X | None``."""
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        kinds = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return kinds[0] if len(kinds) == 1 else str
+    return annotation
+
+
+def _settings_model(annotation: Any) -> type[BaseModel] | None:
+    kind = _plain(annotation)
+    return kind if isinstance(kind, type) and issubclass(kind, BaseModel) else None
