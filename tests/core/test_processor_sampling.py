@@ -18,7 +18,7 @@ from models import full_forward, penalized, random_prompts
 
 BIAS = ((7, 6.0), (11, -2.0))
 PRESENCE, FREQUENCY, REPETITION = 2.0, 0.75, 1.4
-RUNS = 3000
+RUNS = 1500
 
 
 def _shaped(target, prompt: list[int], generated: list[int]) -> torch.Tensor:
