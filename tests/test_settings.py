@@ -79,3 +79,9 @@ def test_settings_built_by_name_derive_what_the_services_run_with():
     assert (verifier.kv_tokens, verifier.max_kv_share) == (None, 0.5)
     drafter = DrafterPodSettings(model="m", speculate="cache", send_ahead=3)
     assert (drafter.speculation().mode.value, drafter.speculation().send_ahead) == ("cache", 3)
+
+
+def test_the_flags_reference_is_current():
+    from cascade.tools.flags_doc import PAGE, page
+
+    assert PAGE.read_text() == page(), "run python -m cascade.tools.flags_doc"
