@@ -5,8 +5,9 @@ by field name, and docs/deploy.md's and the manifests' flags are checked against
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from cascade.protocol.limits import MAX_DRAFT_TOKENS, MAX_TREE_NODES
 from cascade.protocol.methods import DEFAULT_DRAFT_METHOD, DRAFT_METHODS
@@ -16,6 +17,16 @@ from cascade.serving.settings_cli import env
 from gateway.sessions.assignment import OrchestratorSettings
 from gateway.sessions.session_store import FINISHED_SESSION_TTL_S, SESSION_TTL_S
 from gateway.sessions.sharing import PrefixSharing
+
+
+def _known_method(value: str) -> str:
+    if value not in DRAFT_METHODS:
+        raise ValueError(f"must be one of {', '.join(sorted(DRAFT_METHODS))}")
+    return value
+
+
+DraftMethod = Annotated[str, AfterValidator(_known_method)]
+"""A drafting method's name (``cascade.protocol.methods.DRAFT_METHODS``)."""
 
 
 class GatewaySettings(BaseModel):
@@ -70,7 +81,7 @@ class GatewaySettings(BaseModel):
                                            "per-key (each API key its own; see "
                                            "docs/security.md), shared (every key's) or off "
                                            "(none are shared).")
-    draft_method: str = Field(DEFAULT_DRAFT_METHOD, description="Drafting method of requests "
+    draft_method: DraftMethod = Field(DEFAULT_DRAFT_METHOD, description="Drafting method of requests "
                               "that do not name one: auto (each round from whichever source "
                               "expects the most tokens per second: the speculation memory and "
                               "the session's own tokens, the client's predicted output, the "
@@ -102,13 +113,6 @@ class GatewaySettings(BaseModel):
                                           "per-key (the same API key's sessions only; see "
                                           "docs/security.md) or shared (every session: "
                                           "single-tenant deployments).")
-
-    @field_validator("draft_method")
-    @classmethod
-    def _known_method(cls, value: str) -> str:
-        if value not in DRAFT_METHODS:
-            raise ValueError(f"must be one of {', '.join(sorted(DRAFT_METHODS))}")
-        return value
 
     @property
     def keys(self) -> tuple[str, ...]:

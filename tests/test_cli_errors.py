@@ -13,7 +13,7 @@ RUNNER = CliRunner()
 def test_a_bad_dtype_is_refused_before_anything_starts():
     result = RUNNER.invoke(app, ["up", "--dtype", "float64"])
     assert result.exit_code == 2
-    assert "--dtype must be one of auto, float32, bfloat16, float16" in result.output
+    assert "--dtype: must be one of auto, float32, bfloat16, float16" in result.output
 
 
 def test_a_port_in_use_is_named_with_what_to_do():

@@ -8,6 +8,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from cascade.cli.main import app
+from cascade.cli.up import UpSettings
 from cascade.serving.settings_cli import flag, flat_fields
 from drafter_service.__main__ import cli as drafter_cli
 from drafter_service.settings import DrafterPodSettings
@@ -19,15 +21,23 @@ from verifier_service.settings import VerifierPodSettings
 ROOT = Path(__file__).resolve().parent.parent
 SERVICES = [(gateway_cli, GatewaySettings), (drafter_cli, DrafterPodSettings),
             (verifier_cli, VerifierPodSettings)]
+COMMANDS = SERVICES + [(app, UpSettings)]
 OTHER_TOOLS = {"--build-arg", "--requirepass"}
 """Flags docs/deploy.md gives to docker and redis-server."""
 
 
-@pytest.mark.parametrize("cli, settings", SERVICES, ids=["gateway", "drafter", "verifier"])
+def _params(cli) -> dict:
+    command = typer.main.get_command(cli)
+    command = command.commands["up"] if cli is app else command
+    return {p.name: p for p in command.params}
+
+
+@pytest.mark.parametrize("cli, settings", COMMANDS, ids=["gateway", "drafter", "verifier", "up"])
 def test_every_setting_is_a_flag_with_its_help_default_and_environment_variable(cli, settings):
-    params = {p.name: p for p in typer.main.get_command(cli).params}
+    params = _params(cli)
     fields = dict(flat_fields(settings))
-    assert set(params) == set(fields) and "tls_dir" in params  # the mesh block's flags too
+    assert set(params) == set(fields)
+    assert cli is app or "tls_dir" in params  # the services' shared mesh block
     for name, field in fields.items():
         option = params[name]
         assert option.help == field.description and option.help, name
@@ -62,7 +72,7 @@ def test_a_value_the_settings_refuse_is_a_usage_error_naming_its_flag():
 
 
 def test_the_deployment_guide_names_only_flags_the_services_have():
-    flags = {flag(name) for _, settings in SERVICES for name, _ in flat_fields(settings)}
+    flags = {flag(name) for _, settings in COMMANDS for name, _ in flat_fields(settings)}
     flags |= {"--no-" + f[2:] for f in flags}
     named = set(re.findall(r"`(--[a-z0-9-]+)", (ROOT / "docs" / "deploy.md").read_text()))
     assert named - OTHER_TOOLS <= flags, named - OTHER_TOOLS - flags
@@ -81,7 +91,18 @@ def test_settings_built_by_name_derive_what_the_services_run_with():
     assert (drafter.speculation().mode.value, drafter.speculation().send_ahead) == ("cache", 3)
 
 
-def test_the_flags_reference_is_current():
-    from cascade.tools.flags_doc import PAGE, page
+def test_cascade_up_passes_the_services_settings_it_takes_by_their_flags(tmp_path):
+    """``cascade up``'s fields that are a service's are passed on as that service's flags,
+    only where they differ from the service's default."""
+    up = UpSettings(port=0, grpc_port=0, invariant=False, compile="auto",
+                    speculation_memory="shared", workdir=tmp_path)
+    cluster = up.cluster(tmp_path, tmp_path)
+    assert cluster.gateway_args == ("--speculation-memory", "shared")
+    assert cluster.verifier_args == ("--no-invariant", "--compile", "auto")
+    assert UpSettings(port=0, grpc_port=0).cluster(tmp_path, tmp_path).verifier_args == ()
 
-    assert PAGE.read_text() == page(), "run python -m cascade.tools.flags_doc"
+
+def test_the_flags_reference_is_current():
+    from cascade.cli.flags_doc import PAGE, page
+
+    assert PAGE.read_text() == page(), "run python -m cascade.cli.flags_doc"

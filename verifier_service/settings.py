@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field
 
 from cascade.core.verify.compiled import check_mode
 from cascade.pod.settings import PodSettings
@@ -14,6 +15,8 @@ from cascade.serving.settings_cli import env
 from verifier_service.scheduler import VerifierSettings
 
 _DEFAULTS = VerifierSettings()
+CompileMode = Annotated[str, AfterValidator(check_mode)]
+"""off, on or auto (``cascade.core.verify.compiled``)."""
 
 
 class VerifierPodSettings(PodSettings):
@@ -46,7 +49,7 @@ class VerifierPodSettings(PodSettings):
     max_kv_share: float = Field(_DEFAULTS.max_kv_share, ge=0.01, le=1.0, description="Most of "
                                 "the KV budget one API key's sessions may hold while another "
                                 "key's sessions wait for memory (1: no share).")
-    compile: str = Field(_DEFAULTS.compile, description="Compile the target's step with "
+    compile: CompileMode = Field(_DEFAULTS.compile, description="Compile the target's step with "
                          "torch.compile (one graph per step, attention and packed products "
                          "opaque): on, off, or auto (on a GPU only). The first start compiles "
                          "for minutes on a few CPU cores (progress logged), later starts reuse "
@@ -61,11 +64,6 @@ class VerifierPodSettings(PodSettings):
                                  **env("CASCADE_TENSOR_PARALLEL"))
     session_key_file: Path | None = Field(None, description=SESSION_KEY_HELP,
                                           **env("CASCADE_SESSION_KEY_FILE"))
-
-    @field_validator("compile")
-    @classmethod
-    def _known_mode(cls, value: str) -> str:
-        return check_mode(value)
 
     def verifier(self) -> VerifierSettings:
         """The scheduler's settings these flags set."""

@@ -10,6 +10,7 @@ from pathlib import Path
 import grpc
 import httpx
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
@@ -17,14 +18,12 @@ from cascade.cli.bench import bench, bench_cascades, bench_engine, bench_load, b
 from cascade.cli.models import distill, models_app
 from cascade.cli.options import DRAFTER_OPT, PAIR_OPT, TARGET_OPT, draft_tokens_option
 from cascade.cli.options import pair_folders
+from cascade.cli.up import UpSettings
 from cascade.core.paths import cache_root
-from cascade.protocol.methods import DEFAULT_DRAFT_METHOD, DRAFT_METHODS
-from cascade.serving.memory_stream import MemoryMode
 from cascade.tools.client import GenerationSummary, stream_generation
 from cascade.tools.local_cluster import LocalCluster
 from cascade.tools.cluster_config import ClusterConfig
-from cascade.serving.settings_cli import command_line
-from cascade.tools.redis_server import is_bindable
+from cascade.serving.settings_cli import command_line, settings_function
 
 app = command_line(help="Cascade: speculative decoding across machines.")
 app.add_typer(models_app, name="models")
@@ -39,42 +38,19 @@ console = Console()
 
 DTYPE_OPT = typer.Option("auto", help="The pods' dtype: float32, bfloat16 or auto (bfloat16 "
                          "where the hardware runs it fast, measured; float32 elsewhere).")
-
-
-DTYPES = ("auto", "float32", "bfloat16", "float16")
 WORKDIR_OPT = typer.Option(cache_root() / "local", help="Folder for the processes' logs (each "
                            "start keeps the previous run's as *.log.1), Redis's data and the "
                            "mesh certificates.")
 
 
-def _cluster_config(target, drafter, pair, drafters, port, grpc_port, dtype, workdir: Path,
-                    gateway_args: tuple[str, ...] = (), redis_replicas: int = 0,
-                    invariant: bool = True, tensor_parallel: int = 1,
-                    compile: str = "off") -> ClusterConfig:
-    """The local cluster's settings, checked before anything starts (ValueError: what to
-    fix)."""
-    if dtype not in DTYPES:
-        raise ValueError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    for flag, number in (("--port", port), ("--grpc-port", grpc_port)):
-        if number and not is_bindable(number):
-            raise ValueError(f"{flag} {number} is in use; stop what holds it, or pass "
-                             f"{flag} 0 for a free one")
-    target, drafter = pair_folders(target, drafter, pair)
-    verifier_args = () if invariant else ("--no-invariant",)
-    if compile != "off":
-        from cascade.core.verify.compiled import check_mode
-
-        check_mode(compile)
-        verifier_args += ("--compile", compile)
-    if tensor_parallel > 1:
-        from cascade.core.model.weights import check_split
-
-        check_split(str(target), tensor_parallel)  # TensorParallelError is a ValueError
-        verifier_args += ("--tensor-parallel", str(tensor_parallel))
-    return ClusterConfig(target, drafter, num_drafters=drafters, http_port=port,
-                         grpc_port=grpc_port, dtype=dtype, workdir=workdir,
-                         gateway_args=gateway_args,
-                         redis_replicas=redis_replicas, verifier_args=verifier_args)
+def _cluster(settings: UpSettings) -> ClusterConfig:
+    """The local cluster ``settings`` describe, the pair prepared (a usage error: what to fix)."""
+    try:
+        settings.check_ports()
+        target, drafter = pair_folders(settings.target, settings.drafter, settings.pair)
+        return settings.cluster(target, drafter)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
 
 
 def _fail(message: str) -> None:
@@ -83,47 +59,14 @@ def _fail(message: str) -> None:
     raise typer.Exit(1)
 
 
-@app.command()
-def up(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT, pair: str = PAIR_OPT,
-       drafters: int = typer.Option(1, help="Number of drafter processes."),
-       port: int = typer.Option(8000, help="Gateway HTTP port (0: a free one)."),
-       grpc_port: int = typer.Option(50050, help="Gateway gRPC port (0: a free one)."),
-       dtype: str = DTYPE_OPT,
-       invariant: bool = typer.Option(True, help="The verifier's batch-invariant pass (greedy "
-                                      "output never depends on k, batching or load)."),
-       speculation_memory: MemoryMode = typer.Option(
-           MemoryMode.PER_KEY.value, help="Whose finished generations the suffix draft methods draft from: "
-           "per-key, shared or off (the gateway's --speculation-memory)."),
-       redis_replicas: int = typer.Option(
-           0, help="Redis replicas beside the primary, with three sentinels that fail over "
-           "to one of them (0: one Redis)."),
-       draft_method: str = typer.Option(
-           DEFAULT_DRAFT_METHOD, help="Drafting method of requests that do not name one "
-           "(the gateway's --draft-method; auto drafts each round from whichever of the "
-           "speculation memory, the client's prediction and the drafter model pays "
-           "most)."),
-       tensor_parallel: int = typer.Option(1, min=1, help="Split the target over this many "
-                                           "verifier ranks (processes sharing the cores; its "
-                                           "heads must divide by it)."),
-       compile: str = typer.Option("off", help="Compile the verifier's step: off, on, or "
-                                   "auto (on a GPU only); the first start compiles for "
-                                   "minutes on a CPU (the verifier's --compile)."),
-       workdir: Path = WORKDIR_OPT) -> None:
-    """Start Redis, a verifier, drafters and the gateway; Ctrl-C (or SIGTERM) stops them
-    all."""
-    if draft_method not in DRAFT_METHODS:
-        raise typer.BadParameter(f"must be one of {', '.join(sorted(DRAFT_METHODS))}",
-                                 param_hint="--draft-method")
-    try:
-        config = _cluster_config(target, drafter, pair, drafters, port, grpc_port, dtype,
-                                 workdir, ("--speculation-memory", speculation_memory.value,
-                                           "--draft-method", draft_method), redis_replicas,
-                                 invariant, tensor_parallel, compile)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from exc
-    with running(LocalCluster(config), "starting redis, verifier, drafters, gateway") as cluster:
+def up(settings: UpSettings) -> None:
+    with running(LocalCluster(_cluster(settings)),
+                 "starting redis, verifier, drafters, gateway") as cluster:
         _print_ready(cluster)
         cluster.processes["gateway"].wait()
+
+
+app.command("up")(settings_function(UpSettings, up))
 
 
 @contextmanager
@@ -297,10 +240,12 @@ def demo(prompt: str = typer.Argument("Explain how a rainbow forms."),
          dtype: str = DTYPE_OPT, workdir: Path = WORKDIR_OPT) -> None:
     """Start the local cluster, run one generation through it, and stop it."""
     try:
-        config = _cluster_config(target, drafter, pair, 1, port, grpc_port, dtype, workdir)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from exc
-    with running(LocalCluster(config), "starting redis, verifier, drafter, gateway") as cluster:
+        settings = UpSettings(target=target, drafter=drafter, pair=pair, port=port,
+                              grpc_port=grpc_port, dtype=dtype, workdir=workdir)
+    except ValidationError as exc:
+        raise typer.BadParameter(exc.errors()[0]["msg"]) from None
+    with running(LocalCluster(_cluster(settings)),
+                 "starting redis, verifier, drafter, gateway") as cluster:
         with console.status("warming up (first passes allocate)"):
             for k in (num_draft_tokens, 0):  # so neither measured run pays for the cold start
                 stream_generation(cluster.grpc_address, prompt, 4, k)

@@ -4,10 +4,24 @@ command line is generated from the whole (``cascade.serving.settings_cli``)."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from cascade.serving.mesh import MeshSettings
 from cascade.serving.settings_cli import env
+
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def _known_dtype(value: str) -> str:
+    if value not in DTYPES:
+        raise ValueError(f"must be one of {', '.join(DTYPES)}, got {value!r}")
+    return value
+
+
+Dtype = Annotated[str, AfterValidator(_known_dtype)]
 
 
 class PodSettings(BaseModel):
@@ -16,7 +30,7 @@ class PodSettings(BaseModel):
     model_config = ConfigDict(frozen=True, protected_namespaces=())
 
     model: str = Field(description="The pod's model: a local folder or a hub name.")
-    dtype: str = Field("auto", description="float32, bfloat16, float16 or auto (bfloat16 on a "
+    dtype: Dtype = Field("auto", description="float32, bfloat16, float16 or auto (bfloat16 on a "
                        "GPU or a CPU that runs it fast, measured; float32 elsewhere).")
     device: str = Field("cpu", description="torch device, e.g. cpu or cuda:0.")
     host: str = Field("127.0.0.1", description="Address to bind.")

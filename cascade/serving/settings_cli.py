@@ -45,6 +45,15 @@ def settings_command(settings_type: type[Settings], run: Callable[[Settings], No
                      name: str | None = None) -> typer.Typer:
     """A command line taking ``settings_type``'s fields as flags and calling ``run`` with the
     validated settings."""
+    app = command_line()
+    app.command(name=name)(settings_function(settings_type, run))
+    return app
+
+
+def settings_function(settings_type: type[Settings], run: Callable[[Settings], None]
+                      ) -> Callable[..., None]:
+    """``run`` as a function typer makes a command of (``app.command()(...)``): one keyword
+    parameter per flag."""
 
     def command(**values: Any) -> None:
         run(build(settings_type, values))
@@ -52,9 +61,25 @@ def settings_command(settings_type: type[Settings], run: Callable[[Settings], No
     command.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
         [_parameter(n, f) for n, f in flat_fields(settings_type)])
     command.__doc__ = settings_type.__doc__
-    app = command_line()
-    app.command(name=name)(command)
-    return app
+    return command
+
+
+def to_flags(values: BaseModel, settings_type: type[BaseModel], names: tuple[str, ...]
+             ) -> tuple[str, ...]:
+    """The flags of ``settings_type`` that pass ``values``' fields ``names`` on, for those that
+    differ from its defaults (how one command line starts another service)."""
+    args: list[str] = []
+    for name, field in flat_fields(settings_type):
+        if name not in names:
+            continue
+        value, default = getattr(values, name), field.get_default(call_default_factory=True)
+        if value == default:
+            continue
+        if isinstance(value, bool):
+            args.append(flag(name) if value else "--no-" + flag(name)[2:])
+        else:
+            args += [flag(name), str(getattr(value, "value", value))]
+    return tuple(args)
 
 
 def flat_fields(settings_type: type[BaseModel]) -> Iterator[tuple[str, FieldInfo]]:

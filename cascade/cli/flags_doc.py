@@ -1,6 +1,6 @@
 """The flags reference (docs/flags.md), written from the services' settings classes.
 
-``python -m cascade.tools.flags_doc`` rewrites it; ``tests/test_settings.py`` fails when it
+``python -m cascade.cli.flags_doc`` rewrites it; ``tests/test_settings.py`` fails when it
 is out of date, so the page cannot drift from the flags.
 """
 
@@ -14,6 +14,7 @@ import annotated_types
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
+from cascade.cli.up import UpSettings
 from cascade.serving.settings_cli import flag, flat_fields
 from drafter_service.settings import DrafterPodSettings
 from gateway.settings import GatewaySettings
@@ -21,7 +22,8 @@ from verifier_service.settings import VerifierPodSettings
 
 SERVICES = (("gateway", "python -m gateway", GatewaySettings),
             ("verifier", "python -m verifier_service", VerifierPodSettings),
-            ("drafter", "python -m drafter_service", DrafterPodSettings))
+            ("drafter", "python -m drafter_service", DrafterPodSettings),
+            ("the local cluster", "cascade up", UpSettings))
 BOUNDS = {annotated_types.Ge: (">=", "ge"), annotated_types.Gt: (">", "gt"),
           annotated_types.Le: ("<=", "le"), annotated_types.Lt: ("<", "lt")}
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "flags.md"
@@ -29,10 +31,10 @@ PAGE = Path(__file__).resolve().parents[2] / "docs" / "flags.md"
 
 def page() -> str:
     lines = ["# Flags", "",
-             "Every flag of the three services, generated from their settings classes (each "
+             "Every flag of the three services and of `cascade up`, generated from their settings classes (each "
              "field declares its flag once: type, default, bounds, help, environment variable; "
              "`cascade/serving/settings_cli.py` makes the command lines from them). Rewrite "
-             "with `python -m cascade.tools.flags_doc`.", ""]
+             "with `python -m cascade.cli.flags_doc`.", ""]
     for role, command, settings in SERVICES:
         where = f"{settings.__module__}.{settings.__name__}"
         lines += [f"## {role}: `{command}`", "", f"`{where}`: {_one_line(settings.__doc__)}", "",
@@ -59,6 +61,8 @@ def _one_line(text: str | None) -> str:
 def _default(field: FieldInfo) -> str:
     if field.is_required():
         return "required"
+    if field.default_factory is not None:
+        return "see meaning"  # computed where the command runs
     value = field.get_default(call_default_factory=True)
     if isinstance(value, enum.Enum):
         value = value.value
