@@ -10,7 +10,6 @@ from pathlib import Path
 import grpc
 import httpx
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
@@ -23,7 +22,7 @@ from cascade.core.paths import cache_root
 from cascade.tools.client import GenerationSummary, stream_generation
 from cascade.tools.local_cluster import LocalCluster
 from cascade.tools.cluster_config import ClusterConfig
-from cascade.serving.settings_cli import command_line, settings_function
+from cascade.serving.settings_cli import command_line, settings_function, validated
 
 app = command_line(help="Cascade: speculative decoding across machines.")
 app.add_typer(models_app, name="models")
@@ -239,11 +238,8 @@ def demo(prompt: str = typer.Argument("Explain how a rainbow forms."),
          grpc_port: int = typer.Option(50050, help="Gateway gRPC port (0: a free one)."),
          dtype: str = DTYPE_OPT, workdir: Path = WORKDIR_OPT) -> None:
     """Start the local cluster, run one generation through it, and stop it."""
-    try:
-        settings = UpSettings(target=target, drafter=drafter, pair=pair, port=port,
-                              grpc_port=grpc_port, dtype=dtype, workdir=workdir)
-    except ValidationError as exc:
-        raise typer.BadParameter(exc.errors()[0]["msg"]) from None
+    settings = validated(UpSettings, target=target, drafter=drafter, pair=pair, port=port,
+                         grpc_port=grpc_port, dtype=dtype, workdir=workdir)
     with running(LocalCluster(_cluster(settings)),
                  "starting redis, verifier, drafter, gateway") as cluster:
         with console.status("warming up (first passes allocate)"):

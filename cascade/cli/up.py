@@ -61,9 +61,9 @@ class UpSettings(BaseModel):
                                  f"{flag} 0 for a free one")
 
     def cluster(self, target: Path, drafter: Path) -> ClusterConfig:
-        """The local cluster of ``target`` and ``drafter`` (the pair's folders), its ports and
-        its split checked before anything starts (ValueError: what to fix)."""
-        self.check_ports()
+        """The local cluster of ``target`` and ``drafter`` (the pair's folders), its split
+        checked before anything starts (ValueError: what to fix; the ports: ``check_ports``,
+        before the pair is prepared)."""
         if self.tensor_parallel > 1:
             from cascade.core.model.weights import check_split
 

@@ -95,6 +95,11 @@ def build(settings_type: type[Settings], values: dict[str, Any]) -> Settings:
     for name, field in settings_type.model_fields.items():
         nested = _settings_model(field.annotation)
         fields[name] = build(nested, values) if nested else values[name]
+    return validated(settings_type, **fields)
+
+
+def validated(settings_type: type[Settings], **fields: Any) -> Settings:
+    """``settings_type(**fields)``, or a usage error naming the flag at fault."""
     try:
         return settings_type(**fields)
     except ValidationError as exc:
