@@ -1,14 +1,15 @@
-"""One session on a drafter: draft a block, stream it to the verifier, apply the verdict, and
-relay the round to the gateway.
+"""One session on a drafter: the pump around ``cascade.session.DrafterSession``.
 
-The proposer keeps its own per-sequence state in step with the committed tokens (the model
-proposer's cache follows them by position), so applying a verdict is just extending the committed
-list; the rejected tail is rolled back on the next proposal. With speculation on
-(``drafter_service.speculation``) the drafter pre-drafts for guessed outcomes while it waits for
-each verdict (``drafter_service.predrafts``), and may send some of those blocks ahead; sending
-and receiving are then independent (``VerifierStream`` keeps injected delay from holding up the
-loop). Pre-drafted blocks say so (``DraftBlock.predrafted``): the verifier did not wait for
-their drafting.
+The machine decides (what to send, draft, relay, when the verifier decodes alone); the pump
+performs its actions: drafts on the model thread, writes and reads the Verify stream, relays
+rounds to the gateway, and feeds back what each returns. The proposer keeps its own
+per-sequence state in step with the committed tokens (the model proposer's cache follows them by
+position), so a verdict only extends the committed list; the rejected tail is rolled back on the
+next proposal. With speculation on (``drafter_service.speculation``) the pump pre-drafts for
+guessed outcomes while it waits for a verdict (``drafter_service.predrafts``), and may send some
+of those blocks ahead; pre-drafted blocks say so (``DraftBlock.predrafted``): the verifier did
+not wait for their drafting. While the verifier decodes the session alone, shadow blocks go out
+(``drafter_service.shadows``).
 """
 
 from __future__ import annotations
@@ -22,24 +23,22 @@ from concurrent.futures import Executor
 import grpc
 
 from cascade.core.blocks import Draft
-from cascade.core.proposers import ProposerContext, new_proposer
-from cascade.core.model.runner import ModelRunner
 from cascade.core.memory.suffix_index import SessionMemory
-from cascade.pod.messages import (
-    draft_to_pb,
-    ends_generation,
-    features_from_pb,
-    num_open_replies,
-    tokens_after,
-)
+from cascade.core.model.runner import ModelRunner
+from cascade.core.proposers import ProposerContext, new_proposer
+from cascade.pod.messages import draft_to_pb, features_from_pb
 from cascade.protocol.settings import DraftConfig
 from cascade.protocol.validation import SessionSettings
 from cascade.serving import metrics
 from cascade.serving.delay import LinkDelay
+from cascade.serving.errors import StaleEpoch
 from cascade.serving.telemetry import current_context, start_span
+from cascade.session import events as ev
+from cascade.session.drafter import DrafterSession
+from cascade.session.wire import num_open_replies, num_verified
 from cascade.v1 import common_pb2, drafter_pb2, verifier_pb2
 from drafter_service.predrafts import PreDrafter
-from drafter_service.relay import EMPTY_BLOCK, UNDRAFTED, relayed_round
+from drafter_service.relay import relayed_round
 from drafter_service.shadows import Shadows
 from drafter_service.speculation import SpeculationCache, SpeculationConfig
 from drafter_service.verifier_stream import VerifierStream
@@ -70,16 +69,18 @@ class DraftLoop:
         self.speculation = speculation if self.proposer.can_speculate else SpeculationConfig()
         self.predrafts = PreDrafter(self.proposer, executor, self.speculation, self.params,
                                     request.prompt_len, self._budget, self._predrafted_block)
-        self.num_sessions = num_sessions
-        self.executor = executor
-        self.committed = list(request.context_tokens)
+        self.num_sessions, self.executor = num_sessions, executor
+        wants_features = self.proposer.wants_target_features
+        self.session = DrafterSession(
+            self._open_message(), list(request.context_tokens),
+            open_replies=num_open_replies(len(request.context_tokens)) if wants_features else 0,
+            planned=config.planned, speculates=self.speculation.is_on)
         self.trace_context = current_context()  # the RunSession span: parent of each `draft`
-        self.planned_length: int | None = None
-        """The verifier's plan for the next block's length (planned sessions; None: k)."""
-        self.latest: verifier_pb2.Verdict | None = None
-        """The last verdict of a round the verifier decoded alone (None: none yet)."""
-        self._last = time.perf_counter()
-        """When the last round was relayed (or the session opened)."""
+        self.cache: SpeculationCache | None = None
+        """The pre-drafts made while the last block was verified (None: none)."""
+        self.shadows: Shadows | None = None
+        self._last = self._sent = self._alone_since = time.perf_counter()
+        """When the last round was relayed, the block was sent, the last round alone came."""
 
     def _open_message(self) -> verifier_pb2.VerifyRequest:
         r = self.request
@@ -92,21 +93,74 @@ class DraftLoop:
             num_draft_tokens=self.config.longest_block, prefix_scope=r.prefix_scope,
             shadow_drafts=self.config.planned and self._shadows_exact))
 
+    async def run(self, channel: grpc.aio.Channel, timeout: float | None
+                  ) -> AsyncIterator[common_pb2.Round]:
+        """The session's rounds, relayed: the machine's actions performed, what they return
+        fed back, until it has none left."""
+        stream = VerifierStream(channel, timeout, self.link, self.request.session_id)
+        try:
+            actions = self.session.start()
+            while actions:
+                answers = []
+                for action in actions:
+                    if isinstance(action, ev.Relay):
+                        yield self._relay(action)
+                    elif (answer := await self._perform(action, stream)) is not None:
+                        answers.append(answer)
+                actions = [then for answer in answers for then in self.session.on(answer)]
+        finally:
+            await self._stop_alone()
+            stream.close()
+
+    async def _perform(self, action, stream: VerifierStream):
+        """Do ``action``; returns the event it answers with (None: none)."""
+        match action:
+            case ev.Send(request):
+                await stream.send(request)
+            case ev.Draft():
+                return await self._next_block(action)
+            case ev.Receive(block):
+                return ev.classify(await self._receive(stream, block))
+            case ev.Observe(msg):
+                self._observe(msg)
+            case ev.Judge(msg, block):
+                self.proposer.costs.observe("round_s", time.perf_counter() - self._sent)
+                self.proposer.judged(block.source, num_verified(msg, block),
+                                     msg.stats.num_accepted)
+            case ev.Begin():
+                self._last = time.perf_counter()
+            case ev.StartAlone():
+                self.shadows, self._alone_since = self._shadows(stream), time.perf_counter()
+            case ev.Follow(committed):
+                self._follow(committed)
+            case ev.OfferReady(committed):
+                return await self._offer_ready(stream, committed)
+            case ev.StopAlone():
+                await self._stop_alone()
+            case ev.Finish():
+                await stream.finish()
+            case ev.Fail(reason):
+                raise StaleEpoch(f"session {self.request.session_id}: {reason}")
+            case _:
+                raise TypeError(f"no such action: {action!r}")
+        return None
+
     def _observe(self, verdict: verifier_pb2.Verdict) -> None:
-        """Hand the verdict's target features to the proposer (never while it drafts); take
-        the verifier's plan for the next block's length."""
+        """Hand the verdict's target features to the proposer (never while it drafts) and the
+        verifier's plan for the next block's length."""
         if verdict.HasField("features"):
             self.proposer.observe(features_from_pb(verdict.features))
         if verdict.HasField("next_draft_tokens"):
-            self.planned_length = self.proposer.planned = verdict.next_draft_tokens
+            self.proposer.planned = verdict.next_draft_tokens
 
     def _budget(self, context: list[int]) -> int:
         """Tokens worth drafting after ``context`` (the committed tokens, or a guess of them),
         at most what the verifier's plan asks for."""
         budget = self.config.budget(self.params, len(context) - self.request.prompt_len)
-        if self.planned_length is None or self.proposer.drafts_past_plan:
+        planned = self.session.planned_length
+        if planned is None or self.proposer.drafts_past_plan:
             return budget
-        return min(budget, self.planned_length)
+        return min(budget, planned)
 
     def _block(self, draft: Draft, round_number: int, context: list[int], draft_us: int
                ) -> verifier_pb2.DraftBlock:
@@ -118,6 +172,21 @@ class DraftLoop:
         block = self._block(draft, round_number, context, draft_us)
         block.predrafted = True  # drafted while the verifier verified the round before
         return block
+
+    async def _next_block(self, action: ev.Draft) -> ev.Drafted:
+        """The block ``action`` asks for: from the pre-drafts for what ``action.after``
+        decided, or drafted now (on a miss, at most ``miss_tokens``)."""
+        cache = self.cache if action.after is not None else None
+        block, origin = None, action.origin
+        if cache is not None:
+            block, origin = cache.lookup(action.after)
+            metrics.SSD_ROUNDS.labels(common_pb2.Speculation.Name(origin)).inc()
+            metrics.SSD_WASTED.inc(len(cache.blocks) - (block is not None))
+        if block is None:
+            most = self.speculation.miss_tokens if cache is not None else 0
+            block = await self._draft(action.round, action.context, most)
+        self._sent = time.perf_counter()
+        return ev.Drafted(block, origin)
 
     async def _draft(self, round_number: int, context: list[int], most: int = 0
                      ) -> verifier_pb2.DraftBlock:
@@ -133,127 +202,49 @@ class DraftLoop:
         metrics.DRAFT_SECONDS.observe(time.perf_counter() - started)
         return self._block(draft, round_number, context, _micros(started))
 
-    async def run(self, channel: grpc.aio.Channel, timeout: float | None
-                  ) -> AsyncIterator[common_pb2.Round]:
-        stream = VerifierStream(channel, timeout, self.link, self.request.session_id)
+    async def _receive(self, stream: VerifierStream, block: verifier_pb2.DraftBlock | None
+                       ) -> verifier_pb2.Verdict:
+        """The verifier's next message; pre-drafts for ``block``'s outcomes meanwhile (into
+        ``cache``), unless None or the pod runs too many sessions to spend its model thread."""
+        self.cache = None
+        if block is None or self.num_sessions() > self.speculation.max_sessions:
+            return await stream.receive()
+        cache, stop = SpeculationCache(), threading.Event()
+        verdict = asyncio.ensure_future(stream.receive())
+        verdict.add_done_callback(lambda _: stop.set())
         try:
-            await stream.send(self._open_message())
-            async for relayed in self._opening(stream):
-                yield relayed
-            if self.latest is None or not ends_generation(self.latest):
-                async for relayed in self._rounds(stream):
-                    yield relayed
-            await stream.finish()
+            await self.predrafts.speculate(block, list(self.session.committed), cache,
+                                           stream.send, stop)
+            received = await verdict
         finally:
-            stream.close()
+            verdict.cancel()
+        self.cache = cache
+        return received
 
-    async def _opening(self, stream: VerifierStream) -> AsyncIterator[common_pb2.Round]:
-        """The verifier's replies to the open: the context's target features (a feature
-        drafter), the plan for the first block (a planned session), and the rounds it decodes
-        alone if that plan is 0."""
-        if self.proposer.wants_target_features:  # the context's features come first
-            for _ in range(num_open_replies(len(self.committed))):
-                self._observe(await stream.receive())
-        if self.config.planned:  # the verifier's plan for the first block comes next
-            self._observe(await stream.receive())
-        self._last = time.perf_counter()  # the first round starts now
-        if self.planned_length == 0:  # the plan: it decodes alone from the start
-            async for relayed in self._alone(stream):
-                yield relayed
-
-    async def _rounds(self, stream: VerifierStream) -> AsyncIterator[common_pb2.Round]:
-        """Block, verdict and relayed round, again and again until the generation ends."""
-        first_round = self.latest.round + 1 if self.latest is not None else 0
-        block = await self._draft(first_round, self.committed)
-        await stream.send(verifier_pb2.VerifyRequest(block=block))
-        sent = time.perf_counter()
-        origin = (common_pb2.SPECULATION_MISS if self.speculation.is_on
-                  else common_pb2.SPECULATION_UNSPECIFIED)
-        while True:
-            verdict, cache = await self._await_verdict(stream, block)
-            base = len(self.committed)
-            while verdict.catching_up:  # decoded alone while the block was on its way
-                self.committed.extend(verdict.tokens)
-                yield self._relay(verdict, EMPTY_BLOCK, UNDRAFTED, None)
-                cache = None  # its pre-drafts were made for another base
-                if ends_generation(verdict):
-                    return  # the generation ended before the block came
-                verdict = await stream.receive()
-            self._observe(verdict)
-            if len(self.committed) > base:  # the verifier took the block from there
-                block = verifier_pb2.DraftBlock(
-                    tokens=tokens_after(block, self.committed[block.base_len:]),
-                    draft_us=block.draft_us, source=block.source)
-            self.committed.extend(verdict.tokens)
-            self._judged(verdict, block, sent)
-            yield self._relay(verdict, block, origin, cache)
-            if self.planned_length == 0 and not ends_generation(verdict):
-                async for relayed in self._alone(stream):  # the verifier decodes alone
-                    yield relayed
-                verdict, cache = self.latest, None  # pre-drafts from before are out of date
-            if ends_generation(verdict):
-                return
-            block, origin = await self._next_block(stream, verdict, cache)
-            sent = time.perf_counter()
-
-    def _judged(self, verdict: verifier_pb2.Verdict, block: verifier_pb2.DraftBlock,
-                sent: float) -> None:
-        """Tell the proposer how its block fared and what the round cost (``RoundCosts``)."""
-        self.proposer.costs.observe("round_s", time.perf_counter() - sent)
-        verified = (verdict.num_verified if verdict.HasField("num_verified")
-                    else len(block.tokens))
-        self.proposer.judged(block.source, verified, verdict.stats.num_accepted)
-
-    def _relay(self, verdict: verifier_pb2.Verdict, block: verifier_pb2.DraftBlock,
-               origin: common_pb2.Speculation, cache: SpeculationCache | None
-               ) -> common_pb2.Round:
-        """The round to relay for ``verdict`` (``relayed_round``), timed from the last one."""
-        relayed = relayed_round(verdict, block, origin, cache, _micros(self._last))
+    def _relay(self, action: ev.Relay) -> common_pb2.Round:
+        """The round to relay (``relayed_round``), timed from the last one."""
+        cache = self.cache if action.predrafted else None
+        relayed = relayed_round(action.msg, action.block, action.origin, cache,
+                                _micros(self._last))
         self._last = time.perf_counter()
         return relayed
 
-    async def _alone(self, stream: VerifierStream) -> AsyncIterator[common_pb2.Round]:
-        """The rounds the verifier decodes alone (``_follow``), relayed; ``latest``: the last
-        verdict."""
-        async for verdict in self._follow(stream):
-            self.latest = verdict
-            yield self._relay(verdict, EMPTY_BLOCK, UNDRAFTED, None)
+    def _follow(self, committed: list[int]) -> None:
+        """A round decoded alone came: its time, and the shadows go on after it."""
+        self.proposer.costs.observe("alone_s", time.perf_counter() - self._alone_since)
+        self._alone_since = time.perf_counter()
+        if self.shadows is not None:
+            self.shadows.after(committed)
 
-    async def _follow(self, stream: VerifierStream
-                      ) -> AsyncIterator[verifier_pb2.Verdict]:
-        """The verdicts of rounds the verifier decodes alone (the plan asked for 0 drafted
-        tokens), until one asks for drafts again or ends the generation; shadow blocks
-        meanwhile, where they are exact (drafter_service.shadows); and a draft-ready note as
-        soon as the proposer has a draft it expects to pay (the speculation memory matched)."""
-        shadows = self._shadows(stream)
-        noted = False
-        last = time.perf_counter()
-        try:
-            while True:
-                verdict = await stream.receive()
-                self.proposer.costs.observe("alone_s", time.perf_counter() - last)
-                last = time.perf_counter()
-                self._observe(verdict)
-                self.committed.extend(verdict.tokens)
-                if shadows is not None:
-                    shadows.after(self.committed)
-                if not noted and not ends_generation(verdict):
-                    noted = await self._note_ready(stream)
-                yield verdict
-                if self.planned_length != 0 or ends_generation(verdict):
-                    return
-        finally:
-            if shadows is not None:
-                await shadows.stop()
-
-    async def _note_ready(self, stream: VerifierStream) -> bool:
+    async def _offer_ready(self, stream: VerifierStream, committed: list[int]
+                           ) -> ev.ReadyNoted | None:
         """Tell the verifier (decoding the session alone) that a draft it should verify is
-        ready, if the proposer has one; returns whether it did."""
-        num_tokens = self.proposer.ready(self.committed)
-        if num_tokens:
-            await stream.send(verifier_pb2.VerifyRequest(ready=verifier_pb2.DraftReady(
-                epoch=self.request.epoch, num_tokens=num_tokens)))
-        return num_tokens > 0
+        ready, if the proposer has one (the speculation memory matched)."""
+        num_tokens = self.proposer.ready(committed)
+        if not num_tokens:
+            return None
+        await stream.send(ev.ready_request(self.request.epoch, num_tokens))
+        return ev.ReadyNoted()
 
     @property
     def _shadows_exact(self) -> bool:
@@ -272,35 +263,7 @@ class DraftLoop:
                        self.request.prompt_len + self.config.num_draft_tokens,
                        budget=self.config.tree_nodes)
 
-    async def _next_block(self, stream: VerifierStream, verdict: verifier_pb2.Verdict,
-                          cache: SpeculationCache | None
-                          ) -> tuple[verifier_pb2.DraftBlock, common_pb2.Speculation]:
-        """The block after ``verdict``: from the speculation cache, or drafted now; sent to the
-        verifier unless it went ahead already."""
-        block, origin = (cache.lookup(verdict) if cache is not None
-                         else (None, common_pb2.SPECULATION_UNSPECIFIED))
-        if cache is not None:
-            metrics.SSD_ROUNDS.labels(common_pb2.Speculation.Name(origin)).inc()
-            metrics.SSD_WASTED.inc(len(cache.blocks) - (block is not None))
-        if block is None:
-            most = self.speculation.miss_tokens if cache is not None else 0
-            block = await self._draft(verdict.round + 1, self.committed, most)
-        if origin != common_pb2.SPECULATION_AHEAD_HIT:
-            await stream.send(verifier_pb2.VerifyRequest(block=block))
-        return block, origin
-
-    async def _await_verdict(self, stream: VerifierStream, block: verifier_pb2.DraftBlock
-                             ) -> tuple[verifier_pb2.Verdict, SpeculationCache | None]:
-        """The block's verdict; with speculation on, pre-drafts made while it was verified."""
-        if (not self.speculation.is_on or self.num_sessions() > self.speculation.max_sessions
-                or self.planned_length == 0):  # nothing to pre-draft: the verifier decodes
-            return await stream.receive(), None
-        cache, stop = SpeculationCache(), threading.Event()
-        verdict = asyncio.ensure_future(stream.receive())
-        verdict.add_done_callback(lambda _: stop.set())
-        try:
-            await self.predrafts.speculate(block, list(self.committed), cache, stream.send,
-                                           stop)
-            return await verdict, cache
-        finally:
-            verdict.cancel()
+    async def _stop_alone(self) -> None:
+        if self.shadows is not None:
+            shadows, self.shadows = self.shadows, None
+            await shadows.stop()

@@ -5,12 +5,9 @@ from __future__ import annotations
 
 from cascade.pod.messages import round_from_verdict
 from cascade.serving import metrics
+from cascade.session.wire import num_verified
 from cascade.v1 import common_pb2, verifier_pb2
 from drafter_service.speculation import SpeculationCache
-
-EMPTY_BLOCK = verifier_pb2.DraftBlock()
-"""The block of a round the verifier decoded alone."""
-UNDRAFTED = common_pb2.SPECULATION_UNSPECIFIED
 
 
 def relayed_round(verdict: verifier_pb2.Verdict, block: verifier_pb2.DraftBlock,
@@ -18,8 +15,7 @@ def relayed_round(verdict: verifier_pb2.Verdict, block: verifier_pb2.DraftBlock,
                   round_us: int) -> common_pb2.Round:
     """The round of ``verdict``, which verified (a prefix of) ``block``; ``origin``: where the
     block came from, ``cache``: the pre-drafts made while it was verified (None: none)."""
-    verified = (block.tokens[: verdict.num_verified] if verdict.HasField("num_verified")
-                else block.tokens)
+    verified = block.tokens[: num_verified(verdict, block)]
     parents = block.parents[: len(verified)]
     result = round_from_verdict(verdict, verified, block.draft_us, round_us, parents,
                                 block.source)

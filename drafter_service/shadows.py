@@ -23,6 +23,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 
 from cascade.core.blocks import Draft
+from cascade.session.events import shadow_request
 from cascade.v1 import verifier_pb2
 
 
@@ -92,8 +93,7 @@ class Shadows:
             await self._send_shadow(len(context), draft.tokens, draft.parents or ())
 
     async def _send_shadow(self, base_len: int, tokens: list[int], parents=()) -> None:
-        await self.send(verifier_pb2.VerifyRequest(shadow=verifier_pb2.ShadowBlock(
-            epoch=self.epoch, base_len=base_len, tokens=tokens, parents=parents)))
+        await self.send(shadow_request(self.epoch, base_len, tokens, parents))
 
     async def stop(self) -> None:
         """No shadow after this; the one being drafted finishes unsent (so no shadow is written

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from cascade.pod.messages import tokens_after
+from cascade.session.wire import tokens_after
 from cascade.v1 import verifier_pb2
 
 

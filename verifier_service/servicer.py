@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from cascade.pod.messages import ends_generation, round_from_verdict
+from cascade.pod.messages import round_from_verdict
+from cascade.session.wire import ends_generation
 from cascade.serving.errors import StaleEpoch
 from cascade.serving.mesh import OPEN, MeshSecurity
 from cascade.v1 import verifier_pb2, verifier_pb2_grpc

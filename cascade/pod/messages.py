@@ -16,6 +16,7 @@ from cascade.core.plan.speculation import Outcome
 from cascade.protocol.round_stats import RoundStats
 from cascade.protocol.validation import ModelLimits, check_block
 from cascade.protocol.wire import FINISH_TO_PB, logprobs_to_pb
+from cascade.session.wire import FEATURE_CHUNK_POSITIONS, num_open_replies
 from cascade.v1 import common_pb2, verifier_pb2
 
 
@@ -66,11 +67,6 @@ def _padded(rows) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     return ids, probs
 
 
-FEATURE_CHUNK_POSITIONS = 2048
-"""Positions of context features per reply to SessionOpen (2048 x 1728 float16 = 7 MB for
-SmolLM2-135M, inside the 16 MB message limit)."""
-
-
 def verdict_to_pb(outcome: RoundOutcome, verify_us: int, features: TargetFeatures | None = None,
                   **fields) -> verifier_pb2.Verdict:
     """``fields``: session_id, epoch, round."""
@@ -113,10 +109,6 @@ def context_feature_chunks(features: TargetFeatures | None, context_len: int
             for start in range(0, len(rows), FEATURE_CHUNK_POSITIONS)] or [None]
 
 
-def num_open_replies(context_len: int) -> int:
-    return max(1, -(-(context_len - 1) // FEATURE_CHUNK_POSITIONS))
-
-
 def round_from_verdict(verdict: verifier_pb2.Verdict, drafted: Sequence[int], draft_us: int,
                        round_us: int, parents: Sequence[int] = (), source: str = ""
                        ) -> common_pb2.Round:
@@ -131,11 +123,6 @@ def round_from_verdict(verdict: verifier_pb2.Verdict, drafted: Sequence[int], dr
         finish_reason=verdict.finish_reason, drafted_tokens=drafted, drafted_parents=parents,
         path=verdict.path, logprobs=verdict.logprobs, prompt_logprobs=verdict.prompt_logprobs,
         stats=stats)
-
-
-def ends_generation(verdict: verifier_pb2.Verdict) -> bool:
-    """Whether the verdict's round is the generation's last (it carries a finish reason)."""
-    return verdict.finish_reason != common_pb2.FINISH_REASON_UNSPECIFIED
 
 
 def verdict_outcome(verdict: verifier_pb2.Verdict) -> Outcome | None:
@@ -153,14 +140,6 @@ def verdict_outcome(verdict: verifier_pb2.Verdict) -> Outcome | None:
 def follows(block: verifier_pb2.DraftBlock, verdict: verifier_pb2.Verdict) -> bool:
     """Whether ``block`` was drafted after the committed tokens ``verdict`` leaves."""
     return block.base_len == verdict.committed_len
-
-
-def tokens_after(block: verifier_pb2.DraftBlock, done: list[int]) -> list[int]:
-    """A greedy chain's tokens after ``done``, tokens committed since its ``base_len`` (rounds
-    decoded alone while it was on its way): the rest, if its first tokens equal them (then the
-    rest is the drafter's continuation of the longer context), else none."""
-    tokens = list(block.tokens)
-    return tokens[len(done):] if tokens[:len(done)] == done else []
 
 
 def assumed_outcome(block: verifier_pb2.DraftBlock) -> Outcome | None:
