@@ -175,3 +175,136 @@ class Fail:
     """End the session with an error (``reason``)."""
 
     reason: str
+
+
+# -- drafter -> verifier, as the verifier reads them ----------------------------------------------
+
+@dataclass(frozen=True)
+class Open:
+    msg: verifier_pb2.SessionOpen
+
+
+@dataclass(frozen=True)
+class Block:
+    msg: verifier_pb2.DraftBlock
+
+
+@dataclass(frozen=True)
+class Shadow:
+    msg: verifier_pb2.ShadowBlock
+
+
+@dataclass(frozen=True)
+class Ready:
+    msg: verifier_pb2.DraftReady
+
+
+@dataclass(frozen=True)
+class Ended:
+    """The drafter closed its side of the stream."""
+
+
+REQUEST_EVENTS = {"open": Open, "block": Block, "shadow": Shadow, "ready": Ready}
+
+
+def classify_request(request: verifier_pb2.VerifyRequest) -> Open | Block | Shadow | Ready:
+    kind = request.WhichOneof("kind")
+    if kind is None:
+        raise ValueError("VerifyRequest: set one of open, block, shadow or ready")
+    return REQUEST_EVENTS[kind](getattr(request, kind))
+
+
+# -- verifier-local: what an action did ---------------------------------------------------------
+
+@dataclass(frozen=True)
+class Admitted:
+    """The open was checked and the session's memory reserved."""
+
+
+@dataclass(frozen=True)
+class Planned:
+    """The plan for the first block (a verdict that commits nothing)."""
+
+    msg: verifier_pb2.Verdict
+
+
+@dataclass(frozen=True)
+class Verified:
+    """A round's verdict (``new``: not yet sent; a resent block's or the one the session catches
+    up from is not); None: the block was dropped (sent ahead on a wrong guess, or on its way
+    when the generation ended)."""
+
+    msg: verifier_pb2.Verdict | None
+    new: bool = True
+
+
+@dataclass(frozen=True)
+class Idle:
+    """A ``CatchUp`` found no reason to decode the session alone."""
+
+
+# -- the verifier's actions ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Read:
+    """Wait for the drafter's next open or block (answered by its event, or ``Ended``)."""
+
+
+@dataclass(frozen=True)
+class Admit:
+    """Check the open and reserve the session's memory (answered by ``Admitted``)."""
+
+    msg: verifier_pb2.SessionOpen
+
+
+@dataclass(frozen=True)
+class ReplyFeatures:
+    """Send the context's target features (the open asked for them)."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Plan the first block's length (answered by ``Planned``)."""
+
+
+@dataclass(frozen=True)
+class Reply:
+    """Send ``msg`` to the drafter."""
+
+    msg: verifier_pb2.Verdict
+
+
+@dataclass(frozen=True)
+class Verify:
+    """Verify the block in the next step (answered by ``Verified``)."""
+
+    msg: verifier_pb2.DraftBlock
+
+
+@dataclass(frozen=True)
+class DecodeAlone:
+    """Decode round ``round`` with no drafted tokens (answered by ``Verified``)."""
+
+    round: int
+
+
+@dataclass(frozen=True)
+class CatchUp:
+    """Decode round ``round`` alone while the block asked for is on its way, if other sessions
+    keep the verifier stepping and no request waits (answered by ``Verified``, else ``Idle``)."""
+
+    round: int
+
+
+@dataclass(frozen=True)
+class Score:
+    """Score a shadow block against the committed tokens."""
+
+    msg: verifier_pb2.ShadowBlock
+
+
+@dataclass(frozen=True)
+class NoteReady:
+    """The drafter has a draft ready: the plan's next verdict asks for it."""
+
+    msg: verifier_pb2.DraftReady
