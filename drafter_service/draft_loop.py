@@ -14,38 +14,30 @@ not wait for their drafting. While the verifier decodes the session alone, shado
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Executor
 
 import grpc
 
-from cascade.core.blocks import Draft
 from cascade.core.memory.suffix_index import SessionMemory
 from cascade.core.model.runner import ModelRunner
 from cascade.core.proposers import ProposerContext, new_proposer
-from cascade.pod.messages import draft_to_pb, features_from_pb
+from cascade.pod.messages import features_from_pb
 from cascade.protocol.settings import DraftConfig
 from cascade.protocol.validation import SessionSettings
-from cascade.serving import metrics
 from cascade.serving.delay import LinkDelay
 from cascade.serving.errors import StaleEpoch
-from cascade.serving.telemetry import current_context, start_span
+from cascade.serving.telemetry import current_context
 from cascade.session import events as ev
 from cascade.session.drafter import DrafterSession
 from cascade.session.wire import num_open_replies, num_verified
 from cascade.v1 import common_pb2, drafter_pb2, verifier_pb2
-from drafter_service.predrafts import PreDrafter
+from drafter_service.drafting import Drafting, micros
 from drafter_service.relay import relayed_round
 from drafter_service.shadows import Shadows
-from drafter_service.speculation import SpeculationCache, SpeculationConfig
+from drafter_service.speculation import SpeculationConfig
 from drafter_service.verifier_stream import VerifierStream
-
-
-def _micros(since: float) -> int:
-    return int((time.perf_counter() - since) * 1e6)
 
 
 class DraftLoop:
@@ -67,17 +59,15 @@ class DraftLoop:
                                                      settings.policy, request.prompt_len,
                                                      memory, request.prefix_scope))
         self.speculation = speculation if self.proposer.can_speculate else SpeculationConfig()
-        self.predrafts = PreDrafter(self.proposer, executor, self.speculation, self.params,
-                                    request.prompt_len, self._budget, self._predrafted_block)
         self.num_sessions, self.executor = num_sessions, executor
         wants_features = self.proposer.wants_target_features
         self.session = DrafterSession(
             self._open_message(), list(request.context_tokens),
             open_replies=num_open_replies(len(request.context_tokens)) if wants_features else 0,
             planned=config.planned, speculates=self.speculation.is_on)
-        self.trace_context = current_context()  # the RunSession span: parent of each `draft`
-        self.cache: SpeculationCache | None = None
-        """The pre-drafts made while the last block was verified (None: none)."""
+        self.drafting = Drafting(self.proposer, executor, request, self.params, config,
+                                 self.speculation, lambda: self.session.planned_length,
+                                 num_sessions, current_context())  # the RunSession span
         self.shadows: Shadows | None = None
         self._last = self._sent = self._alone_since = time.perf_counter()
         """When the last round was relayed, the block was sent, the last round alone came."""
@@ -118,9 +108,12 @@ class DraftLoop:
             case ev.Send(request):
                 await stream.send(request)
             case ev.Draft():
-                return await self._next_block(action)
+                drafted = await self.drafting.next_block(action)
+                self._sent = time.perf_counter()
+                return drafted
             case ev.Receive(block):
-                return ev.classify(await self._receive(stream, block))
+                return ev.classify(await self.drafting.receive(stream, block,
+                                                               self.session.committed))
             case ev.Observe(msg):
                 self._observe(msg)
             case ev.Judge(msg, block):
@@ -153,79 +146,11 @@ class DraftLoop:
         if verdict.HasField("next_draft_tokens"):
             self.proposer.planned = verdict.next_draft_tokens
 
-    def _budget(self, context: list[int]) -> int:
-        """Tokens worth drafting after ``context`` (the committed tokens, or a guess of them),
-        at most what the verifier's plan asks for."""
-        budget = self.config.budget(self.params, len(context) - self.request.prompt_len)
-        planned = self.session.planned_length
-        if planned is None or self.proposer.drafts_past_plan:
-            return budget
-        return min(budget, planned)
-
-    def _block(self, draft: Draft, round_number: int, context: list[int], draft_us: int
-               ) -> verifier_pb2.DraftBlock:
-        return draft_to_pb(draft, session_id=self.request.session_id, epoch=self.request.epoch,
-                           round=round_number, base_len=len(context), draft_us=draft_us)
-
-    def _predrafted_block(self, draft: Draft, round_number: int, context: list[int],
-                          draft_us: int) -> verifier_pb2.DraftBlock:
-        block = self._block(draft, round_number, context, draft_us)
-        block.predrafted = True  # drafted while the verifier verified the round before
-        return block
-
-    async def _next_block(self, action: ev.Draft) -> ev.Drafted:
-        """The block ``action`` asks for: from the pre-drafts for what ``action.after``
-        decided, or drafted now (on a miss, at most ``miss_tokens``)."""
-        cache = self.cache if action.after is not None else None
-        block, origin = None, action.origin
-        if cache is not None:
-            block, origin = cache.lookup(action.after)
-            metrics.SSD_ROUNDS.labels(common_pb2.Speculation.Name(origin)).inc()
-            metrics.SSD_WASTED.inc(len(cache.blocks) - (block is not None))
-        if block is None:
-            most = self.speculation.miss_tokens if cache is not None else 0
-            block = await self._draft(action.round, action.context, most)
-        self._sent = time.perf_counter()
-        return ev.Drafted(block, origin)
-
-    async def _draft(self, round_number: int, context: list[int], most: int = 0
-                     ) -> verifier_pb2.DraftBlock:
-        """A block after ``context``, the committed tokens (at most ``most`` tokens, if set)."""
-        started = time.perf_counter()
-        loop = asyncio.get_running_loop()
-        budget = min(self._budget(context), most) if most else self._budget(context)
-        with start_span("draft", self.trace_context, session_id=self.request.session_id,
-                        round=round_number) as span:
-            draft = await loop.run_in_executor(
-                self.executor, self.proposer.propose, context, budget)
-            span.set_attribute("num_draft", draft.num_tokens)
-        metrics.DRAFT_SECONDS.observe(time.perf_counter() - started)
-        return self._block(draft, round_number, context, _micros(started))
-
-    async def _receive(self, stream: VerifierStream, block: verifier_pb2.DraftBlock | None
-                       ) -> verifier_pb2.Verdict:
-        """The verifier's next message; pre-drafts for ``block``'s outcomes meanwhile (into
-        ``cache``), unless None or the pod runs too many sessions to spend its model thread."""
-        self.cache = None
-        if block is None or self.num_sessions() > self.speculation.max_sessions:
-            return await stream.receive()
-        cache, stop = SpeculationCache(), threading.Event()
-        verdict = asyncio.ensure_future(stream.receive())
-        verdict.add_done_callback(lambda _: stop.set())
-        try:
-            await self.predrafts.speculate(block, list(self.session.committed), cache,
-                                           stream.send, stop)
-            received = await verdict
-        finally:
-            verdict.cancel()
-        self.cache = cache
-        return received
-
     def _relay(self, action: ev.Relay) -> common_pb2.Round:
         """The round to relay (``relayed_round``), timed from the last one."""
-        cache = self.cache if action.predrafted else None
+        cache = self.drafting.cache if action.predrafted else None
         relayed = relayed_round(action.msg, action.block, action.origin, cache,
-                                _micros(self._last))
+                                micros(self._last))
         self._last = time.perf_counter()
         return relayed
 
