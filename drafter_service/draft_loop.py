@@ -22,7 +22,13 @@ import grpc
 
 from cascade.core.memory.suffix_index import SessionMemory
 from cascade.core.model.runner import ModelRunner
-from cascade.core.proposers import ProposerContext, new_proposer
+from cascade.core.proposers import (
+    EstimatesOwnDrafts,
+    ProposerContext,
+    guesser,
+    new_proposer,
+    shadow_drafter,
+)
 from cascade.pod.messages import features_from_pb
 from cascade.protocol.settings import DraftConfig
 from cascade.protocol.validation import SessionSettings
@@ -58,7 +64,8 @@ class DraftLoop:
         self.proposer = new_proposer(ProposerContext(runner, self.params, self.config,
                                                      settings.policy, request.prompt_len,
                                                      memory, request.prefix_scope))
-        self.speculation = speculation if self.proposer.can_speculate else SpeculationConfig()
+        self.speculation = (speculation if guesser(self.proposer) is not None
+                            else SpeculationConfig())
         self.num_sessions, self.executor = num_sessions, executor
         wants_features = self.proposer.wants_target_features
         self.session = DrafterSession(
@@ -165,6 +172,8 @@ class DraftLoop:
                            ) -> ev.ReadyNoted | None:
         """Tell the verifier (decoding the session alone) that a draft it should verify is
         ready, if the proposer has one (the speculation memory matched)."""
+        if not isinstance(self.proposer, EstimatesOwnDrafts):
+            return None
         num_tokens = self.proposer.ready(committed)
         if not num_tokens:
             return None
@@ -175,15 +184,15 @@ class DraftLoop:
     def _shadows_exact(self) -> bool:
         """Shadow blocks score exactly in a greedy session (a draft is accepted while it equals
         the committed tokens) whose proposer drafts from tokens alone (no target features) and
-        has a shadow drafter (``Proposer.shadow_propose``: not the memory's drafts, which say
-        when they are ready instead)."""
+        has a shadow drafter (``shadow_drafter``: not the memory's drafts, which say when they
+        are ready instead)."""
         return (self.params.is_greedy and not self.proposer.wants_target_features
-                and self.proposer.shadow_propose() is not None)
+                and shadow_drafter(self.proposer) is not None)
 
     def _shadows(self, stream: VerifierStream) -> Shadows | None:
         if not self._shadows_exact:
             return None
-        return Shadows(self.proposer.shadow_propose(), self.executor, stream.send,
+        return Shadows(shadow_drafter(self.proposer), self.executor, stream.send,
                        self.request.epoch, self.config.num_draft_tokens, self.num_sessions,
                        self.request.prompt_len + self.config.num_draft_tokens,
                        budget=self.config.tree_nodes)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 
 from cascade.core.blocks import Draft
-from cascade.core.proposers import Proposer
+from cascade.core.proposers import EstimatesOwnDrafts, Proposer
 from cascade.pod.messages import draft_to_pb
 from cascade.protocol.settings import DraftConfig, SamplingParams
 from cascade.serving import metrics
@@ -51,7 +51,7 @@ class Drafting:
         at most what the verifier's plan asks for."""
         budget = self.config.budget(self.params, len(context) - self.request.prompt_len)
         planned = self.planned()
-        if planned is None or self.proposer.drafts_past_plan:
+        if planned is None or isinstance(self.proposer, EstimatesOwnDrafts):
             return budget
         return min(budget, planned)
 

@@ -41,8 +41,9 @@ class PreDrafter:
     def __init__(self, proposer: Proposer, executor: Executor, config: SpeculationConfig,
                  params: SamplingParams, prompt_len: int, budget: Callable[[list[int]], int],
                  make_block: MakeBlock) -> None:
-        """``budget``: tokens worth drafting after a (guessed) context; ``make_block``: a
-        draft as the block the session sends."""
+        """``proposer``: one that ``Guesses`` (pre-drafting is on only for such proposers,
+        ``cascade.core.proposers.guesser``); ``budget``: tokens worth drafting after a (guessed)
+        context; ``make_block``: a draft as the block the session sends."""
         self.proposer, self.executor, self.config = proposer, executor, config
         self.params, self.prompt_len = params, prompt_len
         self.budget, self.make_block = budget, make_block

@@ -9,7 +9,7 @@ import torch
 from scipy.stats import chisquare
 
 from cascade.core.loop import generate, speculative_rounds
-from cascade.core.proposers import ProposerContext
+from cascade.core.proposers import ProposerContext, guesser
 from cascade.core.proposers.auto import MODEL, AutoProposer, Option, best, rate
 from cascade.core.proposers.base import RoundCosts
 from cascade.core.proposers.prediction import PredictionLookup
@@ -100,7 +100,7 @@ def test_without_a_drafter_model_it_drafts_from_free_sources_only(pair):
     proposer = AutoProposer(ProposerContext(None, SamplingParams(temperature=0.0,
                                                                  max_new_tokens=24), config,
                                             prompt_len=len(PROMPT)))
-    assert proposer.model is None and not proposer.can_speculate
+    assert proposer.model is None and guesser(proposer) is None
     assert proposer.propose(PROMPT, 8).tokens == reference[:8]
     assert proposer.propose(PROMPT + [99999], 8).tokens == []  # nothing joins: no draft
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from cascade.core.loop import generate
-from cascade.core.proposers import ProposerContext, new_proposer
+from cascade.core.proposers import ProposerContext, guesser, new_proposer
 from cascade.core.proposers.ngram import ngram_continuations, ngram_propose, trie
 from cascade.core.proposers.tree import TreeShape, _Candidate, _Grower, draft_tree
 from cascade.core.model.runner import ModelRunner
@@ -116,10 +116,10 @@ def test_trees_are_refused_where_they_cannot_be_verified_or_drafted(llama_pair):
     _tree_config().check(AcceptancePolicy(AcceptanceRule.KEYED))
     target, drafter = llama_pair
     context = ProposerContext(drafter, SamplingParams(), _tree_config(), prompt_len=3)
-    assert new_proposer(context).can_speculate  # pre-drafting during verification
+    assert guesser(new_proposer(context)) is not None  # pre-drafting during verification
     sampled = ProposerContext(drafter, SamplingParams(temperature=1.0), _tree_config(),
                               AcceptancePolicy(AcceptanceRule.RECURSIVE), prompt_len=3)
-    assert not new_proposer(sampled).can_speculate  # its last token comes from a residual
+    assert guesser(new_proposer(sampled)) is None  # its last token comes from a residual
 
 
 def test_prompt_lookup_merges_every_earlier_match_into_a_trie():

@@ -8,10 +8,19 @@ from __future__ import annotations
 
 import importlib
 
-from cascade.core.proposers.base import Proposer, ProposerContext, TargetFeatures
+from cascade.core.proposers.base import (
+    EstimatesOwnDrafts,
+    Guesses,
+    Proposer,
+    ProposerContext,
+    TargetFeatures,
+    guesser,
+    shadow_drafter,
+)
 from cascade.protocol.methods import DRAFT_METHODS
 
-__all__ = ["Proposer", "ProposerContext", "TargetFeatures", "load", "new_proposer"]
+__all__ = ["EstimatesOwnDrafts", "Guesses", "Proposer", "ProposerContext", "TargetFeatures",
+           "guesser", "load", "new_proposer", "shadow_drafter"]
 
 
 def load(method: str) -> type[Proposer]:

@@ -40,7 +40,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from cascade.core.blocks import Draft, TargetFeatures
-from cascade.core.proposers.base import Proposer, ProposerContext, RoundCosts
+from cascade.core.proposers.base import (
+    EstimatesOwnDrafts,
+    Guesses,
+    Proposer,
+    ProposerContext,
+    RoundCosts,
+    Shadowing,
+)
 from cascade.core.proposers.model import ModelProposer
 from cascade.core.proposers.prediction import SOURCE as PREDICTION
 from cascade.core.proposers.prediction import PredictionLookup
@@ -100,11 +107,10 @@ def best(options: list[Option], costs: RoundCosts, previous: str | None = None
     return ranked[0] if ranked else None
 
 
-class AutoProposer(Proposer):
+class AutoProposer(Proposer, Guesses, EstimatesOwnDrafts, Shadowing):
     """Each round, the source whose draft pays most (the module docstring)."""
 
     needs_model = False
-    drafts_past_plan = True
 
     def __init__(self, context: ProposerContext) -> None:
         super().__init__(context)
@@ -231,8 +237,8 @@ class AutoProposer(Proposer):
         return self.model.propose if self.model is not None else None
 
     @property
-    def can_speculate(self) -> bool:
-        return self.model is not None and self.model.can_speculate
+    def can_guess(self) -> bool:
+        return self.model is not None and self.model.can_guess
 
     def guesses_after(self, source: str, num_tokens: int) -> bool:
         """Guess outcomes of the model's blocks, and of free blocks no longer than k: guessing

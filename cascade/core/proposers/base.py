@@ -6,8 +6,11 @@ one). The committed tokens are the only state the loop hands over, so a proposer
 else it needs (a KV cache, a suffix index) itself. Methods that draft from the target's own
 features ask for them with ``wants_target_features`` and receive them through ``observe``.
 
-Drafting during verification (``drafter_service.speculation``) pre-drafts for guessed outcomes:
-it ranks them from ``block_distributions`` and may stop a pre-draft between tokens (``stop``).
+Whatever a method may do beyond proposing and observing is a small protocol the drafter asks
+for: ``Guesses`` (pre-drafting for guessed outcomes while a block is verified,
+``drafter_service.speculation``: it ranks them from ``block_distributions`` and may stop a
+pre-draft between tokens, ``stop``), ``EstimatesOwnDrafts`` (drafts that carry their own
+survival estimates) and ``Shadowing`` (who drafts shadow blocks).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Protocol, runtime_checkable
 
 import torch
 
@@ -85,10 +88,6 @@ class Proposer(ABC):
     may decide per instance, as the model proposer does for a feature drafter)."""
     feature_layers: tuple[int, ...] = ()
     """Which of the target's layers (transformers' hidden_states indices) it wants."""
-    drafts_past_plan: ClassVar[bool] = False
-    """Whether its budget is the whole block bound even where a planning verifier asked for
-    fewer tokens (drafts that carry their own survival estimates, which the verifier cuts by;
-    a model behind such a method still keeps to ``planned``)."""
     planned: int | None = None
     """The verifier's plan for the next block's length (planned sessions; None: none yet)."""
 
@@ -125,35 +124,6 @@ class Proposer(ABC):
                 break
         return drafts
 
-    def ready(self, committed: list[int]) -> int:
-        """While the verifier decodes the session alone: the length of a draft after
-        ``committed`` the method expects to pay whatever the plan says (0: none; only methods
-        that estimate their own drafts have one)."""
-        return 0
-
-    @property
-    def can_speculate(self) -> bool:
-        """Whether the drafter may pre-draft after guessed (uncommitted) contexts."""
-        return False
-
-    def guesses_after(self, source: str, num_tokens: int) -> bool:
-        """Whether to guess the outcomes of a block of ``num_tokens`` this proposer drafted
-        from ``source`` (``Draft.source``) while it is verified (default: every block)."""
-        return True
-
-    def block_distributions(self, committed: list[int], drafted: list[int],
-                            parents: list[int] | None = None) -> torch.Tensor | None:
-        """[len(drafted) + 1, vocab] the method's distribution after the committed tokens and
-        after each drafted node (``parents``: a tree's; None: a chain, whose last row is the
-        bonus position), or None when it has none (then no outcome is guessed)."""
-        return None
-
-    def filled_after(self, context: list[int]) -> list[int]:
-        """The tokens a verifier fills in (jump-forward, ``cascade.core.sample.processors.fill``)
-        after a round that leaves ``context`` committed, as far as the method can tell: a
-        guess of that round's outcome drafts after them (default: none foreseen)."""
-        return []
-
     def observe(self, features: TargetFeatures) -> None:
         """Receive the target's features for newly committed positions (default: ignore)."""
 
@@ -162,8 +132,66 @@ class Proposer(ABC):
         first ``num_verified`` tokens (a tree's nodes) checked, ``num_accepted`` kept
         (default: ignore)."""
 
+
+@runtime_checkable
+class Guesses(Protocol):
+    """A proposer whose blocks' outcomes can be guessed while they are verified: the drafter
+    pre-drafts the next block for the likeliest ones (``drafter_service.predrafts``)."""
+
+    @property
+    def can_guess(self) -> bool:
+        """Whether this instance may pre-draft after guessed (uncommitted) contexts."""
+        ...
+
+    def guesses_after(self, source: str, num_tokens: int) -> bool:
+        """Whether to guess the outcomes of a block of ``num_tokens`` this proposer drafted
+        from ``source`` (``Draft.source``) while it is verified."""
+        return True
+
+    def block_distributions(self, committed: list[int], drafted: list[int],
+                            parents: list[int] | None = None) -> torch.Tensor | None:
+        """[len(drafted) + 1, vocab] the method's distribution after the committed tokens and
+        after each drafted node (``parents``: a tree's; None: a chain, whose last row is the
+        bonus position), or None when it has none (then no outcome is guessed)."""
+        ...
+
+    def filled_after(self, context: list[int]) -> list[int]:
+        """The tokens a verifier fills in (jump-forward, ``cascade.core.sample.processors.fill``)
+        after a round that leaves ``context`` committed, as far as the method can tell: a
+        guess of that round's outcome drafts after them."""
+        return []
+
+
+@runtime_checkable
+class EstimatesOwnDrafts(Protocol):
+    """A proposer whose drafts carry their own survival estimates: its budget is the whole
+    block bound even where a planning verifier asked for fewer tokens (the verifier cuts by
+    the estimates; a model behind such a method still keeps to ``planned``), and while the
+    verifier decodes the session alone it says when a draft is worth verifying."""
+
+    def ready(self, committed: list[int]) -> int:
+        """The length of a draft after ``committed`` the method expects to pay whatever the
+        plan says (0: none)."""
+        ...
+
+
+@runtime_checkable
+class Shadowing(Protocol):
+    """A proposer that names what drafts its shadow blocks (``drafter_service.shadows``)."""
+
     def shadow_propose(self) -> Callable[..., Draft] | None:
-        """What drafts shadow blocks while the verifier decodes the session alone (None:
-        no shadows; methods whose drafts carry their own estimates say when they are ready
-        instead)."""
-        return None if self.drafts_past_plan else self.propose
+        ...
+
+
+def guesser(proposer: Proposer) -> Guesses | None:
+    """``proposer`` as pre-drafting uses it, or None if it cannot guess."""
+    return proposer if isinstance(proposer, Guesses) and proposer.can_guess else None
+
+
+def shadow_drafter(proposer: Proposer) -> Callable[..., Draft] | None:
+    """What drafts shadow blocks while the verifier decodes the session alone: the method's
+    own choice (``Shadowing``), else its ``propose``; none for a method that estimates its own
+    drafts (it says when they are ready instead)."""
+    if isinstance(proposer, Shadowing):
+        return proposer.shadow_propose()
+    return None if isinstance(proposer, EstimatesOwnDrafts) else proposer.propose

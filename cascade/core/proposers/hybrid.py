@@ -5,11 +5,11 @@ switching per round costs nothing; what it observes (target features) it observe
 from __future__ import annotations
 
 from cascade.core.blocks import Draft, TargetFeatures
-from cascade.core.proposers.base import Proposer, ProposerContext
+from cascade.core.proposers.base import Guesses, Proposer, ProposerContext
 from cascade.core.proposers.model import ModelProposer
 
 
-class LookupThenModel(Proposer):
+class LookupThenModel(Proposer, Guesses):
     """``lookup_class`` drafts first; ``prefers`` says whether its draft is sent."""
 
     lookup_class: type[Proposer]
@@ -34,8 +34,8 @@ class LookupThenModel(Proposer):
         return self.model.propose(committed, num_tokens, stop)
 
     @property
-    def can_speculate(self) -> bool:
-        return self.model.can_speculate
+    def can_guess(self) -> bool:
+        return self.model.can_guess
 
     def block_distributions(self, committed: list[int], drafted: list[int],
                             parents: list[int] | None = None):

@@ -17,7 +17,7 @@ from cascade.core.blocks import Draft, TargetFeatures
 from cascade.core.model.branches import Branches
 from cascade.core.sample.grammar import GrammarCursor
 from cascade.core.sample.processors import is_shaping
-from cascade.core.proposers.base import DraftStopped, Proposer, ProposerContext
+from cascade.core.proposers.base import DraftStopped, Guesses, Proposer, ProposerContext
 from cascade.core.proposers.choice import TokenChoice
 from cascade.core.proposers.schedule import AdaptiveSchedule
 from cascade.core.proposers.shaping import DraftShaper, point_mass
@@ -71,7 +71,7 @@ CATCH_UP_CHUNK = 256
 """Positions fed per forward pass when the adaptive schedule catches up on a long context."""
 
 
-class ModelProposer(Proposer):
+class ModelProposer(Proposer, Guesses):
     """Drafts with the drafter model's own KV cache."""
 
     def __init__(self, context: ProposerContext) -> None:
@@ -104,7 +104,7 @@ class ModelProposer(Proposer):
                                              *self.config.adaptive_bounds)
 
     @property
-    def can_speculate(self) -> bool:
+    def can_guess(self) -> bool:
         """The adaptive schedule learns from every context it drafts after, so it may only see
         committed ones: no pre-drafting for guesses with it. Nor with the recursive rule's
         sampled trees: there the round's last token is drawn from a residual of the target's p

@@ -14,7 +14,7 @@ its load.
 from __future__ import annotations
 
 from cascade.core.blocks import Draft
-from cascade.core.proposers.base import Proposer, ProposerContext
+from cascade.core.proposers.base import EstimatesOwnDrafts, Proposer, ProposerContext
 from cascade.core.proposers.hybrid import LookupThenModel
 from cascade.core.memory.suffix_draft import SuffixParams, best_draft
 from cascade.core.memory.candidates import Candidates, MemoryLimits, context_candidates
@@ -24,11 +24,10 @@ MIN_SCORE = 1.5
 tokens (the drafter model expects about 1.5-2 at k = 4 on chat), else the model's."""
 
 
-class SuffixProposer(Proposer):
+class SuffixProposer(Proposer, EstimatesOwnDrafts):
     """The best-scoring continuation of the session's own tokens and its scope's memory."""
 
     needs_model = False
-    drafts_past_plan = True
 
     def __init__(self, context: ProposerContext, params: SuffixParams = SuffixParams()) -> None:
         super().__init__(context)
@@ -56,15 +55,14 @@ class SuffixProposer(Proposer):
         return draft.num_tokens if (draft.expected or 0.0) >= MIN_SCORE else 0
 
 
-class SuffixThenModelProposer(LookupThenModel):
+class SuffixThenModelProposer(LookupThenModel, EstimatesOwnDrafts):
     """The memory's draft when it expects at least ``MIN_SCORE`` accepted tokens, else the
     drafter model's."""
 
     lookup_class = SuffixProposer
-    drafts_past_plan = True
 
     @property
-    def can_speculate(self) -> bool:
+    def can_guess(self) -> bool:
         """No pre-drafting: guesses come from the model's distributions, which say nothing of
         what the memory will draft next (and a guess that missed would cap the memory's
         block at k)."""
