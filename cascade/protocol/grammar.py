@@ -16,8 +16,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from llguidance import LLMatcher
+
+if TYPE_CHECKING:
+    from llguidance._lib import JsonCompileOptions
 
 from cascade.protocol.limits import shortened
 
@@ -28,7 +32,7 @@ empty); regex: ``spec`` is a regular expression (Rust regex syntax, matched whol
 JSON list of strings, the text is one of them."""
 MAX_GRAMMAR_CHARS = 65536
 """Longest grammar text (``spec``) a request may send."""
-JSON_OPTIONS = {"whitespace_flexible": False}
+JSON_OPTIONS: JsonCompileOptions = {"whitespace_flexible": False}
 
 
 @dataclass(frozen=True)
@@ -63,7 +67,7 @@ def to_llguidance(grammar: Grammar) -> str:
         return LLMatcher.grammar_from_json_schema({"type": "object"}, defaults=JSON_OPTIONS)
     if grammar.kind == "json_schema":
         schema = _json(grammar.spec, "a JSON schema")
-        if not isinstance(schema, (dict, bool)):
+        if not isinstance(schema, dict):  # `true` / `false` too: the options need an object
             raise ValueError("a JSON schema must be a JSON object")
         return LLMatcher.grammar_from_json_schema(schema, defaults=JSON_OPTIONS)
     if grammar.kind == "regex":

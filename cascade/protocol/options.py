@@ -152,7 +152,7 @@ class GenerationOptions(Lenient):
     acceptance: Literal["lossless", "keyed", "recursive", "cascade"] = "lossless"
     """Cascade extension: lossless speculative decoding (keyed: with the text a function of the
     prompt and seed alone), or a speculative cascade."""
-    cascade_rule: Literal[CASCADE_RULE_NAMES] = "chow"
+    cascade_rule: Literal[CASCADE_RULE_NAMES] = "chow"  # type: ignore[valid-type]
     """Cascade extension: the deferral rule of a speculative cascade."""
     cascade_alpha: float = Field(0.0, ge=0.0, le=1.0)
     """Cascade extension: the cascade's quality knob (0 keeps the most quality)."""
@@ -166,7 +166,7 @@ class GenerationOptions(Lenient):
     """Cascade extension: draft token trees of at most this many nodes (0: chains)."""
     draft_tree_branching: int = Field(DraftConfig.tree_branching, ge=1, le=MAX_TREE_BRANCHING)
     """Cascade extension: children a tree node offers (nodes kept per depth)."""
-    draft_tree_expansion: Literal[TREE_EXPANSIONS] = "dynamic"
+    draft_tree_expansion: Literal[TREE_EXPANSIONS] = "dynamic"  # type: ignore[valid-type]
     """Cascade extension: how the drafter grows trees (EAGLE-2's dynamic or CAPE's
     confidence-aware expansion)."""
     prediction: Prediction | None = None
@@ -183,7 +183,7 @@ class GenerationOptions(Lenient):
     @classmethod
     def _in_range_as_float32(cls, value: Any, info: ValidationInfo) -> Any:
         """A number keeps its field's range once rounded to the wire's float32."""
-        if type(value) is not float:
+        if type(value) is not float or info.field_name is None:
             return value
         wire = as_float32(value)
         for constraint in cls.model_fields[info.field_name].metadata:

@@ -14,16 +14,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from difflib import SequenceMatcher
-from typing import Literal, TypeVar
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from cascade.protocol.methods import PREDICTION_METHODS
 from cascade.protocol.limits import RequestInvalid
 
-Request = TypeVar("Request")
-"""A ``cascade.protocol.requests.GenerationRequest`` (whose module imports this one through
-``cascade.protocol.options``)."""
+if TYPE_CHECKING:  # its module imports this one (through cascade.protocol.options)
+    from cascade.protocol.requests import GenerationRequest as Request
 
 
 class _Strict(BaseModel):

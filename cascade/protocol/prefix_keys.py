@@ -21,6 +21,8 @@ def block_keys(tokens: list[int], scope: str, start: int = 0,
     """The chained keys of the full blocks of ``tokens`` from block ``start`` on (``parent``:
     the key of block ``start - 1``; the chain's root is the scope)."""
     key = parent if start else hashlib.sha256(b"cascade-kv\0" + scope.encode()).digest()
+    if key is None:
+        raise ValueError(f"prefix keys from block {start}: the key of block {start - 1} is needed")
     keys = []
     for first in range(start * BLOCK_SIZE, len(tokens) - BLOCK_SIZE + 1, BLOCK_SIZE):
         block = b"".join(t.to_bytes(4, "little") for t in tokens[first : first + BLOCK_SIZE])

@@ -22,7 +22,7 @@ def with_grammar(request: GenerationRequest, grammar: Grammar | None,
     problem = grammar_problem(grammar)
     if problem is not None:
         raise RequestInvalid(f"Invalid value for '{field}': {problem}.", field)
-    if not request.acceptance.rule.is_lossless:
+    if request.acceptance is not None and not request.acceptance.rule.is_lossless:
         raise RequestInvalid("Invalid value for 'acceptance': a structured output is generated "
                              "with lossless acceptance only (a speculative cascade keeps the "
                              "drafter's tokens, which the grammar does not mask).", "acceptance")

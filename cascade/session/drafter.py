@@ -137,6 +137,7 @@ class DrafterSession:
 
     def _verdict(self, event: ev.Verdict) -> list:
         msg, block = event.msg, self.block
+        assert block is not None  # verifying: a block is out
         actions = self._observe(msg)
         if self.caught_up:  # the verifier took the block from where those rounds left it
             block = verifier_pb2.DraftBlock(

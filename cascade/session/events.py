@@ -204,7 +204,8 @@ class Ended:
     """The drafter closed its side of the stream."""
 
 
-REQUEST_EVENTS = {"open": Open, "block": Block, "shadow": Shadow, "ready": Ready}
+REQUEST_EVENTS: dict[str, type[Open | Block | Shadow | Ready]] = {
+    "open": Open, "block": Block, "shadow": Shadow, "ready": Ready}
 
 
 def classify_request(request: verifier_pb2.VerifyRequest) -> Open | Block | Shadow | Ready:

@@ -82,6 +82,7 @@ class VerifierSession:
         return [ev.Admit(event.msg)]
 
     def _admitted(self, _: ev.Admitted) -> list:
+        assert self.open is not None  # opening: the open came
         replies = [ev.ReplyFeatures()] if self.open.feature_layers else []
         if self.open.plan_drafts:  # how long the first block should be
             return [*replies, ev.Plan()]
