@@ -22,5 +22,26 @@ any        Stale       Fail                                                     
 any        ReadyNoted  (no more OfferReady this stretch)                               same
 =========  ==========  ==============================================================  =========
 
+``VerifierSession`` (``cascade.session.verifier``), the verifier's side:
+
+===========  =========  ===========================================================  ===========
+phase        event      actions                                                      next
+===========  =========  ===========================================================  ===========
+new          Open       Admit (owner tag, epoch, fields, KV room)                    opening
+new          other      Fail: send the open first                                    done
+opening      Admitted   ReplyFeatures if asked; Plan if asked, else Read             opening,
+                                                                                     waiting
+opening      Planned    Reply; DecodeAlone(0) if the plan is 0, else CatchUp(0)      alone,
+                                                                                     catching up
+waiting      Block      Verify (the block-level rules: ``SessionTable.verify``)      verifying
+verifying,   Verified   Reply (if new); DecodeAlone if it asks 0, Read if it ends,   alone,
+alone,                  is stale or was dropped, else CatchUp                        waiting,
+catching up                                                                          catching up
+catching up  Idle       Read                                                         waiting
+after open   Shadow,    Score / NoteReady (read beside the rest)                     same
+             Ready
+any          Ended      (release the session)                                        done
+===========  =========  ===========================================================  ===========
+
 Any other pair is a ``ProtocolError``. ``docs/protocol.md`` draws the sequence.
 """
