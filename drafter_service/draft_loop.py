@@ -35,6 +35,7 @@ from cascade.protocol.validation import SessionSettings
 from cascade.serving.delay import LinkDelay
 from cascade.serving.errors import StaleEpoch
 from cascade.serving.telemetry import current_context
+from cascade.session import actions as act
 from cascade.session import events as ev
 from cascade.session.drafter import DrafterSession
 from cascade.session.wire import num_open_replies, num_verified
@@ -100,7 +101,7 @@ class DraftLoop:
             while actions:
                 answers = []
                 for action in actions:
-                    if isinstance(action, ev.Relay):
+                    if isinstance(action, act.Relay):
                         yield self._relay(action)
                     elif (answer := await self._perform(action, stream)) is not None:
                         answers.append(answer)
@@ -112,34 +113,34 @@ class DraftLoop:
     async def _perform(self, action, stream: VerifierStream):
         """Do ``action``; returns the event it answers with (None: none)."""
         match action:
-            case ev.Send(request):
+            case act.Send(request):
                 await stream.send(request)
-            case ev.Draft():
+            case act.Draft():
                 drafted = await self.drafting.next_block(action)
                 self._sent = time.perf_counter()
                 return drafted
-            case ev.Receive(block):
+            case act.Receive(block):
                 return ev.classify(await self.drafting.receive(stream, block,
                                                                self.session.committed))
-            case ev.Observe(msg):
+            case act.Observe(msg):
                 self._observe(msg)
-            case ev.Judge(msg, block):
+            case act.Judge(msg, block):
                 self.proposer.costs.observe("round_s", time.perf_counter() - self._sent)
                 self.proposer.judged(block.source, num_verified(msg, block),
                                      msg.stats.num_accepted)
-            case ev.Begin():
+            case act.Begin():
                 self._last = time.perf_counter()
-            case ev.StartAlone():
+            case act.StartAlone():
                 self.shadows, self._alone_since = self._shadows(stream), time.perf_counter()
-            case ev.Follow(committed):
+            case act.Follow(committed):
                 self._follow(committed)
-            case ev.OfferReady(committed):
+            case act.OfferReady(committed):
                 return await self._offer_ready(stream, committed)
-            case ev.StopAlone():
+            case act.StopAlone():
                 await self._stop_alone()
-            case ev.Finish():
+            case act.Finish():
                 await stream.finish()
-            case ev.Fail(reason):
+            case act.Fail(reason):
                 raise StaleEpoch(f"session {self.request.session_id}: {reason}")
             case _:
                 raise TypeError(f"no such action: {action!r}")
@@ -153,7 +154,7 @@ class DraftLoop:
         if verdict.HasField("next_draft_tokens"):
             self.proposer.planned = verdict.next_draft_tokens
 
-    def _relay(self, action: ev.Relay) -> common_pb2.Round:
+    def _relay(self, action: act.Relay) -> common_pb2.Round:
         """The round to relay (``relayed_round``), timed from the last one."""
         cache = self.drafting.cache if action.predrafted else None
         relayed = relayed_round(action.msg, action.block, action.origin, cache,

@@ -17,6 +17,7 @@ from cascade.pod.messages import draft_to_pb
 from cascade.protocol.settings import DraftConfig, SamplingParams
 from cascade.serving import metrics
 from cascade.serving.telemetry import start_span
+from cascade.session import actions as act
 from cascade.session import events as ev
 from cascade.v1 import common_pb2, drafter_pb2, verifier_pb2
 from drafter_service.predrafts import PreDrafter
@@ -66,7 +67,7 @@ class Drafting:
         block.predrafted = True  # drafted while the verifier verified the round before
         return block
 
-    async def next_block(self, action: ev.Draft) -> ev.Drafted:
+    async def next_block(self, action: act.Draft) -> ev.Drafted:
         """The block ``action`` asks for: from the pre-drafts for what ``action.after``
         decided, or drafted now (on a miss, at most ``miss_tokens``)."""
         cache = self.cache if action.after is not None else None

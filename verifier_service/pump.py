@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+from cascade.session import actions as act
 from cascade.session import events as ev
 from cascade.session.verifier import VerifierSession
 from cascade.v1 import verifier_pb2
@@ -57,26 +58,26 @@ class VerifyPump:
     async def perform(self, action, inbox):
         """Do ``action``; returns the event it answers with (None: none)."""
         match action:
-            case ev.Read():
+            case act.Read():
                 request = await inbox.next()
                 return ev.Ended() if request is None else ev.classify_request(request)
-            case ev.Admit(msg):
+            case act.Admit(msg):
                 self.session = await self.open_session(msg)
                 return ev.Admitted()
-            case ev.Plan():
+            case act.Plan():
                 return ev.Planned(self.sessions.plan_reply(self.session))
-            case ev.Verify(block):
+            case act.Verify(block):
                 return await self._verify(block)
-            case ev.DecodeAlone(round_number):
+            case act.DecodeAlone(round_number):
                 inbox.raise_failure()
                 return ev.Verified(await self.sessions.verify(self.session, self._empty(
                     round_number)))
-            case ev.CatchUp(round_number):
+            case act.CatchUp(round_number):
                 inbox.raise_failure()
                 if not inbox.queue.empty() or not self.sessions.catches_up(self.session):
                     return ev.Idle()
                 return ev.Verified(await self.sessions.catch_up(self.session, round_number))
-            case ev.Fail(reason):
+            case act.Fail(reason):
                 raise ValueError(reason)
         raise TypeError(f"no such action: {action!r}")
 
@@ -84,11 +85,11 @@ class VerifyPump:
         """A shadow block or ready note, read as it comes (the inbox's task)."""
         for action in self.machine.on(ev.classify_request(request)):
             match action:
-                case ev.Score(msg):
+                case act.Score(msg):
                     self.sessions.shadow(self.session, msg)
-                case ev.NoteReady(msg):
+                case act.NoteReady(msg):
                     self.sessions.ready(self.session, msg)
-                case ev.Fail(reason):
+                case act.Fail(reason):
                     raise ValueError(reason)
 
     async def _verify(self, block: verifier_pb2.DraftBlock) -> ev.Verified:

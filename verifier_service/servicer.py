@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from cascade.pod.messages import round_from_verdict
-from cascade.session import events as ev
+from cascade.session import actions as act
 from cascade.session.verifier import VerifierSession
 from cascade.serving.errors import StaleEpoch
 from cascade.serving.mesh import OPEN, MeshSecurity
@@ -33,9 +33,9 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
             while actions:
                 answers = []
                 for action in actions:
-                    if isinstance(action, ev.Reply):
+                    if isinstance(action, act.Reply):
                         yield action.msg
-                    elif isinstance(action, ev.ReplyFeatures):
+                    elif isinstance(action, act.ReplyFeatures):
                         for reply in await self.sessions.open_replies(pump.session):
                             yield reply
                     elif (answer := await pump.perform(action, inbox)) is not None:

@@ -2,7 +2,8 @@
 
 A drafter opens a Verify stream for a session and sends blocks; the verifier answers each with
 a verdict (``cascade.session.events``). ``DrafterSession`` (``cascade.session.drafter``) is the
-drafter's side as a state machine; the gRPC pump performs its actions. Its table (phase x event
+drafter's side as a state machine; the gRPC pump performs its actions
+(``cascade.session.actions``). Its table (phase x event
 -> actions, next phase):
 
 =========  ==========  ==============================================================  =========

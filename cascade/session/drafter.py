@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
+from cascade.session import actions as act
 from cascade.session import events as ev
 from cascade.session.wire import ends_generation, tokens_after
 from cascade.v1 import verifier_pb2
@@ -74,12 +75,12 @@ class DrafterSession:
 
     def start(self) -> list:
         """The first actions: send the open, then wait for its replies or draft."""
-        return [ev.Send(self.open), *self._replies_or_rounds()]
+        return [act.Send(self.open), *self._replies_or_rounds()]
 
     def on(self, event) -> list:
         if isinstance(event, ev.Stale):
             self.phase = Phase.DONE
-            return [ev.Fail("the session moved on at the verifier (a newer epoch)")]
+            return [act.Fail("the session moved on at the verifier (a newer epoch)")]
         if isinstance(event, ev.ReadyNoted):
             self.noted = True
             return []
@@ -96,8 +97,8 @@ class DrafterSession:
 
     def _replies_or_rounds(self) -> list:
         if self.open_replies or self.planned:
-            return [ev.Receive()]
-        return [ev.Begin(), *self._draft(ev.MISS if self.speculates else ev.UNDRAFTED)]
+            return [act.Receive()]
+        return [act.Begin(), *self._draft(ev.MISS if self.speculates else ev.UNDRAFTED)]
 
     def _open_reply(self, event: ev.Verdict) -> list:
         actions = self._observe(event.msg)
@@ -106,8 +107,8 @@ class DrafterSession:
         else:
             self.planned = False  # the plan came
         if self.open_replies or self.planned:
-            return [*actions, ev.Receive()]
-        actions.append(ev.Begin())
+            return [*actions, act.Receive()]
+        actions.append(act.Begin())
         if self.planned_length == 0:  # the verifier decodes it alone from the start
             return [*actions, *self._enter_alone()]
         return [*actions, *self._draft(ev.MISS if self.speculates else ev.UNDRAFTED)]
@@ -116,14 +117,14 @@ class DrafterSession:
 
     def _draft(self, origin: int, after: verifier_pb2.Verdict | None = None) -> list:
         self.phase = Phase.DRAFTING
-        return [ev.Draft(self.next_round, list(self.committed), origin, after)]
+        return [act.Draft(self.next_round, list(self.committed), origin, after)]
 
     def _drafted(self, event: ev.Drafted) -> list:
         self.phase, self.block, self.origin = Phase.VERIFYING, event.block, event.origin
         self.caught_up = False
         self.predrafted = self.speculates and self.planned_length != 0
-        sent = [] if event.origin == ev.AHEAD_HIT else [ev.Send(ev.block_request(event.block))]
-        return [*sent, ev.Receive(event.block if self.predrafted else None)]
+        sent = [] if event.origin == ev.AHEAD_HIT else [act.Send(ev.block_request(event.block))]
+        return [*sent, act.Receive(event.block if self.predrafted else None)]
 
     def _caught_up_round(self, event: ev.CaughtUp) -> list:
         """A round decoded alone while the block is on its way: relayed; the block still
@@ -131,9 +132,9 @@ class DrafterSession:
         self.committed.extend(event.msg.tokens)
         self.caught_up, self.predrafted = True, False
         self.next_round = event.msg.round + 1
-        actions = [ev.Relay(event.msg, EMPTY_BLOCK)]
+        actions = [act.Relay(event.msg, EMPTY_BLOCK)]
         return [*actions, *self._end()] if ends_generation(event.msg) else [*actions,
-                                                                            ev.Receive()]
+                                                                            act.Receive()]
 
     def _verdict(self, event: ev.Verdict) -> list:
         msg, block = event.msg, self.block
@@ -145,7 +146,7 @@ class DrafterSession:
                 draft_us=block.draft_us, source=block.source)
         self.committed.extend(msg.tokens)
         self.next_round = msg.round + 1
-        actions += [ev.Judge(msg, block), ev.Relay(msg, block, self.origin, self.predrafted)]
+        actions += [act.Judge(msg, block), act.Relay(msg, block, self.origin, self.predrafted)]
         if ends_generation(msg):
             return [*actions, *self._end()]
         if self.planned_length == 0:
@@ -156,30 +157,30 @@ class DrafterSession:
 
     def _enter_alone(self) -> list:
         self.phase, self.noted = Phase.ALONE, False
-        return [ev.StartAlone(), ev.Receive()]
+        return [act.StartAlone(), act.Receive()]
 
     def _alone_round(self, event: ev.Verdict) -> list:
         msg = event.msg
         actions = self._observe(msg)
         self.committed.extend(msg.tokens)
         self.next_round = msg.round + 1
-        actions += [ev.Relay(msg, EMPTY_BLOCK), ev.Follow(list(self.committed))]
+        actions += [act.Relay(msg, EMPTY_BLOCK), act.Follow(list(self.committed))]
         if ends_generation(msg):
-            return [*actions, ev.StopAlone(), *self._end()]
+            return [*actions, act.StopAlone(), *self._end()]
         if self.planned_length != 0:  # drafts pay again
-            return [*actions, ev.StopAlone(), *self._draft(ev.UNDRAFTED)]
+            return [*actions, act.StopAlone(), *self._draft(ev.UNDRAFTED)]
         if not self.noted:
-            actions.append(ev.OfferReady(list(self.committed)))
-        return [*actions, ev.Receive()]
+            actions.append(act.OfferReady(list(self.committed)))
+        return [*actions, act.Receive()]
 
     # -- common ----------------------------------------------------------------------------
 
     def _observe(self, msg: verifier_pb2.Verdict) -> list:
         if msg.HasField("next_draft_tokens"):
             self.planned_length = msg.next_draft_tokens
-        return [ev.Observe(msg)] if msg.HasField("features") or msg.HasField(
+        return [act.Observe(msg)] if msg.HasField("features") or msg.HasField(
             "next_draft_tokens") else []
 
     def _end(self) -> list:
         self.phase = Phase.DONE
-        return [ev.Finish()]
+        return [act.Finish()]

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
+from cascade.session import actions as act
 from cascade.session import events as ev
 from cascade.session.drafter import ProtocolError
 from cascade.session.wire import ends_generation
@@ -56,7 +57,7 @@ class VerifierSession:
         }
 
     def start(self) -> list:
-        return [ev.Read()]
+        return [act.Read()]
 
     def on(self, event) -> list:
         if isinstance(event, ev.Ended):
@@ -68,39 +69,39 @@ class VerifierSession:
         if handler is None:
             if self.phase is VerifierPhase.NEW:
                 self.phase = VerifierPhase.DONE
-                return [ev.Fail(FIRST_ONLY)]
+                return [act.Fail(FIRST_ONLY)]
             raise ProtocolError(f"{type(event).__name__} while the session is {self.phase.value}")
         return handler(event)
 
     def _aside(self, event: ev.Shadow | ev.Ready) -> list:
         if self.phase is VerifierPhase.NEW:
-            return [ev.Fail(FIRST_ONLY)]
-        return [ev.Score(event.msg) if isinstance(event, ev.Shadow) else ev.NoteReady(event.msg)]
+            return [act.Fail(FIRST_ONLY)]
+        return [act.Score(event.msg) if isinstance(event, ev.Shadow) else act.NoteReady(event.msg)]
 
     def _admit(self, event: ev.Open) -> list:
         self.phase, self.open = VerifierPhase.OPENING, event.msg
-        return [ev.Admit(event.msg)]
+        return [act.Admit(event.msg)]
 
     def _admitted(self, _: ev.Admitted) -> list:
         assert self.open is not None  # opening: the open came
-        replies = [ev.ReplyFeatures()] if self.open.feature_layers else []
+        replies = [act.ReplyFeatures()] if self.open.feature_layers else []
         if self.open.plan_drafts:  # how long the first block should be
-            return [*replies, ev.Plan()]
+            return [*replies, act.Plan()]
         self.phase = VerifierPhase.WAITING
-        return [*replies, ev.Read()]
+        return [*replies, act.Read()]
 
     def _planned(self, event: ev.Planned) -> list:
-        return [ev.Reply(event.msg), *self._next(event.msg)]
+        return [act.Reply(event.msg), *self._next(event.msg)]
 
     def _block(self, event: ev.Block) -> list:
         self.phase = VerifierPhase.VERIFYING
-        return [ev.Verify(event.msg)]
+        return [act.Verify(event.msg)]
 
     def _verified(self, event: ev.Verified) -> list:
         if event.msg is None:  # dropped: the block it waits for is still to come
             return self._idle(event)
         self.next_round = event.msg.round + 1
-        return [ev.Reply(event.msg)] * event.new + self._next(event.msg)
+        return [act.Reply(event.msg)] * event.new + self._next(event.msg)
 
     def _next(self, msg: verifier_pb2.Verdict) -> list:
         """After a verdict: decode alone while the plan asks for no drafts, else catch up
@@ -109,10 +110,10 @@ class VerifierSession:
             return self._idle(msg)
         if msg.HasField("next_draft_tokens") and msg.next_draft_tokens == 0:
             self.phase = VerifierPhase.ALONE
-            return [ev.DecodeAlone(self.next_round)]
+            return [act.DecodeAlone(self.next_round)]
         self.phase = VerifierPhase.CATCHING_UP
-        return [ev.CatchUp(self.next_round)]
+        return [act.CatchUp(self.next_round)]
 
     def _idle(self, _) -> list:
         self.phase = VerifierPhase.WAITING
-        return [ev.Read()]
+        return [act.Read()]

@@ -6,6 +6,7 @@ from collections import deque
 
 import pytest
 
+from cascade.session import actions as act
 from cascade.session import events as ev
 from cascade.session.drafter import DrafterSession
 from cascade.session.verifier import VerifierSession
@@ -63,7 +64,7 @@ class Target:
         return self._verdict(round_, [self._next()], catching_up=True)
 
 
-def draft(action: ev.Draft) -> verifier_pb2.DraftBlock:
+def draft(action: act.Draft) -> verifier_pb2.DraftBlock:
     """k tokens after the context: the target's, except every 5th position is wrong."""
     start = len(action.context) - len(CONTEXT)
     tokens = [TRUTH[p] if p % 5 != 3 else 0 for p in range(start, min(start + K, len(TRUTH)))]
@@ -79,40 +80,40 @@ def converse(target: Target, planned=True):
 
     def drafter_does(action):
         match action:
-            case ev.Send(request):
+            case act.Send(request):
                 up.append(request)
-            case ev.Draft():
+            case act.Draft():
                 return ev.Drafted(draft(action))
-            case ev.Receive():
+            case act.Receive():
                 return ev.classify(down.popleft())
-            case ev.Relay(msg):
+            case act.Relay(msg):
                 relayed.append(msg)
-            case ev.Finish():
+            case act.Finish():
                 up.append(None)
-            case ev.Fail(reason):
+            case act.Fail(reason):
                 raise AssertionError(reason)
 
     def verifier_does(action):
         match action:
-            case ev.Read():
+            case act.Read():
                 request = up.popleft()
                 return ev.Ended() if request is None else ev.classify_request(request)
-            case ev.Admit():
+            case act.Admit():
                 return ev.Admitted()
-            case ev.Plan():
+            case act.Plan():
                 return ev.Planned(verifier_pb2.Verdict(next_draft_tokens=target.plan(-1)))
-            case ev.Verify(block):
+            case act.Verify(block):
                 return ev.Verified(target.verify(block))
-            case ev.DecodeAlone(round_):
+            case act.DecodeAlone(round_):
                 return ev.Verified(target.alone(round_))
-            case ev.CatchUp(round_):
+            case act.CatchUp(round_):
                 msg = target.caught_up(round_)
                 return ev.Idle() if msg is None else ev.Verified(msg)
-            case ev.Reply(msg):
+            case act.Reply(msg):
                 down.append(msg)
 
-    sides = [(drafter, deque(drafter.start()), drafter_does, down, ev.Receive),
-             (verifier, deque(verifier.start()), verifier_does, up, ev.Read)]
+    sides = [(drafter, deque(drafter.start()), drafter_does, down, act.Receive),
+             (verifier, deque(verifier.start()), verifier_does, up, act.Read)]
     while any(todo for _, todo, *_ in sides):
         moved = False
         for machine, todo, does, inbox, waits in sides:

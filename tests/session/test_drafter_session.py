@@ -3,6 +3,7 @@ transport and no model."""
 
 import pytest
 
+from cascade.session import actions as act
 from cascade.session import events as ev
 from cascade.session.drafter import EMPTY_BLOCK, DrafterSession, Phase, ProtocolError
 from cascade.v1 import common_pb2, verifier_pb2
@@ -45,7 +46,7 @@ def test_an_open_with_no_replies_due_begins_and_drafts_the_first_block():
     actions = session.start()
     assert kinds(actions) == ["Send", "Begin", "Draft"]
     assert actions[0].request is OPEN
-    assert actions[2] == ev.Draft(0, [1, 2, 3], ev.UNDRAFTED, None)
+    assert actions[2] == act.Draft(0, [1, 2, 3], ev.UNDRAFTED, None)
     assert session.phase is Phase.DRAFTING
     assert DrafterSession(OPEN, [1], speculates=True).start()[2].origin == ev.MISS
 
@@ -73,8 +74,8 @@ def test_a_drafted_block_is_sent_and_its_verdict_awaited(speculates):
     session = DrafterSession(OPEN, [1, 2, 3], speculates=speculates)
     session.start()
     actions = session.on(ev.Drafted(block(), ev.MISS))
-    assert actions[0] == ev.Send(ev.block_request(block()))
-    assert actions[1] == ev.Receive(block() if speculates else None)
+    assert actions[0] == act.Send(ev.block_request(block()))
+    assert actions[1] == act.Receive(block() if speculates else None)
     assert session.phase is Phase.VERIFYING
 
 
@@ -89,8 +90,8 @@ def test_a_verdict_commits_judges_relays_and_drafts_the_next_block_from_the_pred
     msg = verdict(0, tokens=[7, 5], num_accepted=1)
     actions = session.on(ev.Verdict(msg))
     assert kinds(actions) == ["Judge", "Relay", "Draft"]
-    assert actions[1] == ev.Relay(msg, block(), ev.UNDRAFTED, True)
-    assert actions[2] == ev.Draft(1, [1, 2, 3, 7, 5], ev.UNDRAFTED, msg)
+    assert actions[1] == act.Relay(msg, block(), ev.UNDRAFTED, True)
+    assert actions[2] == act.Draft(1, [1, 2, 3, 7, 5], ev.UNDRAFTED, msg)
     assert session.committed == [1, 2, 3, 7, 5]
 
 
@@ -115,12 +116,12 @@ def test_a_verdict_asking_for_no_drafts_leaves_the_session_to_the_verifier():
 def test_rounds_caught_up_are_relayed_and_the_block_is_judged_from_where_they_left_it():
     session = verifying(speculates=True)
     actions = session.on(ev.CaughtUp(verdict(0, tokens=[7])))
-    assert actions == [ev.Relay(verdict(0, tokens=[7]), EMPTY_BLOCK), ev.Receive()]
+    assert actions == [act.Relay(verdict(0, tokens=[7]), EMPTY_BLOCK), act.Receive()]
     assert session.committed == [1, 2, 3, 7]
     msg = verdict(1, tokens=[8, 4], num_accepted=1)
     judge, relay, draft = session.on(ev.Verdict(msg))
     assert list(judge.block.tokens) == [8, 9] and relay.predrafted is False
-    assert draft == ev.Draft(2, [1, 2, 3, 7, 8, 4], ev.UNDRAFTED, None)
+    assert draft == act.Draft(2, [1, 2, 3, 7, 8, 4], ev.UNDRAFTED, None)
 
 
 def test_a_block_whose_first_tokens_differ_from_the_rounds_caught_up_keeps_none():
@@ -155,7 +156,7 @@ def test_a_round_alone_asking_for_drafts_again_stops_the_shadows_and_drafts():
     session = alone()
     actions = session.on(ev.Verdict(verdict(1, tokens=[6], plan=4)))
     assert kinds(actions) == ["Observe", "Relay", "Follow", "StopAlone", "Draft"]
-    assert actions[-1] == ev.Draft(2, [1, 2, 3, 7, 5, 6], ev.UNDRAFTED, None)
+    assert actions[-1] == act.Draft(2, [1, 2, 3, 7, 5, 6], ev.UNDRAFTED, None)
     assert session.planned_length == 4
 
 

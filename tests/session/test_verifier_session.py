@@ -2,6 +2,7 @@
 
 import pytest
 
+from cascade.session import actions as act
 from cascade.session import events as ev
 from cascade.session.drafter import ProtocolError
 from cascade.session.verifier import FIRST_ONLY, VerifierPhase, VerifierSession
@@ -33,8 +34,8 @@ def kinds(actions):
 
 def test_the_first_request_is_read_and_an_open_admitted():
     session = VerifierSession()
-    assert session.start() == [ev.Read()]
-    assert session.on(ev.Open(open_msg())) == [ev.Admit(open_msg())]
+    assert session.start() == [act.Read()]
+    assert session.on(ev.Open(open_msg())) == [act.Admit(open_msg())]
     assert session.phase is VerifierPhase.OPENING
 
 
@@ -42,7 +43,7 @@ def test_the_first_request_is_read_and_an_open_admitted():
                                    ev.Shadow(verifier_pb2.ShadowBlock()),
                                    ev.Ready(verifier_pb2.DraftReady())])
 def test_anything_before_the_open_fails_the_stream(event):
-    assert VerifierSession().on(event) == [ev.Fail(FIRST_ONLY)]
+    assert VerifierSession().on(event) == [act.Fail(FIRST_ONLY)]
 
 
 @pytest.mark.parametrize("plan,features,expected", [
@@ -58,7 +59,7 @@ def test_an_admitted_open_is_answered_with_features_and_a_plan_as_asked(plan, fe
 def test_a_plan_of_zero_is_sent_and_the_session_decoded_alone_from_round_zero():
     session = opened(plan=True)
     plan = verdict(tokens=(), plan=0)
-    assert session.on(ev.Planned(plan)) == [ev.Reply(plan), ev.DecodeAlone(0)]
+    assert session.on(ev.Planned(plan)) == [act.Reply(plan), act.DecodeAlone(0)]
     assert session.phase is VerifierPhase.ALONE
 
 
@@ -70,17 +71,17 @@ def test_a_plan_for_drafts_catches_up_while_the_first_block_is_on_its_way():
 def test_a_block_is_verified_and_its_verdict_sent():
     session = opened()
     block = verifier_pb2.DraftBlock(round=0)
-    assert session.on(ev.Block(block)) == [ev.Verify(block)]
+    assert session.on(ev.Block(block)) == [act.Verify(block)]
     msg = verdict(0, plan=4)
-    assert session.on(ev.Verified(msg)) == [ev.Reply(msg), ev.CatchUp(1)]
+    assert session.on(ev.Verified(msg)) == [act.Reply(msg), act.CatchUp(1)]
 
 
 def test_a_verdict_asking_for_no_drafts_goes_on_decoding_alone():
     session = opened()
     session.on(ev.Block(verifier_pb2.DraftBlock(round=0)))
-    assert session.on(ev.Verified(verdict(0, plan=0)))[1] == ev.DecodeAlone(1)
-    assert session.on(ev.Verified(verdict(1, plan=0)))[1] == ev.DecodeAlone(2)
-    assert session.on(ev.Verified(verdict(2, plan=3)))[1] == ev.CatchUp(3)
+    assert session.on(ev.Verified(verdict(0, plan=0)))[1] == act.DecodeAlone(1)
+    assert session.on(ev.Verified(verdict(1, plan=0)))[1] == act.DecodeAlone(2)
+    assert session.on(ev.Verified(verdict(2, plan=3)))[1] == act.CatchUp(3)
 
 
 @pytest.mark.parametrize("last", [
@@ -88,7 +89,7 @@ def test_a_verdict_asking_for_no_drafts_goes_on_decoding_alone():
 def test_a_last_or_stale_verdict_is_sent_and_the_next_request_read(last):
     session = opened()
     session.on(ev.Block(verifier_pb2.DraftBlock(round=0)))
-    assert session.on(ev.Verified(last)) == [ev.Reply(last), ev.Read()]
+    assert session.on(ev.Verified(last)) == [act.Reply(last), act.Read()]
 
 
 def test_catching_up_goes_on_until_idle_then_reads():
@@ -96,24 +97,24 @@ def test_catching_up_goes_on_until_idle_then_reads():
     session.on(ev.Block(verifier_pb2.DraftBlock(round=0)))
     session.on(ev.Verified(verdict(0)))
     caught_up = verdict(1, catching_up=True)
-    assert session.on(ev.Verified(caught_up)) == [ev.Reply(caught_up), ev.CatchUp(2)]
-    assert session.on(ev.Idle()) == [ev.Read()]
+    assert session.on(ev.Verified(caught_up)) == [act.Reply(caught_up), act.CatchUp(2)]
+    assert session.on(ev.Idle()) == [act.Read()]
     assert session.phase is VerifierPhase.WAITING
 
 
 def test_a_dropped_block_reads_on_and_a_resent_one_is_not_answered_twice():
     session = opened()
     session.on(ev.Block(verifier_pb2.DraftBlock(round=1)))
-    assert session.on(ev.Verified(None)) == [ev.Read()]
+    assert session.on(ev.Verified(None)) == [act.Read()]
     session.on(ev.Block(verifier_pb2.DraftBlock(round=1)))
-    assert session.on(ev.Verified(verdict(0), new=False)) == [ev.CatchUp(1)]
+    assert session.on(ev.Verified(verdict(0), new=False)) == [act.CatchUp(1)]
 
 
 def test_shadows_and_ready_notes_are_handled_in_any_phase_after_the_open():
     session = opened(plan=True)
     shadow, ready = verifier_pb2.ShadowBlock(base_len=2), verifier_pb2.DraftReady(num_tokens=3)
-    assert session.on(ev.Shadow(shadow)) == [ev.Score(shadow)]
-    assert session.on(ev.Ready(ready)) == [ev.NoteReady(ready)]
+    assert session.on(ev.Shadow(shadow)) == [act.Score(shadow)]
+    assert session.on(ev.Ready(ready)) == [act.NoteReady(ready)]
     assert session.phase is VerifierPhase.OPENING
 
 
