@@ -139,13 +139,12 @@ class CompletionsApi:
         if body.stream:
             return EventStreamResponse(events(view, deltas), on_close=slot.release)
         text, last = await _collect_while_connected(deltas, http, slot)
-        logprobs = view.format_logprobs(last.logprobs)
-        if kind == "completion":
-            return JSONResponse(responses.completion_response(
-                view.meta, text, last.finish_reason, view.usage.of(last), logprobs))
-        calls = tool_calls_of(view.tools, text, last.finish_reason)
-        return JSONResponse(responses.chat_response(view.meta, text, last.finish_reason,
-                                                  view.usage.of(last), logprobs, calls))
+        response_format = responses.FORMATS[kind]
+        choice = response_format.choice(text, last.finish_reason, 0,
+                                        view.format_logprobs(last.logprobs),
+                                        tool_calls_of(view.tools, text, last.finish_reason))
+        return JSONResponse(responses.choices_response(view.meta, response_format, [choice],
+                                                       view.usage.of(last)))
 
     async def _several(self, kind: str, body: schemas.GenerationFields, http: Request,
                        caller: str, slot: Slot, requests: list[GenerationRequest],
@@ -154,7 +153,7 @@ class CompletionsApi:
         if count > body.n:  # best_of: every candidate's log-probabilities rank it
             requests = [choices.scored(r) for r in requests]
         each = choices.per_choice(requests, count)
-        meta = responses.ResponseMeta.new("chatcmpl" if kind == "chat" else "cmpl", body.model)
+        meta = responses.FORMATS[kind].meta(body.model)
         each_echo = [e for e in echoes for _ in range(count)]
         views = [in_view(v, e) for v, e in zip(choices.views(kind, meta, body, each), each_echo)]
         slots = [slot]
@@ -243,7 +242,7 @@ def _not_with_prediction(body: schemas.GenerationFields) -> list[tuple[str, bool
 
 
 def _view(kind: str, body: schemas.GenerationFields, request: GenerationRequest) -> StreamView:
-    meta = responses.ResponseMeta.new("chatcmpl" if kind == "chat" else "cmpl", body.model)
+    meta = responses.FORMATS[kind].meta(body.model)
     usage = Usage(len(request.prompt_tokens), not request.acceptance.rule.is_lossless,
                   request.draft.prediction)
     return StreamView(kind, meta, tuple(body.stop), body.include_usage, body.cascade_rounds,

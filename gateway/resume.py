@@ -13,7 +13,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from cascade.protocol.limits import shortened
-from gateway.openai import echo
+from gateway.openai import echo, responses
 from gateway.auth import ApiKeys
 from gateway.openai.errors import APIError, bad_request
 from gateway.openai.events import StreamView, events
@@ -64,7 +64,7 @@ async def _stored_stream(generator, session_id: str, caller: str, seen: int):
         request, chunks = await generator.resume(session_id, caller, seen)
     except SessionLost as exc:
         raise APIError(404, str(exc), param="session_id", code="session_not_found") from exc
-    if json.loads(request.view or "{}").get("kind") not in ("completion", "chat"):
+    if json.loads(request.view or "{}").get("kind") not in responses.FORMATS:
         await chunks.aclose()
         raise APIError(409, f"Session {session_id} was not started through the HTTP API; "
                        "resume it with the gRPC Resume call.", code="not_an_http_session")

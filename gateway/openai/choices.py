@@ -71,14 +71,14 @@ def usage_of(prompts: list[list[int]], lasts: list[Delta]) -> dict[str, Any]:
 
 def response(kind: str, meta: responses.ResponseMeta, choice_views: list[StreamView],
              results: list[tuple[str, Delta]], usage_: dict[str, int]) -> dict:
-    def choice(i: int, view: StreamView, text: str, last: Delta) -> dict:
-        logprobs = view.format_logprobs(last.logprobs)
-        if kind == "completion":
-            return responses.completion_choice(text, last.finish_reason, i, logprobs)
-        return responses.chat_choice(text, last.finish_reason, i, logprobs,
-                                   tool_calls_of(view.tools, text, last.finish_reason))
+    response_format = responses.FORMATS[kind]
 
-    return responses.choices_response(meta, kind, [
+    def choice(i: int, view: StreamView, text: str, last: Delta) -> dict:
+        return response_format.choice(text, last.finish_reason, i,
+                                      view.format_logprobs(last.logprobs),
+                                      tool_calls_of(view.tools, text, last.finish_reason))
+
+    return responses.choices_response(meta, response_format, [
         choice(i, view, text, last)
         for i, (view, (text, last)) in enumerate(zip(choice_views, results))], usage_)
 
@@ -98,8 +98,7 @@ async def stream(kind: str, meta: responses.ResponseMeta, choice_views: list[Str
                                for i, (v, d) in enumerate(zip(choice_views, deltas))]):
         yield event
     if include_usage:
-        object_type = "chat.completion.chunk" if kind == "chat" else "text_completion"
-        yield sse_event(responses.usage_chunk(meta, object_type,
+        yield sse_event(responses.usage_chunk(meta, responses.FORMATS[kind].chunk_object,
                                             usage([d for d in lasts if d is not None])))
 
 

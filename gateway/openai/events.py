@@ -15,7 +15,6 @@ from typing import Any
 
 from cascade.protocol.prediction import prediction_usage
 from gateway.openai import responses
-from gateway.openai.logprobs import chat_logprobs, completion_logprobs
 from gateway.sessions.generation import GenerationFailed
 from gateway.openai.streaming import Delta, sse_event
 from gateway.openai.tools import streamed_calls, tool_calls_of
@@ -65,9 +64,7 @@ class StreamView:
         """The ``logprobs`` of a choice or chunk holding ``items`` (None: not asked)."""
         if not self.logprobs:
             return None
-        if self.kind == "chat":
-            return chat_logprobs(items)
-        return completion_logprobs(items, offset)
+        return responses.FORMATS[self.kind].logprobs(items, offset)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -84,13 +81,11 @@ class StreamView:
 def events(view: StreamView, deltas: AsyncIterator[Delta], resumed: bool = False
            ) -> AsyncIterator[str]:
     """The SSE events of ``deltas``; ``resumed``: the client already has the stream's start."""
-    if view.kind == "chat":
-        return chat_events(view, deltas, resumed)
-    return completion_events(view, deltas)
+    return EVENTS[view.kind](view, deltas, resumed)
 
 
-async def completion_events(view: StreamView, deltas: AsyncIterator[Delta]
-                            ) -> AsyncIterator[str]:
+async def completion_events(view: StreamView, deltas: AsyncIterator[Delta],
+                            resumed: bool = False) -> AsyncIterator[str]:
     meta, include_usage = view.meta, view.include_usage
     offset = 0
     async for delta in deltas:
@@ -101,7 +96,8 @@ async def completion_events(view: StreamView, deltas: AsyncIterator[Delta]
                                              view.format_logprobs(delta.logprobs, offset))
             group.append(responses.with_round(chunk, _round_json(delta)))
         if delta.finish_reason and include_usage:
-            group.append(responses.usage_chunk(meta, "text_completion", view.usage.of(delta)))
+            group.append(responses.usage_chunk(meta, responses.COMPLETION.chunk_object,
+                                               view.usage.of(delta)))
         offset += sum(len(item.token) for item in delta.logprobs)
         for event in _framed(group, delta.event_id):
             yield event
@@ -132,7 +128,7 @@ async def chat_events(view: StreamView, deltas: AsyncIterator[Delta], resumed: b
                                             else delta.finish_reason, include_usage,
                                             view.choice))
             if include_usage:
-                group.append(responses.usage_chunk(meta, "chat.completion.chunk",
+                group.append(responses.usage_chunk(meta, responses.CHAT.chunk_object,
                                                  view.usage.of(delta)))
         for event in _framed(group, delta.event_id):
             yield event
@@ -173,3 +169,7 @@ def _framed(group: list[dict[str, Any]], event_id: str | None) -> list[str]:
 
 def _round_json(delta: Delta) -> dict[str, Any] | None:
     return delta.round.to_json() if delta.round else None
+
+
+EVENTS = {responses.COMPLETION.kind: completion_events, responses.CHAT.kind: chat_events}
+"""Each endpoint's stream of events, by kind."""

@@ -9,9 +9,11 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any, Literal
 
 from cascade.protocol.stats import SpecStats
+from gateway.openai.logprobs import chat_logprobs, completion_logprobs
 
 
 @dataclass(frozen=True)
@@ -74,27 +76,46 @@ def chat_choice(content: str, finish_reason: str, index: int = 0,
             "logprobs": logprobs}
 
 
-def completion_response(
-    meta: ResponseMeta, text: str, finish_reason: str, usage_: dict[str, int],
-    logprobs: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    return choices_response(meta, "completion",
-                            [completion_choice(text, finish_reason, 0, logprobs)], usage_)
+@dataclass(frozen=True)
+class ResponseFormat:
+    """What one endpoint's responses look like: /v1/completions or /v1/chat/completions."""
+
+    kind: str
+    """"completion" or "chat" (the request's and the stream view's name for it)."""
+    id_prefix: str
+    object: str
+    """The ``object`` of a whole response."""
+    chunk_object: str
+    """The ``object`` of a streamed chunk."""
+    choice: Callable[..., dict[str, Any]]
+    """(text, finish_reason, index, logprobs, tool_calls) -> one choice of a whole response."""
+    logprobs: Callable[..., dict[str, Any]]
+    """(items, offset) -> the ``logprobs`` of a choice or chunk."""
+
+    def meta(self, model: str) -> ResponseMeta:
+        return ResponseMeta.new(self.id_prefix, model)
 
 
-def chat_response(
-    meta: ResponseMeta, content: str, finish_reason: str, usage_: dict[str, int],
-    logprobs: dict[str, Any] | None = None, tool_calls: list[dict[str, Any]] | None = None
-) -> dict[str, Any]:
-    choice = chat_choice(content, finish_reason, 0, logprobs, tool_calls)
-    return choices_response(meta, "chat", [choice], usage_)
+def _completion_choice(text, finish_reason, index, logprobs, tool_calls=None):
+    return completion_choice(text, finish_reason, index, logprobs)
 
 
-def choices_response(meta: ResponseMeta, kind: str, choices: list[dict[str, Any]],
-                     usage_: dict[str, int]) -> dict[str, Any]:
-    """A whole response of one or more choices (``kind``: "completion" or "chat")."""
-    object_type = "chat.completion" if kind == "chat" else "text_completion"
-    return {**meta.header(object_type), "choices": choices, "usage": usage_}
+def _chat_logprobs(items, offset: int = 0):
+    return chat_logprobs(items)
+
+
+COMPLETION = ResponseFormat("completion", "cmpl", "text_completion", "text_completion",
+                            _completion_choice, completion_logprobs)
+CHAT = ResponseFormat("chat", "chatcmpl", "chat.completion", "chat.completion.chunk",
+                      chat_choice, _chat_logprobs)
+FORMATS = {f.kind: f for f in (COMPLETION, CHAT)}
+"""Each endpoint's format, by kind."""
+
+
+def choices_response(meta: ResponseMeta, response_format: ResponseFormat,
+                     choices: list[dict[str, Any]], usage_: dict[str, int]) -> dict[str, Any]:
+    """A whole response of one or more choices."""
+    return {**meta.header(response_format.object), "choices": choices, "usage": usage_}
 
 
 def completion_chunk(
@@ -102,7 +123,7 @@ def completion_chunk(
     index: int = 0, logprobs: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     choice = completion_choice(text, finish_reason, index, logprobs)
-    return _chunk(meta.header("text_completion"), choice, include_usage)
+    return _chunk(meta.header(COMPLETION.chunk_object), choice, include_usage)
 
 
 def chat_chunk(
@@ -112,7 +133,7 @@ def chat_chunk(
     """delta is {"role": "assistant", "content": ""} first, then {"content": ...}, and {} last."""
     choice = {"index": index, "delta": delta, "finish_reason": finish_reason,
               "logprobs": logprobs}
-    return _chunk(meta.header("chat.completion.chunk"), choice, include_usage)
+    return _chunk(meta.header(CHAT.chunk_object), choice, include_usage)
 
 
 def with_round(chunk: dict[str, Any], round_json: dict[str, Any] | None) -> dict[str, Any]:
