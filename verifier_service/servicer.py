@@ -1,16 +1,116 @@
 """Thin gRPC servicer over the SessionTable: a Verify stream per session, pumped through
-``cascade.session.VerifierSession``; Decode for target-only generation."""
+``cascade.session.VerifierSession`` (``VerifyPump`` performs its actions, ``Inbox`` reads the
+requests); Decode for target-only generation."""
 
 from __future__ import annotations
 
+import asyncio
+
 from cascade.pod.messages import round_from_verdict
 from cascade.session import actions as act
+from cascade.session import events as ev
 from cascade.session.verifier import VerifierSession
 from cascade.serving.errors import StaleEpoch
 from cascade.serving.mesh import OPEN, MeshSecurity
 from cascade.v1 import verifier_pb2, verifier_pb2_grpc
-from verifier_service.pump import Inbox, VerifyPump
 from verifier_service.sessions import SessionTable
+
+
+class Inbox:
+    """A Verify stream's requests, read by a task of their own: shadow blocks and draft-ready
+    notes are handed to ``on_aside`` as they arrive (also while the verifier decodes the session
+    alone and reads nothing else); opens and blocks queue, in order, for ``next``. A
+    failure (a bad shadow, a broken stream) is raised to the reader."""
+
+    def __init__(self, requests, on_aside) -> None:
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.failure: Exception | None = None
+        self.task = asyncio.ensure_future(self._pump(requests, on_aside))
+
+    async def _pump(self, requests, on_aside) -> None:
+        try:
+            async for request in requests:
+                if request.HasField("shadow") or request.HasField("ready"):
+                    on_aside(request)
+                else:
+                    self.queue.put_nowait(request)
+        except Exception as exc:  # noqa: BLE001 - handed to the reader, which raises it
+            self.failure = exc
+        self.queue.put_nowait(None)
+
+    async def next(self) -> verifier_pb2.VerifyRequest | None:
+        """The next open or block (None: the stream ended)."""
+        request = await self.queue.get()
+        if request is None:
+            self.raise_failure()
+        return request
+
+    def raise_failure(self) -> None:
+        if self.failure is not None:
+            raise self.failure
+
+    def close(self) -> None:
+        self.task.cancel()
+
+
+class VerifyPump:
+    def __init__(self, sessions, open_session, machine: VerifierSession) -> None:
+        """``open_session``: checks an open and admits it (the servicer's ``_open``)."""
+        self.sessions, self.open_session, self.machine = sessions, open_session, machine
+        self.session = None
+        """The table's session, once admitted."""
+
+    async def perform(self, action, inbox):
+        """Do ``action``; returns the event it answers with (None: none)."""
+        match action:
+            case act.Read():
+                request = await inbox.next()
+                return ev.Ended() if request is None else ev.classify_request(request)
+            case act.Admit(msg):
+                self.session = await self.open_session(msg)
+                return ev.Admitted()
+            case act.Plan():
+                return ev.Planned(self.sessions.plan_reply(self.session))
+            case act.Verify(block):
+                return await self._verify(block)
+            case act.DecodeAlone(round_number):
+                inbox.raise_failure()
+                return ev.Verified(await self.sessions.verify(self.session, self._empty(
+                    round_number)))
+            case act.CatchUp(round_number):
+                inbox.raise_failure()
+                if not inbox.queue.empty() or not self.sessions.catches_up(self.session):
+                    return ev.Idle()
+                return ev.Verified(await self.sessions.catch_up(self.session, round_number))
+            case act.Fail(reason):
+                raise ValueError(reason)
+        raise TypeError(f"no such action: {action!r}")
+
+    def aside(self, request: verifier_pb2.VerifyRequest) -> None:
+        """A shadow block or ready note, read as it comes (the inbox's task)."""
+        for action in self.machine.on(ev.classify_request(request)):
+            match action:
+                case act.Score(msg):
+                    self.sessions.shadow(self.session, msg)
+                case act.NoteReady(msg):
+                    self.sessions.ready(self.session, msg)
+                case act.Fail(reason):
+                    raise ValueError(reason)
+
+    async def _verify(self, block: verifier_pb2.DraftBlock) -> ev.Verified:
+        """The block's verdict; a dropped block (None) while the session catches up goes on
+        from the verdict that asked for it."""
+        verdict = await self.sessions.verify(self.session, block)
+        if verdict is None and self.sessions.awaits_block(self.session):
+            return ev.Verified(self.session.last_verdict, new=False)
+        return ev.Verified(verdict)
+
+    def _empty(self, round_number: int) -> verifier_pb2.DraftBlock:
+        """The block of a round decoded alone: no drafted tokens."""
+        session = self.session
+        return verifier_pb2.DraftBlock(session_id=session.session_id, epoch=session.epoch,
+                                       round=round_number,
+                                       base_len=len(session.sequence.committed))
 
 
 class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
