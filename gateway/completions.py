@@ -36,7 +36,7 @@ from gateway.openai.echo import (
 )
 from gateway.openai.errors import APIError, bad_request, model_not_found
 from gateway.sessions.generation import Generator
-from gateway.openai.http_settings import HttpSettings
+from gateway.settings import HttpSettings
 from gateway.limits import KeyLimits, Slot
 from gateway.openai.events import StreamView, Usage, events
 from gateway.openai.streaming import Delta, EventStreamResponse, collect, text_deltas

@@ -20,7 +20,7 @@ from cascade.serving import metrics
 from gateway.openai import responses, schemas
 from gateway.auth import ApiKeys, install_api_keys
 from gateway.completions import CompletionsApi
-from gateway.openai.http_settings import HttpSettings
+from gateway.settings import HttpSettings
 from gateway.openai.errors import install_error_handlers, model_not_found
 from gateway.sessions.generation import Generator
 from gateway.limits import BodyLimit, KeyLimits
@@ -54,7 +54,7 @@ def create_app(
     install_api_keys(app, keys)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     limits = limits or KeyLimits(settings.max_sessions_per_key,
-                                 settings.max_tokens_per_minute_per_key)
+                                 settings.tokens_per_minute_per_key)
     api = CompletionsApi(settings, tokenizer, generator, keys, limits)
 
     @app.post("/v1/completions")
@@ -70,9 +70,9 @@ def create_app(
     _add_info_routes(app, settings, ready, registry, serving)
     if settings.playground:
         install_playground(app, page_settings(settings.model_name,
-                                              settings.default_num_draft_tokens,
+                                              settings.num_draft_tokens,
                                               settings.max_tokens_limit,
-                                              settings.default_draft_method))
+                                              settings.draft_method))
     return app
 
 

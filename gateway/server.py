@@ -24,11 +24,11 @@ from cascade.serving.server import GrpcService, ServiceBinding
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc
 from gateway.auth import ApiKeys
 from gateway.grpc_api import GatewayServicer
-from gateway.http_app import HttpSettings, create_app
+from gateway.http_app import create_app
 from gateway.limits import KeyLimits
 from gateway.sessions.orchestrator import Orchestrator, OrchestratorSettings
 from gateway.sessions.session_store import SessionStore, connect
-from gateway.settings import GatewaySettings
+from gateway.settings import GatewaySettings, HttpSettings
 
 log = logging.getLogger("gateway")
 SERVICE_NAME = gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].full_name
@@ -80,15 +80,7 @@ def build_gateway(settings: GatewaySettings, client: redis.Redis,
     lifecycle = lifecycle or Lifecycle()
     tokenizer = load_tokenizer(settings.model)
     name = settings.model_name or default_model_id(settings.model)
-    http = HttpSettings(model_name=name, context_length=context_length(settings.model),
-                        max_tokens_limit=settings.max_tokens_limit,
-                        default_num_draft_tokens=settings.num_draft_tokens,
-                        api_keys=settings.keys, playground=settings.playground,
-                        max_body_bytes=settings.max_body_bytes,
-                        max_sessions_per_key=settings.max_sessions_per_key,
-                        max_tokens_per_minute_per_key=settings.tokens_per_minute_per_key,
-                        default_tree_nodes=settings.tree_nodes,
-                        default_draft_method=settings.draft_method)
+    http = HttpSettings.of(settings, name, context_length(settings.model))
     store = SessionStore(client, lease_s=settings.session_lease_s,
                          wait_replicas=settings.redis_wait_replicas,
                          finished_ttl_s=settings.finished_session_ttl_s)

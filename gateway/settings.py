@@ -11,6 +11,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from cascade.protocol.limits import MAX_DRAFT_TOKENS, MAX_TREE_NODES
 from cascade.protocol.methods import DEFAULT_DRAFT_METHOD, DRAFT_METHODS
+from cascade.protocol.requests import ServerDefaults
 from cascade.serving.memory_stream import DEFAULT_STREAM_BYTES, DEFAULT_STREAM_LEN, MemoryMode
 from cascade.serving.mesh import SESSION_KEY_HELP, MeshSettings
 from cascade.serving.settings_cli import env
@@ -127,3 +128,45 @@ class GatewaySettings(BaseModel):
                                     memory_stream_len=self.memory_stream_len,
                                     memory_stream_bytes=self.memory_stream_max_bytes,
                                     model_name=model_name, prefix_sharing=self.prefix_sharing)
+
+
+HTTP_FIELDS = ("num_draft_tokens", "max_tokens_limit", "playground", "max_body_bytes",
+               "max_sessions_per_key", "tokens_per_minute_per_key", "tree_nodes", "draft_method")
+"""The gateway's flags the HTTP layer reads (``HttpSettings`` borrows their fields)."""
+
+
+class HttpSettings(BaseModel):
+    """What the HTTP layer knows of the served model and its limits: the model's name and
+    context length, the keys, and the gateway's flags it reads, declared once in
+    ``GatewaySettings`` and borrowed from there."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model_name: str = Field(description="The one model served; requests naming another get "
+                            "404 model_not_found.")
+    context_length: int = Field(description="The target's context in tokens; prompt plus "
+                                "max_tokens must fit in it.")
+    api_keys: tuple[str, ...] = Field((), description="Accepted bearer keys; empty leaves the "
+                                      "API open (local use).")
+    num_draft_tokens: int = GatewaySettings.model_fields["num_draft_tokens"]
+    max_tokens_limit: int = GatewaySettings.model_fields["max_tokens_limit"]
+    playground: bool = GatewaySettings.model_fields["playground"]
+    max_body_bytes: int = GatewaySettings.model_fields["max_body_bytes"]
+    max_sessions_per_key: int = GatewaySettings.model_fields["max_sessions_per_key"]
+    tokens_per_minute_per_key: int = GatewaySettings.model_fields["tokens_per_minute_per_key"]
+    tree_nodes: int = GatewaySettings.model_fields["tree_nodes"]
+    draft_method: DraftMethod = GatewaySettings.model_fields["draft_method"]
+
+    @classmethod
+    def of(cls, settings: GatewaySettings, model_name: str, context_length: int
+           ) -> HttpSettings:
+        return cls(model_name=model_name, context_length=context_length, api_keys=settings.keys,
+                   **settings.model_dump(include=set(HTTP_FIELDS)))
+
+    def model_post_init(self, context: object) -> None:
+        self.server_defaults(None)  # the one mapping checks the limits
+
+    def server_defaults(self, eos_token_id: int | None) -> ServerDefaults:
+        """The request defaults and limits ``build_request`` applies."""
+        return ServerDefaults(self.context_length, self.max_tokens_limit, self.num_draft_tokens,
+                              eos_token_id, self.tree_nodes, self.draft_method)

@@ -16,7 +16,7 @@ import cascade
 from cascade.protocol.options import Lenient
 from gateway.completions import check_chat_template, templated_ids
 from gateway.openai.errors import bad_request, model_not_found
-from gateway.openai.http_settings import HttpSettings
+from gateway.settings import HttpSettings
 from gateway.openai.schemas import ChatMessage, template_messages
 
 

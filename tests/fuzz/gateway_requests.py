@@ -31,7 +31,7 @@ from cascade.serving.server import GrpcService, ServiceBinding
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc, verifier_pb2
 from gateway.sessions.generation import GeneratedChunk
 from gateway.grpc_api import GatewayServicer
-from gateway.http_app import HttpSettings
+from gateway.settings import HttpSettings
 from gateway.server import SERVICE_NAME
 from harness import BackgroundLoop
 

@@ -13,7 +13,8 @@ import openai
 from cascade.protocol.settings import FinishReason
 from cascade.protocol.round_stats import RoundStats
 from gateway.sessions.generation import GeneratedChunk, GenerationRequest, StopGeneration
-from gateway.http_app import HttpSettings, create_app
+from gateway.http_app import create_app
+from gateway.settings import HttpSettings
 
 MODEL = "tiny-model"
 SETTINGS = HttpSettings(model_name=MODEL, context_length=64, max_tokens_limit=32)

@@ -3,7 +3,8 @@ import pytest
 
 from gateway.auth import ApiKeys
 from gateway.sessions.generation import GeneratedChunk
-from gateway.http_app import HttpSettings, create_app
+from gateway.http_app import create_app
+from gateway.settings import HttpSettings
 from tokenizers_fixture import build_tokenizer
 
 

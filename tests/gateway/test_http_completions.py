@@ -160,7 +160,7 @@ async def test_defaults(tokenizer):
         await http.post("/v1/completions", json={"model": MODEL, "prompt": "Hi"})
         await http.post("/v1/completions", json={"model": MODEL, "prompt": "Hi"})
     first, second = generator.requests
-    assert first.num_draft_tokens == SETTINGS.default_num_draft_tokens
+    assert first.num_draft_tokens == SETTINGS.num_draft_tokens
     assert first.sampling.max_new_tokens == 16 and first.sampling.temperature == 1.0
     assert first.sampling.top_k == 0 and first.sampling.top_p == 1.0
     assert 0 <= first.sampling.seed < 2**63 and first.sampling.seed != second.sampling.seed

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 
 import pytest
 
@@ -104,7 +103,7 @@ async def test_rounds_need_a_stream(tokenizer):
 
 
 async def test_playground_page_and_settings_are_public(tokenizer):
-    settings = replace(SETTINGS, api_keys=("secret",))
+    settings = SETTINGS.model_copy(update={"api_keys": ("secret",)})
     async with make_client(tokenizer, FakeGenerator([]), settings=settings) as http:
         page = await http.get("/playground/")
         script_file = await http.get("/playground/playground.js")
@@ -116,12 +115,12 @@ async def test_playground_page_and_settings_are_public(tokenizer):
     assert 'id="request-form"' in page.text and "playground.js" in page.text
     assert script_file.status_code == 200 and "cascade_rounds" in script_file.text
     assert page_settings["model"] == MODEL and "model" in page_settings["draft_methods"]
-    assert page_settings["default_num_draft_tokens"] == SETTINGS.default_num_draft_tokens
+    assert page_settings["default_num_draft_tokens"] == SETTINGS.num_draft_tokens
     assert api.status_code == 401  # the API itself still wants the key
 
 
 async def test_playground_can_be_turned_off(tokenizer):
-    settings = replace(SETTINGS, playground=False)
+    settings = SETTINGS.model_copy(update={"playground": False})
     async with make_client(tokenizer, FakeGenerator([]), settings=settings) as http:
         assert (await http.get("/playground/")).status_code == 404
         assert (await http.get("/playground/settings.json")).status_code == 404

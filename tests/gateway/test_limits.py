@@ -4,7 +4,6 @@ told to."""
 
 import asyncio
 import threading
-from dataclasses import replace
 
 import httpx
 import pytest
@@ -14,12 +13,13 @@ import uvicorn
 from cascade.serving.mesh import refuse_open
 from cascade.tools.redis_server import free_port
 from gateway.sessions.generation import GeneratedChunk
-from gateway.http_app import HttpSettings, create_app
+from gateway.http_app import create_app
+from gateway.settings import HttpSettings
 from http_fixtures import MODEL, OUTPUT, FakeGenerator, script
 
 LIMITED = HttpSettings(model_name=MODEL, context_length=64, max_tokens_limit=32,
                        max_body_bytes=2048, max_sessions_per_key=1)
-KEYED = replace(LIMITED, api_keys=("k1", "k2"))
+KEYED = LIMITED.model_copy(update={"api_keys": ("k1", "k2")})
 
 
 def client(tokenizer, generator, settings=LIMITED) -> httpx.AsyncClient:
@@ -82,7 +82,7 @@ async def test_a_key_spends_at_most_its_tokens_per_minute(tokenizer):
     assert 8 < num_prompt < 16  # more than max_tokens; a request of 2 x cost + 1 fits 32
     cost = num_prompt + 8  # the prompt plus max_tokens
     settings = HttpSettings(model_name=MODEL, context_length=64, max_tokens_limit=32,
-                            max_tokens_per_minute_per_key=2 * cost, api_keys=("k1", "k2"))
+                            tokens_per_minute_per_key=2 * cost, api_keys=("k1", "k2"))
     generator = FakeGenerator(script(tokenizer, "Hello world"))
     k1, k2 = {"authorization": "Bearer k1"}, {"authorization": "Bearer k2"}
     body = completion(prompt)
@@ -168,7 +168,7 @@ def test_nothing_serves_open_unless_asked(credentials, allow, refused):
 async def test_a_burst_gets_exactly_the_limit_of_sessions(tokenizer):
     """Ten requests of one key arriving together: the slot is taken at the check, so only
     max_sessions_per_key of them run; the rest get 429 before anything runs."""
-    settings = replace(KEYED, max_sessions_per_key=2)
+    settings = KEYED.model_copy(update={"max_sessions_per_key": 2})
     generator = FakeGenerator(script(tokenizer, "Hello world again"), delay=0.3)
     async with client(tokenizer, generator, settings) as http:
         replies = await asyncio.gather(*[

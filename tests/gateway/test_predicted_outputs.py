@@ -2,7 +2,6 @@
 gRPC alike, is refused where OpenAI refuses it (naming the field), and the usage says how much
 of it the completion kept."""
 
-from dataclasses import replace
 
 import grpc
 import pytest
@@ -65,7 +64,7 @@ async def test_a_prediction_is_refused_where_openai_refuses_it(tokenizer, path, 
             "prediction": {"type": "content", "content": PREDICTED}}
     body |= ({"prompt": PROMPT} if path == "/v1/completions"
              else {"messages": [{"role": "user", "content": PROMPT}]})
-    roomy = replace(SETTINGS, context_length=1024)  # the tools' schema fits
+    roomy = SETTINGS.model_copy(update={"context_length": 1024})  # the tools' schema fits
     async with make_client(tokenizer, generator, roomy) as http:
         response = await http.post(path, json=body)
         assert response.status_code == 400, response.text

@@ -84,7 +84,7 @@ async def test_the_same_bad_request_gets_the_same_message(both, fields):
 
 def test_defaults_documented_once_agree_with_the_limits():
     assert SETTINGS.server_defaults(None) == ServerDefaults(
-        SETTINGS.context_length, SETTINGS.max_tokens_limit, SETTINGS.default_num_draft_tokens)
+        SETTINGS.context_length, SETTINGS.max_tokens_limit, SETTINGS.num_draft_tokens)
 
 
 def test_a_tiny_positive_temperature_is_greedy_and_the_core_refuses_it_raw():

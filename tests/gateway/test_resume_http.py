@@ -9,7 +9,8 @@ import httpx
 from cascade.protocol.requests import GenerationRequest
 from cascade.protocol.settings import FinishReason, SamplingParams
 from gateway.sessions.generation import GeneratedChunk
-from gateway.http_app import HttpSettings, create_app
+from gateway.http_app import create_app
+from gateway.settings import HttpSettings
 from gateway.sessions.session_store import SessionLost
 from http_fixtures import MODEL, SETTINGS
 

@@ -11,7 +11,7 @@ import pytest
 
 from cascade.protocol.chat import chat_ids
 from cascade.protocol.settings import FinishReason
-from gateway.http_app import HttpSettings
+from gateway.settings import HttpSettings
 from gateway.openai.tools import NO_PARAMETERS, TOOLS_PROMPT, parse_tool_calls
 from http_fixtures import MODEL, FakeGenerator, make_client, make_openai, script
 
