@@ -105,9 +105,12 @@ async def test_forced_tree_hits_and_misses_stay_exact(cluster, gpt2_pair, monkey
     later = [r.stats.speculation for r in rounds[1:]]
     if path == "miss":
         assert set(later) == {common_pb2.SPECULATION_MISS}
-    else:  # a busy machine may let one verdict land before its pre-draft is made
-        expected = HITS[1] if mode == "ahead" else HITS[0]
-        assert later.count(expected) >= len(later) - 1, later
+    elif mode == "cache":  # a busy machine may let one verdict land before its pre-draft
+        assert later.count(HITS[0]) >= len(later) - 1, later
+    else:  # after an ahead hit the verifier answers the next block at once (it was there
+        # already), which may leave less than the two trees' pre-drafting: that round misses
+        assert set(later) <= {HITS[1], common_pb2.SPECULATION_MISS}, later
+        assert later.count(HITS[1]) >= len(later) // 2 + 1, later
 
 
 @pytest.mark.parametrize("expansion", ["dynamic", "confidence"])
