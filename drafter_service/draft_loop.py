@@ -95,7 +95,7 @@ class DraftLoop:
                   ) -> AsyncIterator[common_pb2.Round]:
         """The session's rounds, relayed: the machine's actions performed, what they return
         fed back, until it has none left."""
-        stream = VerifierStream(channel, timeout, self.link, self.request.session_id)
+        stream = VerifierStream(channel, timeout, self.link)
         try:
             actions = self.session.start()
             while actions:

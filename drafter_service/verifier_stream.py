@@ -12,10 +12,10 @@ from cascade.v1 import verifier_pb2, verifier_pb2_grpc
 
 
 class VerifierStream:
-    def __init__(self, channel: grpc.aio.Channel, timeout: float | None, link: SessionDelay,
-                 session_id: str) -> None:
+    def __init__(self, channel: grpc.aio.Channel, timeout: float | None,
+                 link: SessionDelay) -> None:
         self.call = verifier_pb2_grpc.VerifierStub(channel).Verify(timeout=timeout)
-        self.link, self.session_id = link, session_id
+        self.link = link
         self.writer = DelayedWriter(self._write, link)
 
     async def send(self, message: verifier_pb2.VerifyRequest) -> None:

@@ -75,8 +75,8 @@ class VerifyPump:
                 return await self._verify(block)
             case act.DecodeAlone(round_number):
                 inbox.raise_failure()
-                return ev.Verified(await self.sessions.verify(self.session, self._empty(
-                    round_number)))
+                return ev.Verified(await self.sessions.verify(
+                    self.session, self.session.undrafted(round_number)))
             case act.CatchUp(round_number):
                 inbox.raise_failure()
                 if not inbox.queue.empty() or not self.sessions.catches_up(self.session):
@@ -104,13 +104,6 @@ class VerifyPump:
         if verdict is None and self.sessions.awaits_block(self.session):
             return ev.Verified(self.session.last_verdict, new=False)
         return ev.Verified(verdict)
-
-    def _empty(self, round_number: int) -> verifier_pb2.DraftBlock:
-        """The block of a round decoded alone: no drafted tokens."""
-        session = self.session
-        return verifier_pb2.DraftBlock(session_id=session.session_id, epoch=session.epoch,
-                                       round=round_number,
-                                       base_len=len(session.sequence.committed))
 
 
 class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
@@ -152,10 +145,7 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
         try:
             round_number = 0
             while not session.sequence.is_finished:
-                block = verifier_pb2.DraftBlock(
-                    session_id=session.session_id, epoch=session.epoch, round=round_number,
-                    base_len=len(session.sequence.committed))
-                verdict = await self.sessions.verify(session, block)
+                verdict = await self.sessions.verify(session, session.undrafted(round_number))
                 if verdict.is_stale:
                     raise StaleEpoch(f"session {session.session_id} was taken over by a newer "
                                      "epoch")

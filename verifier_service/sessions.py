@@ -74,6 +74,11 @@ class OpenSession:
     asked_by: verifier_pb2.Verdict | None = None
     """While it catches up: the verdict that asked for the block on its way."""
 
+    def undrafted(self, round_number: int) -> verifier_pb2.DraftBlock:
+        """The block of round ``round_number`` decoded alone: no drafted tokens."""
+        return verifier_pb2.DraftBlock(session_id=self.session_id, epoch=self.epoch,
+                                       round=round_number, base_len=len(self.sequence.committed))
+
 
 class SessionTable:
     def __init__(self, runner: ModelRunner, executor: Executor,
@@ -212,9 +217,7 @@ class SessionTable:
         if not self.awaits_block(session):
             session.asked_by = session.last_verdict
         self.planner.await_block(session.sequence)  # its plan stands until the block
-        verdict = await self.verify(session, verifier_pb2.DraftBlock(
-            session_id=session.session_id, epoch=session.epoch, round=round_number,
-            base_len=len(session.sequence.committed)), catching_up=True)
+        verdict = await self.verify(session, session.undrafted(round_number), catching_up=True)
         verdict.catching_up = True
         verdict.ClearField("next_draft_tokens")
         metrics.CAUGHT_UP_ROUNDS.inc()
