@@ -9,18 +9,22 @@ Per (mode, delay): tokens/s, the mean round, the verifier's idle share
 of the wall time (1 - its verify time / wall), and where the rounds' blocks came from.
 ``--tree-nodes`` drafts token trees instead of chains (depth k).
 
-    python -m cascade.bench.rtt --pair smollm2 --delays 0,5,20,50 --modes off,cache,ahead
+    cascade bench rtt --pair smollm2 --delays 0 --delays 20 --modes off --modes ahead
 """
 
 from __future__ import annotations
 
-import argparse
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
 
 from cascade.bench.services import pinned_cluster, place_helpers
+from cascade.serving.settings_cli import settings_command
 from cascade.tools.client import stream_generation
+from cascade.tools.pairs import PairSettings
 from cascade.v1 import common_pb2
 
 PROMPTS = ("def fibonacci(n):", "Explain how a rainbow forms.", "import os\nimport sys\n")
@@ -161,47 +165,53 @@ def plot(rows: list[RttRow], path: Path, title: str) -> Path:
     return path
 
 
-def main() -> None:
-    from cascade.bench.run import machine
-    from cascade.tools.pairs import default_pair
+class RttSettings(BaseModel):
+    """Throughput against the drafter-verifier round trip, per speculation mode and one-way
+    delay (a row each; greedy, identical tokens in every row)."""
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pair", default="smollm2", help="tiny or smollm2")
-    parser.add_argument("--delays", default="0,5,20,50", help="One-way delays in ms.")
-    parser.add_argument("--modes", default="off,cache,ahead", help="Speculation modes.")
-    parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--k", type=int, default=4)
-    parser.add_argument("--repeats", type=int, default=1, help="Passes over every (mode, "
-                        "delay); modes take turns in reverse order on every other pass.")
-    parser.add_argument("--workdir", type=Path, default=Path("runs/rtt"))
-    parser.add_argument("--drafter-args", default="", help="More drafter flags for the "
-                        "speculating modes, e.g. '--send-ahead 3 --speculate-fanout 2'.")
-    parser.add_argument("--plot", type=Path, help="Write the PNG here.")
-    parser.add_argument("--tree-nodes", type=int, default=0, help="Draft token trees of this "
-                        "many nodes, depth k (0: chains).")
-    parser.add_argument("--tree-expansion", default="", help="dynamic (default) or confidence.")
-    args = parser.parse_args()
-    target, drafter = default_pair(None, None, args.pair)
-    delays = [float(d) for d in args.delays.split(",")]
-    rows = measure(target, drafter, delays, args.workdir, args.max_tokens, args.k,
-                   modes=tuple(args.modes.split(",")),
-                   drafter_args=tuple(args.drafter_args.split()), repeats=args.repeats,
-                   tree_nodes=args.tree_nodes, tree_expansion=args.tree_expansion)
+    models: PairSettings = PairSettings()
+    delays: list[float] = Field([0.0, 5.0, 20.0, 50.0], description="One-way delays in ms "
+                                "(repeat the flag).")
+    modes: list[Literal["off", "cache", "ahead"]] = Field(
+        list(MODES), description="Speculation modes (repeat the flag): off, cache, ahead.")
+    max_tokens: int = Field(64, ge=1, description="Tokens generated per prompt.")
+    k: int = Field(4, ge=1, le=32, description="Drafted tokens per round.")
+    repeats: int = Field(1, ge=1, description="Passes over every (mode, delay); modes take "
+                         "turns in reverse order on every other pass.")
+    workdir: Path = Field(Path("runs/rtt"), description="Where the clusters' logs go.")
+    drafter_args: str = Field("", description="More drafter flags for the speculating modes, "
+                              "e.g. '--send-ahead 3 --speculate-fanout 2'.")
+    plot: Path | None = Field(None, description="Write the PNG here.")
+    tree_nodes: int = Field(0, ge=0, description="Draft token trees of this many nodes, depth "
+                            "k (0: chains).")
+    tree_expansion: Literal["", "dynamic", "confidence"] = Field(
+        "", description="How trees grow: dynamic (the default) or confidence.")
+
+
+def run(settings: RttSettings) -> None:
+    """Measure every (mode, delay) and print the table and what speculation wins back."""
+    from cascade.bench.run import machine
+
+    s = settings
+    target, drafter = s.models.folders()
+    rows = measure(target, drafter, s.delays, s.workdir, s.max_tokens, s.k,
+                   modes=tuple(s.modes), drafter_args=tuple(s.drafter_args.split()),
+                   repeats=s.repeats, tree_nodes=s.tree_nodes, tree_expansion=s.tree_expansion)
     same = all(r.tokens == rows[0].tokens for r in rows)
-    shape = f"trees of {args.tree_nodes} nodes" if args.tree_nodes else "chains"
-    print(f"Machine: {machine()}; pair: {args.pair}; k = {args.k}, {shape}; {len(PROMPTS)} "
-          f"prompts x {args.max_tokens} tokens x {args.repeats} passes, greedy; identical "
+    shape = f"trees of {s.tree_nodes} nodes" if s.tree_nodes else "chains"
+    print(f"Machine: {machine()}; pair: {s.models.pair}; k = {s.k}, {shape}; {len(PROMPTS)} "
+          f"prompts x {s.max_tokens} tokens x {s.repeats} passes, greedy; identical "
           f"output in every row: {same}.\n")
     print(table(rows))
     for mode in dict.fromkeys(r.mode for r in rows if r.mode != "off"):
-        for delay in delays[1:]:
+        for delay in s.delays[1:]:
             share = recovered(rows, delay, mode)
             if share is not None:
                 print(f"{mode} at {delay:g} ms one way recovers {100 * share:.0f} % of what the "
                       f"round trip costs lock-step decoding.")
-    if args.plot:
-        plot(rows, args.plot, f"Throughput vs round trip ({args.pair}, k = {args.k})")
+    if s.plot:
+        plot(rows, s.plot, f"Throughput vs round trip ({s.models.pair}, k = {s.k})")
 
 
 if __name__ == "__main__":
-    main()
+    settings_command(RttSettings, run)()

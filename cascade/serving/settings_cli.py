@@ -118,7 +118,7 @@ def _parameter(name: str, field: FieldInfo) -> inspect.Parameter:
     option = typer.Option(default, decl, help=field.description, envvar=extra.get("env"),
                           show_default=default not in (None, "", ...), **_bounds(field))
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option,
-                             annotation=field.annotation)
+                             annotation=_option_type(field.annotation))
 
 
 def _bounds(field: FieldInfo) -> dict[str, Any]:
@@ -144,6 +144,23 @@ def _plain(annotation: Any) -> Any:
         kinds = [a for a in typing.get_args(annotation) if a is not type(None)]
         return kinds[0] if len(kinds) == 1 else str
     return annotation
+
+
+def _option_type(annotation: Any) -> Any:
+    """The type typer parses a flag's value as: ``X`` of ``X | None`` and of ``Annotated[X,
+    ...]``, and ``list[str]`` of a list of literals (typer takes no other list elements); the
+    model checks the rest (that a ``DirectoryPath`` is a folder, that each element is one of the
+    literals)."""
+    kind = _unannotated(_plain(annotation))
+    if typing.get_origin(kind) is list:
+        element = _unannotated(typing.get_args(kind)[0])
+        if typing.get_origin(element) is typing.Literal:
+            return list[type(typing.get_args(element)[0])]  # type: ignore[misc]
+    return kind
+
+
+def _unannotated(kind: Any) -> Any:
+    return typing.get_args(kind)[0] if typing.get_origin(kind) is typing.Annotated else kind
 
 
 def _settings_model(annotation: Any) -> type[BaseModel] | None:

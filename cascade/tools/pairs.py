@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, DirectoryPath, Field
 
 from cascade.core.paths import cache_root
 
@@ -36,3 +39,22 @@ def default_pair(target: Path | None, drafter: Path | None, pair: str,
     from cascade.tools.smollm import prepare
 
     return prepare(default_models_dir(), log=log), DEFAULT_DRAFTER
+
+
+class PairSettings(BaseModel):
+    """The model pair a command serves or measures: two folders, or a built-in pair (its flags:
+    ``--target``, ``--drafter``, ``--pair``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    target: DirectoryPath | None = Field(None, description="Target model folder (default: from "
+                                         "--pair).")
+    drafter: DirectoryPath | None = Field(None, description="Drafter model folder (default: "
+                                          "from --pair).")
+    pair: Literal["smollm2", "tiny"] = Field("smollm2", description="Built-in pair when no "
+                                             "folders are given: smollm2 (SmolLM2-135M-Instruct "
+                                             "+ its distilled drafter) or tiny (random weights).")
+
+    def folders(self, log: Callable[[str], None] = print) -> tuple[Path, Path]:
+        """The pair's folders (a built-in pair is built or converted on first use)."""
+        return default_pair(self.target, self.drafter, self.pair, log)
