@@ -17,7 +17,9 @@
 # Environment: PYTHON (default python3), DEVICE (default cuda), BUDGET (default 195 s),
 # SMOKE=1 (tiny sizes, one repeat, a shrunken Llama config instead of llama3-8b: a CPU check:
 # `SMOKE=1 DEVICE=cpu PYTHON=.venv/bin/python scripts/gpu_bench.sh /tmp/gpu-smoke`),
-# WHEELS=DIR (install the wheels there offline into a temp site folder first).
+# WHEELS=DIR (install the wheels there offline into a temp site folder first). The benchmarks'
+# command lines need typer and pydantic: where the image lacks pydantic, carry its wheels
+# (pydantic, pydantic-core, annotated-types, typing-inspection); the env step fails fast without.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:-runs/gpu}

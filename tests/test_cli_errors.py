@@ -43,7 +43,9 @@ def test_a_missing_model_folder_is_named_by_every_command(tmp_path):
 
     missing = str(tmp_path / "no-such-model")
     for cli, args in ((app, ["models", "evaluate", "--target", missing, "--drafter", missing]),
-                      (app, ["bench", "--target", missing]),
+                      (app, ["bench", "compare", "--target", missing]),
+                      (app, ["bench", "engine", "--target", missing]),
+                      (app, ["bench", "rtt", "--target", missing]),
                       (gateway_cli, ["--model", missing, "--redis-url", "redis://127.0.0.1:1",
                                      "--allow-open"]),
                       (verifier_cli, ["--model", missing, "--allow-open"])):

@@ -3,8 +3,8 @@ plus max_tokens when it opened) against paged blocks (admission counts the block
 needs now; running sessions grow and, when blocks run out, the latest admitted are preempted),
 side by side in one run on the same engine code.
 
-    python -m cascade.bench.admission [--target DIR] [--sessions 64] [--budget-sessions 8]
-        [--prompt-tokens 100] [--max-tokens 1024] [--answer-tokens 100]
+    cascade bench admission [--target DIR] [--sessions 64] [--budget-sessions 8]
+        [--prompt-tokens 100] [--max-tokens 1024] [--answer-tokens 100] [--wait-s 600]
 
 Every session arrives at once, asks for ``max_tokens`` and ends after ``answer_tokens`` (its
 answer met a stop sequence); each is decoded by the target alone through the verifier's
@@ -15,12 +15,12 @@ the most sessions open at once, the mean, sessions refused, preemptions, and the
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
+from pydantic import BaseModel, DirectoryPath, Field
 
 from cascade.bench.run import machine
 from cascade.core.blocks import Draft
@@ -30,6 +30,7 @@ from cascade.core.model.runner import ModelRunner, ModelSpec
 from cascade.core.verify.verification import SequenceVerifier
 from cascade.protocol.settings import SamplingParams
 from cascade.serving.errors import Overloaded
+from cascade.serving.settings_cli import settings_command
 from verifier_service.admission import Admission
 from verifier_service.scheduler import StepScheduler, VerifierSettings
 
@@ -96,36 +97,51 @@ def measure(runner: ModelRunner, sessions: int, budget_sessions: int, prompt_tok
     return results
 
 
-def main() -> None:
+class AdmissionSettings(BaseModel):
+    """How many sessions one KV budget admits: worst cases reserved (the former rule) against
+    paged blocks, side by side on the same engine code."""
+
+    target: DirectoryPath | None = Field(None, description="Target model folder (default: "
+                                         "SmolLM2-135M-Instruct).")
+    sessions: int = Field(64, ge=1, description="Sessions arriving at once.")
+    budget_sessions: int = Field(8, ge=1, description="The KV budget, in worst cases (prompt "
+                                 "plus max_tokens, in whole blocks).")
+    prompt_tokens: int = Field(100, ge=1, description="Tokens per prompt (no two share a "
+                               "prefix).")
+    max_tokens: int = Field(1024, ge=1, description="Tokens each session asks for.")
+    answer_tokens: int = Field(100, ge=1, description="Tokens after which each session ends "
+                               "(its answer met a stop sequence).")
+    wait_s: float = Field(600.0, ge=0, description="How long a session waits for KV memory "
+                          "before it is refused.")
+
+
+def run(settings: AdmissionSettings) -> None:
+    """Serve the sessions under both rules and print the table and the ratios."""
     from cascade.tools.pairs import default_pair
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--target", default=None, help="default: SmolLM2-135M-Instruct")
-    parser.add_argument("--sessions", type=int, default=64)
-    parser.add_argument("--budget-sessions", type=int, default=8)
-    parser.add_argument("--prompt-tokens", type=int, default=100)
-    parser.add_argument("--max-tokens", type=int, default=1024)
-    parser.add_argument("--answer-tokens", type=int, default=100)
-    parser.add_argument("--wait-s", type=float, default=600.0)
-    args = parser.parse_args()
-    target = args.target or default_pair(None, None, "smollm2")[0]
+    s = settings
+    target = s.target or default_pair(None, None, "smollm2")[0]
     runner = ModelRunner.load(ModelSpec(str(target)))
-    results = measure(runner, args.sessions, args.budget_sessions, args.prompt_tokens,
-                      args.max_tokens, args.answer_tokens, args.wait_s)
-    print(f"{machine()}, {torch.get_num_threads()} torch threads; {args.sessions} sessions, "
-          f"{args.prompt_tokens}-token prompts, max_tokens {args.max_tokens}, answers of "
-          f"{args.answer_tokens}; budget: {args.budget_sessions} worst cases")
-    print("| admission | most open at once | mean open | refused | preemptions | wall (s) "
-          "| tokens/s |")
-    print("|---|---|---|---|---|---|---|")
+    results = measure(runner, s.sessions, s.budget_sessions, s.prompt_tokens, s.max_tokens,
+                      s.answer_tokens, s.wait_s)
+    print(f"{machine()}, {torch.get_num_threads()} torch threads; {s.sessions} sessions, "
+          f"{s.prompt_tokens}-token prompts, max_tokens {s.max_tokens}, answers of "
+          f"{s.answer_tokens}; budget: {s.budget_sessions} worst cases")
+    print(_table(results))
+
+
+def _table(results: dict[str, dict]) -> str:
+    lines = ["| admission | most open at once | mean open | refused | preemptions | wall (s) "
+             "| tokens/s |", "|---|---|---|---|---|---|---|"]
     for name, r in results.items():
-        print(f"| {name} | {r['peak']} | {r['mean']:.1f} | {r['refused']} | "
-              f"{r['preemptions']} | {r['seconds']:.1f} | {r['tokens_per_s']:.0f} |")
+        lines.append(f"| {name} | {r['peak']} | {r['mean']:.1f} | {r['refused']} | "
+                     f"{r['preemptions']} | {r['seconds']:.1f} | {r['tokens_per_s']:.0f} |")
     first, second = results.values()
-    print(f"| ratio | {second['peak'] / first['peak']:.2f}x | "
-          f"{second['mean'] / first['mean']:.2f}x | | | | "
-          f"{second['tokens_per_s'] / first['tokens_per_s']:.2f}x |")
+    lines.append(f"| ratio | {second['peak'] / first['peak']:.2f}x | "
+                 f"{second['mean'] / first['mean']:.2f}x | | | | "
+                 f"{second['tokens_per_s'] / first['tokens_per_s']:.2f}x |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
-    main()
+    settings_command(AdmissionSettings, run)()

@@ -1,4 +1,4 @@
-"""Quality versus cost of speculative cascades (``cascade bench-cascades``).
+"""Quality versus cost of speculative cascades (``cascade bench cascades``).
 
 On held-out prompts (prose, chat, code; greedy decoding) every deferral rule runs over a sweep of
 alpha, beside lossless speculative decoding and a classic cascade (the drafter's token unless its

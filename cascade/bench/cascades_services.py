@@ -1,6 +1,6 @@
 """The cascades evaluation on the services: each speculative method's prompts through the
 gateway's gRPC API of a local cluster (verifier and drafter pinned to their own cores, as in
-``cascade bench``), for wall-clock tokens/s and a check that the services emit the same tokens
+``cascade bench compare``), for wall-clock tokens/s and a check that the services emit the same tokens
 as the in-process loop (greedy decoding is deterministic on both paths).
 
 The classic cascade has no service path (it is not speculative), so it is measured in one

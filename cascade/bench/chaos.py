@@ -12,7 +12,7 @@ every session completes, its greedy text equals the no-fault run's, its round id
 (none lost, none repeated); recovery per fault = the time until every stream live at the fault
 received a round again.
 
-    python -m cascade.bench.chaos --minutes 5 --streams 32 --out docs/reliability.md
+    cascade bench chaos --minutes 5 --streams 32 --out docs/reliability.md
 """
 
 from __future__ import annotations
@@ -22,21 +22,26 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, get_args
 
 import grpc
+from pydantic import BaseModel, Field
 
 from cascade.bench.chaos_faults import Injector
 from cascade.bench.chaos_report import Outcome, Session, recovery, table
 from cascade.bench.prompts import DOMAINS
+from cascade.serving.settings_cli import settings_command
 from cascade.tools.client import stream_generation
 from cascade.tools.fault_proxy import FaultProxy
 from cascade.tools.local_cluster import LocalCluster
+from cascade.tools.pairs import PairName, default_pair
 from cascade.tools.cluster_config import ClusterConfig
 
-KINDS = ("kill-gateway", "kill-verifier", "kill-drafter", "kill-redis-primary",
-         "hang-gateway", "hang-verifier", "hang-drafter",
-         "drop-drafter-verifier", "stall-drafter-verifier",
-         "drop-gateway-redis", "stall-gateway-redis")
+Kind = Literal["kill-gateway", "kill-verifier", "kill-drafter", "kill-redis-primary",
+               "hang-gateway", "hang-verifier", "hang-drafter",
+               "drop-drafter-verifier", "stall-drafter-verifier",
+               "drop-gateway-redis", "stall-gateway-redis"]
+KINDS: tuple[str, ...] = get_args(Kind)
 PROMPTS = tuple(p for domain in DOMAINS for p in domain.prompts)
 
 
@@ -171,38 +176,51 @@ def _progress(clients: Clients, injector: Injector, until: float, progress) -> N
                  f"{', '.join(f'{f.kind}@{f.victim}' for f in injector.faults[-3:])}")
 
 
-def main() -> None:
-    import argparse
+class ChaosSettings(BaseModel):
+    """Chaos under load: concurrent streaming clients against a local cluster of real processes
+    while a random fault hits every few seconds; every session must complete with the no-fault
+    text and its rounds 1..n."""
 
+    pair: PairName = Field("tiny", description="Built-in model pair: tiny "
+                                             "(random weights) or smollm2.")
+    minutes: float = Field(5.0, gt=0, description="How long clients start new sessions.")
+    streams: int = Field(32, ge=1, description="Concurrent streaming clients.")
+    fault_every_s: float = Field(15.0, gt=0, description="Mean seconds between faults.")
+    seed: int = Field(0, description="Seed of the faults' and the clients' draws.")
+    kinds: list[Kind] = Field(list(KINDS), min_length=1, description="Fault kinds to draw "
+                              "from (repeat the flag; default: all of them).")
+    out: Path | None = Field(None, description="Write the table into this markdown file.")
+    section: str = Field("chaos", description="The file's section to write (<!-- NAME --> ... "
+                         "<!-- /NAME -->).")
+    workdir: Path = Field(Path("runs/chaos"), description="Where the cluster's logs go.")
+
+
+def run(settings: ChaosSettings) -> None:
+    """Run the chaos, print every failed session and the table, write it if asked; exit 1
+    unless every session passed."""
     from cascade.bench.output import write_section
     from cascade.bench.run import machine
-    from cascade.tools.pairs import default_pair
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pair", default="tiny", help="tiny or smollm2")
-    parser.add_argument("--minutes", type=float, default=5.0)
-    parser.add_argument("--streams", type=int, default=32)
-    parser.add_argument("--fault-every-s", type=float, default=15.0)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--kinds", default=",".join(KINDS),
-                        help=f"Comma-separated fault kinds to draw from (default: all of {KINDS}).")
-    parser.add_argument("--out", type=Path, help="Write the table into this markdown file.")
-    parser.add_argument("--section", default="chaos",
-                        help="The file's section to write (<!-- NAME --> ... <!-- /NAME -->).")
-    parser.add_argument("--workdir", type=Path, default=Path("runs/chaos"))
-    args = parser.parse_args()
-    kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
-    unknown = set(kinds) - set(KINDS)
-    if unknown or not kinds:
-        parser.error(f"--kinds: unknown {sorted(unknown)}; choose from {KINDS}")
-    config = ChaosConfig(streams=args.streams, duration_s=args.minutes * 60,
-                         fault_every_s=args.fault_every_s, seed=args.seed, kinds=kinds)
-    target, drafter = default_pair(None, None, args.pair)
-    chaos = ChaosCluster(target, drafter, args.workdir).start()
+    s, kinds = settings, tuple(settings.kinds)
+    config = ChaosConfig(streams=s.streams, duration_s=s.minutes * 60,
+                         fault_every_s=s.fault_every_s, seed=s.seed, kinds=kinds)
+    target, drafter = default_pair(None, None, s.pair)
+    chaos = ChaosCluster(target, drafter, s.workdir).start()
     try:
         outcome = run_chaos(chaos, config)
     finally:
         chaos.stop()
+    _print_failures(outcome)
+    result = (f"Machine: {machine()}; pair: {s.pair}; {s.streams} streams for "
+              f"{s.minutes:g} min, a fault every ~{s.fault_every_s:g} s "
+              f"({', '.join(kinds)}).\n\n" + table(outcome))
+    print(result)
+    if s.out:
+        write_section(s.out, f"<!-- {s.section} -->", result)
+    raise SystemExit(0 if outcome.ok() else 1)
+
+
+def _print_failures(outcome: Outcome) -> None:
     for session in outcome.sessions:
         if session.error or session.tokens != outcome.references[session.prompt]:
             during = [f"{f.kind}@{f.victim}" for f in outcome.faults
@@ -211,14 +229,7 @@ def main() -> None:
                   f"{len(session.resumes)} resumes): {session.error or 'text differs'}")
     for error in outcome.errors:
         print(f"SUITE: {error}")
-    result = (f"Machine: {machine()}; pair: {args.pair}; {args.streams} streams for "
-              f"{args.minutes:g} min, a fault every ~{args.fault_every_s:g} s "
-              f"({', '.join(kinds)}).\n\n" + table(outcome))
-    print(result)
-    if args.out:
-        write_section(args.out, f"<!-- {args.section} -->", result)
-    raise SystemExit(0 if outcome.ok() else 1)
 
 
 if __name__ == "__main__":
-    main()
+    settings_command(ChaosSettings, run)()

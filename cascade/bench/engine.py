@@ -1,7 +1,7 @@
-"""``cascade bench-engine``: the verify engine's step beside what a user would run instead, on
+"""``cascade bench engine``: the verify engine's step beside what a user would run instead, on
 the same shapes, in float32 and bfloat16.
 
-    cascade bench-engine [--target DIR] [--dtype float32 --dtype bfloat16] [--repeats 5]
+    cascade bench engine [--target DIR] [--dtype float32 --dtype bfloat16] [--repeats 5]
                          [--context 100] [--threads N] [--no-hf-compile] [--out DIR]
                          [--device cuda] [--random-weights] [--rows 1,4,16,32]
                          [--drafts 4,8,16] [--no-tree] [--prefill 512]
@@ -14,12 +14,9 @@ device-to-device copy, bytes read plus written) and the header names the GPU.
 one model with random weights, built on the device, serves the engine and transformers
 (``cascade.bench.engine_device``).
 
-Shapes: 1, 4, 16 and 32 rows of one token; one row of 5, 9 and 17 tokens (a draft of 4, 8 and
-16 after the row's pending token); one row of a 16-node token tree (17 tokens); a 512-token
-prefill. Every row but the prefill's holds ``context`` cached tokens, and every call of a cell
-sees that same cached length: the engine's sequences are set back to what they committed after
-their prefill, the transformers caches cropped back (untimed). Each cell is the median of
-``repeats`` calls after a warm-up call, in milliseconds per step:
+Shapes: N rows of one token; one row of a draft + its pending token; a 16-node token tree;
+a prefill. Every row but the prefill's holds ``context`` cached tokens at every call (caches
+set back untimed). Each cell is the median of ``repeats`` calls after a warm-up, ms per step:
 
 - engine plain and engine invariant: ``VerifyEngine.step`` with ``invariant=False`` / ``True``,
   acceptance and commit included; the prefill a fresh sequence each call, closed afterwards;
@@ -27,17 +24,14 @@ their prefill, the transformers caches cropped back (untimed). Each cell is the 
   context of every row, one forward of the step's tokens with an attention mask and
   ``logits_to_keep`` covering them (the tree fed as a chain of as many tokens; the prefill one
   forward over its tokens, no cache before it);
-- transformers compiled: a ``StaticCache`` sized for context + the step's tokens and
-  ``torch.compile(model, dynamic=True)``, compiled once per dtype: its dynamic shapes still
-  specialise sizes of 1, so it traces four graphs (one row of one token, several rows of one,
-  one row of several, the prefill), each a minute or two on two cores; the context is fed by
-  the uncompiled model. A failed compile leaves the column empty (``compile_error``);
+- transformers compiled: a ``StaticCache`` and ``torch.compile(model, dynamic=True)``, four
+  graphs per dtype (a minute or two each on two cores); a failed compile leaves the column
+  empty (``compile_error``);
 - torch floor: every weight product of the model alone, ``F.linear(x, W)`` over the step's
   tokens (rows x tokens; GPT-2's ``Conv1D``: x @ W), the output head over the positions whose
   logits the step keeps, summed;
-- bandwidth limit: the bytes of those weights / the memory read bandwidth, measured here as
-  the best of several sums over a tensor four times the largest CPU cache (at least 1 GiB); on
-  a GPU, the best of several device-to-device copies of 4 GiB (bytes read plus written).
+- bandwidth limit: the bytes of those weights / the memory read bandwidth measured here
+  (``cascade.bench.engine_device``).
 """
 
 from __future__ import annotations
@@ -49,10 +43,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Literal
 
 import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from pydantic import BaseModel, Field, model_validator
 from transformers import AutoModelForCausalLM
 
 from cascade.bench.engine_columns import CompiledColumn, floor_prepare, hf_prepare, weight_bytes
@@ -66,6 +62,7 @@ from cascade.bench.machine import machine
 from cascade.core.verify import compiled
 from cascade.core.model.weights import random_model
 from cascade.core.model.runner import DTYPES, ModelRunner, ModelSpec
+from cascade.serving.settings_cli import settings_command
 
 BENCH_DTYPES = ("float32", "bfloat16")
 TREE_PARENTS = (-1, -1, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6)
@@ -73,6 +70,7 @@ TREE_PARENTS = (-1, -1, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6)
 NEW_TOKENS = 32
 """max_new_tokens of the engine's sequences, at least (``EngineBenchConfig.new_tokens``)."""
 COLUMNS = ("plain", "invariant", "eager", "compiled", "floor")
+COMMA_LIST = r"^\d+(,\d+)*$"
 
 
 def default_threads() -> int:
@@ -249,51 +247,60 @@ def int_list(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split(",") if part.strip())
 
 
-def main() -> None:
-    """``python -m cascade.bench.engine``: what ``cascade bench-engine`` runs."""
-    import argparse
+class EngineSettings(BaseModel):
+    """The verify engine's step (plain and batch-invariant) beside transformers eager and
+    compiled, torch's matmul floor and the memory-bandwidth limit, on rows of one token,
+    drafts, a token tree and a prefill, per dtype."""
 
+    target: Path | None = Field(None, description="Model folder (default: the "
+                                "SmolLM2-135M-Instruct target); with --random-weights a folder "
+                                "with a config.json, or llama3-8b.")
+    dtype: list[Literal["float32", "bfloat16"]] = Field(
+        list(BENCH_DTYPES), description="float32 or bfloat16 (repeat the flag).")
+    threads: int = Field(default_factory=default_threads, ge=1, description="torch threads "
+                         "(default: all cores).")
+    repeats: int = Field(5, ge=1, description="Timed calls per cell after a warm-up (the median "
+                         "is reported).")
+    context: int = Field(100, ge=1, description="Cached tokens per row.")
+    hf_compile: bool = Field(True, description="Also time transformers with a static cache "
+                             "under torch.compile (compiles for minutes).")
+    engine_compile: bool = Field(True, description="Also time the engine's step compiled "
+                                 "(--compile on; compiles for minutes).")
+    out: Path = Field(Path("runs/bench-engine"), description="Where engine.json and table.md "
+                      "go.")
+    device: str = Field("cpu", description="cpu or cuda[:N].")
+    random_weights: bool = Field(False, description="Build the target from its config with "
+                                 "random weights, on the device.")
+    rows: str = Field("1,4,16,32", pattern=COMMA_LIST, description="The N rows x 1 token "
+                      "shapes, a comma list.")
+    drafts: str = Field("4,8,16", pattern=COMMA_LIST, description="The one-row drafts (passes "
+                        "of draft + 1 tokens), a comma list.")
+    tree: bool = Field(True, description="The 16-node token tree shape.")
+    prefill: int = Field(512, ge=0, description="Prefill tokens (0: none).")
+    bandwidth_mib: int = Field(0, ge=0, description="The bandwidth probe's tensor in MiB (0: "
+                               "the device's default).")
+
+    @model_validator(mode="after")
+    def _a_folder(self) -> EngineSettings:
+        if self.target and not self.random_weights and not self.target.is_dir():
+            raise ValueError(f"--target {self.target} is not a model folder")
+        return self
+
+    def config(self, target: Path) -> EngineBenchConfig:
+        return EngineBenchConfig(
+            target, tuple(self.dtype), self.threads, self.repeats, self.context,
+            self.hf_compile, self.out, int_list(self.rows), int_list(self.drafts),
+            TREE_PARENTS if self.tree else (), self.prefill, self.bandwidth_mib, self.device,
+            self.random_weights, self.engine_compile)
+
+
+def run(settings: EngineSettings) -> EngineBenchResult:
+    """Measure every shape and column, print and save the tables."""
     from cascade.tools.pairs import default_pair
 
-    parser = argparse.ArgumentParser(description="The verify engine's step beside "
-                                     "transformers, torch's floor and the bandwidth limit.")
-    parser.add_argument("--target", type=Path, default=None,
-                        help="model folder (default: SmolLM2-135M-Instruct); with "
-                        "--random-weights a folder with a config.json, or llama3-8b")
-    parser.add_argument("--dtype", action="append", choices=BENCH_DTYPES, dest="dtypes",
-                        help="repeat for several (default: float32 and bfloat16)")
-    parser.add_argument("--threads", type=int, default=default_threads(),
-                        help="torch threads (default: all cores)")
-    parser.add_argument("--repeats", type=int, default=5,
-                        help="timed calls per cell after a warm-up (the median is reported)")
-    parser.add_argument("--context", type=int, default=100, help="cached tokens per row")
-    parser.add_argument("--hf-compile", action=argparse.BooleanOptionalAction, default=True,
-                        help="also time transformers under torch.compile (minutes)")
-    parser.add_argument("--engine-compile", action=argparse.BooleanOptionalAction,
-                        default=True, help="also time the engine's step compiled (minutes)")
-    parser.add_argument("--out", type=Path, default=Path("runs/bench-engine"),
-                        help="where engine.json and table.md go")
-    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
-    parser.add_argument("--random-weights", action="store_true",
-                        help="build the target from its config with random weights")
-    parser.add_argument("--rows", type=int_list, default=(1, 4, 16, 32),
-                        help="the N rows x 1 token shapes, a comma list (default 1,4,16,32)")
-    parser.add_argument("--drafts", type=int_list, default=(4, 8, 16),
-                        help="the one-row drafts (a pass of draft + 1 tokens), a comma list "
-                        "(default 4,8,16)")
-    parser.add_argument("--tree", action=argparse.BooleanOptionalAction, default=True,
-                        help="the 16-node token tree shape")
-    parser.add_argument("--prefill", type=int, default=512, help="prefill tokens (0: none)")
-    parser.add_argument("--bandwidth-mib", type=int, default=0,
-                        help="bandwidth probe's tensor (0: the device's default)")
-    args = parser.parse_args()
-    target = args.target or default_pair(None, None, "smollm2")[0]
-    run_on_console(EngineBenchConfig(
-        target, tuple(args.dtypes or BENCH_DTYPES), args.threads, args.repeats, args.context,
-        args.hf_compile, args.out, args.rows, args.drafts, TREE_PARENTS if args.tree else (),
-        args.prefill, args.bandwidth_mib, args.device, args.random_weights,
-        args.engine_compile), Console())
+    target = settings.target or default_pair(None, None, "smollm2")[0]
+    return run_on_console(settings.config(target), Console())
 
 
 if __name__ == "__main__":
-    main()
+    settings_command(EngineSettings, run)()

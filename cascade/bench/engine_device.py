@@ -1,4 +1,4 @@
-"""Where ``cascade bench-engine`` runs: the device's clock fence, its memory bandwidth and name
+"""Where ``cascade bench engine`` runs: the device's clock fence, its memory bandwidth and name
 (on a CPU: the read bandwidth and the bfloat16/AMX flags), and models with random weights built
 from a config directly on the device.
 

@@ -1,4 +1,4 @@
-"""What ``cascade bench-engine`` measured (``cascade.bench.engine``) and how it is shown: the
+"""What ``cascade bench engine`` measured (``cascade.bench.engine``) and how it is shown: the
 results as data, one markdown table per dtype with its ratios, ``engine.json`` and
 ``table.md``."""
 

@@ -8,7 +8,7 @@ k per round: a seeded sampled text depends on where blocks end, and the planner'
 timing, which a fault changes. The killed process is
 started again before the next trial.
 
-    python -m cascade.bench.faults --pair tiny --trials 30 --out docs/reliability.md
+    cascade bench faults --pair tiny --trials 30 --out docs/reliability.md
 """
 
 from __future__ import annotations
@@ -23,9 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
+from pydantic import BaseModel, Field
 
+from cascade.serving.settings_cli import settings_command
 from cascade.tools.client import stream_generation
 from cascade.tools.local_cluster import LocalCluster
+from cascade.tools.pairs import PairName, default_pair
 from cascade.tools.cluster_config import ClusterConfig
 from gateway.sessions.session_store import session_keys
 
@@ -176,35 +179,43 @@ def table(trials: list[Trial]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    import argparse
+class FaultsSettings(BaseModel):
+    """Kill -9 the drafter, verifier, gateway or Redis serving a streaming generation, on a
+    local cluster of real processes; every trial must complete with the no-fault tokens."""
 
+    pair: PairName = Field("tiny", description="Built-in model pair: tiny "
+                                             "(random weights) or smollm2.")
+    trials: int = Field(30, ge=1, description="Trials per fault (alternately greedy and "
+                        "seeded sampling).")
+    out: Path | None = Field(None, description="Write the table into this markdown file.")
+    workdir: Path = Field(Path("runs/faults"), description="Where the cluster's logs go.")
+
+
+def run(settings: FaultsSettings) -> None:
+    """Run every fault ``trials`` times, print each trial and the table, and write it if
+    asked."""
     from cascade.bench.output import write_section
     from cascade.bench.run import machine
-    from cascade.tools.pairs import default_pair
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pair", default="tiny", help="tiny or smollm2")
-    parser.add_argument("--trials", type=int, default=30, help="Trials per fault.")
-    parser.add_argument("--out", type=Path, help="Write the table into this markdown file.")
-    parser.add_argument("--workdir", type=Path, default=Path("runs/faults"))
-    args = parser.parse_args()
-    target, drafter = default_pair(None, None, args.pair)
-    cluster = fault_cluster(target, drafter, args.workdir)
+    target, drafter = default_pair(None, None, settings.pair)
+    cluster = fault_cluster(target, drafter, settings.workdir)
     runner = FaultRunner(cluster)
     try:
-        trials = run_trials(runner, ROLES, args.trials, progress=lambda t: print(
-            f"{t.role:<8} {'sampled' if t.sampled else 'greedy ':<7} after round "
-            f"{t.kill_after}: {'ok' if t.completed and t.identical else 'FAILED ' + t.error}"
-            f", recovery {t.recovery_s}"))
+        trials = run_trials(runner, ROLES, settings.trials, progress=_print_trial)
     finally:
         runner.close()
         cluster.stop()
-    result = f"Machine: {machine()}; pair: {args.pair}.\n\n" + table(trials)
+    result = f"Machine: {machine()}; pair: {settings.pair}.\n\n" + table(trials)
     print(result)
-    if args.out:
-        write_section(args.out, "<!-- faults -->", result)
+    if settings.out:
+        write_section(settings.out, "<!-- faults -->", result)
+
+
+def _print_trial(t: Trial) -> None:
+    print(f"{t.role:<8} {'sampled' if t.sampled else 'greedy ':<7} after round "
+          f"{t.kill_after}: {'ok' if t.completed and t.identical else 'FAILED ' + t.error}"
+          f", recovery {t.recovery_s}")
 
 
 if __name__ == "__main__":
-    main()
+    settings_command(FaultsSettings, run)()

@@ -1,8 +1,8 @@
 """Target-only vs speculative decoding in one process, on a device (``--device cuda``): Cascade's
 core loop (``cascade.bench.inprocess.core_trace``) on a target/drafter pair, greedy.
 
-    python -m cascade.bench.gpu [--target DIR --drafter DIR] [--device cuda] [--k 4]
-                                [--max-tokens 64] [--prompts-per-domain 2] [--repeats 3]
+    cascade bench gpu [--target DIR --drafter DIR] [--device cuda] [--k 4] [--max-tokens 64]
+                      [--prompts-per-domain 2] [--repeats 3] [--out FILE]
 
 Without folders the tiny pair (``cascade.tools.tiny_models``: random weights) is built into a
 temporary folder. Both methods decode every prompt ``repeats`` times after one warm-up
@@ -14,13 +14,13 @@ a pass of k + 1 can flip a near-tie on a GPU).
 
 from __future__ import annotations
 
-import argparse
 import json
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+from pydantic import BaseModel, DirectoryPath, Field
 
 from cascade.bench.engine_device import device_name
 from cascade.bench.inprocess import core_trace
@@ -29,6 +29,7 @@ from cascade.bench.prompts import BenchPrompt, bench_prompts
 from cascade.bench.machine import machine
 from cascade.core.model.runner import ModelRunner, ModelSpec
 from cascade.protocol.settings import SamplingParams
+from cascade.serving.settings_cli import settings_command
 
 
 @dataclass(frozen=True)
@@ -73,8 +74,8 @@ def compare(target: ModelRunner, drafter: ModelRunner, prompts: list[BenchPrompt
             "same_tokens": [t.tokens for t in alone] == [t.tokens for t in spec]}
 
 
-def run(target: Path, drafter: Path, device: str, k: int, max_tokens: int, per_domain: int,
-        repeats: int) -> dict:
+def measure(target: Path, drafter: Path, device: str, k: int, max_tokens: int,
+            per_domain: int, repeats: int) -> dict:
     """Load the pair on ``device`` and ``compare``; the result with its context."""
     runners = [ModelRunner.load(ModelSpec(str(f), device=device)) for f in (target, drafter)]
     prompts = bench_prompts(runners[0].tokenizer, per_domain)
@@ -96,30 +97,40 @@ def report(result: dict) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description="Target-only vs speculative tokens/s in "
-                                     "one process, greedy.")
-    parser.add_argument("--target", type=Path, default=None, help="default: the tiny pair")
-    parser.add_argument("--drafter", type=Path, default=None)
-    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
-    parser.add_argument("--k", type=int, default=4, help="drafted tokens per round")
-    parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--prompts-per-domain", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=None, help="also write this JSON file")
-    args = parser.parse_args()
+class GpuSettings(BaseModel):
+    """Target-only vs speculative tokens/s in one process, greedy, on a device (the tiny
+    random-weight pair unless both folders are given)."""
+
+    target: DirectoryPath | None = Field(None, description="Target model folder (default: the "
+                                         "tiny pair, built into a temporary folder).")
+    drafter: DirectoryPath | None = Field(None, description="Drafter model folder (default: "
+                                          "the tiny pair's).")
+    device: str = Field("cpu", description="cpu or cuda[:N].")
+    k: int = Field(4, ge=1, le=32, description="Drafted tokens per round.")
+    max_tokens: int = Field(64, ge=1, description="Tokens generated per prompt.")
+    prompts_per_domain: int = Field(2, ge=1, le=4, description="Prompts from each of prose, "
+                                    "chat, code.")
+    repeats: int = Field(3, ge=1, description="Runs of every prompt per method, after one "
+                         "warm-up generation.")
+    out: Path | None = Field(None, description="Also write the result to this JSON file.")
+
+
+def run(settings: GpuSettings) -> None:
+    """Measure both methods on the pair, print the report and write the JSON file if asked."""
+    s = settings
     with tempfile.TemporaryDirectory(prefix="cascade-pair-") as folder:
-        if args.target is None or args.drafter is None:
+        target, drafter = s.target, s.drafter
+        if target is None or drafter is None:
             from cascade.tools.tiny_models import build_tiny_pair
 
-            args.target, args.drafter = build_tiny_pair(Path(folder))
-        result = run(args.target, args.drafter, args.device, args.k, args.max_tokens,
-                     args.prompts_per_domain, args.repeats)
+            target, drafter = build_tiny_pair(Path(folder))
+        result = measure(target, drafter, s.device, s.k, s.max_tokens, s.prompts_per_domain,
+                         s.repeats)
     print(report(result), flush=True)
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=1))
+    if s.out is not None:
+        s.out.parent.mkdir(parents=True, exist_ok=True)
+        s.out.write_text(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":
-    main()
+    settings_command(GpuSettings, run)()

@@ -5,12 +5,11 @@ The server busy-waits ``compute`` ms before answering (the verifier's forward pa
 client waits (the drafter waiting for its verdict); the reported number is the round trip minus
 that compute, i.e. what the transport alone costs per round.
 
-python -m cascade.bench.grpc_floor [--rounds 40] [--compute-ms 0 2 35 75]
+    cascade bench grpc-floor [--rounds 40] [--compute-ms 0 --compute-ms 2 --compute-ms 35]
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import multiprocessing
 import os
@@ -19,9 +18,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
+from pydantic import BaseModel, Field
 from rich.console import Console
 from rich.table import Table
 
+from cascade.serving.settings_cli import settings_command
 from cascade.tools.redis_server import free_port
 
 SERVICE, METHOD = "floor.Echo", "/floor.Echo/Echo"
@@ -44,14 +45,14 @@ def serve_aio(port: int) -> None:
         async for message in requests:
             yield _busy(message)
 
-    async def main():
+    async def serve():
         server = grpc.aio.server()
         server.add_generic_rpc_handlers(_handlers(echo))
         server.add_insecure_port(f"127.0.0.1:{port}")
         await server.start()
         await server.wait_for_termination()
 
-    asyncio.run(main())
+    asyncio.run(serve())
 
 
 def serve_sync(port: int) -> None:
@@ -127,21 +128,27 @@ def measure(server_kind: str, client_kind: str, computes: list[float], rounds: i
         os.sched_setaffinity(0, cores)
 
 
-def main(argv: list[str] | None = None) -> Table:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--rounds", type=int, default=40)
-    parser.add_argument("--compute-ms", type=float, nargs="+", default=[0, 2, 35, 75])
-    args = parser.parse_args(argv)
+class GrpcFloorSettings(BaseModel):
+    """The transport floor under the per-round overhead: a bare gRPC bidi echo between two
+    pinned processes, round trip minus the server's compute (asyncio and sync stacks)."""
+
+    rounds: int = Field(40, ge=1, description="Round trips per compute time (the median is "
+                        "reported).")
+    compute_ms: list[float] = Field([0.0, 2.0, 35.0, 75.0], description="Milliseconds the "
+                                    "server busy-waits before answering (repeat the flag).")
+
+
+def run(settings: GrpcFloorSettings) -> None:
+    """Measure both stacks at every compute time and print the table."""
     table = Table(title="gRPC bidi echo: round trip minus server compute, ms (median)")
     table.add_column("server / client")
-    for compute in args.compute_ms:
+    for compute in settings.compute_ms:
         table.add_column(f"compute {compute:g} ms", justify="right")
     for server_kind, client_kind in (("aio", "aio"), ("sync", "sync")):
-        medians = measure(server_kind, client_kind, args.compute_ms, args.rounds)
+        medians = measure(server_kind, client_kind, settings.compute_ms, settings.rounds)
         table.add_row(f"{server_kind} / {client_kind}", *(f"{m:.2f}" for m in medians))
     Console().print(table)
-    return table
 
 
 if __name__ == "__main__":
-    main()
+    settings_command(GrpcFloorSettings, run)()

@@ -1,4 +1,4 @@
-"""``cascade bench-load``: the verifier under concurrent sessions.
+"""``cascade bench load``: the verifier under concurrent sessions.
 
 For each mode — speculative with the verifier unbatched (one block per pass), speculative batched
 (the engine), target-only batched (k = 0 through the same engine: what a continuous-batching

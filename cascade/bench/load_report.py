@@ -1,4 +1,4 @@
-"""The tables, plot and files of ``cascade bench-load`` (``cascade.bench.load``'s result)."""
+"""The tables, plot and files of ``cascade bench load`` (``cascade.bench.load``'s result)."""
 
 from __future__ import annotations
 

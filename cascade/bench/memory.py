@@ -23,19 +23,21 @@ whichever source pays, cascade.core.proposers.auto); ``predict`` is the defaults
 code-edit and files requests sending the file as their predicted output (OpenAI's Predicted
 Outputs).
 
-python -m cascade.bench.memory --target DIR --drafter DIR [--max-tokens 64] [--modes ...]
+    cascade bench memory [--target DIR --drafter DIR] [--max-tokens 64] [--modes target
+        --modes suffix ...] [--workloads tool-calls ...]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import httpx
+from pydantic import BaseModel, Field
 from rich.console import Console
 from rich.table import Table
 
@@ -44,6 +46,8 @@ from cascade.bench.agent_workloads import (EDITS, FILE, FILES, REQUESTS, chat, e
 from cascade.bench.prediction_ceiling import perfect_rounds
 from cascade.bench.run import machine
 from cascade.bench.services import pinned_cluster
+from cascade.serving.settings_cli import settings_command
+from cascade.tools.pairs import PairSettings
 
 WORKLOADS = ("tool-calls", "code-edit", "extraction", "files", "chat")
 
@@ -152,9 +156,10 @@ def run_workload(http: httpx.Client, name: str, fields: dict, max_tokens: int,
     return {"seconds": elapsed, "tokens_per_s": counts["tokens"] / elapsed, **counts}
 
 
-def run(target: Path, drafter: Path, workdir: Path, modes: list[str], max_tokens: int,
-        workloads: tuple[str, ...] = WORKLOADS, schedule: str = "auto") -> dict:
-    """``schedule``: the requests' draft_schedule (the default, auto, or fixed)."""
+def measure(target: Path, drafter: Path, workdir: Path, modes: list[str], max_tokens: int,
+            workloads: tuple[str, ...] = WORKLOADS, schedule: str = "auto") -> dict:
+    """Every workload in every mode, a fresh cluster per mode. ``schedule``: the requests'
+    draft_schedule (the default, auto, or fixed)."""
     results: dict = {"machine": machine(), "max_tokens": max_tokens, "schedule": schedule,
                      "modes": {}}
     for key in modes:
@@ -230,29 +235,45 @@ def prediction_table(results: dict) -> Table:
     return out
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--target", type=Path, required=True)
-    parser.add_argument("--drafter", type=Path, required=True)
-    parser.add_argument("--workdir", type=Path, default=Path("runs/memory"))
-    parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
-    parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=WORKLOADS)
-    parser.add_argument("--schedule", default="auto", choices=("auto", "fixed"))
-    parser.add_argument("--out", type=Path, help="Also write the results as JSON here.")
-    args = parser.parse_args(argv)
-    results = run(args.target, args.drafter, args.workdir, args.modes, args.max_tokens,
-                  tuple(args.workloads), args.schedule)
+ModeName = Literal["target", "model", "ngram", "suffix", "suffix_then_model", "default",
+                   "predict"]
+WorkloadName = Literal["tool-calls", "code-edit", "extraction", "files", "chat"]
+
+
+class MemorySettings(BaseModel):
+    """The speculation memory on agentic workloads through the gateway: tokens/s per mode and
+    workload, each mode on a fresh local cluster (greedy, one request at a time)."""
+
+    models: PairSettings = PairSettings()
+    workdir: Path = Field(Path("runs/memory"), description="Where the clusters' logs go.")
+    max_tokens: int = Field(64, ge=1, description="Tokens per request (three times as many for "
+                            "an edit, which asks for the whole file back).")
+    modes: list[ModeName] = Field(list(MODES), description="Modes (repeat the flag): target, "
+                                  "model, ngram, suffix, suffix_then_model, default, predict.")
+    workloads: list[WorkloadName] = Field(list(WORKLOADS), description="Workloads (repeat the "
+                                          "flag): tool-calls, code-edit, extraction, files, "
+                                          "chat.")
+    schedule: Literal["auto", "fixed"] = Field("auto", description="The requests' "
+                                               "draft_schedule: auto or fixed.")
+    out: Path | None = Field(None, description="Also write the results as JSON here.")
+
+
+def run(settings: MemorySettings) -> dict:
+    """Measure every mode and print the tables; the results."""
+    s = settings
+    target, drafter = s.models.folders()
+    results = measure(target, drafter, s.workdir, list(s.modes), s.max_tokens,
+                      tuple(s.workloads), s.schedule)
     console = Console(width=140)
     console.print(table(results))
     console.print(passes_table(results))
     if any(MODES[key].predict for key in results["modes"]):
         console.print(prediction_table(results))
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=2))
+    if s.out:
+        s.out.parent.mkdir(parents=True, exist_ok=True)
+        s.out.write_text(json.dumps(results, indent=2))
+    return results
 
 
 if __name__ == "__main__":
-    main()
+    settings_command(MemorySettings, run)()

@@ -31,7 +31,7 @@ def _table(rows: list[Row], columns: tuple[str, ...], title: str) -> Table:
 
 
 def show(rows: list[Row], context: dict, console: Console) -> None:
-    title = f"cascade bench: {context['prompts']} prompts, {context['machine']}"
+    title = f"cascade bench compare: {context['prompts']} prompts, {context['machine']}"
     console.print(_table(rows, SPEED, title))
     console.print(_table(rows, SPECULATION, "speculation"))
     console.print(_table(rows, ("method", "mode", "peak RSS MiB"), "peak resident memory"))

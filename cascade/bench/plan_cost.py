@@ -1,6 +1,6 @@
 """What the goodput plan itself costs the verifier per step, against the rows in the pass.
 
-    python -m cascade.bench.plan_cost [--repeats 50]
+    cascade bench plan-cost [--repeats 50]
 
 Every row offers a 4-token block with falling survival and a measured round trip, on a linear
 CPU-like pass cost; the plan looks at every candidate prefix of the 4 x rows slots.
@@ -8,12 +8,14 @@ CPU-like pass cost; the plan looks at every candidate prefix of the 4 x rows slo
 
 from __future__ import annotations
 
-import argparse
 import time
+
+from pydantic import BaseModel, Field
 
 from cascade.bench.run import machine
 from cascade.core.plan.goodput import PlanInputs, RowPlan, plan_pass
 from cascade.core.verify.step_cost import StepShape
+from cascade.serving.settings_cli import settings_command
 
 
 class LinearCost:
@@ -32,15 +34,21 @@ def plan_ms(num_rows: int, repeats: int) -> float:
     return 1000 * (time.perf_counter() - started) / repeats
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=50)
-    args = parser.parse_args()
+class PlanCostSettings(BaseModel):
+    """What the goodput plan costs the verifier per step, for 4, 16, 32 and 64 rows in the pass
+    (each row offering a 4-token block)."""
+
+    repeats: int = Field(50, ge=1, description="Plans timed per row count (the mean is "
+                         "printed).")
+
+
+def run(settings: PlanCostSettings) -> None:
+    """Time the plan at every row count and print the table and the machine."""
     print("| rows in the pass | 4 | 16 | 32 | 64 |\n|---|---|---|---|---|")
-    print("| plan ms per step | " + " | ".join(f"{plan_ms(n, args.repeats):.2f}"
+    print("| plan ms per step | " + " | ".join(f"{plan_ms(n, settings.repeats):.2f}"
                                               for n in (4, 16, 32, 64)) + " |")
     print(machine())
 
 
 if __name__ == "__main__":
-    main()
+    settings_command(PlanCostSettings, run)()

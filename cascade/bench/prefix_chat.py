@@ -1,8 +1,8 @@
 """Time to first token of a multi-turn chat through the gateway: each turn after the first
 against a cold request of the same length, side by side in one run.
 
-    python -m cascade.bench.prefix_chat [--target DIR] [--drafter DIR] [--turns 4]
-        [--max-tokens 48] [--conversations 2]
+    cascade bench prefix-chat [--target DIR --drafter DIR] [--turns 4] [--max-tokens 48]
+        [--conversations 2]
 
 A local cluster (verifier and drafter pinned to a core each, real Redis); each conversation
 sends its turns one after another through the HTTP chat API (streamed, greedy), each turn
@@ -14,17 +14,19 @@ content. Modes: target only (k = 0) and the default request (the drafter draftin
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
 from pathlib import Path
 
 import httpx
+from pydantic import BaseModel, Field
 
 from cascade.bench.agent_workloads import SYSTEM
 from cascade.bench.run import machine
 from cascade.bench.services import pinned_cluster
+from cascade.serving.settings_cli import settings_command
+from cascade.tools.pairs import PairSettings
 
 TOPICS = [
     ["I'm planning a trip to Lisbon in March. What should I pack?",
@@ -72,8 +74,9 @@ def conversation(http: httpx.Client, turns: list[str], fields: dict, max_tokens:
     return out
 
 
-def run(target: Path, drafter: Path, workdir: Path, turns: int, max_tokens: int,
-        conversations: int) -> dict:
+def measure(target: Path, drafter: Path, workdir: Path, turns: int, max_tokens: int,
+            conversations: int) -> dict:
+    """Every mode's conversations on one local cluster: (warm, cold) per turn."""
     results = {"machine": machine(), "modes": {}}
     with pinned_cluster(target, drafter, workdir) as (cluster, _):
         with httpx.Client(base_url=cluster.http_url, timeout=600) as http:
@@ -97,26 +100,31 @@ def report(results: dict, turns: int) -> None:
             print(f"| {name} | {t + 1} | {warm:.3f} | {cold:.3f} | {warm / cold:.2f} |")
 
 
-def main() -> None:
-    from cascade.tools.pairs import default_pair
+class PrefixChatSettings(BaseModel):
+    """Time to first token of a multi-turn chat through the gateway: each turn after the first
+    against a cold request of the same length (medians over the conversations)."""
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--target", type=Path, default=None)
-    parser.add_argument("--drafter", type=Path, default=None)
-    parser.add_argument("--workdir", type=Path, default=Path("runs/prefix-chat"))
-    parser.add_argument("--turns", type=int, default=4)
-    parser.add_argument("--max-tokens", type=int, default=48)
-    parser.add_argument("--conversations", type=int, default=2)
-    parser.add_argument("--out", type=Path, help="Also write the results as JSON here.")
-    args = parser.parse_args()
-    target, drafter = default_pair(args.target, args.drafter, "smollm2")
-    results = run(target, drafter, args.workdir, args.turns, args.max_tokens,
-                  args.conversations)
-    report(results, args.turns)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=2))
+    models: PairSettings = PairSettings()
+    workdir: Path = Field(Path("runs/prefix-chat"), description="Where the cluster's logs go.")
+    turns: int = Field(4, ge=1, le=min(len(t) for t in TOPICS), description="Turns per "
+                       "conversation.")
+    max_tokens: int = Field(48, ge=1, description="Tokens per answer.")
+    conversations: int = Field(2, ge=1, description="Conversations per mode (their topics "
+                               "taken in turn).")
+    out: Path | None = Field(None, description="Also write the results as JSON here.")
+
+
+def run(settings: PrefixChatSettings) -> dict:
+    """Measure both modes and print the table; the results."""
+    s = settings
+    target, drafter = s.models.folders()
+    results = measure(target, drafter, s.workdir, s.turns, s.max_tokens, s.conversations)
+    report(results, s.turns)
+    if s.out:
+        s.out.parent.mkdir(parents=True, exist_ok=True)
+        s.out.write_text(json.dumps(results, indent=2))
+    return results
 
 
 if __name__ == "__main__":
-    main()
+    settings_command(PrefixChatSettings, run)()

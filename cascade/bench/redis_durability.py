@@ -3,24 +3,25 @@ session appends (the gateway's per-round write) with the primary's acknowledgeme
 with ``WAIT 1`` (``--redis-wait-replicas 1``), side by side on a loopback primary with one
 replica (and a sentinel, the services' client), interleaved in batches.
 
-python -m cascade.bench.redis_durability [--appends 2000]
+    cascade bench redis-durability [--appends 2000]
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from pydantic import BaseModel, Field
 from rich.console import Console
 from rich.table import Table
 
 from cascade.protocol.requests import GenerationRequest
 from cascade.protocol.settings import SamplingParams
 from cascade.serving.registry import connect
+from cascade.serving.settings_cli import settings_command
 from cascade.tools.redis_ha import RedisHA
 from gateway.sessions.session_store import SessionStore
 
@@ -47,15 +48,20 @@ async def measure(url: str, appends: int) -> dict[int, list[float]]:
     return seconds
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--appends", type=int, default=2000)
-    args = parser.parse_args(argv)
+class RedisDurabilitySettings(BaseModel):
+    """What waiting for a Redis replica costs per session append: the primary's acknowledgement
+    alone against WAIT 1, on a loopback primary with one replica."""
+
+    appends: int = Field(2000, ge=1, description="Appends timed per durability (interleaved "
+                         f"in batches of {BATCH}).")
+
+
+def run(settings: RedisDurabilitySettings) -> None:
+    """Start the loopback Redis, time the appends both ways and print the table."""
     with tempfile.TemporaryDirectory() as folder:
         ha = RedisHA(Path(folder), replicas=1, sentinels=1, password="bench").start()
         try:
-            seconds = asyncio.run(measure(ha.url, args.appends))
+            seconds = asyncio.run(measure(ha.url, settings.appends))
         finally:
             ha.stop()
     out = Table(title="Session append (one round of 4 tokens), loopback primary + 1 replica")
@@ -69,4 +75,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    settings_command(RedisDurabilitySettings, run)()

@@ -1,4 +1,4 @@
-"""``cascade bench``: every method on the same prompts and pair in one run, then the table, the
+"""``cascade bench compare``: every method on the same prompts and pair in one run, then the table, the
 goals, JSON and PNG plots. In-process families run in child processes one after another, then
 the services; nothing runs concurrently with what is being measured."""
 

@@ -1,7 +1,7 @@
 """Cascade as services on loopback: Redis, verifier, drafter and gateway as separate processes,
 verifier and drafter pinned to different cores (one torch thread each) so they behave like
 separate machines; generations stream through the gateway's gRPC API on one channel. Rows with
-k > 0 use ``draft_schedule: fixed`` (they compare drafting methods at k; ``cascade bench-load``
+k > 0 use ``draft_schedule: fixed`` (they compare drafting methods at k; ``cascade bench load``
 compares the planner's ``auto``)."""
 
 from __future__ import annotations

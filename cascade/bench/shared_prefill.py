@@ -1,7 +1,7 @@
 """n choices of one prompt on the verifier, with the prompt computed once (shared prefixes) and
 with every choice computing it, side by side.
 
-    python -m cascade.bench.shared_prefill [--target DIR] [--prompt-tokens 512] [--n 4]
+    cascade bench shared-prefill [--target DIR] [--prompt-tokens 512] [--n 4]
         [--max-tokens 16] [--repeats 3]
 
 Each choice is a session of its own decoded by the target alone through the verifier's
@@ -12,13 +12,14 @@ modes alternated), and the ratios.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import torch
+from pydantic import BaseModel, Field
 
 from cascade.bench.run import machine
 from cascade.core.blocks import Draft
@@ -26,6 +27,7 @@ from cascade.core.verify.engine import VerifyEngine
 from cascade.core.model.runner import ModelRunner, ModelSpec
 from cascade.core.verify.verification import SequenceVerifier
 from cascade.protocol.settings import SamplingParams
+from cascade.serving.settings_cli import settings_command
 from verifier_service.scheduler import StepScheduler, VerifierSettings
 
 
@@ -37,13 +39,13 @@ async def _choices(engine: VerifyEngine, prompt: list[int], n: int, max_tokens: 
     sequences = [SequenceVerifier(engine.runner, prompt, params, engine=engine) for _ in range(n)]
     started, firsts = time.perf_counter(), []
 
-    async def run(sequence):
+    async def decode(sequence):
         await scheduler.submit(sequence, Draft([]))
         firsts.append(time.perf_counter() - started)
         while not sequence.is_finished:
             await scheduler.submit(sequence, Draft([]))
 
-    await asyncio.gather(*(run(s) for s in sequences))
+    await asyncio.gather(*(decode(s) for s in sequences))
     total = time.perf_counter() - started
     for s in sequences:
         s.close()
@@ -65,23 +67,31 @@ def measure(runner: ModelRunner, prompt_tokens: int, n: int, max_tokens: int, re
     return runs
 
 
-def main() -> None:
+class SharedPrefillSettings(BaseModel):
+    """n choices of one prompt on the verifier, the prompt computed once and by every choice:
+    the time until every choice has its first token and until all are done."""
+
+    target: Path | None = Field(None, description="Target model folder (default: "
+                                "SmolLM2-135M-Instruct).")
+    prompt_tokens: int = Field(512, ge=1, description="Tokens in the prompt.")
+    n: int = Field(4, ge=1, description="Choices of the prompt.")
+    max_tokens: int = Field(16, ge=1, description="Tokens each choice generates.")
+    repeats: int = Field(3, ge=1, description="Runs per mode, modes alternated (medians "
+                         "reported).")
+
+
+def run(settings: SharedPrefillSettings) -> None:
+    """Measure both modes and print the table."""
     from cascade.tools.pairs import default_pair
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--target", default=None, help="default: SmolLM2-135M-Instruct")
-    parser.add_argument("--prompt-tokens", type=int, default=512)
-    parser.add_argument("--n", type=int, default=4)
-    parser.add_argument("--max-tokens", type=int, default=16)
-    parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args()
-    target = args.target or default_pair(None, None, "smollm2")[0]
+    s = settings
+    target = s.target or default_pair(None, None, "smollm2")[0]
     runner = ModelRunner.load(ModelSpec(str(target)))
-    runs = measure(runner, args.prompt_tokens, args.n, args.max_tokens, args.repeats)
-    first = {s: statistics.median(r[0] for r in runs[s]) for s in runs}
-    done = {s: statistics.median(r[1] for r in runs[s]) for s in runs}
-    print(f"{machine()}, {torch.get_num_threads()} torch threads, n = {args.n}, "
-          f"{args.prompt_tokens}-token prompt, {args.max_tokens} tokens each, target alone")
+    runs = measure(runner, s.prompt_tokens, s.n, s.max_tokens, s.repeats)
+    first = {share: statistics.median(r[0] for r in runs[share]) for share in runs}
+    done = {share: statistics.median(r[1] for r in runs[share]) for share in runs}
+    print(f"{machine()}, {torch.get_num_threads()} torch threads, n = {s.n}, "
+          f"{s.prompt_tokens}-token prompt, {s.max_tokens} tokens each, target alone")
     print("| prefill | every first token (s) | every choice done (s) |")
     print("|---|---|---|")
     for share, name in ((False, "every choice computes the prompt"), (True, "computed once")):
@@ -90,4 +100,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    settings_command(SharedPrefillSettings, run)()

@@ -2,7 +2,7 @@
 schemas, greedy generation with and without the grammar, on the target alone and with the
 model drafter (k = 4, its q shaped by the grammar), side by side in one run.
 
-    python -m cascade.bench.structured [--max-tokens 96] [--k 4] [--dtype float32] [--pair tiny]
+    cascade bench structured [--max-tokens 96] [--k 4] [--dtype float32] [--pair tiny]
 
 Prints tokens/s, committed tokens per target pass, the drafter's acceptance and the tokens at
 positions the grammar forced (and how many of those the verifier filled in without a pass:
@@ -13,11 +13,12 @@ masked tokens). ``--pair tiny`` runs the tiny random-weight pair instead.
 
 from __future__ import annotations
 
-import argparse
 import json
 from dataclasses import dataclass, field
+from typing import Literal
 
 import jsonschema
+from pydantic import BaseModel, Field
 from rich.console import Console
 from rich.table import Table
 
@@ -28,6 +29,8 @@ from cascade.protocol.chat import chat_prompts_ids
 from cascade.protocol.grammar import Grammar
 from cascade.protocol.settings import DraftConfig, SamplingParams
 from cascade.protocol.stats import SpecStats
+from cascade.serving.settings_cli import settings_command
+from cascade.tools.pairs import PairSettings
 
 SCHEMAS = {
     "person": {"type": "object", "properties": {
@@ -106,9 +109,9 @@ def measure(target: ModelRunner, drafter: ModelRunner, max_tokens: int, k: int
     return tallies
 
 
-def report(tallies: dict[str, Tally], args) -> None:
+def report(tallies: dict[str, Tally], dtype: str) -> None:
     table = Table(title=f"structured outputs, {len(SCHEMAS)} JSON schemas, greedy, "
-                        f"{args.dtype} target")
+                        f"{dtype} target")
     for column in ("mode", "tokens/s", "vs target alone + grammar", "tokens / pass",
                    "acceptance", "forced / filled", "valid / finished"):
         table.add_column(column, justify="left" if column == "mode" else "right")
@@ -127,22 +130,26 @@ def report(tallies: dict[str, Tally], args) -> None:
     console.print(machine())
 
 
-def main() -> None:
-    from cascade.tools.pairs import PAIRS, default_pair
+class StructuredSettings(BaseModel):
+    """Structured outputs under speculation: greedy generation for a set of JSON schemas with
+    and without the grammar, on the target alone and with the model drafter."""
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--target", default=None)
-    parser.add_argument("--drafter", default=None)
-    parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--max-tokens", type=int, default=96)
-    parser.add_argument("--k", type=int, default=4)
-    parser.add_argument("--pair", default="smollm2", choices=PAIRS)
-    args = parser.parse_args()
-    args.target, args.drafter = default_pair(args.target, args.drafter, args.pair)
-    target = ModelRunner.load(ModelSpec(str(args.target), dtype=args.dtype))
-    drafter = ModelRunner.load(ModelSpec(str(args.drafter)))
-    report(measure(target, drafter, args.max_tokens, args.k), args)
+    models: PairSettings = PairSettings()
+    dtype: Literal["float32", "bfloat16", "float16", "auto"] = Field(
+        "float32", description="The target's dtype: float32, bfloat16, float16 or auto.")
+    max_tokens: int = Field(96, ge=1, description="Tokens generated per schema.")
+    k: int = Field(4, ge=1, le=32, description="Drafted tokens per round of the drafting "
+                   "modes.")
+
+
+def run(settings: StructuredSettings) -> None:
+    """Run every mode on every schema and print the table."""
+    s = settings
+    target_dir, drafter_dir = s.models.folders()
+    target = ModelRunner.load(ModelSpec(str(target_dir), dtype=s.dtype))
+    drafter = ModelRunner.load(ModelSpec(str(drafter_dir)))
+    report(measure(target, drafter, s.max_tokens, s.k), s.dtype)
 
 
 if __name__ == "__main__":
-    main()
+    settings_command(StructuredSettings, run)()

@@ -7,16 +7,16 @@ places repeat across sequences, as tool calls and boilerplate do) plus 16 random
 scopes. Each lookup's context is 50 random tokens followed by the start of an indexed sequence
 of its scope (a real match).
 
-python -m cascade.bench.suffix_lookup [--sequences 100000] [--lookups 2000]
+    cascade bench suffix-lookup [--sequences 1000 --sequences 100000] [--lookups 2000]
 """
 
 from __future__ import annotations
 
-import argparse
 import resource
 import time
 
 import numpy as np
+from pydantic import BaseModel, Field, field_validator
 from rich.console import Console
 from rich.table import Table
 
@@ -24,6 +24,7 @@ from cascade.bench.run import machine
 from cascade.core.memory.suffix_draft import best_draft
 from cascade.core.memory.suffix_index import SuffixIndex
 from cascade.core.memory.candidates import MemoryLimits
+from cascade.serving.settings_cli import settings_command
 
 VOCAB = 32_000
 SCOPES = 10
@@ -63,20 +64,32 @@ def measure(index: SuffixIndex, sequences: list[list[int]], num_lookups: int, bu
             "hit_rate": hits / num_lookups}
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sequences", type=int, nargs="+", default=[1_000, 10_000, 100_000])
-    parser.add_argument("--lookups", type=int, default=2000)
-    args = parser.parse_args(argv)
+class SuffixLookupSettings(BaseModel):
+    """How fast the speculation memory indexes, looks up and drafts, and its peak RSS, at each
+    number of indexed (synthetic) sequences."""
+
+    sequences: list[int] = Field([1_000, 10_000, 100_000], description="Indexed sequences, a "
+                                 "row each (repeat the flag).")
+    lookups: int = Field(2000, ge=1, description="Lookups timed per row.")
+
+    @field_validator("sequences")
+    @classmethod
+    def _positive(cls, sequences: list[int]) -> list[int]:
+        if any(n < 1 for n in sequences):
+            raise ValueError("every count must be at least 1")
+        return sequences
+
+
+def run(settings: SuffixLookupSettings) -> None:
+    """Build an index of each size, time its lookups and print the table."""
     out = Table(title=f"Speculation memory lookups ({machine()})")
     for column in ("sequences", "tokens", "index seq/s", "lookup p50 / p99 ms",
                    "draft p50 / p99 ms", "hit rate", "peak RSS MB"):
         out.add_column(column, justify="right")
-    for num in args.sequences:
+    for num in settings.sequences:
         index, sequences, seconds = build(num)
         index.merge()
-        r = measure(index, sequences, args.lookups)
+        r = measure(index, sequences, settings.lookups)
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         out.add_row(f"{index.num_sequences:,}", f"{index.num_tokens:,}", f"{num / seconds:,.0f}",
                     f"{r['lookup_p50_ms']:.3f} / {r['lookup_p99_ms']:.3f}",
@@ -86,4 +99,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    settings_command(SuffixLookupSettings, run)()

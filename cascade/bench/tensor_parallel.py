@@ -1,6 +1,6 @@
-"""``cascade bench-tp``: the verify engine's step with the target whole and split over ranks.
+"""``cascade bench tp``: the verify engine's step with the target whole and split over ranks.
 
-    cascade bench-tp [--target DIR] [--ranks 2] [--dtype float32] [--repeats 7]
+    cascade bench tp [--target DIR] [--ranks 2] [--dtype float32] [--repeats 7]
                      [--rows 1,8,32] [--drafts 4] [--prefill 128] [--context 100] [--out DIR]
                      [--random-weights] [--device cuda]
 

@@ -2,16 +2,17 @@
 n tokens and a one-token pass, in float32 and bfloat16 side by side (one session, the whole
 round: the packed pass, the tree walk and the KV compaction).
 
-    python -m cascade.bench.tree_cost [--target DIR] [--nodes 1,4,8,16,32,64] [--repeats 7]
+    cascade bench tree-cost [--target DIR] [--nodes 1 --nodes 4 --nodes 8 ...] [--repeats 7]
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
+from pathlib import Path
 
 import torch
+from pydantic import BaseModel, Field, field_validator
 from rich.console import Console
 from rich.table import Table
 
@@ -21,6 +22,7 @@ from cascade.core.model.runner import ModelRunner, ModelSpec
 from cascade.core.verify.verification import SequenceVerifier
 from cascade.protocol.settings import SamplingParams
 from cascade.protocol.limits import MAX_DRAFT_TOKENS
+from cascade.serving.settings_cli import settings_command
 
 PROMPT_LEN = 64
 
@@ -66,21 +68,34 @@ def measure(target: str, nodes: list[int], repeats: int) -> Table:
     return table
 
 
-def main() -> None:
+class TreeCostSettings(BaseModel):
+    """What a verify round costs against the nodes it carries: a token tree and a chain of n
+    tokens beside a one-token pass, in float32 and bfloat16."""
+
+    target: Path | None = Field(None, description="Target model folder (default: "
+                                "SmolLM2-135M-Instruct).")
+    nodes: list[int] = Field([1, 4, 8, 16, 32, 64], description="Tree sizes in nodes (repeat "
+                             "the flag); chains only up to the longest draft.")
+    repeats: int = Field(7, ge=1, description="Rounds per size (the median reported).")
+    threads: int = Field(1, ge=1, description="torch threads.")
+
+    @field_validator("nodes")
+    @classmethod
+    def _positive(cls, nodes: list[int]) -> list[int]:
+        if any(n < 1 for n in nodes):
+            raise ValueError("every size must be at least 1")
+        return nodes
+
+
+def run(settings: TreeCostSettings) -> None:
+    """Measure every size in both dtypes and print the table."""
     from cascade.tools.pairs import default_pair
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--target", default=None)
-    parser.add_argument("--nodes", default="1,4,8,16,32,64")
-    parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    target = args.target or str(default_pair(None, None, "smollm2")[0])
-    Console(width=120).print(measure(target, [int(n) for n in args.nodes.split(",")],
-                                     args.repeats))
+    torch.set_num_threads(settings.threads)
+    target = settings.target or default_pair(None, None, "smollm2")[0]
+    Console(width=120).print(measure(str(target), settings.nodes, settings.repeats))
     print(machine())
 
 
 if __name__ == "__main__":
-    main()
+    settings_command(TreeCostSettings, run)()

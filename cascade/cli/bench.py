@@ -1,4 +1,5 @@
-"""``cascade bench``: the side-by-side benchmark (see cascade.bench)."""
+"""``cascade bench <name>``: every benchmark as a subcommand (see cascade.bench). The scripts'
+command lines are generated from their settings classes (``cascade.serving.settings_cli``)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,17 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from cascade.bench import (admission, chaos, engine, faults, gpu, grpc_floor, memory,
+                           ngram_copy, plan_cost, prefix_chat, redis_durability, rtt,
+                           shared_prefill, structured, suffix_lookup, tree_cost)
 from cascade.cli.options import DRAFTER_OPT, PAIR_OPT, TARGET_OPT, draft_tokens_option
 from cascade.cli.options import pair_folders
+from cascade.serving.settings_cli import command_line, settings_function
 
 console = Console()
 
 
-def bench(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT,
+def compare(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT,
           pair: str = PAIR_OPT,
           k: int = draft_tokens_option(0, "Drafted tokens per round; 0 picks the fastest of "
                                         "1, 2, 3, 4, 6 on the first prompts.", min=0, max=32),
@@ -104,56 +109,6 @@ def bench_load(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT,
     console.print(comparison(result))
     for path in save(result, out):
         console.print(f"wrote {path}")
-
-
-def bench_engine(target: Path = typer.Option(None, help="Model folder (default: the "
-                                              "SmolLM2-135M-Instruct target); with "
-                                              "--random-weights a folder with a config.json, "
-                                              "or llama3-8b."),
-                 dtypes: list[str] = typer.Option(["float32", "bfloat16"], "--dtype",
-                                                  help="float32 or bfloat16 (repeat the flag)."),
-                 threads: int = typer.Option(None, min=1, help="torch threads (default: all "
-                                             "cores)."),
-                 repeats: int = typer.Option(5, min=1, help="Timed calls per cell after a "
-                                             "warm-up (the median is reported)."),
-                 context: int = typer.Option(100, min=1, help="Cached tokens per row."),
-                 hf_compile: bool = typer.Option(True, "--hf-compile/--no-hf-compile",
-                                                 help="Also time transformers with a static "
-                                                 "cache under torch.compile (compiles for "
-                                                 "minutes)."),
-                 engine_compile: bool = typer.Option(
-                     True, "--engine-compile/--no-engine-compile", help="Also time the "
-                     "engine's step compiled (--compile on; compiles for minutes)."),
-                 out: Path = typer.Option(Path("runs/bench-engine"), help="Where engine.json "
-                                          "and table.md go."),
-                 device: str = typer.Option("cpu", help="cpu or cuda[:N]."),
-                 random_weights: bool = typer.Option(False, help="Build the target from its "
-                                                     "config with random weights, on the "
-                                                     "device."),
-                 rows: str = typer.Option("1,4,16,32", help="The N rows x 1 token shapes."),
-                 drafts: str = typer.Option("4,8,16", help="The one-row drafts (passes of "
-                                            "draft + 1 tokens)."),
-                 tree: bool = typer.Option(True, help="The 16-node token tree shape."),
-                 prefill: int = typer.Option(512, min=0, help="Prefill tokens (0: none).")
-                 ) -> None:
-    """The verify engine's step (plain and batch-invariant) beside transformers eager and
-    compiled, torch's matmul floor and the memory-bandwidth limit, on rows of one token,
-    drafts, a token tree and a prefill, per dtype."""
-    from cascade.bench.engine import (TREE_PARENTS, EngineBenchConfig, default_threads,
-                                      int_list, run_on_console)
-
-    if target is None:
-        target = pair_folders(None, None, "smollm2")[0]
-    if not random_weights and not target.is_dir():
-        raise typer.BadParameter(f"--target {target} is not a model folder")
-    try:
-        config = EngineBenchConfig(target, tuple(dtypes), threads or default_threads(), repeats,
-                                   context, hf_compile, out, int_list(rows), int_list(drafts),
-                                   TREE_PARENTS if tree else (), prefill, 0, device,
-                                   random_weights, engine_compile)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from exc
-    run_on_console(config, console)
 
 
 def bench_tp(target: Path = typer.Option(None, help="Model folder (default: the tiny "
@@ -265,3 +220,32 @@ def bench_cascades(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT,
             f"{max_tokens} tokens")
     console.print(ev.rows_markdown(rows))
     console.print(f"wrote {out}/cascades.json, cascades.md, cascades.png")
+
+
+SCRIPTS = (("admission", admission.AdmissionSettings, admission.run),
+           ("chaos", chaos.ChaosSettings, chaos.run),
+           ("engine", engine.EngineSettings, engine.run),
+           ("faults", faults.FaultsSettings, faults.run),
+           ("gpu", gpu.GpuSettings, gpu.run),
+           ("grpc-floor", grpc_floor.GrpcFloorSettings, grpc_floor.run),
+           ("memory", memory.MemorySettings, memory.run),
+           ("ngram-copy", ngram_copy.NgramCopySettings, ngram_copy.run),
+           ("plan-cost", plan_cost.PlanCostSettings, plan_cost.run),
+           ("prefix-chat", prefix_chat.PrefixChatSettings, prefix_chat.run),
+           ("redis-durability", redis_durability.RedisDurabilitySettings, redis_durability.run),
+           ("rtt", rtt.RttSettings, rtt.run),
+           ("shared-prefill", shared_prefill.SharedPrefillSettings, shared_prefill.run),
+           ("structured", structured.StructuredSettings, structured.run),
+           ("suffix-lookup", suffix_lookup.SuffixLookupSettings, suffix_lookup.run),
+           ("tree-cost", tree_cost.TreeCostSettings, tree_cost.run))
+"""The benchmarks whose flags are a settings class: (command, class, what runs it)."""
+
+bench_app = command_line(help="Benchmarks: each prints a table of ratios measured side by side "
+                         "in one run (docs/benchmarks.md has the commands and latest results).",
+                         no_args_is_help=True)
+bench_app.command("compare")(compare)
+bench_app.command("load")(bench_load)
+bench_app.command("cascades")(bench_cascades)
+bench_app.command("tp")(bench_tp)
+for _name, _settings, _run in SCRIPTS:
+    bench_app.command(_name)(settings_function(_settings, _run))

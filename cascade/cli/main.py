@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cascade.cli.bench import bench, bench_cascades, bench_engine, bench_load, bench_tp
+from cascade.cli.bench import bench_app
 from cascade.cli.models import distill, models_app
 from cascade.cli.options import DRAFTER_OPT, PAIR_OPT, TARGET_OPT, draft_tokens_option
 from cascade.cli.options import pair_folders
@@ -27,11 +27,7 @@ from cascade.serving.settings_cli import command_line, settings_function, valida
 app = command_line(help="Cascade: speculative decoding across machines.")
 app.add_typer(models_app, name="models")
 app.command()(distill)
-app.command()(bench)
-app.command("bench-load")(bench_load)
-app.command("bench-cascades")(bench_cascades)
-app.command("bench-engine")(bench_engine)
-app.command("bench-tp")(bench_tp)
+app.add_typer(bench_app, name="bench")
 console = Console()
 
 

@@ -13,6 +13,7 @@ from cascade.pod.settings import Dtype, PodSettings
 from cascade.serving.memory_stream import MemoryMode
 from cascade.serving.settings_cli import to_flags
 from cascade.tools.cluster_config import ClusterConfig
+from cascade.tools.pairs import PairName, PairSettings
 from cascade.tools.redis_server import is_bindable
 from gateway.settings import DraftMethod, GatewaySettings
 from verifier_service.settings import CompileMode, VerifierPodSettings
@@ -29,13 +30,9 @@ class UpSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    target: DirectoryPath | None = Field(None, description="Target model folder (default: from "
-                                         "--pair).")
-    drafter: DirectoryPath | None = Field(None, description="Drafter model folder (default: from "
-                                 "--pair).")
-    pair: str = Field("smollm2", description="Built-in pair when no folders are given: smollm2 "
-                      "(SmolLM2-135M-Instruct + its distilled drafter) or tiny (random "
-                      "weights).")
+    target: DirectoryPath | None = PairSettings.model_fields["target"]
+    drafter: DirectoryPath | None = PairSettings.model_fields["drafter"]
+    pair: PairName = PairSettings.model_fields["pair"]
     drafters: int = Field(1, ge=1, description="Number of drafter processes.")
     port: int = Field(8000, ge=0, le=65535, description="Gateway HTTP port (0: a free one).")
     grpc_port: int = Field(50050, ge=0, le=65535, description="Gateway gRPC port (0: a free "

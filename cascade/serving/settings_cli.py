@@ -106,6 +106,8 @@ def validated(settings_type: type[Settings], **fields: Any) -> Settings:
         error = exc.errors()[0]
         where = flag(str(error["loc"][0])) if error["loc"] else None
         message = error["msg"].removeprefix("Value error, ")
+        if error["type"].startswith("path_"):  # "Path does not point to a directory": which
+            message += f": {error['input']}"
         raise typer.BadParameter(message, param_hint=where) from None
 
 

@@ -16,6 +16,7 @@ MODEL_DRAFTER = ASSETS / "smollm2-135m-drafter"
 """The distilled small causal LM for SmolLM2-135M-Instruct (its own 4-layer model)."""
 DEFAULT_DRAFTER = MODEL_DRAFTER
 PAIRS = ("smollm2", "tiny")
+PairName = Literal["smollm2", "tiny"]
 
 
 def default_models_dir() -> Path:
@@ -51,7 +52,7 @@ class PairSettings(BaseModel):
                                          "--pair).")
     drafter: DirectoryPath | None = Field(None, description="Drafter model folder (default: "
                                           "from --pair).")
-    pair: Literal["smollm2", "tiny"] = Field("smollm2", description="Built-in pair when no "
+    pair: PairName = Field("smollm2", description="Built-in pair when no "
                                              "folders are given: smollm2 (SmolLM2-135M-Instruct "
                                              "+ its distilled drafter) or tiny (random weights).")
 

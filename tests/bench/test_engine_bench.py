@@ -1,4 +1,4 @@
-"""``cascade bench-engine`` on a tiny Llama (no speed assertions): every cell is measured, the
+"""``cascade bench engine`` on a tiny Llama (no speed assertions): every cell is measured, the
 floor multiplies as many rows as the step feeds, the tables name every shape."""
 
 import copy

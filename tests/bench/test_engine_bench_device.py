@@ -1,16 +1,17 @@
-"""``cascade bench-engine``'s device options on the CPU: ``--random-weights`` from a config.json,
+"""``cascade bench engine``'s device options on the CPU: ``--random-weights`` from a config.json,
 ``--rows`` and ``--drafts`` lists, the device fence and bandwidth helpers (no speed
 assertions; the CUDA paths run on a GPU machine through scripts/gpu_bench.sh)."""
 
 import json
-import sys
 
 import pytest
 import torch
 from transformers import LlamaConfig
+from typer.testing import CliRunner
 
 from cascade.bench import engine
 from cascade.bench.engine_device import copy_bandwidth, device_name, synchronizer
+from cascade.cli.main import app
 from cascade.core.model.weights import random_config, random_model
 
 
@@ -24,15 +25,14 @@ def tiny_config(tmp_path_factory):
     return folder
 
 
-def test_random_weights_from_a_config_fill_the_rows_asked_for(tiny_config, tmp_path,
-                                                              monkeypatch):
+def test_random_weights_from_a_config_fill_the_rows_asked_for(tiny_config, tmp_path):
     out = tmp_path / "out"
-    monkeypatch.setattr(sys, "argv", [
-        "engine", "--target", str(tiny_config), "--random-weights", "--device", "cpu",
-        "--dtype", "float32", "--repeats", "1", "--no-hf-compile", "--threads", "1",
-        "--context", "16", "--rows", "1,2", "--drafts", "1,33", "--no-tree", "--prefill", "0",
-        "--bandwidth-mib", "32", "--out", str(out)])
-    engine.main()
+    result = CliRunner().invoke(app, [
+        "bench", "engine", "--target", str(tiny_config), "--random-weights", "--device", "cpu",
+        "--dtype", "float32", "--repeats", "1", "--no-hf-compile", "--no-engine-compile",
+        "--threads", "1", "--context", "16", "--rows", "1,2", "--drafts", "1,33", "--no-tree",
+        "--prefill", "0", "--bandwidth-mib", "32", "--out", str(out)])
+    assert result.exit_code == 0, result.output
     data = json.loads((out / "engine.json").read_text())
     assert data["device"] == "cpu" and data["gpu"] is None
     (dtype,) = data["dtypes"]

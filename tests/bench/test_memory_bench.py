@@ -17,8 +17,8 @@ def test_lookups_find_what_was_indexed():
 
 def test_workloads_run_through_the_gateway_and_the_memory_drafts_the_rerun(tmp_path):
     target, drafter = build_tiny_pair(tmp_path / "models")
-    results = memory.run(target, drafter, tmp_path / "runs", ["target", "suffix"], max_tokens=6,
-                         workloads=("tool-calls",))
+    results = memory.measure(target, drafter, tmp_path / "runs", ["target", "suffix"],
+                             max_tokens=6, workloads=("tool-calls",))
     target_only, suffix = (results["modes"][m]["tool-calls"] for m in ("target", "suffix"))
     assert target_only["tokens"] == suffix["tokens"] > 0  # greedy: the same text
     assert target_only.get("drafted:memory", 0) == 0
@@ -53,8 +53,8 @@ def test_a_perfect_prediction_drafter_drafts_every_matching_run_and_nothing_else
 
 def test_edits_with_predictions_report_usage_and_a_perfect_drafters_rounds(tmp_path):
     target, drafter = build_tiny_pair(tmp_path / "models")
-    results = memory.run(target, drafter, tmp_path / "runs", ["predict"], max_tokens=4,
-                         workloads=("files",))
+    results = memory.measure(target, drafter, tmp_path / "runs", ["predict"], max_tokens=4,
+                             workloads=("files",))
     files = results["modes"]["predict"]["files"]
     assert files["tokens"] > 0 and files["rounds"] >= 5  # five requests, a round at least each
     found = files.get("accepted_prediction_tokens", 0)  # the tiny target edits nothing well

@@ -1,4 +1,4 @@
-"""``cascade bench-tp`` on a tiny Llama over two ranks (no speed assertions): every column of
+"""``cascade bench tp`` on a tiny Llama over two ranks (no speed assertions): every column of
 every shape is measured, and the report states the sums a step makes."""
 
 import copy

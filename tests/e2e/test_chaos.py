@@ -1,4 +1,4 @@
-"""The chaos suite's short version (python -m cascade.bench.chaos runs the long one): streaming
+"""The chaos suite's short version (cascade bench chaos runs the long one): streaming
 clients against 2 gateways, 2 verifiers, 3 drafters and Redis with 2 replicas and 3 sentinels,
 while every kind of fault hits once, in turn: kill -9 of each role and of the Redis primary, a
 hung (SIGSTOPped) pod of each role, dropped and stalled drafter-verifier and gateway-Redis

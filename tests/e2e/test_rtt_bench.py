@@ -1,7 +1,8 @@
 """The round-trip benchmark on the tiny pair: a row per (speculation mode, delay), identical
 tokens in every row (delay and speculation change timing only), every lock-step round at least
 as long as the injected round trip, and the speculating rows' rounds tagged by where their block
-came from."""
+came from (one delay: each row is a cluster of its own; the ratios' arithmetic is tested
+below without one)."""
 
 from cascade.bench.rtt import RttRow, measure, recovered, table
 from cascade.v1 import common_pb2
@@ -11,15 +12,14 @@ ORIGINS = {common_pb2.SPECULATION_MISS, common_pb2.SPECULATION_CACHE_HIT,
 
 
 def test_the_rtt_benchmark_measures_each_mode_and_delay(tiny_pair_dirs, tmp_path):
-    rows = measure(*tiny_pair_dirs, [0.0, 15.0], tmp_path, max_tokens=12, k=3,
+    rows = measure(*tiny_pair_dirs, [15.0], tmp_path, max_tokens=12, k=3,
                    prompts=("import os",), modes=("off", "ahead"))
-    assert [(r.mode, r.one_way_ms) for r in rows] == [("off", 0.0), ("off", 15.0),
-                                                      ("ahead", 0.0), ("ahead", 15.0)]
+    assert [(r.mode, r.one_way_ms) for r in rows] == [("off", 15.0), ("ahead", 15.0)]
     assert all(r.tokens == rows[0].tokens for r in rows) and rows[0].num_tokens == 12
-    assert rows[1].round_ms >= 30.0  # each lock-step round crosses the 15 ms link twice
+    assert rows[0].round_ms >= 30.0  # each lock-step round crosses the 15 ms link twice
     assert all(0.0 <= r.verifier_idle <= 1.0 for r in rows)
     assert set(rows[0].origins) == {common_pb2.SPECULATION_UNSPECIFIED}
-    assert set(rows[3].origins) <= ORIGINS and sum(rows[3].origins.values()) > 0
+    assert set(rows[1].origins) <= ORIGINS and sum(rows[1].origins.values()) > 0
     text = table(rows)
     assert "| off | 15 |" in text and "| ahead | 15 |" in text
 
