@@ -8,7 +8,7 @@ from cascade.protocol.settings import FinishReason, SamplingParams
 from models import disagreeing_drafter, hf_greedy, random_prompts
 
 NUM_NEW = 24
-PROMPTS = random_prompts(20, seed=7)
+PROMPTS = random_prompts(8, seed=7)
 
 
 @pytest.fixture(scope="module", params=["gpt2_pair", "llama_pair"])
