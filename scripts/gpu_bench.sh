@@ -10,7 +10,7 @@
 #   tiny      engine bench, tiny target, float32 and bfloat16, rows 1..32, 5 repeats
 #   llama8b   engine bench, llama3-8b random weights, bfloat16, rows 1,4,16,32, drafts
 #             1,3,7,15,31,63 (passes of 2..64 tokens), tree, prefill 512, 5 repeats
-#   inprocess target-only vs speculative tokens/s on the tiny pair, greedy (cascade.bench.gpu)
+#   inprocess target-only vs speculative tokens/s on the tiny pair, greedy (cascade.bench.step.gpu)
 # Each step's output goes to OUT/<step>.log, its results to OUT/<step>/; OUT/steps.tsv holds
 # step, exit status, seconds.
 #
@@ -70,7 +70,7 @@ print("python", platform.python_version(), "torch", torch.__version__, "cuda", t
       "transformers", transformers.__version__, "cuda available", torch.cuda.is_available())
 if sys.argv[1].startswith("cuda"):
     print("gpu", torch.cuda.get_device_name(sys.argv[1]), torch.cuda.get_device_properties(sys.argv[1]))
-import cascade.bench.engine, cascade.bench.gpu  # the steps' imports: fail here, not later
+import cascade.bench.step.engine, cascade.bench.step.gpu  # the steps' imports: fail here, not later
 EOF
 }
 
@@ -87,7 +87,7 @@ if [[ -n ${WHEELS:-} ]]; then
         --target "$WORK/site" "$WHEELS"/*.whl && export PYTHONPATH="$WORK/site${PYTHONPATH:+:$PYTHONPATH}"
 fi
 
-ENGINE=("$PYTHON" -m cascade.bench.engine --device "$DEVICE" --no-hf-compile)
+ENGINE=("$PYTHON" -m cascade.bench.step.engine --device "$DEVICE" --no-hf-compile)
 PAIR="$WORK/pair"
 if [[ $SMOKE == 1 ]]; then
     TINY=(--repeats 1 --rows 1,2 --drafts 2 --no-tree --prefill 32 --context 16 --bandwidth-mib 64)
@@ -111,7 +111,7 @@ step tiny 45 "${ENGINE[@]}" --target "$PAIR/target" --dtype float32 --dtype bflo
     "${TINY[@]}" --out "$OUT/tiny"
 step llama8b 75 "${ENGINE[@]}" --target "$BIG_TARGET" --random-weights --dtype bfloat16 \
     "${BIG[@]}" --out "$OUT/llama8b"
-step inprocess 40 "$PYTHON" -m cascade.bench.gpu --device "$DEVICE" --target "$PAIR/target" \
+step inprocess 40 "$PYTHON" -m cascade.bench.step.gpu --device "$DEVICE" --target "$PAIR/target" \
     --drafter "$PAIR/drafter" --k 4 "${SPEC[@]}" --out "$OUT/inprocess/inprocess.json"
 
 echo "=== done in $(($(date +%s) - START)) s; results under $OUT"

@@ -8,8 +8,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from cascade.bench.plots import plot_speedups, plot_throughput
-from cascade.bench.report import COLUMNS, Row, goals, markdown_table, row_cells
+from cascade.bench.compare.plots import plot_speedups, plot_throughput
+from cascade.bench.compare.report import COLUMNS, Row, goals, markdown_table, row_cells
 
 
 SPEED = ("method", "mode", "tokens/s", "speedup", "TTFT ms", "ITL p50 ms", "ITL p99 ms",

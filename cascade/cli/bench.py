@@ -8,9 +8,10 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from cascade.bench import (admission, chaos, engine, faults, gpu, grpc_floor, memory,
-                           ngram_copy, plan_cost, prefix_chat, redis_durability, rtt,
-                           shared_prefill, structured, suffix_lookup, tree_cost)
+from cascade.bench.drafting import memory, ngram_copy, structured, suffix_lookup
+from cascade.bench.load import admission, grpc_floor, prefix_chat, rtt, shared_prefill
+from cascade.bench.reliability import chaos, faults, redis_durability
+from cascade.bench.step import engine, gpu, plan_cost, tree_cost
 from cascade.cli.options import DRAFTER_OPT, PAIR_OPT, TARGET_OPT, draft_tokens_option
 from cascade.cli.options import pair_folders
 from cascade.serving.settings_cli import command_line, settings_function
@@ -36,7 +37,7 @@ def compare(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT,
     """Target-only, HF assisted generation, Cascade's core loop and Cascade's services on the
     same prompts and pair, side by side in one run."""
     from cascade.bench.output import save, show
-    from cascade.bench.run import BenchConfig, measure
+    from cascade.bench.compare.run import BenchConfig, measure
 
     target, drafter = pair_folders(target, drafter, pair)
     try:
@@ -85,8 +86,8 @@ def bench_load(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT,
     """The verifier under 1..32 concurrent streaming sessions: speculative unbatched and
     batched, target-only batched, fixed k, the auto schedule and token trees, side by side in
     one run."""
-    from cascade.bench.load import LoadConfig, run_load
-    from cascade.bench.load_report import comparison, save, table
+    from cascade.bench.load.sweep import LoadConfig, run_load
+    from cascade.bench.load.report import comparison, save, table
 
     target, drafter = pair_folders(target, drafter, pair)
     try:
@@ -129,8 +130,8 @@ def bench_tp(target: Path = typer.Option(None, help="Model folder (default: the 
              ) -> None:
     """The verify engine's step with the target whole and split over ranks (tensor
     parallelism on this machine's cores), and what the sums over the ranks cost alone."""
-    from cascade.bench.engine import int_list
-    from cascade.bench.tensor_parallel import TpBenchConfig, main
+    from cascade.bench.step.engine import int_list
+    from cascade.bench.step.tensor_parallel import TpBenchConfig, main
     from cascade.core.model.tensor_parallel import TensorParallelError
     from cascade.core.model.weights import check_split
 
@@ -171,9 +172,9 @@ def bench_cascades(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT,
 
     import torch
 
-    from cascade.bench import cascades_eval as ev
+    from cascade.bench.drafting import cascades_eval as ev
     from cascade.bench.prompts import bench_prompts
-    from cascade.bench.run import machine
+    from cascade.bench.compare.run import machine
     from cascade.core.model.runner import ModelRunner, ModelSpec
     from cascade.protocol.settings import SamplingParams
 
@@ -203,7 +204,7 @@ def bench_cascades(target: Path = TARGET_OPT, drafter: Path = DRAFTER_OPT,
                               progress))
     rows = [score.row() for score in scores]
     if services:
-        from cascade.bench.cascades_services import run_on_services
+        from cascade.bench.drafting.cascades_services import run_on_services
 
         del target_runner, drafter_runner  # the cluster's pods load their own copies
         speculative = [s.method for s in scores if s.method.name != "classic"]

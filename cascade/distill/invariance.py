@@ -22,7 +22,7 @@ import torch
 
 from cascade.bench.output import write_section
 from cascade.bench.prompts import encode
-from cascade.bench.run import machine
+from cascade.bench.compare.run import machine
 from cascade.core.blocks import Draft
 from cascade.core.model.dtypes import cpu_flags
 from cascade.core.verify.engine import VerifyEngine

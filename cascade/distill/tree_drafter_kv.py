@@ -17,7 +17,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from cascade.bench.run import machine
+from cascade.bench.compare.run import machine
 from cascade.core.loop import generate
 from cascade.core.model.runner import ModelRunner, ModelSpec, SequenceCache
 from cascade.distill.prompts import prompt_set

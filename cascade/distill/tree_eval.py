@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from cascade.bench.prompts import bench_prompts, domain_names
-from cascade.bench.run import machine
+from cascade.bench.compare.run import machine
 from cascade.distill.prompts import prompt_set
 from cascade.protocol.chat import chat_prompts_ids
 from cascade.core.features.feature_runner import load_model

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from cascade.bench.cascades_eval import Method, classic_cascade, quality, run_method
+from cascade.bench.drafting.cascades_eval import Method, classic_cascade, quality, run_method
 from cascade.bench.prompts import BenchPrompt
 from cascade.protocol.settings import SamplingParams
 from models import hf_greedy, random_prompts
@@ -58,8 +58,8 @@ def test_rule_limits_and_costs(gpt2_pair):
 def test_the_services_emit_the_in_process_tokens(tmp_path):
     """Through a real local cluster (processes, gRPC, Redis) a cascade rule and lossless
     decoding give the tokens of the in-process loop, and the table shows both speeds."""
-    from cascade.bench.cascades_eval import add_services, rows_markdown
-    from cascade.bench.cascades_services import run_on_services
+    from cascade.bench.drafting.cascades_eval import add_services, rows_markdown
+    from cascade.bench.drafting.cascades_services import run_on_services
     from cascade.bench.prompts import bench_prompts
     from cascade.core.model.runner import ModelRunner, ModelSpec
     from cascade.tools.tiny_models import build_tiny_pair

@@ -8,9 +8,9 @@ import pytest
 from models import tiny_llama
 from tokenizers_fixture import build_tokenizer
 
-from cascade.bench.engine import EngineBenchConfig, run_engine_bench
-from cascade.bench.engine_columns import floor_inputs
-from cascade.bench.engine_report import markdown, save, table
+from cascade.bench.step.engine import EngineBenchConfig, run_engine_bench
+from cascade.bench.step.columns import floor_inputs
+from cascade.bench.step.report import markdown, save, table
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +89,7 @@ def test_every_engine_call_feeds_the_shape_after_the_same_context(result, monkey
     """The engine's rows are set back before each call: every call feeds the shape's tokens
     after exactly ``context`` cached ones (the prefill from position 0, a fresh sequence)."""
     import cascade.core.verify.engine as engine_module
-    from cascade.bench.engine_rows import EngineRows
+    from cascade.bench.step.rows import EngineRows
     from cascade.core.model.runner import ModelRunner, ModelSpec
 
     config, _, _ = result

@@ -9,8 +9,8 @@ import torch
 from transformers import LlamaConfig
 from typer.testing import CliRunner
 
-from cascade.bench import engine
-from cascade.bench.engine_device import copy_bandwidth, device_name, synchronizer
+from cascade.bench.step import engine
+from cascade.bench.step.device import copy_bandwidth, device_name, synchronizer
 from cascade.cli.main import app
 from cascade.core.model.weights import random_config, random_model
 

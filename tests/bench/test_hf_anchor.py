@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from cascade.bench.hf import HfSetting, hf_trace, restricted_to_full_vocab
+from cascade.bench.compare.hf import HfSetting, hf_trace, restricted_to_full_vocab
 from cascade.bench.prompts import BenchPrompt
 from cascade.core.model.runner import ModelRunner
 from cascade.core.model.vocab_map import VocabMap

@@ -1,7 +1,7 @@
 """The load benchmark's pooling of repeated runs and its comparison table, on made-up points."""
 
-from cascade.bench.load import Point, pooled
-from cascade.bench.load_report import comparison
+from cascade.bench.load.sweep import Point, pooled
+from cascade.bench.load.report import comparison
 
 
 def _row(mode: str, tokens_per_s: float, p99: float, repeat=None) -> dict:

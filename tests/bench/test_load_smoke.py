@@ -6,8 +6,8 @@ trees under load are tested end to end in tests/e2e/test_trees_e2e.py)."""
 import json
 import os
 
-from cascade.bench.load import LoadConfig, run_load
-from cascade.bench.load_report import save
+from cascade.bench.load.sweep import LoadConfig, run_load
+from cascade.bench.load.report import save
 from cascade.tools.tiny_models import build_tiny_pair
 
 

@@ -2,8 +2,8 @@
 finds the sequences it indexed, and the workload benchmark runs its modes through real
 processes, the memory mode drafting from generations of the first pass in the second."""
 
-from cascade.bench import memory, suffix_lookup
-from cascade.bench.prediction_ceiling import perfect_rounds
+from cascade.bench.drafting import memory, suffix_lookup
+from cascade.bench.drafting.prediction_ceiling import perfect_rounds
 from cascade.tools.tiny_models import build_tiny_pair
 
 

@@ -4,7 +4,7 @@ emits what the target alone under it does."""
 
 import pytest
 
-from cascade.bench.structured import SCHEMAS, Tally, measure, modes, run_mode
+from cascade.bench.drafting.structured import SCHEMAS, Tally, measure, modes, run_mode
 from cascade.core.model.runner import ModelRunner, ModelSpec
 from cascade.tools.tiny_models import build_tiny_pair
 

@@ -5,7 +5,7 @@ import copy
 
 from rich.console import Console
 
-from cascade.bench.tensor_parallel import TpBenchConfig, report, run_tp_bench
+from cascade.bench.step.tensor_parallel import TpBenchConfig, report, run_tp_bench
 from models import tiny_llama
 from tokenizers_fixture import build_tokenizer
 

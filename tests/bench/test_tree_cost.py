@@ -1,6 +1,6 @@
 """The pass-cost benchmark's trees are valid and its rounds run (no speed assertions)."""
 
-from cascade.bench.tree_cost import bushy_parents, round_ms
+from cascade.bench.step.tree_cost import bushy_parents, round_ms
 from cascade.protocol.trees import depths, tree_problem
 from models import tiny_llama
 

@@ -4,7 +4,7 @@ while every kind of fault hits once, in turn: kill -9 of each role and of the Re
 hung (SIGSTOPped) pod of each role, dropped and stalled drafter-verifier and gateway-Redis
 links. Every session must complete with the no-fault run's greedy text and its rounds 1..n."""
 
-from cascade.bench.chaos import KINDS, ChaosCluster, ChaosConfig, run_chaos, table
+from cascade.bench.reliability.chaos import KINDS, ChaosCluster, ChaosConfig, run_chaos, table
 
 CONFIG = ChaosConfig(streams=6, duration_s=50.0, fault_every_s=3.5, hang_s=4.0, stall_s=3.0,
                      drop_s=1.0, max_tokens=32, idle_timeout_s=6.0, in_order=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from cascade.bench.faults import ROLES, FaultRunner, fault_cluster, run_trials, table
+from cascade.bench.reliability.faults import ROLES, FaultRunner, fault_cluster, run_trials, table
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ as long as the injected round trip, and the speculating rows' rounds tagged by w
 came from (one delay: each row is a cluster of its own; the ratios' arithmetic is tested
 below without one)."""
 
-from cascade.bench.rtt import RttRow, measure, recovered, table
+from cascade.bench.load.rtt import RttRow, measure, recovered, table
 from cascade.v1 import common_pb2
 
 ORIGINS = {common_pb2.SPECULATION_MISS, common_pb2.SPECULATION_CACHE_HIT,

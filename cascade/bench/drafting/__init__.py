@@ -1,0 +1,2 @@
+"""Drafting methods on their workloads (`cascade bench memory`, `ngram-copy`, `suffix-lookup`,
+`structured`, `cascades`)."""

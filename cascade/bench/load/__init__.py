@@ -1,0 +1,2 @@
+"""The services under load and over a slow link (`cascade bench load`, `rtt`, `admission`, `shared-
+prefill`, `prefix-chat`, `grpc-floor`)."""

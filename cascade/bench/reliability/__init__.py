@@ -1,0 +1,1 @@
+"""Faults under load on real processes (`cascade bench chaos`, `faults`, `redis-durability`)."""
