@@ -35,9 +35,8 @@ from cascade.core.blocks import Draft, RoundOutcome
 from cascade.core.plan.goodput import PlanInputs, RowPlan, StepCost, plan_pass
 from cascade.core.verify.step_cost import StepShape
 from cascade.core.plan.survival import SurvivalBook
-from cascade.core.accept.tree_accept import row_depths, walk
+from cascade.core.accept.tree_accept import shadow_path
 from cascade.protocol.methods import SELF_ESTIMATED_METHODS
-from cascade.protocol.trees import chain_parents
 from cascade.serving import metrics
 from verifier_service.probes import MAX_PROBE_TOKENS, ProbeClock, Probes
 from verifier_service.round_trips import RoundTrips, Trip
@@ -225,7 +224,7 @@ class DraftPlanner:
                 held = 2 * result.num_accepted >= draft.num_tokens > 0
                 state.ready = draft.num_tokens if held else 0  # a match that holds: ask for
                 continue  # the next block of it at once
-            judged = _judged(draft, result)
+            judged = result.num_judged(draft.num_tokens)
             if state.is_tree and judged == draft.num_tokens:
                 path = result.path if result.path is not None else range(result.num_accepted)
                 self.book.observe_tree(id(sequence), state.pool, draft.num_tokens, path)
@@ -298,22 +297,3 @@ class DraftPlanner:
             state.probe.is_probing = False
             return 0
         return self.probes.at_zero(state.method, state.probe, state.most)
-
-
-def _judged(draft: Draft, result: RoundOutcome) -> int:
-    """Drafted tokens the round judged: all it verified, unless a stop token among the
-    accepted ones ended the generation there (the round then emits no token of the
-    verifier's own), when the drafts after it were never judged."""
-    own = len(result.tokens) - result.num_filled - result.num_accepted
-    is_cut = result.finish_reason is not None and own <= 0
-    return result.num_accepted if is_cut else draft.num_tokens
-
-
-def shadow_path(tokens: Sequence[int], parents: Sequence[int] | None,
-                truth: Sequence[int]) -> list[int]:
-    """The nodes a greedy walk accepts when the target's choices are the committed tokens
-    ``truth`` (past them nothing matches)."""
-    parents = list(parents) if parents is not None else chain_parents(len(tokens))
-    choices = [truth[d] if d < len(truth) else -1 for d in row_depths(parents)]
-    return walk(parents, list(tokens), choices).path
-

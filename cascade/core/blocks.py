@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from cascade.protocol.logprobs import TokenLogprobs
-from cascade.protocol.settings import FinishReason
+from cascade.protocol.settings import FinishReason, SamplingParams
 from cascade.protocol.trees import is_chain
 
 
@@ -94,6 +94,14 @@ class RoundOutcome:
     """The last ``num_filled`` of ``tokens``: forced positions after the verifier's own token
     it filled in without a pass (jump-forward); the next pass feeds them."""
 
+    def num_judged(self, num_drafted: int) -> int:
+        """Drafted tokens the round judged: all it verified, unless a stop token among the
+        accepted ones ended the generation there (the round then emits no token of the
+        verifier's own), when the drafts after it were never judged."""
+        own = len(self.tokens) - self.num_filled - self.num_accepted
+        is_cut = self.finish_reason is not None and own <= 0
+        return self.num_accepted if is_cut else num_drafted
+
 
 def token_logprobs(logits: torch.Tensor, tokens: list[int], top: int
                    ) -> tuple[TokenLogprobs, ...]:
@@ -115,3 +123,17 @@ class TargetFeatures:
     hidden_states: torch.Tensor
     """[n, layers * hidden] for positions start .. start + n - 1 (the requested layers side by
     side)."""
+
+
+def cut_at_limits(emitted: list[int], params: SamplingParams, num_generated: int
+                  ) -> tuple[list[int], FinishReason | None]:
+    """A round's tokens cut at the first stop token or at max_new_tokens (after
+    ``num_generated`` tokens), and why that ends the generation (None: it goes on)."""
+    stops = [i for i, token in enumerate(emitted) if token in params.stop_token_ids]
+    if stops:
+        emitted = emitted[: stops[0] + 1]
+    finish = FinishReason.STOP if stops else None
+    if len(emitted) >= params.max_new_tokens - num_generated:
+        emitted = emitted[: params.max_new_tokens - num_generated]
+        finish = finish or FinishReason.LENGTH
+    return emitted, finish

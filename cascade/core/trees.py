@@ -4,6 +4,7 @@ nodes (the layout and its checks, torch-free, are ``cascade.protocol.trees``).""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 import torch
 
@@ -41,6 +42,14 @@ def leaf_chain_len(parents: Sequence[int]) -> int:
         if parent != i - 1:
             return i
     return len(parents)
+
+
+class TreeNode(Protocol):
+    """A candidate node of a tree being grown."""
+
+    parent: int
+    """Candidate index of the parent, -1 for the root."""
+    token: int
 
 
 class FedSlots:

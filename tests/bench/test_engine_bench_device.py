@@ -10,7 +10,7 @@ from transformers import LlamaConfig
 from typer.testing import CliRunner
 
 from cascade.bench.step import engine
-from cascade.bench.step.device import copy_bandwidth, device_name, synchronizer
+from cascade.bench.step.device import copy_bandwidth, device_name, load_models, synchronizer
 from cascade.cli.main import app
 from cascade.core.model.weights import random_config, random_model
 
@@ -50,7 +50,7 @@ def test_random_weights_from_a_config_fill_the_rows_asked_for(tiny_config, tmp_p
 def test_the_cpu_keeps_a_plain_model_beside_the_runners_packed_copy(tiny_config):
     config = engine.EngineBenchConfig(tiny_config, ("float32",), random_weights=True,
                                       engine_compile=False)
-    runner, model = engine.load_models(config, "float32")
+    runner, model = load_models(config, "float32")
     assert runner.model is not model
     assert all(type(m) is torch.nn.Linear for m in _linears(model))
 

@@ -10,7 +10,8 @@ import torch
 from cascade.core.loop import generate
 from cascade.core.proposers import ProposerContext, guesser, new_proposer
 from cascade.core.proposers.ngram import ngram_continuations, ngram_propose, trie
-from cascade.core.proposers.tree import TreeShape, _Candidate, _Grower, draft_tree
+from cascade.core.model.tree_grower import ModelTreeGrower
+from cascade.core.proposers.tree import TreeShape, _Candidate, draft_tree
 from cascade.core.model.runner import ModelRunner
 from cascade.core.trees import path_to
 from cascade.protocol.trees import depths, tree_problem
@@ -26,7 +27,7 @@ def test_each_fed_node_sees_the_prefix_and_its_ancestors_only(make):
     drafter = make(5)
     cache = drafter.new_cache()
     cache.forward_to(PREFIX)
-    grower = _Grower(cache, len(PREFIX))
+    grower = ModelTreeGrower(cache, len(PREFIX))
     nodes = [_Candidate(0.0, -1, 11), _Candidate(0.0, -1, 23),
              _Candidate(0.0, 0, 7), _Candidate(0.0, 1, 30), _Candidate(0.0, 0, 2),
              _Candidate(0.0, 4, 19)]

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from cascade.core.forward.invariant import KEY_BLOCK
-from cascade.core.proposers.tree import TreeShape, _Candidate, _Grower, draft_tree
+from cascade.core.model.tree_grower import ModelTreeGrower
+from cascade.core.proposers.tree import TreeShape, _Candidate, draft_tree
 from cascade.core.trees import path_to
 from models import tiny_gemma2, tiny_gpt2, tiny_llama
 
@@ -25,7 +26,7 @@ DEPTHS = ((0, 2), (2, 5), (5, 6))
 
 def _grow(cache, nodes=NODES) -> torch.Tensor:
     """Feed ``nodes`` depth by depth after PREFIX; the logits of each."""
-    with _Grower(cache, len(PREFIX)) as grower:
+    with ModelTreeGrower(cache, len(PREFIX)) as grower:
         return torch.cat([grower.feed(nodes[a:b], list(range(a, b)), depth)
                           for depth, (a, b) in enumerate(DEPTHS, start=1)])
 
@@ -111,7 +112,7 @@ def test_a_failed_tree_leaves_the_committed_cache():
     runner = tiny_llama(7)
     cache = runner.new_cache()
     cache.forward_to(PREFIX)
-    with pytest.raises(RuntimeError), _Grower(cache, len(PREFIX)) as grower:
+    with pytest.raises(RuntimeError), ModelTreeGrower(cache, len(PREFIX)) as grower:
         grower.feed(NODES[:2], [0, 1], 1)
         raise RuntimeError("stopped")
     assert cache.cache.get_seq_length() == len(PREFIX) and not cache.grown
@@ -141,7 +142,7 @@ def test_a_whole_tree_in_one_invariant_pass_is_its_paths_fed_as_chains():
     cache = runner.new_cache()
     cache.forward_to(PREFIX)
     parents = [n.parent for n in NODES]
-    with _Grower(cache, len(PREFIX)) as grower:
+    with ModelTreeGrower(cache, len(PREFIX)) as grower:
         logits = grower.feed_tree([n.token for n in NODES], parents)
     for node in range(len(NODES)):
         chain = runner.new_cache().forward_to(PREFIX + _path(node)).logits[-1]

@@ -13,7 +13,8 @@ from cascade.protocol.wire import draft_settings_to_pb, sampling_to_pb
 from cascade.v1 import drafter_pb2, drafter_pb2_grpc
 from drafter_service.server import build_drafter
 from models import hf_greedy, random_prompts
-from verifier_service.planner import DraftPlanner, shadow_path
+from cascade.core.accept.tree_accept import shadow_path
+from verifier_service.planner import DraftPlanner
 from verifier_service.probes import MAX_PROBE_TOKENS
 from verifier_service.server import build_verifier
 

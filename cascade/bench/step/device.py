@@ -7,14 +7,22 @@ Random weights (``--random-weights``): ``cascade.core.model.weights``.
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 from functools import partial
 from pathlib import Path
 
 import torch
+from transformers import AutoModelForCausalLM
 
 from cascade.core.model import dtypes
+from cascade.core.model.runner import DTYPES, ModelRunner, ModelSpec
+from cascade.core.model.weights import random_model
+
+if TYPE_CHECKING:
+    from cascade.bench.step.engine import EngineBenchConfig
 
 COPY_BYTES = 4 << 30
 """The device bandwidth probe's tensor (the copy reads and writes this much)."""
@@ -94,3 +102,16 @@ def memory_bandwidth(device: str, size_bytes: int = 0) -> float:
     if is_cuda(device):
         return copy_bandwidth(device, size_bytes)
     return read_bandwidth(size_bytes)
+
+
+def load_models(config: EngineBenchConfig, dtype: str) -> tuple[ModelRunner, object]:
+    """The engine's runner and the plain transformers model of one dtype on ``config.device``.
+    Random weights: one model serves both (on the CPU the runner packs its weights in place,
+    so it takes a copy and the transformers column keeps the plain modules)."""
+    if config.random_weights:
+        model = random_model(config.target, DTYPES[dtype], config.device)
+        on_cpu = model.device.type == "cpu"
+        return ModelRunner(copy.deepcopy(model) if on_cpu else model), model
+    runner = ModelRunner.load(ModelSpec(str(config.target), dtype=dtype, device=config.device))
+    model = AutoModelForCausalLM.from_pretrained(config.target, dtype=DTYPES[dtype])
+    return runner, model.to(config.device).eval()

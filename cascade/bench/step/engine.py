@@ -36,7 +36,6 @@ set back untimed). Each cell is the median of ``repeats`` calls after a warm-up,
 
 from __future__ import annotations
 
-import copy
 import os
 import time
 from collections.abc import Callable
@@ -49,19 +48,16 @@ import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from pydantic import BaseModel, Field, model_validator
-from transformers import AutoModelForCausalLM
 
 from cascade.bench.step.columns import CompiledColumn, floor_prepare, hf_prepare, weight_bytes
-from cascade.bench.step.device import (cpu_flags, device_name, is_cuda, memory_bandwidth,
-                                         synchronizer)
+from cascade.bench.step.device import (cpu_flags, device_name, is_cuda, load_models,
+                                       memory_bandwidth, synchronizer)
 from cascade.bench.step.report import (DtypeResult, EngineBenchResult, Shape, ShapeResult,
                                          bandwidth_label, header, save, table)
 from cascade.bench.step.rows import EngineRows
 from cascade.bench.step.timing import Counter, OnProgress, interleaved, set_up
 from cascade.bench.machine import machine
 from cascade.core.verify import compiled
-from cascade.core.model.weights import random_model
-from cascade.core.model.runner import DTYPES, ModelRunner, ModelSpec
 from cascade.serving.settings_cli import settings_command
 
 BENCH_DTYPES = ("float32", "bfloat16")
@@ -155,19 +151,6 @@ def _measure_shape(shape: Shape, engines: dict[str, EngineRows], model, compiled
                        compiled_ms, cells.get("floor"), 0.0, shape.fed,
                        None if compile_ms is None else compile_ms / 1000,
                        cells.get("plain compiled"), cells.get("invariant compiled"))
-
-
-def load_models(config: EngineBenchConfig, dtype: str) -> tuple[ModelRunner, object]:
-    """The engine's runner and the plain transformers model of one dtype on ``config.device``.
-    Random weights: one model serves both (on the CPU the runner packs its weights in place,
-    so it takes a copy and the transformers column keeps the plain modules)."""
-    if config.random_weights:
-        model = random_model(config.target, DTYPES[dtype], config.device)
-        on_cpu = model.device.type == "cpu"
-        return ModelRunner(copy.deepcopy(model) if on_cpu else model), model
-    runner = ModelRunner.load(ModelSpec(str(config.target), dtype=dtype, device=config.device))
-    model = AutoModelForCausalLM.from_pretrained(config.target, dtype=DTYPES[dtype])
-    return runner, model.to(config.device).eval()
 
 
 def _measure_dtype(dtype: str, config: EngineBenchConfig, bandwidth: float,

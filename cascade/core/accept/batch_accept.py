@@ -99,3 +99,24 @@ def _point_masses(count: int, width: int, vocab: int) -> torch.Tensor:
     q = torch.zeros(count, width, vocab, dtype=torch.float64)
     q[..., 0] = 1.0  # padded drafts are token 0, drawn from a point mass on it
     return q
+
+
+def guarded(function, *args):
+    """``function(*args)``, or the exception it raised (one row's fault, kept to its row)."""
+    try:
+        return function(*args)
+    except Exception as exc:  # noqa: BLE001 - handed to the row's caller, which raises it
+        return exc
+
+
+def accept_chains(rows: dict[int, object]) -> dict[int, object]:
+    """Each chain row's acceptance (``accept_rows``, batched by rule), by row; a row whose
+    ``acceptance_row`` raised keeps its exception. Should the batched call raise, each row is
+    decided alone, so only the row at fault fails."""
+    good = [j for j, row in rows.items() if not isinstance(row, Exception)]
+    decided = {j: row for j, row in rows.items() if isinstance(row, Exception)}
+    try:
+        decided.update(zip(good, accept_rows([rows[j] for j in good])))
+    except Exception:  # noqa: BLE001 - found again row by row below
+        decided.update({j: guarded(lambda row: accept_rows([row])[0], rows[j]) for j in good})
+    return decided

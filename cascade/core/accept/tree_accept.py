@@ -24,6 +24,7 @@ is drawn from r. Each step emits exactly a sample of p
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
@@ -38,7 +39,7 @@ from cascade.core.sample.sampling import (
 )
 from cascade.core.trees import children
 from cascade.protocol.settings import SamplingParams
-from cascade.protocol.trees import depths
+from cascade.protocol.trees import chain_parents, depths
 
 
 class TreeVerdict(NamedTuple):
@@ -126,3 +127,11 @@ def walk_recursive(parents: list[int], tokens: list[int], p: torch.Tensor, q: to
         node = siblings[int(index[0])]
         path.append(node)
 
+
+def shadow_path(tokens: Sequence[int], parents: Sequence[int] | None,
+                truth: Sequence[int]) -> list[int]:
+    """The nodes a greedy walk accepts when the target's choices are the committed tokens
+    ``truth`` (past them nothing matches): how a shadow block is scored."""
+    parents = list(parents) if parents is not None else chain_parents(len(tokens))
+    choices = [truth[d] if d < len(truth) else -1 for d in row_depths(parents)]
+    return walk(parents, list(tokens), choices).path

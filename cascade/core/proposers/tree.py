@@ -10,8 +10,9 @@ and were made first), listed best first (so parents first); the cache holds the 
 tokens again, the fed nodes kept aside by path for the next round (``SequenceCache.keep_grown``).
 
 The builders do not care which drafter feeds the nodes: a ``TreeGrower`` does, the model
-drafter's (``_Grower``, a 4D additive mask on its ``DynamicCache``) or the one a cache brings
-itself (``tree_grower``: the feature drafter's, ``cascade.core.features.feature_tree``).
+drafter's (``cascade.core.model.tree_grower``: a 4D additive mask on its ``DynamicCache``) or
+the one a cache brings itself (``tree_grower``: the feature drafter's,
+``cascade.core.features.feature_tree``).
 
 ``rank`` turns a frontier's logits into the log-scores of its children: the drafter's log-softmax
 (greedy), or for position-keyed sampling the log-softmax of log q + the position's noise, so the
@@ -27,8 +28,8 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 import torch
 
 from cascade.core.model.runner import SequenceCache
-from cascade.core.trees import FedSlots
-from cascade.protocol.trees import depths
+from cascade.core.model.tree_grower import ModelTreeGrower
+from cascade.core.trees import TreeNode
 
 if TYPE_CHECKING:
     from cascade.core.features.feature_runner import FeatureCache
@@ -67,12 +68,6 @@ class _Candidate(NamedTuple):
     token: int
 
 
-class TreeNode(Protocol):
-    parent: int
-    """Candidate index of the parent, -1 for the root."""
-    token: int
-
-
 class TreeGrower(Protocol):
     """Feeds tree nodes into one sequence's drafter cache after its committed tokens, one
     depth's frontier per pass; on exit (a context manager) the cache holds the committed
@@ -91,7 +86,7 @@ def _grower(cache: DrafterCache, base: int) -> TreeGrower:
     """The grower of the cache's own kind (``tree_grower``) where it has one, else the model
     drafter's."""
     own = getattr(cache, "tree_grower", None)
-    return own(base) if own is not None else _Grower(cache, base)
+    return own(base) if own is not None else ModelTreeGrower(cache, base)
 
 
 def log_softmax_rank(logits: torch.Tensor, position: int) -> torch.Tensor:
@@ -228,79 +223,3 @@ def _select(candidates: list[_Candidate], count: int) -> tuple[list[int], list[i
     tokens = [candidates[c].token for c in kept]
     parents = [-1 if candidates[c].parent < 0 else index[candidates[c].parent] for c in kept]
     return tokens, parents
-
-
-class _Grower(FedSlots):
-    """Feeds tree nodes into a sequence's drafter cache after its ``base`` committed tokens;
-    on exit (a context manager) the cache holds the committed tokens again, the fed nodes kept
-    aside by path (``SequenceCache.keep_grown``) until the next round's context keeps the
-    accepted path's entries in place."""
-
-    def __init__(self, cache: SequenceCache, base: int) -> None:
-        super().__init__()
-        self.cache, self.base = cache, base
-        self.tokens: list[int] = []
-        """Per fed slot: its token."""
-
-    def __enter__(self) -> _Grower:
-        return self
-
-    def __exit__(self, kind, *exc) -> None:
-        paths = {tuple(self.tokens[s] for s in slots): slot
-                 for slot, slots in enumerate(self.seen)}
-        self.cache.keep_grown(paths if kind is None else {})
-
-    def feed(self, nodes: list[TreeNode], ids: list[int], depth: int) -> torch.Tensor:
-        """One pass over one depth's ``nodes`` (candidate indices ``ids``); [F, vocab] logits."""
-        return self._feed([c.token for c in nodes], ids, [c.parent for c in nodes],
-                          [self.base + depth - 1] * len(nodes))
-
-    def feed_tree(self, tokens: list[int], parents: list[int]) -> torch.Tensor:
-        """One pass over a whole tree (parents first; a fresh grower): [n, vocab] logits."""
-        return self._feed(tokens, list(range(len(tokens))), parents,
-                          [self.base + d - 1 for d in depths(parents)])
-
-    def _feed(self, tokens: list[int], ids: list[int], parents: list[int],
-              positions: list[int]) -> torch.Tensor:
-        fed = len(self.seen)
-        tree = self.place(ids, parents)  # [F, fed + F]
-        self.tokens += tokens
-        if self.cache.runner.invariant:
-            return self._feed_invariant(fed, positions)
-        return self._feed_masked(tree, positions)
-
-    def _feed_masked(self, tree: torch.Tensor, positions: list[int]) -> torch.Tensor:
-        """The plain pass: a 4D additive mask (eager and sdpa) shows each node the committed
-        slots, its ancestors' and its own (``tree`` [F, fed + F]: the fed slots it sees)."""
-        count, fed = tree.shape[0], tree.shape[1] - tree.shape[0]
-        visible = torch.cat([torch.ones(count, self.base, dtype=torch.bool), tree], 1)
-        runner = self.cache.runner
-        dtype = next(runner.model.parameters()).dtype
-        mask = torch.zeros(1, 1, *visible.shape, dtype=dtype)
-        mask.masked_fill_(~visible, torch.finfo(dtype).min)
-        start = self.base + fed
-        output = runner.forward(torch.tensor([self.tokens[fed:]]), torch.tensor([positions]),
-                                torch.arange(start, start + count), self.cache.cache,
-                                attention_mask=mask)
-        return runner.target_logits(output.logits[0])
-
-    def _feed_invariant(self, fed: int, positions: list[int]) -> torch.Tensor:
-        """The batch-invariant pass (``SequenceCache`` in the invariant mode): each node one
-        row of the dense call, its slots the committed ones then its path's in position order,
-        so a node's entries and logits are bit-equal to feeding its path as a chain; filler
-        columns bring the pass to the model's row rule and are dropped after."""
-        count = len(self.seen) - fed
-        runner = self.cache.runner
-        width = runner.invariance.linear.pad(count)
-        start = self.base + fed
-        committed = list(range(self.base))
-        rows = [(committed + [self.base + s for s in slots], [(column, position)])
-                for column, (slots, position) in enumerate(zip(self.seen[fed:], positions))]
-        ids = torch.tensor([self.tokens[fed:] + [0] * (width - count)])
-        padded = positions + positions[-1:] * (width - count)
-        with runner.dense_call(rows, width, batches=[0] * count):
-            output = runner.forward(ids, torch.tensor([padded]),
-                                    torch.arange(start, start + width), self.cache.cache)
-        if width > count:
-            self.cache.cache.crop(count - width)
-        return runner.target_logits(output.logits[0, :count])

@@ -19,7 +19,8 @@ from __future__ import annotations
 import torch
 
 from cascade.core.proposers.base import DraftStopped
-from cascade.core.proposers.tree import Rank, _Grower
+from cascade.core.model.tree_grower import ModelTreeGrower
+from cascade.core.proposers.tree import Rank
 from cascade.core.model.runner import SequenceCache
 
 
@@ -32,7 +33,7 @@ def tree_logits(cache: SequenceCache, committed: list[int], tokens: list[int],
     root = cache.forward_to(committed).logits[-1:]  # [1, vocab]
     if not tokens:
         return root
-    with _Grower(cache, len(committed)) as grower:
+    with ModelTreeGrower(cache, len(committed)) as grower:
         return torch.cat([root, grower.feed_tree(tokens, parents)])
 
 

@@ -54,6 +54,17 @@ def prepare(runner) -> None:
         ll_tokenizer(tokenizer, runner.vocab_size)
 
 
+def matcher_for(runner, grammar: Grammar | None, generated: list[int]
+                ) -> GrammarMatcher | None:
+    """A sequence's matcher for a request's grammar on ``runner``'s vocabulary (None: free
+    text); ValueError when the target has no tokenizer to match a grammar with."""
+    if grammar is None:
+        return None
+    if runner.tokenizer is None:
+        raise ValueError("sampling.grammar: the target has no tokenizer to match a grammar with")
+    return GrammarMatcher(grammar, runner.tokenizer, runner.vocab_size, generated)
+
+
 class GrammarMatcher:
     """A sequence's grammar state: the matcher after the generated tokens."""
 

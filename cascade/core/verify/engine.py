@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 import torch
 
-from cascade.core.accept.batch_accept import accept_rows
+from cascade.core.accept.batch_accept import accept_chains, guarded
 from cascade.core.forward.invariant import KEY_BLOCK
 from cascade.core.kv.kv_budget import default_budget
 from cascade.core.kv.kv_store import BLOCK_SIZE, KVShape, KVStore, blocks_for
@@ -159,16 +159,16 @@ class VerifyEngine:
                   results: list) -> None:
         """Each row's acceptance (chains batched across sequences by rule, trees one by
         one), then its commit; a row that raises fails alone."""
-        rows = {j: _guarded(items[j][0].acceptance_row, items[j][1], outputs[j])
+        rows = {j: guarded(items[j][0].acceptance_row, items[j][1], outputs[j])
                 for j, (_, draft) in enumerate(items)
                 if draft is not None and draft.parents is None}
-        decided = _accept_chains(rows)
+        decided = accept_chains(rows)
         for j, ((sequence, draft), output) in enumerate(zip(items, outputs)):
             if draft is not None and draft.parents is not None:
-                decided[j] = _guarded(sequence.accept_tree, draft, output)
+                decided[j] = guarded(sequence.accept_tree, draft, output)
             result = decided.get(j)
             results[owners[j]] = (result if isinstance(result, Exception)
-                                  else _guarded(sequence.conclude, draft, output, result))
+                                  else guarded(sequence.conclude, draft, output, result))
 
     def run(self, passes: list[Pass]) -> list[ForwardOutput]:
         """``run_rows``, raising when a row's sequence was preempted."""
@@ -271,27 +271,6 @@ class VerifyEngine:
             outputs.append(ForwardOutput(rows[p.num_leading :], hidden,
                                          leading_entries(p, rows, ahead)))
         return outputs
-
-
-def _guarded(function, *args):
-    """``function(*args)``, or the exception it raised (one row's fault, kept to its row)."""
-    try:
-        return function(*args)
-    except Exception as exc:  # noqa: BLE001 - handed to the row's caller, which raises it
-        return exc
-
-
-def _accept_chains(rows: dict[int, object]) -> dict[int, object]:
-    """Each chain row's acceptance (``accept_rows``, batched by rule), by row; a row whose
-    ``acceptance_row`` raised keeps its exception. Should the batched call raise, each row is
-    decided alone, so only the row at fault fails."""
-    good = [j for j, row in rows.items() if not isinstance(row, Exception)]
-    decided = {j: row for j, row in rows.items() if isinstance(row, Exception)}
-    try:
-        decided.update(zip(good, accept_rows([rows[j] for j in good])))
-    except Exception:  # noqa: BLE001 - found again row by row below
-        decided.update({j: _guarded(lambda row: accept_rows([row])[0], rows[j]) for j in good})
-    return decided
 
 
 _ENGINES_LOCK = threading.Lock()

@@ -1,10 +1,10 @@
 """Verification: the target model scores a draft in one pass and keeps what the policy allows.
 
 A ``SequenceVerifier`` owns the committed tokens of one generation (prompt included) and its
-blocks of the engine's KV store (``cascade.core.verify.engine``). A round feeds the last committed token
-plus the k drafted tokens, gets the k+1 target distributions, applies the session's acceptance
-policy with its per-position random numbers, and commits the accepted tokens plus one recovered or
-bonus token. A draft with no tokens is plain target decoding (k = 0).
+blocks of the engine's KV store (``cascade.core.verify.engine``). A round feeds the last
+committed token plus the k drafted tokens, gets the k+1 target distributions, applies the
+session's acceptance policy with its per-position random numbers, and commits the accepted
+tokens plus one recovered or bonus token. A draft with no tokens is plain target decoding (k = 0).
 
 The forward pass is the engine's, shared with other sequences: ``plan`` says what this sequence
 feeds, ``conclude`` applies the policy and limits to its rows. ``verify`` is a step of one item.
@@ -17,21 +17,16 @@ import weakref
 import torch
 
 from cascade.core.accept.batch_accept import AcceptRow, RowResult
-from cascade.core.blocks import Draft, RoundOutcome, TargetFeatures, TokenLogprobs
+from cascade.core.blocks import (Draft, RoundOutcome, TargetFeatures, TokenLogprobs,
+                                 cut_at_limits)
 from cascade.core.accept.draft_checks import InvalidDraft, check_draft
 from cascade.core.verify.engine import Pass, VerifyEngine, engine_for
-from cascade.core.sample.grammar import GrammarMatcher
+from cascade.core.sample.grammar import matcher_for
 from cascade.core.verify.logprobs import PromptLogprobs, emitted_logprobs
 from cascade.core.sample.processors import fill, processed
 from cascade.core.model.runner import ForwardOutput, ModelRunner
-from cascade.core.sample.sampling import (
-    STREAM_ACCEPT,
-    STREAM_SAMPLE,
-    KeyedNoise,
-    position_uniforms,
-    process_logits,
-    sparse_to_dense,
-)
+from cascade.core.sample.sampling import (STREAM_ACCEPT, STREAM_SAMPLE, KeyedNoise,
+                                          position_uniforms, process_logits, sparse_to_dense)
 from cascade.core.accept.tree_accept import row_depths, target_choices, walk, walk_recursive
 from cascade.protocol.settings import FinishReason, SamplingParams
 from cascade.protocol.acceptance import AcceptancePolicy, AcceptanceRule
@@ -41,17 +36,10 @@ from cascade.protocol.stats import SpecStats
 class SequenceVerifier:
     """The target side of one generation."""
 
-    def __init__(
-        self,
-        runner: ModelRunner,
-        context: list[int],
-        params: SamplingParams,
-        prompt_len: int | None = None,
-        policy: AcceptancePolicy | None = None,
-        engine: VerifyEngine | None = None,
-        tree_room: int = 0,
-        prefix_scope: str = "",
-    ) -> None:
+    def __init__(self, runner: ModelRunner, context: list[int], params: SamplingParams,
+                 prompt_len: int | None = None, policy: AcceptancePolicy | None = None,
+                 engine: VerifyEngine | None = None, tree_room: int = 0,
+                 prefix_scope: str = "") -> None:
         """``context`` is the prompt followed by any tokens already committed (a moved session
         resumes this way); ``prompt_len`` says where the prompt ends (default: all of it);
         ``policy`` defaults to the one for the temperature; ``engine`` to the runner's own.
@@ -66,9 +54,8 @@ class SequenceVerifier:
         if any(not 0 <= t < runner.vocab_size for t in context):
             raise ValueError(f"context token ids must be in [0, {runner.vocab_size})")
         if len(context) >= runner.max_length:
-            raise ValueError(
-                f"context has {len(context)} tokens; the model's context is {runner.max_length}"
-            )
+            raise ValueError(f"context has {len(context)} tokens; the model's context is "
+                             f"{runner.max_length}")
         if prompt_len + params.max_new_tokens > runner.max_length:
             raise ValueError(f"prompt ({prompt_len} tokens) plus max_new_tokens "
                              f"({params.max_new_tokens}) exceed the model's context "
@@ -94,7 +81,7 @@ class SequenceVerifier:
         """The target layers whose hidden states the drafter asked for (none by default)."""
         self.last_features: TargetFeatures | None = None
         """The features of the positions the last round committed and fed (when asked)."""
-        self.grammar = _grammar_matcher(runner, params, self.generated)
+        self.grammar = matcher_for(runner, params.grammar, self.generated)
         """The structured output's state after the generated tokens (None: free text)."""
         self.prompt_logprobs = PromptLogprobs(params.prompt_logprobs, context[:prompt_len],
                                               is_fresh=len(context) == prompt_len)
@@ -301,25 +288,9 @@ class SequenceVerifier:
 
     def _apply_limits(self, emitted: list[int]) -> list[int]:
         """Cut the round's tokens at the first stop token or at max_new_tokens."""
-        for i, token in enumerate(emitted):
-            if token in self.params.stop_token_ids:
-                emitted = emitted[: i + 1]
-                self.finish_reason = FinishReason.STOP
-                break
-        remaining = self.params.max_new_tokens - len(self.generated)
-        if len(emitted) >= remaining:
-            emitted = emitted[:remaining]
-            self.finish_reason = self.finish_reason or FinishReason.LENGTH
+        emitted, finish = cut_at_limits(emitted, self.params, len(self.generated))
+        self.finish_reason = self.finish_reason or finish
         return emitted
-
-
-def _grammar_matcher(runner: ModelRunner, params: SamplingParams,
-                     generated: list[int]) -> GrammarMatcher | None:
-    if params.grammar is None:
-        return None
-    if runner.tokenizer is None:
-        raise ValueError("sampling.grammar: the target has no tokenizer to match a grammar with")
-    return GrammarMatcher(params.grammar, runner.tokenizer, runner.vocab_size, generated)
 
 
 def _unwrap(result):
