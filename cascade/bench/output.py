@@ -74,3 +74,10 @@ def write_section(path: Path, marker: str, text: str) -> None:
     after = rest.partition(closing)[2] if found and closing in rest else ""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(before + marker + "\n" + text + closing + "\n" + after.lstrip("\n"))
+
+
+def write_json(path: Path | None, data: object) -> None:
+    """``data`` as JSON in ``path`` (its folder made), when a path is given."""
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data, indent=1))

@@ -12,6 +12,7 @@ from cascade.bench.drafting import memory, ngram_copy, structured, suffix_lookup
 from cascade.bench.load import admission, grpc_floor, prefix_chat, rtt, shared_prefill
 from cascade.bench.reliability import chaos, faults, redis_durability
 from cascade.bench.step import engine, gpu, plan_cost, tree_cost
+from cascade.distill import invariance, replay, tree_drafter_kv, tree_eval
 from cascade.cli.options import DRAFTER_OPT, PAIR_OPT, TARGET_OPT, draft_tokens_option
 from cascade.cli.options import pair_folders
 from cascade.serving.settings_cli import command_line, settings_function
@@ -229,16 +230,20 @@ SCRIPTS = (("admission", admission.AdmissionSettings, admission.run),
            ("faults", faults.FaultsSettings, faults.run),
            ("gpu", gpu.GpuSettings, gpu.run),
            ("grpc-floor", grpc_floor.GrpcFloorSettings, grpc_floor.run),
+           ("invariance", invariance.InvarianceSettings, invariance.run),
            ("memory", memory.MemorySettings, memory.run),
            ("ngram-copy", ngram_copy.NgramCopySettings, ngram_copy.run),
            ("plan-cost", plan_cost.PlanCostSettings, plan_cost.run),
            ("prefix-chat", prefix_chat.PrefixChatSettings, prefix_chat.run),
            ("redis-durability", redis_durability.RedisDurabilitySettings, redis_durability.run),
+           ("replay", replay.ReplaySettings, replay.run),
            ("rtt", rtt.RttSettings, rtt.run),
            ("shared-prefill", shared_prefill.SharedPrefillSettings, shared_prefill.run),
            ("structured", structured.StructuredSettings, structured.run),
            ("suffix-lookup", suffix_lookup.SuffixLookupSettings, suffix_lookup.run),
-           ("tree-cost", tree_cost.TreeCostSettings, tree_cost.run))
+           ("tree-cost", tree_cost.TreeCostSettings, tree_cost.run),
+           ("tree-drafter-kv", tree_drafter_kv.TreeDrafterKvSettings, tree_drafter_kv.run),
+           ("tree-eval", tree_eval.TreeEvalSettings, tree_eval.run))
 """The benchmarks whose flags are a settings class: (command, class, what runs it)."""
 
 bench_app = command_line(help="Benchmarks: each prints a table of ratios measured side by side "

@@ -1,8 +1,8 @@
 """The batch-invariant pass against the plain one, side by side in one run: exactness and cost
 (with the distillation's held-out prompts, hence here).
 
-    python -m cascade.distill.invariance [--target DIR] [--drafter DIR] [--dtype auto]
-        [--prompts 24] [--tokens 64] [--parts exactness cost] [--out FILE]
+    cascade bench invariance [--target DIR --drafter DIR | --pair smollm2] [--dtype auto]
+        [--prompts 24] [--tokens 64] [--parts exactness --parts cost] [--out FILE]
 
 Exactness: held-out prompts (never used to distil the drafter), greedy. For each kind of pass,
 the reference is that pass's own one-token decoding (k = 0); speculation with k = 1 and k = 4
@@ -13,12 +13,13 @@ k = 4, the two kinds alternating, median of 7.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from pathlib import Path
+from typing import Literal
 
 import torch
+from pydantic import BaseModel, Field
 
 from cascade.bench.output import write_section
 from cascade.bench.prompts import encode
@@ -32,6 +33,8 @@ from cascade.core.verify.verification import SequenceVerifier
 from cascade.distill.prompts import prompt_set
 from cascade.protocol.settings import DraftConfig, SamplingParams
 from cascade.protocol.acceptance import AcceptancePolicy
+from cascade.serving.settings_cli import settings_command
+from cascade.tools.pairs import PairSettings
 
 BATCH = 8
 MARKER = "<!-- cascade.distill.invariance -->"
@@ -139,31 +142,39 @@ def _cost_table(engines) -> list[str]:
     return lines
 
 
-def main() -> None:
-    from cascade.tools.pairs import DEFAULT_DRAFTER, default_pair
+class InvarianceSettings(BaseModel):
+    """The batch-invariant pass against the plain one: exactness on held-out prompts, and
+    milliseconds per pass of 1 and 16 sessions."""
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--target", default=None, help="default: SmolLM2-135M-Instruct")
-    parser.add_argument("--drafter", default=str(DEFAULT_DRAFTER))
-    parser.add_argument("--dtype", default="auto", help="float32, bfloat16 or auto")
-    parser.add_argument("--prompts", type=int, default=24)
-    parser.add_argument("--tokens", type=int, default=64)
-    parser.add_argument("--parts", nargs="+", default=["exactness", "cost"],
-                        choices=["exactness", "cost"])
-    parser.add_argument("--out", type=Path, default=None, help="write the tables to this file")
-    args = parser.parse_args()
-    target_dir = args.target or default_pair(None, None, "smollm2")[0]
-    target = ModelRunner.load(ModelSpec(str(target_dir), args.dtype))
-    drafter = ModelRunner.load(ModelSpec(args.drafter,
+    models: PairSettings = PairSettings()
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="The target's dtype (the drafter runs in the same): auto, float32, "
+        "bfloat16 or float16.")
+    prompts: int = Field(24, ge=1, description="Held-out prompts of the exactness tables.")
+    tokens: int = Field(64, ge=1, description="Tokens generated per prompt.")
+    parts: list[Literal["exactness", "cost"]] = Field(
+        ["exactness", "cost"], min_length=1, description="Tables to measure (repeat the flag): "
+        "exactness, cost.")
+    out: Path | None = Field(None, description="Write the tables to this markdown file too "
+                             "(their own section, replaced on every run).")
+
+
+def run(settings: InvarianceSettings) -> None:
+    """Load the pair, measure the parts asked for, print the tables (and write them)."""
+    s = settings
+    target_dir, drafter_dir = s.models.folders()  # a folder given alone replaces the pair's
+    target_dir, drafter_dir = s.models.target or target_dir, s.models.drafter or drafter_dir
+    target = ModelRunner.load(ModelSpec(str(target_dir), s.dtype))
+    drafter = ModelRunner.load(ModelSpec(str(drafter_dir),
                                          str(target.model.dtype).removeprefix("torch.")))
     prompts = [encode(target.tokenizer, text, True)
-               for text in prompt_set(held_out=True)[: args.prompts]]
+               for text in prompt_set(held_out=True)[: s.prompts]]
     with torch.inference_mode():
-        lines = report(target, drafter, prompts, args.tokens, tuple(args.parts))
+        lines = report(target, drafter, prompts, s.tokens, tuple(s.parts))
     print("\n".join(lines))
-    if args.out:
-        write_section(args.out, MARKER, "\n".join(lines) + "\n")
+    if s.out:
+        write_section(s.out, MARKER, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
-    main()
+    settings_command(InvarianceSettings, run)()

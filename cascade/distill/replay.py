@@ -1,14 +1,18 @@
-"""``python -m cascade.distill.replay DRAFTER [DRAFTER ...]``: held-out greedy acceptance of
-feature drafters against draft length k, replayed exactly (``feature_train.greedy_acceptance``)
-on the target's greedy answers to the held-out prompts (24 answers of at most 160 tokens by
-default: 3,332 scored positions for SmolLM2-135M-Instruct, float32 on the CPU)."""
+"""Held-out greedy acceptance of feature drafters against draft length k, replayed exactly
+(``feature_train.greedy_acceptance``) on the target's greedy answers to the held-out prompts (24
+answers of at most 160 tokens by default: 3,332 scored positions for SmolLM2-135M-Instruct,
+float32 on the CPU).
+
+    cascade bench replay --drafters DIR [--drafters DIR ...] [--target DIR] [--answers 24]
+        [--max-new-tokens 160] [--max-k 6]
+"""
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import torch
+from pydantic import BaseModel, DirectoryPath, Field
 
 from cascade.core.features.feature_drafter import FeatureDrafterConfig
 from cascade.core.features.feature_runner import load_weights
@@ -18,6 +22,7 @@ from cascade.distill.feature_train import build_drafter
 from cascade.distill.feature_train import greedy_acceptance
 from cascade.distill.prompts import prompt_set
 from cascade.protocol.chat import chat_prompts_ids
+from cascade.serving.settings_cli import settings_command
 
 
 def held_out(model, tokenizer, count: int, max_new_tokens: int) -> list[FeatureSequence]:
@@ -35,30 +40,37 @@ def curve(model, folder: Path, sequences: list[FeatureSequence], ks: range) -> l
     return [(k, *greedy_acceptance(drafter, sequences, vocab.to_local, k=k)) for k in ks]
 
 
-def main() -> None:
+class ReplaySettings(BaseModel):
+    """Held-out greedy acceptance of feature drafters against draft length k, replayed on the
+    target's greedy answers to the held-out prompts (float32 on the CPU)."""
+
+    drafters: list[Path] = Field(min_length=1, description="Feature drafter folders (repeat "
+                                 "the flag).")
+    target: DirectoryPath | None = Field(None, description="Target model folder (default: "
+                                         "SmolLM2-135M-Instruct).")
+    answers: int = Field(24, ge=1, description="Held-out answers replayed.")
+    max_new_tokens: int = Field(160, ge=1, description="Tokens per answer, at most.")
+    max_k: int = Field(6, ge=1, description="Draft lengths 1 .. this.")
+
+
+def run(settings: ReplaySettings) -> None:
+    """Generate the target's held-out answers, then print each drafter's curve."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from cascade.tools.pairs import default_pair
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("drafters", type=Path, nargs="+", help="feature drafter folders")
-    parser.add_argument("--target", type=Path, default=None,
-                        help="target folder (default: SmolLM2-135M-Instruct)")
-    parser.add_argument("--answers", type=int, default=24, help="held-out answers")
-    parser.add_argument("--max-new-tokens", type=int, default=160)
-    parser.add_argument("--max-k", type=int, default=6)
-    args = parser.parse_args()
-    target = args.target or default_pair(None, None, "smollm2")[0]
+    s = settings
+    target = s.target or default_pair(None, None, "smollm2")[0]
     tokenizer = AutoTokenizer.from_pretrained(target)
     model = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32).eval()
-    sequences = held_out(model, tokenizer, args.answers, args.max_new_tokens)
-    scored = sum(len(s.tokens) - s.answer_start for s in sequences)
+    sequences = held_out(model, tokenizer, s.answers, s.max_new_tokens)
+    scored = sum(len(q.tokens) - q.answer_start for q in sequences)
     print(f"{len(sequences)} held-out answers, {scored} positions")
-    for folder in args.drafters:
-        for k, acceptance, length in curve(model, folder, sequences, range(1, args.max_k + 1)):
+    for folder in s.drafters:
+        for k, acceptance, length in curve(model, folder, sequences, range(1, s.max_k + 1)):
             print(f"{folder}  k={k}  acceptance {acceptance:.3f}  mean accepted length "
                   f"{length:.2f}")
 
 
 if __name__ == "__main__":
-    main()
+    settings_command(ReplaySettings, run)()

@@ -1,7 +1,7 @@
 """What the drafter feeds per round with token trees: the accepted path's entries kept in its
 cache (``SequenceCache.keep_grown``) against fed again, side by side on the same prompts.
 
-    python -m cascade.distill.tree_drafter_kv [--prompts 4] [--max-tokens 48] [--invariant]
+    cascade bench tree-drafter-kv [--prompts 4] [--max-tokens 48] [--invariant]
 
 Runs the default pair in one process (``cascade.core.loop.generate``), dynamic and CAPE trees of
 16 nodes at depth 4, the two modes alternated twice; prints the drafter positions fed per round
@@ -11,9 +11,8 @@ both modes emit the same tokens.
 
 from __future__ import annotations
 
-import argparse
-
 import torch
+from pydantic import BaseModel, Field
 from rich.console import Console
 from rich.table import Table
 
@@ -23,6 +22,7 @@ from cascade.core.model.runner import ModelRunner, ModelSpec, SequenceCache
 from cascade.distill.prompts import prompt_set
 from cascade.protocol.chat import chat_prompts_ids
 from cascade.protocol.settings import DraftConfig, SamplingParams
+from cascade.serving.settings_cli import settings_command
 
 CONFIGS = {"dynamic tree": DraftConfig(num_draft_tokens=4, tree_nodes=16, tree_branching=4),
            "CAPE tree": DraftConfig(num_draft_tokens=4, tree_nodes=16,
@@ -46,7 +46,9 @@ class Counter:
         return self.forward(input_ids, *args, **kwargs)
 
 
-def run(target, drafter, counter: Counter, prompts, params, config, keep: bool):
+def measure(target, drafter, counter: Counter, prompts, params, config, keep: bool):
+    """(positions fed per round, draft ms per round, the outputs) over ``prompts``, the accepted
+    path kept in the drafter's cache (``keep``) or fed again."""
     SequenceCache.keep_grown = KEEP if keep else _fed_again
     counter.fed, rounds, draft_s, outputs = 0, 0, 0.0, []
     try:
@@ -60,30 +62,38 @@ def run(target, drafter, counter: Counter, prompts, params, config, keep: bool):
     return counter.fed / rounds, 1000 * draft_s / rounds, outputs
 
 
-def main() -> None:
+class TreeDrafterKvSettings(BaseModel):
+    """What the drafter feeds per round with token trees: the accepted path kept in its cache
+    against fed again, on the default pair's held-out prompts."""
+
+    prompts: int = Field(4, ge=1, description="Held-out prompts.")
+    max_tokens: int = Field(48, ge=1, description="Tokens generated per prompt.")
+    invariant: bool = Field(False, description="Batch-invariant drafter passes (the drafter "
+                            "pod's default).")
+
+
+def run(settings: TreeDrafterKvSettings) -> None:
+    """Run both trees in both modes, alternated twice, and print the table."""
     from cascade.tools.pairs import default_pair
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--prompts", type=int, default=4)
-    parser.add_argument("--max-tokens", type=int, default=48)
-    parser.add_argument("--invariant", action="store_true", help="the drafter pod's default")
-    args = parser.parse_args()
+    s = settings
     torch.set_num_threads(1)
     target_dir, drafter_dir = default_pair(None, None, "smollm2")
     target = ModelRunner.load(ModelSpec(str(target_dir)))
     drafter = ModelRunner.load(ModelSpec(str(drafter_dir)))
-    if args.invariant:
+    if s.invariant:
         drafter.set_invariant()
     counter = Counter(drafter)
-    prompts = chat_prompts_ids(target.tokenizer, prompt_set(held_out=True)[:args.prompts])
+    prompts = chat_prompts_ids(target.tokenizer, prompt_set(held_out=True)[:s.prompts])
     eos = target.tokenizer.eos_token_id
-    params = SamplingParams(max_new_tokens=args.max_tokens, stop_token_ids=(eos,))
+    params = SamplingParams(max_new_tokens=s.max_tokens, stop_token_ids=(eos,))
     table = Table("tree", "drafter cache", "positions fed / round", "draft ms / round (2 runs)",
-                  title=f"{'invariant' if args.invariant else 'plain'} drafter passes")
+                  title=f"{'invariant' if s.invariant else 'plain'} drafter passes")
     for name, config in CONFIGS.items():
         runs = {True: [], False: []}
         for keep in (True, False, True, False):
-            runs[keep].append(run(target, drafter, counter, prompts, params, config, keep))
+            runs[keep].append(measure(target, drafter, counter, prompts, params, config,
+                                      keep))
         if runs[True][0][2] != runs[False][0][2]:
             raise SystemExit(f"{name}: the two modes emitted different tokens")
         for keep, label in ((True, "path kept"), (False, "path fed again")):
@@ -94,4 +104,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    settings_command(TreeDrafterKvSettings, run)()

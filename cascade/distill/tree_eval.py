@@ -1,7 +1,7 @@
 """Chains against token trees in one process: what each commits per target pass and what that
 buys in tokens per second, on the default pair (or any pair), side by side in one run.
 
-    python -m cascade.distill.tree_eval --domain held-out --max-tokens 64 --prompts 12 \\
+    cascade bench tree-eval --domain held-out --max-tokens 64 --prompts 12 \\
         --config 0 --config 4 --config 4:16:4 --config 8:64:8 [--dtype bfloat16] \\
         [--temperature 0.7 --rule keyed|recursive]
 
@@ -17,14 +17,16 @@ verified against q; chains get speculative sampling).
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
 
 import torch
+from pydantic import BaseModel, Field, field_validator
 from rich.console import Console
 from rich.table import Table
 
-from cascade.bench.prompts import bench_prompts, domain_names
+from cascade.bench.prompts import bench_prompts
 from cascade.bench.compare.run import machine
 from cascade.distill.prompts import prompt_set
 from cascade.protocol.chat import chat_prompts_ids
@@ -34,6 +36,8 @@ from cascade.core.model.runner import ModelRunner, ModelSpec
 from cascade.protocol.settings import DraftConfig, SamplingParams
 from cascade.protocol.acceptance import AcceptancePolicy, AcceptanceRule
 from cascade.protocol.stats import SpecStats
+from cascade.serving.settings_cli import settings_command
+from cascade.tools.pairs import PairSettings
 
 
 @dataclass
@@ -48,18 +52,16 @@ class Tally:
 
 
 def parse_config(text: str) -> DraftConfig:
-    """``k``, ``k:nodes:branching`` or ``k:nodes:branching:expansion`` (dynamic, confidence)."""
+    """``k``, ``k:nodes:branching`` or ``k:nodes:branching:expansion`` (dynamic, confidence);
+    a ValueError says what is wrong with any other text."""
     parts = text.split(":")
     if len(parts) not in (1, 3, 4) or not all(p.isdigit() for p in parts[:3]):
-        raise argparse.ArgumentTypeError(f"a config is k, k:nodes:branching or "
-                                         f"k:nodes:branching:expansion, got {text!r}")
+        raise ValueError(f"a config is k, k:nodes:branching or k:nodes:branching:expansion, "
+                         f"got {text!r}")
     k, nodes, branching = (int(p) for p in parts[:3]) if len(parts) > 1 else (int(text), 0, 4)
     expansion = parts[3] if len(parts) == 4 else "dynamic"
-    try:
-        return DraftConfig(num_draft_tokens=k, tree_nodes=nodes, tree_branching=branching,
-                           tree_expansion=expansion)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
+    return DraftConfig(num_draft_tokens=k, tree_nodes=nodes, tree_branching=branching,
+                       tree_expansion=expansion)
 
 
 def label(config: DraftConfig) -> str:
@@ -84,40 +86,46 @@ def run_one(target, drafter, prompt: list[int], params, config, policy, tally: T
     return result.tokens
 
 
-def measure(args) -> list[tuple[DraftConfig, Tally]]:
-    target = ModelRunner.load(ModelSpec(str(args.target), dtype=args.dtype))
-    drafter = load_model(ModelSpec(str(args.drafter)), str(args.target))
-    if args.domain == "held-out":  # the drafter's held-out evaluation prompts
-        prompts = chat_prompts_ids(target.tokenizer, prompt_set(held_out=True)[:args.prompts])
+def measure(settings: TreeEvalSettings, target_dir: Path, drafter_dir: Path
+            ) -> list[tuple[DraftConfig, Tally]]:
+    """Every config on every prompt (configs take turns on each), each prompt's outputs
+    compared with the first config's."""
+    target = ModelRunner.load(ModelSpec(str(target_dir), dtype=settings.dtype))
+    drafter = load_model(ModelSpec(str(drafter_dir)), str(target_dir))
+    configs = settings.draft_configs()
+    count = settings.prompts
+    if settings.domain == "held-out":  # the drafter's held-out evaluation prompts
+        prompts = chat_prompts_ids(target.tokenizer, prompt_set(held_out=True)[:count])
     else:
-        prompts = [list(p.token_ids) for p in bench_prompts(target.tokenizer, args.prompts,
-                                                             [args.domain])]
+        prompts = [list(p.token_ids)
+                   for p in bench_prompts(target.tokenizer, count, [settings.domain])]
     eos = target.tokenizer.eos_token_id
-    params = SamplingParams(temperature=args.temperature, seed=args.seed,
-                            max_new_tokens=args.max_tokens,
+    params = SamplingParams(temperature=settings.temperature, seed=settings.seed,
+                            max_new_tokens=settings.max_tokens,
                             stop_token_ids=(eos,) if eos is not None else ())
-    rule = AcceptanceRule(args.rule) if args.temperature else AcceptanceRule.GREEDY
-    policy = AcceptancePolicy(rule)
-    tallies = [Tally() for _ in args.config]
+    policy = AcceptancePolicy(AcceptanceRule(settings.rule) if settings.temperature
+                              else AcceptanceRule.GREEDY)
+    tallies = [Tally() for _ in configs]
     for n, prompt in enumerate(prompts, 1):
         outputs = []
-        for config, tally in zip(args.config, tallies):  # configs take turns on each prompt
+        for config, tally in zip(configs, tallies):  # configs take turns on each prompt
             outputs.append(run_one(target, drafter, prompt, params, config, policy, tally))
-        differ = [label(c) for c, out in zip(args.config, outputs) if out != outputs[0]]
-        if differ and args.dtype == "float32" and policy.rule is not AcceptanceRule.RECURSIVE:
+        differ = [label(c) for c, out in zip(configs, outputs) if out != outputs[0]]
+        exact = settings.dtype == "float32" and policy.rule is not AcceptanceRule.RECURSIVE
+        if differ and exact:
             raise SystemExit(f"prompt {n}: {', '.join(differ)} emitted other tokens than "
-                             f"{label(args.config[0])}")
+                             f"{label(configs[0])}")
         why = "sampled" if policy.rule is AcceptanceRule.RECURSIVE else "low-precision rounding"
         print(f"prompt {n}/{len(prompts)} done, {len(outputs[0])} tokens; "
               + (f"differ from the first ({why}): {', '.join(differ)}"
                  if differ else "all configs equal"), flush=True)
-    return list(zip(args.config, tallies))
+    return list(zip(configs, tallies))
 
 
-def report(results, args) -> None:
-    base = results[0][1]
-    table = Table(title=f"{args.domain}, {args.dtype} target, "
-                        f"{f'{args.rule} T={args.temperature}' if args.temperature else 'greedy'}")
+def report(results, settings: TreeEvalSettings) -> None:
+    base, temperature = results[0][1], settings.temperature
+    sampling = f"{settings.rule} T={temperature}" if temperature else "greedy"
+    table = Table(title=f"{settings.domain}, {settings.dtype} target, {sampling}")
     for column in ("config", "tokens / pass", "nodes / pass", "tokens/s", "vs first",
                    "draft ms / pass", "verify ms / pass"):
         table.add_column(column, justify="left" if column == "config" else "right")
@@ -133,31 +141,48 @@ def report(results, args) -> None:
     print(machine())
 
 
-def main() -> None:
-    from cascade.tools.pairs import default_pair
+class TreeEvalSettings(BaseModel):
+    """Chains against token trees in one process: what each config commits per target pass and
+    what that buys in tokens per second, side by side on the same prompts."""
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--target", default=None)
-    parser.add_argument("--drafter", default=None, help="a model or feature drafter folder")
-    parser.add_argument("--dtype", default="float32", help="the target's dtype")
-    parser.add_argument("--domain", default="chat", choices=[*domain_names(), "held-out"])
-    parser.add_argument("--prompts", type=int, default=6, help="prompts of the domain")
-    parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--config", type=parse_config, action="append",
-                        help="k, k:nodes:branching or k:nodes:branching:confidence; the "
-                        "first is the ratios' base")
-    parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
-    parser.add_argument("--rule", default="keyed", choices=["keyed", "recursive"],
-                        help="the sampled rule (trees and chains)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args()
-    args.config = args.config or [parse_config(c) for c in ("0", "4", "4:8:2", "4:16:4")]
-    torch.set_num_threads(args.threads)
-    target, drafter = default_pair(args.target, args.drafter, "smollm2")
-    args.target, args.drafter = args.target or target, args.drafter or drafter
-    report(measure(args), args)
+    models: PairSettings = PairSettings()
+    dtype: Literal["float32", "bfloat16", "float16", "auto"] = Field(
+        "float32", description="The target's dtype: float32, bfloat16, float16 or auto (greedy "
+        "outputs must agree only in float32).")
+    domain: Literal["prose", "chat", "code", "held-out"] = Field(
+        "chat", description="Prompt domain: prose, chat, code, or held-out (the drafter's "
+        "held-out evaluation prompts).")
+    prompts: int = Field(6, ge=1, description="Prompts of the domain.")
+    max_tokens: int = Field(64, ge=1, description="Tokens generated per prompt.")
+    config: list[str] = Field(
+        ["0", "4", "4:8:2", "4:16:4"], min_length=1, description="Draft configs (repeat the "
+        "flag): k (a chain; 0: the target alone), k:nodes:branching or "
+        "k:nodes:branching:confidence (trees of depth k); the first is the ratios' base.")
+    temperature: float = Field(0.0, ge=0, description="Sampling temperature (0: greedy).")
+    rule: Literal["keyed", "recursive"] = Field(
+        "keyed", description="The sampled acceptance rule (trees and chains): keyed or "
+        "recursive.")
+    seed: int = Field(0, description="Sampling seed.")
+    threads: int = Field(1, ge=1, description="Torch threads.")
+
+    @field_validator("config")
+    @classmethod
+    def _configs_parse(cls, config: list[str]) -> list[str]:
+        for text in config:
+            parse_config(text)
+        return config
+
+    def draft_configs(self) -> list[DraftConfig]:
+        return [parse_config(text) for text in self.config]
+
+
+def run(settings: TreeEvalSettings) -> None:
+    """Measure every config and print the table."""
+    torch.set_num_threads(settings.threads)
+    target, drafter = settings.models.folders()  # a folder given alone replaces the pair's
+    models = settings.models
+    report(measure(settings, models.target or target, models.drafter or drafter), settings)
 
 
 if __name__ == "__main__":
-    main()
+    settings_command(TreeEvalSettings, run)()

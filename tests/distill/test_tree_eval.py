@@ -1,11 +1,15 @@
-"""The chain-vs-tree comparison: configs parse as documented, every config of a greedy run emits
-the same tokens, and the tallies count what the rounds did."""
+"""The chain-vs-tree comparison: configs parse as documented (a bad one is a usage error), every
+config of a greedy run emits the same tokens, and the tallies count what the rounds did."""
 
-import argparse
+import typing
 
 import pytest
+from typer.testing import CliRunner
 
-from cascade.distill.tree_eval import Tally, label, parse_config, run_one
+from cascade.bench.prompts import domain_names
+from cascade.distill.tree_eval import (TreeEvalSettings, Tally, label, parse_config, run,
+                                       run_one)
+from cascade.serving.settings_cli import settings_command
 from cascade.protocol.settings import SamplingParams
 from cascade.protocol.acceptance import AcceptancePolicy, AcceptanceRule
 from models import random_prompts
@@ -21,8 +25,19 @@ def test_configs_parse_as_documented():
     assert (cape.tree_nodes, cape.tree_expansion) == (16, "confidence")
     assert label(cape) == "CAPE tree: depth 4, 16 nodes"
     for bad in ("4:16", "4:16:4:wide", "a:16:4"):
-        with pytest.raises(argparse.ArgumentTypeError):
+        with pytest.raises(ValueError):
             parse_config(bad)
+
+
+def test_the_command_line_checks_configs_and_knows_every_domain():
+    assert [label(c) for c in TreeEvalSettings().draft_configs()] == [
+        "target alone", "chain k=4", "tree: depth 4, 8 nodes, branching 2",
+        "tree: depth 4, 16 nodes, branching 4"]
+    result = CliRunner().invoke(settings_command(TreeEvalSettings, run),
+                                ["--config", "4", "--config", "4:16"])
+    assert result.exit_code == 2 and "--config" in result.output, result.output
+    domains = typing.get_args(TreeEvalSettings.model_fields["domain"].annotation)
+    assert set(domains) == {*domain_names(), "held-out"}
 
 
 def test_chains_and_trees_emit_the_same_greedy_tokens_and_are_tallied(llama_pair):

@@ -41,6 +41,7 @@ from pydantic import BaseModel, Field
 from rich.console import Console
 from rich.table import Table
 
+from cascade.bench.output import write_json
 from cascade.bench.drafting.agent_workloads import (EDITS, FILE, FILES, REQUESTS, chat, extraction,
                                            tool_calls)
 from cascade.bench.drafting.prediction_ceiling import perfect_rounds
@@ -269,9 +270,7 @@ def run(settings: MemorySettings) -> dict:
     console.print(passes_table(results))
     if any(MODES[key].predict for key in results["modes"]):
         console.print(prediction_table(results))
-    if s.out:
-        s.out.parent.mkdir(parents=True, exist_ok=True)
-        s.out.write_text(json.dumps(results, indent=2))
+    write_json(s.out, results)
     return results
 
 

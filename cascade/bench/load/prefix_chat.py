@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 from pydantic import BaseModel, Field
 
+from cascade.bench.output import write_json
 from cascade.bench.drafting.agent_workloads import SYSTEM
 from cascade.bench.compare.run import machine
 from cascade.bench.compare.services import pinned_cluster
@@ -120,9 +121,7 @@ def run(settings: PrefixChatSettings) -> dict:
     target, drafter = s.models.folders()
     results = measure(target, drafter, s.workdir, s.turns, s.max_tokens, s.conversations)
     report(results, s.turns)
-    if s.out:
-        s.out.parent.mkdir(parents=True, exist_ok=True)
-        s.out.write_text(json.dumps(results, indent=2))
+    write_json(s.out, results)
     return results
 
 

@@ -14,7 +14,6 @@ a pass of k + 1 can flip a near-tie on a GPU).
 
 from __future__ import annotations
 
-import json
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from pathlib import Path
 import torch
 from pydantic import BaseModel, DirectoryPath, Field
 
+from cascade.bench.output import write_json
 from cascade.bench.step.device import device_name
 from cascade.bench.compare.inprocess import core_trace
 from cascade.bench.measure import Trace
@@ -127,9 +127,7 @@ def run(settings: GpuSettings) -> None:
         result = measure(target, drafter, s.device, s.k, s.max_tokens, s.prompts_per_domain,
                          s.repeats)
     print(report(result), flush=True)
-    if s.out is not None:
-        s.out.parent.mkdir(parents=True, exist_ok=True)
-        s.out.write_text(json.dumps(result, indent=1))
+    write_json(s.out, result)
 
 
 if __name__ == "__main__":
