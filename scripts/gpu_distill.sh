@@ -30,7 +30,7 @@ if not (target / "model.safetensors").exists():
 
     gguf = os.environ.get("GGUF")
     _convert(Path(gguf).parent, target) if gguf else prepare(target.parent)
-from cascade.distill.feature_run import FeatureDistillConfig, run_feature_distillation
+from cascade.distill.features.run import FeatureDistillConfig, run_feature_distillation
 
 run_feature_distillation(FeatureDistillConfig(
     target=target, out=out, minutes=minutes, device=setting("DEVICE", "cuda"),

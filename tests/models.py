@@ -101,7 +101,7 @@ def feature_pair(root):
     """A tiny Llama target saved to ``root/target`` and a random (not near-uniform) feature
     drafter for it in ``root/drafter``; returns (target runner, target dir, drafter dir)."""
     from cascade.core.features.feature_runner import write_feature_drafter
-    from cascade.distill.feature_train import build_drafter
+    from cascade.distill.features.train import build_drafter
 
     target = tiny_llama(seed=21, num_layers=4)
     target.model.save_pretrained(root / "target")

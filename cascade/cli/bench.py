@@ -12,7 +12,7 @@ from cascade.bench.drafting import memory, ngram_copy, structured, suffix_lookup
 from cascade.bench.load import admission, grpc_floor, prefix_chat, rtt, shared_prefill
 from cascade.bench.reliability import chaos, faults, redis_durability
 from cascade.bench.step import engine, gpu, plan_cost, tree_cost
-from cascade.distill import invariance, replay, tree_drafter_kv, tree_eval
+from cascade.distill.measure import invariance, replay, tree_drafter_kv, tree_eval
 from cascade.cli.options import DRAFTER_OPT, PAIR_OPT, TARGET_OPT, draft_tokens_option
 from cascade.cli.options import pair_folders
 from cascade.serving.settings_cli import command_line, settings_function

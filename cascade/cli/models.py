@@ -53,7 +53,7 @@ def models_evaluate(target: Path = typer.Option(..., help="Target model folder."
                                                "cuda (a feature drafter stays on the CPU).")
                     ) -> None:
     """Greedy acceptance at draft length k, cost per token, and speedup of a pair."""
-    from cascade.distill.evaluate import evaluate_pair
+    from cascade.distill.measure.evaluate import evaluate_pair
     from cascade.core.features.feature_runner import load_model
     from cascade.core.model.runner import ModelSpec
 
@@ -234,7 +234,7 @@ def distill(target: Path = typer.Option(..., help="Target model folder (its toke
     if kind not in ("model", "feature"):
         raise typer.BadParameter(f"--kind must be model or feature, got {kind!r}")
     if kind == "feature":
-        from cascade.distill.feature_run import FeatureDistillConfig, run_feature_distillation
+        from cascade.distill.features.run import FeatureDistillConfig, run_feature_distillation
 
         folder = run_feature_distillation(FeatureDistillConfig(
             target=target, out=out, minutes=minutes, seed=seed, vocab_size=vocab_size,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cascade.distill.evaluate import PairReport
+from cascade.distill.measure.evaluate import PairReport
 
 
 def _curve(history: list[dict], points: int = 8) -> list[str]:

@@ -150,7 +150,7 @@ DOC_TEMPLATES = [
 def doc_prompts(texts: tuple[str, ...], limit: int = 20000, seed: int = 0,
                 max_chars: int = 500) -> list[str]:
     """Prompts about documentation paragraphs (for training only): the first paragraph of each
-    of ``texts`` (``feature_data.prose_corpus``) under one of ``DOC_TEMPLATES``. Thousands of
+    of ``texts`` (``features.data.prose_corpus``) under one of ``DOC_TEMPLATES``. Thousands of
     subjects where the templated chat prompts have a few hundred."""
     rng = random.Random(seed)
     prompts = []

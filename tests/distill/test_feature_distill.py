@@ -9,8 +9,8 @@ import pytest
 from cascade.core.features.feature_runner import FeatureRunner, load_model
 from cascade.core.loop import generate
 from cascade.core.model.runner import ModelRunner, ModelSpec
-from cascade.distill.evaluate import evaluate_pair
-from cascade.distill.feature_run import FeatureDistillConfig, run_feature_distillation
+from cascade.distill.measure.evaluate import evaluate_pair
+from cascade.distill.features.run import FeatureDistillConfig, run_feature_distillation
 from cascade.protocol.settings import DraftConfig, SamplingParams
 from models import tiny_gpt2_folder
 
@@ -63,7 +63,7 @@ def test_a_resumed_run_gets_its_replay_pool_back(tiny_target, tmp_path):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from cascade.distill.feature_run import FeatureDistiller, load_checkpoint
+    from cascade.distill.features.run import FeatureDistiller, load_checkpoint
     from cascade.distill.run import CHECKPOINT
 
     config = small(tiny_target, tmp_path / "feature", minutes=0.02)
@@ -88,7 +88,7 @@ def test_an_export_keeps_only_the_newest_pool_rows():
 
     import torch
 
-    from cascade.distill.feature_pool import newest
+    from cascade.distill.features.pool import newest
 
     pool = [SimpleNamespace(tokens=torch.zeros(n)) for n in (50, 30, 20, 40)]
 

@@ -5,8 +5,8 @@ import functools
 import sysconfig
 from pathlib import Path
 
-from cascade.distill import feature_data
-from cascade.distill.feature_run import FeatureDistiller
+from cascade.distill.features import data as feature_data
+from cascade.distill.features.run import FeatureDistiller
 from cascade.distill.prompts import DOC_TEMPLATES, doc_prompts
 
 
@@ -24,7 +24,7 @@ class _Groups:
     def __init__(self, gen_batch, groups):
         import random
 
-        from cascade.distill.feature_run import FeatureDistillConfig
+        from cascade.distill.features.run import FeatureDistillConfig
 
         self.config = FeatureDistillConfig(target=Path("t"), out=Path("o"), gen_batch=gen_batch)
         self.prompt_groups, self.random = groups, random.Random(0)
@@ -53,8 +53,8 @@ def test_the_corpus_reads_the_same_on_many_cores(monkeypatch):
 
 def test_the_replay_curve_reads_a_drafter_folder(tmp_path):
     from cascade.core.features.feature_drafter import FeatureDrafterConfig
-    from cascade.distill.feature_data import annotate
-    from cascade.distill.replay import curve
+    from cascade.distill.features.data import annotate
+    from cascade.distill.measure.replay import curve
     from models import feature_pair, random_prompts
 
     target, _, drafter_dir = feature_pair(tmp_path)

@@ -3,7 +3,7 @@ is exact on every prompt and setting (no speed assertions)."""
 
 import re
 
-from cascade.distill.invariance import report
+from cascade.distill.measure.invariance import report
 from cascade.core.model.runner import ModelRunner, ModelSpec
 from cascade.tools.tiny_models import build_tiny_pair
 

@@ -7,7 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cascade.bench.prompts import domain_names
-from cascade.distill.tree_eval import (TreeEvalSettings, Tally, label, parse_config, run,
+from cascade.distill.measure.tree_eval import (TreeEvalSettings, Tally, label, parse_config, run,
                                        run_one)
 from cascade.serving.settings_cli import settings_command
 from cascade.protocol.settings import SamplingParams

@@ -37,7 +37,7 @@ from cascade.serving.settings_cli import settings_command
 from cascade.tools.pairs import PairSettings
 
 BATCH = 8
-MARKER = "<!-- cascade.distill.invariance -->"
+MARKER = "<!-- cascade.distill.measure.invariance -->"
 PASSES = {"plain": False, "invariant": True}
 
 

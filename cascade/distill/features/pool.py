@@ -1,4 +1,4 @@
-"""What a feature distillation writes (``cascade.distill.feature_run``): the exported drafter,
+"""What a feature distillation writes (``cascade.distill.features.run``): the exported drafter,
 its history, and its replay pool's token rows beside it, so a run started from the export trains
 on them at once."""
 
@@ -13,10 +13,10 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from cascade.core.features.feature_runner import write_feature_drafter
-from cascade.distill.feature_data import FeatureSequence
+from cascade.distill.features.data import FeatureSequence
 
 if TYPE_CHECKING:
-    from cascade.distill.feature_run import FeatureDistiller
+    from cascade.distill.features.run import FeatureDistiller
 
 
 POOL_FILE = "replay_pool.safetensors"

@@ -15,7 +15,7 @@ import torch
 
 from cascade.core.features.feature_drafter import FeatureDrafter, FeatureDrafterConfig
 from cascade.core.model.vocab_map import VocabMap
-from cascade.distill.feature_data import FeatureSequence
+from cascade.distill.features.data import FeatureSequence
 
 STEP_DECAY = 0.8
 

@@ -1,5 +1,5 @@
 """Held-out greedy acceptance of feature drafters against draft length k, replayed exactly
-(``feature_train.greedy_acceptance``) on the target's greedy answers to the held-out prompts (24
+(``features.train.greedy_acceptance``) on the target's greedy answers to the held-out prompts (24
 answers of at most 160 tokens by default: 3,332 scored positions for SmolLM2-135M-Instruct,
 float32 on the CPU).
 
@@ -17,9 +17,9 @@ from pydantic import BaseModel, DirectoryPath, Field
 from cascade.core.features.feature_drafter import FeatureDrafterConfig
 from cascade.core.features.feature_runner import load_weights
 from cascade.core.model.vocab_map import VocabMap
-from cascade.distill.feature_data import FeatureSequence, greedy_answers
-from cascade.distill.feature_train import build_drafter
-from cascade.distill.feature_train import greedy_acceptance
+from cascade.distill.features.data import FeatureSequence, greedy_answers
+from cascade.distill.features.train import build_drafter
+from cascade.distill.features.train import greedy_acceptance
 from cascade.distill.prompts import prompt_set
 from cascade.protocol.chat import chat_prompts_ids
 from cascade.serving.settings_cli import settings_command

@@ -21,11 +21,11 @@ import torch
 from cascade.core.features.feature_drafter import FeatureDrafter, FeatureDrafterConfig
 from cascade.core.features.feature_runner import load_weights
 from cascade.core.model.vocab_map import VocabMap
-from cascade.distill.feature_data import (FeatureSequence, annotate, answer_prompts,
+from cascade.distill.features.data import (FeatureSequence, annotate, answer_prompts,
                                           greedy_answers, PROSE_PACKAGES, prose_corpus,
                                           prose_windows, text_windows)
-from cascade.distill.feature_pool import POOL_FILE, export, load_pool
-from cascade.distill.feature_train import build_drafter, greedy_acceptance, make_batch, ttt_loss
+from cascade.distill.features.pool import POOL_FILE, export, load_pool
+from cascade.distill.features.train import build_drafter, greedy_acceptance, make_batch, ttt_loss
 from cascade.distill.prompts import code_prompts, doc_prompts, prompt_set
 from cascade.distill.precision import resolve_dtype
 from cascade.distill.progress import RunProgress
