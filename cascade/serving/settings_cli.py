@@ -37,6 +37,11 @@ def env(name: str) -> dict[str, Any]:
     return {"json_schema_extra": {"env": name}}
 
 
+def aliases(*flags: str) -> dict[str, Any]:
+    """A field's other flag names (``aliases("--k")``)."""
+    return {"json_schema_extra": {"aliases": flags}}
+
+
 def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
@@ -117,8 +122,9 @@ def _parameter(name: str, field: FieldInfo) -> inspect.Parameter:
     decl = flag(name)
     if _plain(field.annotation) is bool:
         decl += "/--no-" + decl[2:]
-    option = typer.Option(default, decl, help=field.description, envvar=extra.get("env"),
-                          show_default=default not in (None, "", ...), **_bounds(field))
+    option = typer.Option(default, decl, *extra.get("aliases", ()), help=field.description,
+                          envvar=extra.get("env"), show_default=default not in (None, "", ...),
+                          **_bounds(field))
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option,
                              annotation=_option_type(field.annotation))
 

@@ -10,7 +10,9 @@ import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Literal
 
+from pydantic import BaseModel, Field
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from transformers import AutoTokenizer
@@ -22,7 +24,8 @@ from cascade.bench.measure import summarise
 from cascade.bench.prompts import bench_prompts
 from cascade.bench.compare.report import Costs, Row, build_rows
 from cascade.bench.compare.services import ServicesResult, run_services
-from cascade.tools.pairs import MODEL_DRAFTER
+from cascade.serving.settings_cli import aliases
+from cascade.tools.pairs import MODEL_DRAFTER, PairSettings
 
 FAMILIES = ("core", "hf", "services")
 METHODS_PER_FAMILY = {"core": 3, "hf": 5, "services": 3}
@@ -135,3 +138,40 @@ def measure(config: BenchConfig, console: Console) -> tuple[list[Row], dict]:
                "pinning": services.pinning if services else "–",
                "prompts": len(job.prompts), "costs_ms": {f: vars(c) for f, c in costs.items()}}
     return rows, context
+
+
+class CompareSettings(BaseModel):
+    """Target-only, HF assisted generation, Cascade's core loop and Cascade's services on the
+    same prompts and pair, side by side in one run."""
+
+    models: PairSettings = PairSettings()
+    num_draft_tokens: int = Field(0, ge=0, le=32, description="Drafted tokens per round; 0 picks "
+                                  "the fastest of 1, 2, 3, 4, 6 on the first prompts.",
+                                  **aliases("--k"))
+    max_tokens: int = Field(64, ge=1, description="Tokens generated per prompt.")
+    prompts_per_domain: int = Field(2, ge=1, le=4, description="Prompts from each of prose, "
+                                    "chat, code.")
+    repeats: int = Field(3, ge=1, description="Runs of every prompt (medians reported).")
+    temperature: float = Field(0.7, ge=0.01, description="Temperature of sampling rows.")
+    threads: int = Field(2, ge=1, description="torch threads of in-process methods.")
+    family: list[Literal["core", "hf", "services"]] = Field(
+        list(FAMILIES), min_length=1, description="Run only these (repeat the flag): core, hf, "
+        "services.")
+    out: Path = Field(Path("runs/bench"), description="Where results.json, table.md and the "
+                      "PNG plots go.")
+
+
+def run(settings: CompareSettings) -> None:
+    """Measure every method, print the table and the goals, save the files."""
+    from cascade.bench.output import save, show
+
+    s, console = settings, Console()
+    target, drafter = s.models.folders(console.print)
+    config = BenchConfig(target=target, drafter=drafter, out=s.out, k=s.num_draft_tokens,
+                         max_new_tokens=s.max_tokens, per_domain=s.prompts_per_domain,
+                         repeats=s.repeats, temperature=s.temperature, threads=s.threads,
+                         families=tuple(s.family))
+    rows, context = measure(config, console)
+    show(rows, context, console)
+    for path in save(rows, context, s.out):
+        console.print(f"wrote {path}")

@@ -26,12 +26,14 @@ import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
+from pydantic import BaseModel, Field, model_validator
 from rich.console import Console
 from rich.table import Table
 
-from cascade.bench.step.engine import EngineBenchConfig, default_threads
+from cascade.bench.step.engine import COMMA_LIST, EngineBenchConfig, default_threads, int_list
 from cascade.bench.step.rows import EngineRows
 from cascade.bench.step.timing import interleaved
 from cascade.bench.step.device import device_name, is_cuda, synchronizer
@@ -40,6 +42,9 @@ from cascade.bench.machine import machine
 from cascade.core.parallel import rank_processes
 from cascade.core.model.dtypes import cpu_flags
 from cascade.core.model.runner import DTYPES, ModelRunner, ModelSpec
+from cascade.core.model.weights import check_split
+from cascade.serving.settings_cli import settings_command
+from cascade.tools.pairs import default_pair
 
 
 SETTLE_S = 0.5
@@ -161,7 +166,43 @@ def report(config: TpBenchConfig, results: list[TpRow]) -> Table:
     return table
 
 
-def main(config: TpBenchConfig) -> None:
+class TpSettings(BaseModel):
+    """The verify engine's step with the target whole and split over ranks (tensor
+    parallelism on this machine's cores), and what the sums over the ranks cost alone."""
+
+    target: Path | None = Field(None, description="Model folder (default: the tiny target; "
+                                "its heads must divide by --ranks).")
+    ranks: int = Field(2, ge=2, description="Ranks to split the target over.")
+    dtype: Literal["float32", "bfloat16"] = Field("float32", description="float32 or "
+                                                  "bfloat16.")
+    repeats: int = Field(7, ge=1, description="Timed calls per cell after a warm-up (the "
+                         "median is reported).")
+    rows: str = Field("1,8,32", pattern=COMMA_LIST, description="The N rows x 1 token shapes.")
+    drafts: str = Field("4", pattern=COMMA_LIST, description="The one-row drafts.")
+    prefill: int = Field(128, ge=0, description="Prefill tokens (0: none).")
+    context: int = Field(100, ge=1, description="Cached tokens per row.")
+    out: Path = Field(Path("runs/bench-tp"), description="Where tp.json goes.")
+    random_weights: bool = Field(False, description="--target is a folder with a config.json "
+                                 "(or llama3-8b): every rank builds it with the same random "
+                                 "weights.")
+    device: str = Field("cpu", description="cpu, or cuda: one GPU per rank (NCCL).")
+
+    @model_validator(mode="after")
+    def _splits(self) -> TpSettings:
+        """The target's heads divide by the ranks (a TensorParallelError is a ValueError)."""
+        check_split(str(self.folder()), self.ranks, self.random_weights)
+        return self
+
+    def folder(self) -> Path:
+        return self.target or default_pair(None, None, "tiny")[0]
+
+
+def run(settings: TpSettings) -> None:
+    """Time every shape whole and split, print the table and write tp.json."""
+    s = settings
+    config = TpBenchConfig(s.folder(), s.ranks, s.dtype, s.repeats, int_list(s.rows),
+                           int_list(s.drafts), s.prefill, s.context, s.out, s.random_weights,
+                           s.device)
     console = Console()
     results = run_tp_bench(config, console)
     console.print(report(config, results))
@@ -170,3 +211,6 @@ def main(config: TpBenchConfig) -> None:
         {"config": {k: str(v) for k, v in asdict(config).items()}, "machine": machine(),
          "rows": [asdict(r) for r in results]}, indent=1))
 
+
+if __name__ == "__main__":
+    settings_command(TpSettings, run)()
