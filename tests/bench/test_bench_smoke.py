@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from cascade.bench.compare.inprocess import K_CANDIDATES
-from cascade.bench.output import save
+from cascade.bench.compare.output import save
 from cascade.bench.compare.report import goals
 from cascade.bench.compare.run import BenchConfig, measure
 from cascade.tools.tiny_models import build_tiny_pair

@@ -19,6 +19,7 @@ from transformers import AutoTokenizer
 
 from cascade.bench.compare.hf import HF_CANDIDATES
 from cascade.bench.compare.inprocess import K_CANDIDATES, FamilyResult, Job, run_family
+from cascade.bench.compare.output import save, show
 from cascade.bench.machine import machine
 from cascade.bench.measure import summarise
 from cascade.bench.prompts import bench_prompts
@@ -163,8 +164,6 @@ class CompareSettings(BaseModel):
 
 def run(settings: CompareSettings) -> None:
     """Measure every method, print the table and the goals, save the files."""
-    from cascade.bench.output import save, show
-
     s, console = settings, Console()
     target, drafter = s.models.folders(console.print)
     config = BenchConfig(target=target, drafter=drafter, out=s.out, k=s.num_draft_tokens,
