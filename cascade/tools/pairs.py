@@ -42,6 +42,11 @@ def default_pair(target: Path | None, drafter: Path | None, pair: str,
     return prepare(default_models_dir(), log=log), DEFAULT_DRAFTER
 
 
+def default_target(target: Path | None, pair: str = "smollm2") -> Path:
+    """``target``, else the built-in pair's target (for commands that take a target alone)."""
+    return target or default_pair(None, None, pair)[0]
+
+
 class PairSettings(BaseModel):
     """The model pair a command serves or measures: two folders, or a built-in pair (its flags:
     ``--target``, ``--drafter``, ``--pair``)."""

@@ -117,10 +117,10 @@ class AdmissionSettings(BaseModel):
 
 def run(settings: AdmissionSettings) -> None:
     """Serve the sessions under both rules and print the table and the ratios."""
-    from cascade.tools.pairs import default_pair
+    from cascade.tools.pairs import default_target
 
     s = settings
-    target = s.target or default_pair(None, None, "smollm2")[0]
+    target = default_target(s.target)
     runner = ModelRunner.load(ModelSpec(str(target)))
     results = measure(runner, s.sessions, s.budget_sessions, s.prompt_tokens, s.max_tokens,
                       s.answer_tokens, s.wait_s)

@@ -82,10 +82,10 @@ class SharedPrefillSettings(BaseModel):
 
 def run(settings: SharedPrefillSettings) -> None:
     """Measure both modes and print the table."""
-    from cascade.tools.pairs import default_pair
+    from cascade.tools.pairs import default_target
 
     s = settings
-    target = s.target or default_pair(None, None, "smollm2")[0]
+    target = default_target(s.target)
     runner = ModelRunner.load(ModelSpec(str(target)))
     runs = measure(runner, s.prompt_tokens, s.n, s.max_tokens, s.repeats)
     first = {share: statistics.median(r[0] for r in runs[share]) for share in runs}

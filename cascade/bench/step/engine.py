@@ -279,9 +279,9 @@ class EngineSettings(BaseModel):
 
 def run(settings: EngineSettings) -> EngineBenchResult:
     """Measure every shape and column, print and save the tables."""
-    from cascade.tools.pairs import default_pair
+    from cascade.tools.pairs import default_target
 
-    target = settings.target or default_pair(None, None, "smollm2")[0]
+    target = default_target(settings.target)
     return run_on_console(settings.config(target), Console())
 
 

@@ -44,7 +44,7 @@ from cascade.core.model.dtypes import cpu_flags
 from cascade.core.model.runner import DTYPES, ModelRunner, ModelSpec
 from cascade.core.model.weights import check_split
 from cascade.serving.settings_cli import settings_command
-from cascade.tools.pairs import default_pair
+from cascade.tools.pairs import default_target
 
 
 SETTLE_S = 0.5
@@ -194,7 +194,7 @@ class TpSettings(BaseModel):
         return self
 
     def folder(self) -> Path:
-        return self.target or default_pair(None, None, "tiny")[0]
+        return default_target(self.target, "tiny")
 
 
 def run(settings: TpSettings) -> None:

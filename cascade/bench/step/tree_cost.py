@@ -89,10 +89,10 @@ class TreeCostSettings(BaseModel):
 
 def run(settings: TreeCostSettings) -> None:
     """Measure every size in both dtypes and print the table."""
-    from cascade.tools.pairs import default_pair
+    from cascade.tools.pairs import default_target
 
     torch.set_num_threads(settings.threads)
-    target = settings.target or default_pair(None, None, "smollm2")[0]
+    target = default_target(settings.target)
     Console(width=120).print(measure(str(target), settings.nodes, settings.repeats))
     print(machine())
 

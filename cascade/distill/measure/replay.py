@@ -57,10 +57,10 @@ def run(settings: ReplaySettings) -> None:
     """Generate the target's held-out answers, then print each drafter's curve."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from cascade.tools.pairs import default_pair
+    from cascade.tools.pairs import default_target
 
     s = settings
-    target = s.target or default_pair(None, None, "smollm2")[0]
+    target = default_target(s.target)
     tokenizer = AutoTokenizer.from_pretrained(target)
     model = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32).eval()
     sequences = held_out(model, tokenizer, s.answers, s.max_new_tokens)
