@@ -10,4 +10,5 @@ command -v kubectl >/dev/null || { apt-get install -y -q kubectl >/dev/null 2>&1
 command -v chromium >/dev/null || { apt-get install -y -q chromium >/dev/null 2>&1 || \
   { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1; } || \
   echo "chromium could not be installed: the playground browser tests will be skipped"; }
-.venv/bin/python -m pytest -q "$@"
+# Two workers (pytest-xdist): the longest tests start first (tests/conftest.py).
+.venv/bin/python -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder "$@"

@@ -1,3 +1,4 @@
+import os
 import sys
 from pathlib import Path
 
@@ -5,7 +6,22 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-torch.set_num_threads(2)
+
+# The longest tests, longest first: with several workers (pytest -n) they start first, so that
+# no worker is left with one of them at the end while the others idle.
+LONGEST_FIRST = (
+    "e2e/test_chaos.py", "bench/test_load_smoke.py", "bench/test_bench_smoke.py",
+    "core/test_tensor_parallel.py", "core/test_processor_sampling.py", "core/test_suffix.py",
+    "e2e/test_local_cluster.py", "distill/test_feature_distill.py", "core/test_auto_drafting.py",
+    "distill/test_distill.py", "e2e/test_resume.py", "e2e/test_tensor_parallel_e2e.py",
+    "e2e/test_faults.py", "core/test_tensor_parallel_three_ranks.py", "core/test_invariant.py",
+    "services/test_redis_failover.py", "core/test_recursive_trees.py",
+    "e2e/test_bf16_exactness.py", "bench/test_engine_bench.py", "core/test_compiled.py",
+    "bench/test_tp_bench.py", "bench/test_memory_bench.py", "e2e/test_real_pair.py",
+    "e2e/test_rtt_bench.py", "e2e/test_redis_failover_e2e.py",
+)
+# Tiny models gain nothing from a second thread; with two workers (pytest -n 2) each takes a core.
+torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else 2)
 
 
 @pytest.fixture(scope="session")
@@ -59,3 +75,18 @@ def tiny_runners(tiny_pair_dirs):
     target_dir, drafter_dir = tiny_pair_dirs
     return (ModelRunner.load(ModelSpec(str(target_dir), device=DEVICE)),
             ModelRunner.load(ModelSpec(str(drafter_dir), device=DEVICE)))
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config, items):
+    """With several workers: the longest tests first, and the tests of a module that shares a
+    fixture across its tests (module scope) on one worker, so that it is built once."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.removeprefix("tests/").split("::")[0],
+                                         len(rank)))
+    for item in items:
+        defs = item._fixtureinfo.name2fixturedefs.values()
+        if any(d[-1].scope in ("module", "package", "class") for d in defs if d):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))

@@ -13,7 +13,6 @@ import os
 import secrets
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from cascade.serving.certs import make_mesh_certs
 from cascade.serving.registry import role_key
 from cascade.tools.cluster_config import ClusterConfig
 from cascade.tools.redis_ha import RedisHA
+from cascade.tools.pod_launcher import PodProcess, launch
 from cascade.tools.redis_server import RedisServer, free_port
 
 
@@ -42,7 +42,7 @@ COMPILE_START_S = 900.0
 @dataclass
 class LocalCluster:
     config: ClusterConfig
-    processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+    processes: dict[str, PodProcess] = field(default_factory=dict)
     redis: RedisServer | RedisHA | None = None
     front: Callable[[str, int], int] | None = None
     """Given (process name, port) of each verifier and Redis data node, puts something in front
@@ -69,13 +69,9 @@ class LocalCluster:
             self._picked.setdefault(name, 0)
         log_path = self.config.workdir / f"{name}.log"
         self._log_from[name] = log_path.stat().st_size if log_path.exists() else 0
-        log = log_path.open("a")
-        cores = self.config.cpu_affinity.get(name)
-        pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None
         env = {**os.environ, "CASCADE_REDIS_URL": self.redis.url}  # not in the process list
-        self.processes[name] = subprocess.Popen(
-            [sys.executable, "-m", *args], stdout=log, stderr=subprocess.STDOUT, preexec_fn=pin,
-            env=env)
+        self.processes[name] = launch(args[0], args[1:], log_path, env,
+                                      self.config.cpu_affinity.get(name))
 
     def start(self, timeout_s: float = 180.0) -> "LocalCluster":
         c = self.config

@@ -28,7 +28,6 @@ from collections.abc import Callable
 
 import llguidance
 import llguidance.hf
-import llguidance.torch as llg_torch
 import torch
 
 from cascade.protocol.grammar import Grammar, to_llguidance
@@ -85,6 +84,10 @@ class GrammarMatcher:
         """[rows, ceil(vocab / 32)] int32 bitmasks of the tokens allowed at each row's
         position, ``histories[r]`` being the drafted tokens before it; a row behind a forbidden
         drafted token allows everything (it is never reached)."""
+        # Imported here: llguidance.torch loads torch.compile's machinery (~2 s at a pod's
+        # start-up) that only a request with a grammar needs.
+        import llguidance.torch as llg_torch
+
         bits = llg_torch.allocate_token_bitmask(len(histories), self.vocab_size)
         bits.fill_(-1)
         stack: list[int] = []  # drafted tokens the matcher is advanced through
