@@ -10,7 +10,7 @@ from cascade.core.memory.suffix_index import SuffixIndex
 from cascade.core.memory.candidates import MemoryLimits
 
 from cascade.pod.cli import model_server_cli
-from cascade.serving.delay import LinkDelay
+from cascade.serving.mesh.delay import LinkDelay
 from cascade.serving.metrics import DRAFTER, MemoryCollector
 from drafter_service.server import build_drafter
 from drafter_service.settings import DrafterPodSettings

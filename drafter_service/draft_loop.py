@@ -31,8 +31,8 @@ from cascade.core.proposers import (
 )
 from cascade.pod.messages import features_from_pb
 from cascade.protocol.settings import DraftConfig
-from cascade.protocol.validation import SessionSettings
-from cascade.serving.delay import LinkDelay
+from cascade.protocol.wire.validation import SessionSettings
+from cascade.serving.mesh.delay import LinkDelay
 from cascade.serving.errors import StaleEpoch
 from cascade.serving.telemetry import current_context
 from cascade.session import actions as act
@@ -55,7 +55,7 @@ class DraftLoop:
                  num_sessions: Callable[[], int] = lambda: 1,
                  memory: SessionMemory | None = None) -> None:
         """``settings`` and ``config``: what the request carries, checked by the servicer;
-        ``delay``: injected network delay to the verifier (cascade.serving.delay);
+        ``delay``: injected network delay to the verifier (cascade.serving.mesh.delay);
         ``speculation``: drafting during verification (off for proposers that cannot), in
         rounds that start while ``num_sessions()`` is at most its ``max_sessions``;
         ``memory``: the speculation memory under the session's scope (None: off)."""

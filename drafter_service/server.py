@@ -11,9 +11,9 @@ from cascade.core.model.runner import ModelRunner
 from cascade.core.memory.suffix_index import SuffixIndex
 from cascade.pod.process import model_executor
 from cascade.serving.channels import ChannelPool
-from cascade.serving.delay import LinkDelay
+from cascade.serving.mesh.delay import LinkDelay
 from cascade.serving.memory_stream import MemoryFeed
-from cascade.serving.mesh import OPEN, MeshSecurity
+from cascade.serving.mesh.security import OPEN, MeshSecurity
 from cascade.serving.server import GrpcService, ServiceBinding
 from cascade.serving.watchdog import ExecutorWatchdog
 from cascade.v1 import drafter_pb2, drafter_pb2_grpc

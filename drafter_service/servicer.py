@@ -7,7 +7,7 @@ from concurrent.futures import Executor
 from cascade.core.model.runner import ModelRunner
 from cascade.pod.messages import model_limits
 from cascade.core.memory.suffix_index import SessionMemory, SuffixIndex
-from cascade.protocol.validation import (
+from cascade.protocol.wire.validation import (
     check_scope,
     check_token_ids,
     check_verifier_address,
@@ -15,7 +15,7 @@ from cascade.protocol.validation import (
     session_settings,
 )
 from cascade.serving import metrics
-from cascade.serving.delay import LinkDelay
+from cascade.serving.mesh.delay import LinkDelay
 from cascade.serving.channels import ChannelPool
 from cascade.v1 import drafter_pb2, drafter_pb2_grpc
 from drafter_service.draft_loop import DraftLoop

@@ -1,5 +1,5 @@
 """One session's Verify call as its drafter sees it: requests written through the link's
-injected delay (``cascade.serving.delay``), verdicts read after it."""
+injected delay (``cascade.serving.mesh.delay``), verdicts read after it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import asyncio
 
 import grpc
 
-from cascade.serving.delay import DelayedWriter, SessionDelay
+from cascade.serving.mesh.delay import DelayedWriter, SessionDelay
 from cascade.v1 import verifier_pb2, verifier_pb2_grpc
 
 

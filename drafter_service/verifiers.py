@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import redis.asyncio as redis
 
-from cascade.protocol.validation import invalid
+from cascade.protocol.wire.validation import invalid
 from cascade.serving.errors import Unavailable
 from cascade.serving.registry import live_pods
 

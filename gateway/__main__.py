@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from cascade.serving.mesh import refuse_open
+from cascade.serving.mesh.security import refuse_open
 from cascade.serving.process import check_model, setup_logging
 from cascade.serving.settings_cli import settings_command
 from cascade.serving.telemetry import setup_telemetry

@@ -13,11 +13,11 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from transformers import PreTrainedTokenizerBase
 
-from cascade.protocol.chat import chat_ids, has_chat_template
+from cascade.protocol.request.chat import chat_ids, has_chat_template
 from cascade.protocol.limits import RequestInvalid
-from cascade.protocol.prediction import with_prediction
-from cascade.protocol.structured import with_grammar
-from cascade.protocol.requests import (
+from cascade.protocol.request.prediction import with_prediction
+from cascade.protocol.request.structured import with_grammar
+from cascade.protocol.request.mapping import (
     GenerationRequest,
     build_request,
     check_vocabulary,

@@ -8,22 +8,22 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from cascade.protocol.chat import chat_prompt_ids, has_chat_template
+from cascade.protocol.request.chat import chat_prompt_ids, has_chat_template
 from cascade.protocol.grammar import Grammar
 from cascade.protocol.limits import RequestInvalid, shortened
-from cascade.protocol.prediction import prediction_usage, with_prediction
-from cascade.protocol.requests import (
+from cascade.protocol.request.prediction import prediction_usage, with_prediction
+from cascade.protocol.request.mapping import (
     GenerationRequest,
     ServerDefaults,
     build_request,
     check_vocabulary,
     with_bad_words,
 )
-from cascade.protocol.options import GenerationOptions, validate_options
+from cascade.protocol.request.options import GenerationOptions, validate_options
 from cascade.protocol.settings import FinishReason
 from cascade.protocol.limits import MAX_LOGPROBS
-from cascade.protocol.structured import with_grammar
-from cascade.protocol.wire import FINISH_TO_PB, grammar_from_pb, logprobs_to_pb
+from cascade.protocol.request.structured import with_grammar
+from cascade.protocol.wire.convert import FINISH_TO_PB, grammar_from_pb, logprobs_to_pb
 from cascade.serving.errors import NotFound, Unauthenticated
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc
 from gateway.auth import ApiKeys

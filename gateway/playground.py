@@ -18,7 +18,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.responses import RedirectResponse
 
 from cascade.protocol.methods import DEFAULT_DRAFT_METHOD, DRAFT_METHODS
-from cascade.protocol.options import CASCADE_RULE_NAMES
+from cascade.protocol.request.options import CASCADE_RULE_NAMES
 from cascade.protocol.limits import MAX_DRAFT_TOKENS
 
 PATH = "/playground"

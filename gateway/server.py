@@ -18,7 +18,7 @@ from transformers import PreTrainedTokenizerFast
 
 from cascade.protocol.names import default_model_id
 from cascade.serving.channels import ChannelPool
-from cascade.serving.mesh import OPEN, MeshSecurity
+from cascade.serving.mesh.security import OPEN, MeshSecurity
 from cascade.serving.registry import live_pods
 from cascade.serving.server import GrpcService, ServiceBinding
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc

@@ -11,9 +11,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from cascade.protocol.limits import MAX_DRAFT_TOKENS, MAX_TREE_NODES
 from cascade.protocol.methods import DEFAULT_DRAFT_METHOD, DRAFT_METHODS
-from cascade.protocol.requests import ServerDefaults
+from cascade.protocol.request.mapping import ServerDefaults
 from cascade.serving.memory_stream import DEFAULT_STREAM_BYTES, DEFAULT_STREAM_LEN, MemoryMode
-from cascade.serving.mesh import SESSION_KEY_HELP, MeshSettings
+from cascade.serving.mesh.security import SESSION_KEY_HELP, MeshSettings
 from cascade.serving.settings_cli import env
 from gateway.sessions.assignment import OrchestratorSettings
 from gateway.sessions.session_store import FINISHED_SESSION_TTL_S, SESSION_TTL_S

@@ -13,7 +13,7 @@ from pydantic import Field
 from transformers import PreTrainedTokenizerBase
 
 import cascade
-from cascade.protocol.options import Lenient
+from cascade.protocol.request.options import Lenient
 from gateway.completions import check_chat_template, templated_ids
 from gateway.openai.errors import bad_request, model_not_found
 from gateway.settings import HttpSettings

@@ -87,7 +87,7 @@ def test_round_stats_cross_the_wire_and_reach_json_whole():
 def test_every_generate_request_field_is_an_option_of_the_same_name_or_the_servicers():
     """The gRPC servicer converts options by name: a field added to one side and not the
     other fails here, not in a client's request."""
-    from cascade.protocol.options import GenerationOptions
+    from cascade.protocol.request.options import GenerationOptions
     from cascade.v1 import gateway_pb2
     from gateway.grpc_api import REQUEST_FIELDS
 

@@ -7,7 +7,7 @@ import dataclasses
 import typer
 
 from cascade.pod.cli import model_server_cli
-from cascade.serving.mesh import load_session_key
+from cascade.serving.mesh.security import load_session_key
 from verifier_service.server import build_verifier
 from verifier_service.settings import VerifierPodSettings
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from cascade.core.sample import grammar
 from cascade.core.model.runner import ModelRunner
 from cascade.pod.process import model_executor
-from cascade.serving.mesh import OPEN, MeshSecurity
+from cascade.serving.mesh.security import OPEN, MeshSecurity
 from cascade.serving.server import GrpcService, ServiceBinding
 from cascade.serving.watchdog import ExecutorWatchdog
 from cascade.v1 import verifier_pb2, verifier_pb2_grpc

@@ -11,7 +11,7 @@ from cascade.session import actions as act
 from cascade.session import events as ev
 from cascade.session.verifier import VerifierSession
 from cascade.serving.errors import StaleEpoch
-from cascade.serving.mesh import OPEN, MeshSecurity
+from cascade.serving.mesh.security import OPEN, MeshSecurity
 from cascade.v1 import verifier_pb2, verifier_pb2_grpc
 from verifier_service.sessions import SessionTable
 

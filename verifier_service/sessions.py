@@ -38,7 +38,7 @@ from cascade.pod.messages import (
 )
 from cascade.protocol.methods import DEFAULT_DRAFT_METHOD
 from cascade.protocol.limits import MAX_DRAFT_TOKENS, MAX_TREE_NODES
-from cascade.protocol.validation import (
+from cascade.protocol.wire.validation import (
     check_feature_layers,
     check_scope,
     check_shadow,

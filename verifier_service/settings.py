@@ -10,7 +10,7 @@ from pydantic import AfterValidator, Field
 
 from cascade.core.verify.compiled import check_mode
 from cascade.pod.settings import PodSettings
-from cascade.serving.mesh import SESSION_KEY_HELP
+from cascade.serving.mesh.security import SESSION_KEY_HELP
 from cascade.serving.settings_cli import env
 from verifier_service.scheduler import VerifierSettings
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cascade.protocol.chat import chat_prompt_ids
+from cascade.protocol.request.chat import chat_prompt_ids
 
 
 @dataclass(frozen=True)

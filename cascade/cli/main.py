@@ -124,7 +124,7 @@ def mesh_certs(out: Path = typer.Option(..., help="Folder to write tls.crt, tls.
                days: int = typer.Option(365, help="Validity in days.")) -> None:
     """Make a CA and one certificate every mesh member can use (pods' and the gateway's
     --tls-dir). For trying mutual TLS out; production issues them with cert-manager."""
-    from cascade.serving.certs import make_mesh_certs
+    from cascade.serving.mesh.certs import make_mesh_certs
 
     folder = make_mesh_certs(out, server_name, days)
     console.print(f"wrote {folder}/tls.crt, tls.key, ca.crt (the CA's key is not kept)")

@@ -20,7 +20,7 @@ import torch
 from cascade.distill.prompts import training_prompts
 from cascade.distill.student import StudentShape, build_student, choose_vocabulary
 from cascade.distill.teacher import Sequence, answer
-from cascade.protocol.chat import chat_prompts_ids
+from cascade.protocol.request.chat import chat_prompts_ids
 from cascade.core.model.vocab_map import VOCAB_MAP_FILE, VocabMap
 
 

@@ -17,7 +17,7 @@ from cascade.core.model.weights import check_split
 from cascade.pod.process import setup_pod
 from cascade.protocol.names import default_model_id
 from cascade.pod.settings import PodSettings
-from cascade.serving.mesh import refuse_open
+from cascade.serving.mesh.security import refuse_open
 from cascade.serving.metrics import serve_metrics
 from cascade.serving.process import check_model, serve_forever
 from cascade.serving.settings_cli import settings_command

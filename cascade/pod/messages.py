@@ -14,8 +14,8 @@ import torch
 from cascade.core.blocks import Draft, RoundOutcome, TargetFeatures
 from cascade.core.plan.speculation import Outcome
 from cascade.protocol.round_stats import RoundStats
-from cascade.protocol.validation import ModelLimits, check_block
-from cascade.protocol.wire import FINISH_TO_PB, logprobs_to_pb
+from cascade.protocol.wire.validation import ModelLimits, check_block
+from cascade.protocol.wire.convert import FINISH_TO_PB, logprobs_to_pb
 from cascade.session.wire import FEATURE_CHUNK_POSITIONS, num_open_replies
 from cascade.v1 import common_pb2, verifier_pb2
 

@@ -8,7 +8,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from cascade.serving.mesh import MeshSettings
+from cascade.serving.mesh.security import MeshSettings
 from cascade.serving.settings_cli import env
 
 

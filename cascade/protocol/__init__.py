@@ -1,6 +1,8 @@
 """The protocol layer: what a generation asks for and what a round reports, with no torch.
 
-Request, sampling, drafting and acceptance settings, the length rules, the one validated mapping
-from an API request (HTTP or gRPC) to settings, the acceptance counters, the chat encoding and the
-protobuf conversions of all of these. The gateway imports this layer and never the core.
+On top: sampling, drafting and acceptance settings, the length rules, grammars, token trees and
+the acceptance counters and round statistics. ``request``: the one validated mapping from an API
+request (HTTP or gRPC) to those settings, with the chat encoding. ``wire``: the protobuf
+conversions of all of these and the checks on what reaches a pod. The settings import neither
+``request`` nor ``wire``; the gateway imports this layer and never the core.
 """

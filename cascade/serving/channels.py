@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 import grpc
 
-from cascade.serving.mesh import OPEN, MeshSecurity
+from cascade.serving.mesh.security import OPEN, MeshSecurity
 from cascade.serving.server import KEEPALIVE_OPTIONS, MAX_MESSAGE_BYTES
 
 CHANNEL_OPTIONS = [

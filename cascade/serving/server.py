@@ -18,7 +18,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from cascade.serving.errors import ErrorInterceptor
-from cascade.serving.mesh import OPEN, MeshSecurity
+from cascade.serving.mesh.security import OPEN, MeshSecurity
 from cascade.serving.registry import Heartbeat
 from cascade.serving.watchdog import ExecutorWatchdog
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import redis
 
-from cascade.serving.certs import make_mesh_certs
+from cascade.serving.mesh.certs import make_mesh_certs
 from cascade.serving.registry import role_key
 from cascade.tools.cluster_config import ClusterConfig
 from cascade.tools.redis_ha import RedisHA

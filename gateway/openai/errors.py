@@ -16,7 +16,7 @@ from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cascade.protocol.limits import shortened
-from cascade.protocol.options import describe_validation_error
+from cascade.protocol.request.options import describe_validation_error
 from gateway.sessions.generation import (
     AtCapacity,
     GenerationFailed,

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from cascade.protocol.prediction import prediction_usage
+from cascade.protocol.request.prediction import prediction_usage
 from gateway.openai import responses
 from gateway.sessions.generation import GenerationFailed
 from gateway.openai.streaming import Delta, sse_event

@@ -14,7 +14,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from cascade.protocol.grammar import Grammar
 from cascade.protocol.limits import RequestInvalid
-from cascade.protocol.options import GenerationOptions, Lenient, valid_text
+from cascade.protocol.request.options import GenerationOptions, Lenient, valid_text
 from cascade.protocol.limits import MAX_LOGPROBS
 from gateway.openai.structured import StructuredFields
 from gateway.openai.tools import ToolFields
@@ -31,7 +31,7 @@ class StreamOptions(Lenient):
 
 class GenerationFields(GenerationOptions, StructuredFields):
     """Fields shared by completions and chat completions: the generation options (the one
-    mapping's, cascade.protocol.requests), the structured outputs (gateway.openai.structured), plus
+    mapping's, cascade.protocol.request.mapping), the structured outputs (gateway.openai.structured), plus
     what only the OpenAI HTTP API has."""
 
     model: str

@@ -25,7 +25,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from cascade.protocol.grammar import Grammar
 from cascade.protocol.limits import RequestInvalid
-from cascade.protocol.options import Lenient
+from cascade.protocol.request.options import Lenient
 
 
 class Strict(Lenient):

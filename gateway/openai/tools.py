@@ -37,7 +37,7 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from cascade.protocol.grammar import Grammar
 from cascade.protocol.limits import RequestInvalid, shortened
-from cascade.protocol.options import Lenient
+from cascade.protocol.request.options import Lenient
 
 NO_PARAMETERS = {"type": "object", "properties": {}, "additionalProperties": False}
 """The parameters of a function that declares none."""

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from cascade.protocol.logprobs import TokenLogprobs
-from cascade.protocol.requests import GenerationRequest
+from cascade.protocol.request.mapping import GenerationRequest
 from cascade.protocol.settings import FinishReason
 from cascade.protocol.round_stats import RoundStats
 from cascade.serving.errors import DataLoss

@@ -24,9 +24,9 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from cascade.protocol.limits import shortened
-from cascade.protocol.requests import GenerationRequest
+from cascade.protocol.request.mapping import GenerationRequest
 from cascade.protocol.settings import FinishReason
-from cascade.protocol.wire import FINISH_FROM_PB
+from cascade.protocol.wire.convert import FINISH_FROM_PB
 from cascade.serving import metrics
 from cascade.serving.channels import ChannelPool
 from cascade.serving.telemetry import start_span, tracer

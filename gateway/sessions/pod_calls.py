@@ -7,16 +7,16 @@ from __future__ import annotations
 import asyncio
 import time
 
-from cascade.protocol.requests import GenerationRequest
+from cascade.protocol.request.mapping import GenerationRequest
 from cascade.protocol.settings import FinishReason
 from cascade.protocol.round_stats import RoundStats
-from cascade.protocol.wire import (
+from cascade.protocol.wire.convert import (
     acceptance_to_pb,
     draft_settings_to_pb,
     logprobs_from_pb,
     sampling_to_pb,
 )
-from cascade.serving.mesh import MeshSecurity
+from cascade.serving.mesh.security import MeshSecurity
 from cascade.v1 import drafter_pb2, drafter_pb2_grpc, verifier_pb2, verifier_pb2_grpc
 from gateway.sessions.assignment import OrchestratorSettings, RoundTimeout, SessionJob
 from gateway.sessions.generation import GeneratedChunk

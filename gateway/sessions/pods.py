@@ -12,7 +12,7 @@ import grpc
 import redis.asyncio as redis
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from cascade.protocol.requests import GenerationRequest
+from cascade.protocol.request.mapping import GenerationRequest
 from cascade.serving.channels import ChannelPool
 from cascade.serving.registry import least_loaded
 from gateway.sessions.assignment import OrchestratorSettings, SessionJob

@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass
 
 import redis.asyncio as redis
 
-from cascade.protocol.requests import GenerationRequest
+from cascade.protocol.request.mapping import GenerationRequest
 from cascade.protocol.settings import DraftConfig, SamplingParams
 from cascade.protocol.acceptance import AcceptancePolicy
 from cascade.serving.errors import StaleEpoch

@@ -123,7 +123,7 @@ def test_good_grammars_compile():
 ])
 def test_pods_refuse_bad_grammars_naming_the_field(grammar, field):
     from cascade.protocol.limits import RequestInvalid
-    from cascade.protocol.validation import ModelLimits, session_settings
+    from cascade.protocol.wire.validation import ModelLimits, session_settings
     from cascade.v1 import common_pb2, verifier_pb2
 
     message = verifier_pb2.SessionOpen(

@@ -11,7 +11,7 @@ from cascade.core.loop import generate
 from cascade.core.verify.verification import InvalidDraft, SequenceVerifier
 from cascade.protocol.settings import DraftConfig, SamplingParams
 from cascade.protocol.acceptance import AcceptancePolicy, AcceptanceRule
-from cascade.protocol.wire import acceptance_from_pb, acceptance_to_pb
+from cascade.protocol.wire.convert import acceptance_from_pb, acceptance_to_pb
 from models import random_prompts
 from test_acceptance_stats import N, VOCAB, assert_matches, random_distribution
 

@@ -9,7 +9,7 @@ from cascade.core.blocks import Draft
 from cascade.core.loop import generate
 from cascade.core.proposers import Proposer, ProposerContext, TargetFeatures, load
 from cascade.protocol import methods
-from cascade.protocol.options import validate_options
+from cascade.protocol.request.options import validate_options
 from cascade.protocol.settings import DraftConfig, SamplingParams
 from models import random_prompts
 

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from cascade.protocol.settings import SamplingParams
-from cascade.protocol.wire import sampling_to_pb
+from cascade.protocol.wire.convert import sampling_to_pb
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc, verifier_pb2, verifier_pb2_grpc
 from verifier_service.scheduler import VerifierSettings
 

@@ -78,7 +78,7 @@ async def test_grpc_reports_the_predictions_kept_and_lost_tokens_on_the_last_res
     earlier responses leave the counts at 0."""
     import grpc
 
-    from cascade.protocol.prediction import prediction_usage
+    from cascade.protocol.request.prediction import prediction_usage
     from cascade.v1 import gateway_pb2, gateway_pb2_grpc
 
     tokenizer = cluster.target.tokenizer

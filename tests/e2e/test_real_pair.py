@@ -71,7 +71,7 @@ async def test_real_pair_json_schema_equals_masked_target_greedy(redis_server, r
 
     import jsonschema
 
-    from cascade.protocol.chat import chat_ids
+    from cascade.protocol.request.chat import chat_ids
     from cascade.protocol.grammar import Grammar
     from grammar_reference import masked_greedy
 

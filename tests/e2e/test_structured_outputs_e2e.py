@@ -10,7 +10,7 @@ import jsonschema
 import openai
 import pytest
 
-from cascade.protocol.chat import chat_ids
+from cascade.protocol.request.chat import chat_ids
 from cascade.protocol.grammar import Grammar
 from cascade.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 from grammar_reference import SCHEMAS, masked_greedy

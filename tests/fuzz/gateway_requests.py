@@ -22,11 +22,11 @@ import grpc
 from hypothesis import strategies as st
 
 from cascade.protocol.methods import DRAFT_METHODS
-from cascade.protocol.requests import GenerationRequest, ServerDefaults
-from cascade.protocol.options import CASCADE_RULE_NAMES
+from cascade.protocol.request.mapping import GenerationRequest, ServerDefaults
+from cascade.protocol.request.options import CASCADE_RULE_NAMES
 from cascade.protocol.settings import FinishReason, as_float32
-from cascade.protocol.validation import ModelLimits, draft_config, session_settings
-from cascade.protocol.wire import acceptance_to_pb, draft_settings_to_pb, sampling_to_pb
+from cascade.protocol.wire.validation import ModelLimits, draft_config, session_settings
+from cascade.protocol.wire.convert import acceptance_to_pb, draft_settings_to_pb, sampling_to_pb
 from cascade.serving.server import GrpcService, ServiceBinding
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc, verifier_pb2
 from gateway.sessions.generation import GeneratedChunk

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from hypothesis import strategies as st
 
 from cascade.protocol.methods import DRAFT_METHODS
-from cascade.protocol.validation import ADDRESS_PATTERN
+from cascade.protocol.wire.validation import ADDRESS_PATTERN
 from cascade.v1 import common_pb2, drafter_pb2, verifier_pb2
 from models import MAX_POSITIONS, VOCAB_SIZE
 

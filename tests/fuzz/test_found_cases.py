@@ -8,7 +8,7 @@ from fastapi.testclient import TestClient
 
 from cascade.pod.messages import draft_from_pb
 from cascade.protocol.limits import RequestInvalid
-from cascade.protocol.validation import ModelLimits, check_feature_layers, session_settings
+from cascade.protocol.wire.validation import ModelLimits, check_feature_layers, session_settings
 from cascade.v1 import common_pb2, verifier_pb2
 from gateway.openai.errors import APIError
 from gateway.http_app import create_app

@@ -11,7 +11,7 @@ import redis
 import redis.asyncio as aioredis
 from fastapi.testclient import TestClient
 
-from cascade.protocol.requests import ServerDefaults
+from cascade.protocol.request.mapping import ServerDefaults
 from cascade.serving.channels import ChannelPool
 from cascade.serving.registry import Heartbeat
 from cascade.serving.server import GrpcService, ServiceBinding

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from hypothesis import strategies as st
 
-from cascade.protocol.requests import GenerationRequest
+from cascade.protocol.request.mapping import GenerationRequest
 from cascade.protocol.settings import FinishReason, SamplingParams
 from cascade.v1 import gateway_pb2
 from gateway.sessions.generation import GeneratedChunk

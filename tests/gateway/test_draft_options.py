@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cascade.protocol.wire import draft_settings_from_pb, draft_settings_to_pb
+from cascade.protocol.wire.convert import draft_settings_from_pb, draft_settings_to_pb
 from http_fixtures import MODEL, FakeGenerator, make_client, script
 
 
@@ -58,7 +58,7 @@ async def test_bad_draft_options_name_the_field(tokenizer, extra, param):
     ({"draft_schedule": "adaptive"}, "model"),
 ])
 def test_the_servers_default_method_where_the_request_can_use_it(extra, method):
-    from cascade.protocol.requests import ServerDefaults, build_request
+    from cascade.protocol.request.mapping import ServerDefaults, build_request
     from gateway.openai.schemas import CompletionRequest
 
     server = ServerDefaults(64, default_draft_method="suffix_then_model")
@@ -67,7 +67,7 @@ def test_the_servers_default_method_where_the_request_can_use_it(extra, method):
 
 
 def test_an_unknown_default_method_is_refused():
-    from cascade.protocol.requests import ServerDefaults
+    from cascade.protocol.request.mapping import ServerDefaults
 
     with pytest.raises(ValueError, match="default_draft_method"):
         ServerDefaults(64, default_draft_method="telepathy")
@@ -82,7 +82,7 @@ def test_an_unknown_default_method_is_refused():
     ({"temperature": 0.8, "seed": 7, "acceptance": "cascade"}, "chow"),
 ])
 def test_a_seeded_sampled_request_is_verified_with_the_keyed_rule(extra, rule):
-    from cascade.protocol.requests import ServerDefaults, build_request
+    from cascade.protocol.request.mapping import ServerDefaults, build_request
     from gateway.openai.schemas import CompletionRequest
 
     body = CompletionRequest(model=MODEL, prompt="Hi", max_tokens=4, **extra)

@@ -1,11 +1,11 @@
 """The gateway's gRPC Generate turns requests into generation requests through the one mapping
-(cascade.protocol.requests), with the same length rules as the HTTP layer, and refuses what does
+(cascade.protocol.request.mapping), with the same length rules as the HTTP layer, and refuses what does
 not fit with a message that says why."""
 
 import pytest
 
 from cascade.protocol.limits import RequestInvalid, fit_lengths
-from cascade.protocol.requests import ServerDefaults
+from cascade.protocol.request.mapping import ServerDefaults
 from cascade.v1 import gateway_pb2
 from gateway.grpc_api import GatewayServicer
 

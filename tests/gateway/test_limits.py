@@ -10,7 +10,7 @@ import pytest
 import typer
 import uvicorn
 
-from cascade.serving.mesh import refuse_open
+from cascade.serving.mesh.security import refuse_open
 from cascade.tools.redis_server import free_port
 from gateway.sessions.generation import GeneratedChunk
 from gateway.http_app import create_app

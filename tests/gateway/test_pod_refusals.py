@@ -10,7 +10,7 @@ import grpc
 import pytest
 import redis.asyncio as aioredis
 
-from cascade.protocol.requests import ServerDefaults
+from cascade.protocol.request.mapping import ServerDefaults
 from cascade.serving.channels import ChannelPool
 from cascade.serving.registry import Heartbeat
 from cascade.serving.server import GrpcService, ServiceBinding

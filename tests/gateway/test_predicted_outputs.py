@@ -6,7 +6,7 @@ of it the completion kept."""
 import grpc
 import pytest
 
-from cascade.protocol.prediction import prediction_usage
+from cascade.protocol.request.prediction import prediction_usage
 from cascade.v1 import gateway_pb2
 from http_fixtures import (
     MODEL,

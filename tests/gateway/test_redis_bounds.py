@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from cascade.protocol.options import MAX_STOP_CHARS
+from cascade.protocol.request.options import MAX_STOP_CHARS
 from cascade.protocol.settings import DraftConfig, SamplingParams
 from cascade.protocol.limits import MAX_BAD_WORDS
 from cascade.serving import memory_stream

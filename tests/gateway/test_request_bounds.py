@@ -12,7 +12,7 @@ import grpc
 import httpx
 import pytest
 
-from cascade.protocol.options import MAX_BAD_WORD_CHARS, MAX_STOP_CHARS, validate_options
+from cascade.protocol.request.options import MAX_BAD_WORD_CHARS, MAX_STOP_CHARS, validate_options
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc
 from gateway.completions import CompletionsApi
 from http_fixtures import MODEL, FakeGenerator, make_client, script
@@ -79,8 +79,8 @@ async def test_errors_quote_a_long_value_cut_short(tokenizer, fields, quoted):
 
 def test_a_bad_word_too_many_tokens_long_is_quoted_cut_short(tokenizer):
     from cascade.protocol.limits import RequestInvalid
-    from cascade.protocol.requests import ServerDefaults, build_request, with_bad_words
-    from cascade.protocol.options import validate_options
+    from cascade.protocol.request.mapping import ServerDefaults, build_request, with_bad_words
+    from cascade.protocol.request.options import validate_options
 
     word = "ab " * 80  # within the character limit, over the token limit
     options = validate_options({"bad_words": [word]})

@@ -6,7 +6,7 @@ from dataclasses import replace
 import grpc
 import pytest
 
-from cascade.protocol.requests import ServerDefaults
+from cascade.protocol.request.mapping import ServerDefaults
 from cascade.v1 import gateway_pb2
 from http_fixtures import MODEL, SETTINGS
 
@@ -89,7 +89,7 @@ def test_defaults_documented_once_agree_with_the_limits():
 
 def test_a_tiny_positive_temperature_is_greedy_and_the_core_refuses_it_raw():
     """1e-40 used to give NaN probabilities (k = 0: the last vocabulary id every round)."""
-    from cascade.protocol.options import validate_options
+    from cascade.protocol.request.options import validate_options
     from cascade.protocol.settings import SamplingParams
 
     assert validate_options({"temperature": 1e-40}).temperature == 0.0
@@ -102,9 +102,9 @@ def test_a_tiny_positive_temperature_is_greedy_and_the_core_refuses_it_raw():
 def test_a_temperature_the_gateway_accepts_survives_the_wires_float32(temperature):
     """The proto carries temperature as float32: 1e-5 arrives as 9.99999975e-6, which the
     pods must accept too (they used to refuse it as below the minimum)."""
-    from cascade.protocol.options import validate_options
+    from cascade.protocol.request.options import validate_options
     from cascade.protocol.settings import SamplingParams
-    from cascade.protocol.wire import sampling_from_pb, sampling_to_pb
+    from cascade.protocol.wire.convert import sampling_from_pb, sampling_to_pb
 
     accepted = validate_options({"temperature": temperature}).temperature
     params = SamplingParams(temperature=accepted, seed=1)

@@ -6,7 +6,7 @@ import json
 
 import httpx
 
-from cascade.protocol.requests import GenerationRequest
+from cascade.protocol.request.mapping import GenerationRequest
 from cascade.protocol.settings import FinishReason, SamplingParams
 from gateway.sessions.generation import GeneratedChunk
 from gateway.http_app import create_app

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from cascade.protocol.logprobs import TokenLogprobs
-from cascade.protocol.requests import ServerDefaults
+from cascade.protocol.request.mapping import ServerDefaults
 from cascade.protocol.settings import FinishReason
 from cascade.protocol.round_stats import RoundStats
 from cascade.v1 import gateway_pb2

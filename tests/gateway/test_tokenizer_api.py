@@ -4,7 +4,7 @@ request is encoded with, back to the same text, and the information a remote-tok
 
 import copy
 
-from cascade.protocol.chat import chat_ids
+from cascade.protocol.request.chat import chat_ids
 from http_fixtures import MODEL, SETTINGS, FakeGenerator, make_client
 
 TEXT = "Hello world, naïve café"

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from cascade.protocol.chat import chat_ids
+from cascade.protocol.request.chat import chat_ids
 from cascade.protocol.settings import FinishReason
 from gateway.settings import HttpSettings
 from gateway.openai.tools import NO_PARAMETERS, TOOLS_PROMPT, parse_tool_calls

@@ -78,7 +78,7 @@ def test_redis_requires_its_password_and_bounds_its_memory(rendered, target):
 
 @pytest.mark.parametrize("target", [t for t in TARGETS if t == "gpu"])
 def test_the_mesh_tls_component_mounts_certificates_and_moves_probes(rendered, target):
-    from cascade.serving.mesh import DEFAULT_SERVER_NAME
+    from cascade.serving.mesh.security import DEFAULT_SERVER_NAME
 
     objects = rendered[target]
     member = named(objects, "Certificate", "cascade-mesh-tls")

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from cascade.protocol.settings import SamplingParams
-from cascade.protocol.wire import sampling_to_pb
+from cascade.protocol.wire.convert import sampling_to_pb
 from cascade.serving.errors import Overloaded
 from cascade.v1 import verifier_pb2
 from models import random_prompts

@@ -82,7 +82,7 @@ async def test_a_block_sent_ahead_for_the_asking_verdict_is_taken_after_rounds_c
     never sends it again), so it is verified from where those rounds leave it, like a plain
     block; one on a wrong guess is dropped and the session goes on awaiting."""
     from cascade.protocol.settings import SamplingParams
-    from cascade.protocol.wire import sampling_to_pb
+    from cascade.protocol.wire.convert import sampling_to_pb
     from models import hf_greedy, random_prompts
     from services.test_planned_drafts import CHEAP
     from verifier_service.server import build_verifier

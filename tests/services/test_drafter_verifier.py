@@ -7,7 +7,7 @@ from cascade.protocol.settings import DraftConfig
 from cascade.core.loop import generate
 from cascade.protocol.settings import SamplingParams
 from cascade.v1 import common_pb2, drafter_pb2, drafter_pb2_grpc, verifier_pb2, verifier_pb2_grpc
-from cascade.protocol.wire import draft_settings_to_pb, sampling_to_pb
+from cascade.protocol.wire.convert import draft_settings_to_pb, sampling_to_pb
 from drafter_service.server import build_drafter
 from models import hf_greedy, random_prompts
 from verifier_service.server import build_verifier
@@ -136,7 +136,7 @@ async def test_bad_request_maps_to_invalid_argument(services):
 async def test_an_injected_delay_lengthens_every_round_and_changes_no_token(gpt2_pair):
     """A drafter 25 ms from its verifier (one way): each round takes at least the 50 ms round
     trip; the tokens are the same as next door."""
-    from cascade.serving.delay import LinkDelay
+    from cascade.serving.mesh.delay import LinkDelay
 
     target, drafter = gpt2_pair
     verifier, _ = build_verifier(target, grace_s=1.0)
@@ -213,7 +213,7 @@ async def test_hostile_trees_are_refused_at_the_verifier_naming_the_field(servic
 
 def test_a_shadow_tree_deeper_than_the_committed_tokens_is_refused():
     from cascade.protocol.limits import RequestInvalid
-    from cascade.protocol.validation import check_shadow
+    from cascade.protocol.wire.validation import check_shadow
 
     tree = verifier_pb2.ShadowBlock(epoch=1, base_len=8, tokens=[1, 2, 3, 4],
                                     parents=[-1, -1, 0, 2])

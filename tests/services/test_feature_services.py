@@ -10,7 +10,7 @@ from cascade.core.blocks import TargetFeatures
 from cascade.core.features.feature_runner import FeatureRunner
 from cascade.pod.messages import features_from_pb, features_to_pb
 from cascade.protocol.settings import DraftConfig, SamplingParams
-from cascade.protocol.wire import draft_settings_to_pb, sampling_to_pb
+from cascade.protocol.wire.convert import draft_settings_to_pb, sampling_to_pb
 from cascade.v1 import drafter_pb2, drafter_pb2_grpc, verifier_pb2, verifier_pb2_grpc
 from drafter_service.server import build_drafter
 from models import feature_pair, hf_greedy, random_prompts
@@ -121,7 +121,7 @@ async def test_only_a_session_that_asks_receives_features(services, pair):
 async def test_a_feature_drafter_speculating_ahead_stays_exact(pair):
     """Pre-drafts after guessed outcomes use the drafter's own predicted features for the
     guessed positions (their target features have not arrived); blocks sent ahead on them."""
-    from cascade.serving.delay import LinkDelay
+    from cascade.serving.mesh.delay import LinkDelay
     from cascade.v1 import common_pb2
     from drafter_service.speculation import SpeculationConfig
 

@@ -6,10 +6,10 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from cascade.protocol.settings import DraftConfig, SamplingParams
-from cascade.protocol.wire import draft_settings_to_pb, sampling_to_pb
-from cascade.serving.certs import make_mesh_certs, new_authority, write_member
+from cascade.protocol.wire.convert import draft_settings_to_pb, sampling_to_pb
+from cascade.serving.mesh.certs import make_mesh_certs, new_authority, write_member
 from cascade.serving.channels import CHANNEL_OPTIONS
-from cascade.serving.mesh import MeshSecurity
+from cascade.serving.mesh.security import MeshSecurity
 from cascade.v1 import drafter_pb2, drafter_pb2_grpc
 from drafter_service.server import build_drafter
 from drafter_service.verifiers import VerifierPolicy

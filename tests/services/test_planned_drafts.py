@@ -9,7 +9,7 @@ from cascade.core.verify.engine import VerifyEngine
 from cascade.core.verify.step_cost import StepShape
 from cascade.core.verify.verification import SequenceVerifier
 from cascade.protocol.settings import DraftConfig, SamplingParams
-from cascade.protocol.wire import draft_settings_to_pb, sampling_to_pb
+from cascade.protocol.wire.convert import draft_settings_to_pb, sampling_to_pb
 from cascade.v1 import drafter_pb2, drafter_pb2_grpc
 from drafter_service.server import build_drafter
 from models import hf_greedy, random_prompts
@@ -346,7 +346,7 @@ async def test_a_session_sent_to_draft_among_sessions_decoded_alone_misses_no_st
     import time
 
     from cascade.serving import metrics
-    from cascade.serving.delay import LinkDelay
+    from cascade.serving.mesh.delay import LinkDelay
     from cascade.v1 import verifier_pb2, verifier_pb2_grpc
 
     step = VerifyEngine.step

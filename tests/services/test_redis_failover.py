@@ -101,7 +101,7 @@ def _wait_role(client, role: str, timeout_s: float = 20.0) -> None:
 async def test_appends_wait_for_a_replica_when_asked(tmp_path):
     import redis as redis_sync
 
-    from cascade.protocol.requests import GenerationRequest
+    from cascade.protocol.request.mapping import GenerationRequest
     from cascade.protocol.settings import SamplingParams
     from cascade.serving import metrics
     from gateway.sessions.session_store import NotReplicated, SessionStore, session_keys
@@ -163,7 +163,7 @@ async def test_a_session_survives_the_primary_once_created_or_restored(tmp_path)
 
     from redis.exceptions import ConnectionError as RedisConnectionError
 
-    from cascade.protocol.requests import GenerationRequest
+    from cascade.protocol.request.mapping import GenerationRequest
     from cascade.protocol.settings import SamplingParams
     from gateway.sessions.session_store import SessionStore
 

@@ -10,7 +10,7 @@ import time
 import pytest
 import redis as redis_sync
 
-from cascade.protocol.requests import GenerationRequest
+from cascade.protocol.request.mapping import GenerationRequest
 from cascade.protocol.settings import SamplingParams
 from cascade.serving.registry import connect
 from cascade.tools.redis_ha import RedisHA

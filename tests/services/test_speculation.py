@@ -11,8 +11,8 @@ import pytest
 from cascade.core.loop import generate
 from cascade.core.plan.speculation import Guess, Outcome
 from cascade.protocol.settings import DraftConfig, SamplingParams
-from cascade.protocol.wire import draft_settings_to_pb, sampling_to_pb
-from cascade.serving.delay import DelayedWriter, LinkDelay
+from cascade.protocol.wire.convert import draft_settings_to_pb, sampling_to_pb
+from cascade.serving.mesh.delay import DelayedWriter, LinkDelay
 from cascade.v1 import (
     common_pb2,
     drafter_pb2,

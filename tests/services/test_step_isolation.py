@@ -8,7 +8,7 @@ import time
 from cascade.core.verify.engine import VerifyEngine
 from cascade.core.kv.kv_store import BLOCK_SIZE
 from cascade.protocol.settings import SamplingParams
-from cascade.protocol.wire import sampling_to_pb
+from cascade.protocol.wire.convert import sampling_to_pb
 from cascade.v1 import verifier_pb2
 from models import hf_greedy, random_prompts
 from services.test_planned_drafts import CHEAP

@@ -10,7 +10,7 @@ from cascade.core.proposers.model import ModelProposer
 from cascade.core.plan.speculation import Guess, Outcome
 from cascade.protocol.grammar import Grammar
 from cascade.protocol.settings import SamplingParams
-from cascade.serving.delay import LinkDelay
+from cascade.serving.mesh.delay import LinkDelay
 from cascade.v1 import common_pb2
 from drafter_service.predrafts import PreDrafter
 from drafter_service.server import build_drafter

@@ -11,8 +11,8 @@ from cascade.core.loop import generate
 from cascade.protocol.settings import DraftConfig, SamplingParams
 from cascade.protocol.acceptance import AcceptancePolicy, AcceptanceRule
 from cascade.protocol.trees import chain_parents
-from cascade.protocol.wire import acceptance_to_pb, draft_settings_to_pb, sampling_to_pb
-from cascade.serving.delay import LinkDelay
+from cascade.protocol.wire.convert import acceptance_to_pb, draft_settings_to_pb, sampling_to_pb
+from cascade.serving.mesh.delay import LinkDelay
 from cascade.v1 import common_pb2, drafter_pb2, drafter_pb2_grpc, verifier_pb2_grpc
 from drafter_service.predrafts import PreDrafter
 from drafter_service.server import build_drafter

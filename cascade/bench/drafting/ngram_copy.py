@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 from rich.console import Console
 from rich.table import Table
 
-from cascade.protocol.chat import chat_prompts_ids
+from cascade.protocol.request.chat import chat_prompts_ids
 from cascade.protocol.methods import DRAFT_METHODS
 from cascade.protocol.settings import DraftConfig
 from cascade.core.loop import generate

@@ -1,6 +1,6 @@
 """How few rounds any drafter could need for a completion, given the client's predicted output:
 a perfect drafter drafts, at every position where the completion follows the prediction
-(``cascade.protocol.prediction.shared_runs``, what OpenAI's ``accepted_prediction_tokens``
+(``cascade.protocol.request.prediction.shared_runs``, what OpenAI's ``accepted_prediction_tokens``
 counts), the rest of that run up to ``PREDICTION_TOKENS`` per round, all accepted, and nothing
 elsewhere (the verifier decodes those tokens alone). Every round also commits the verifier's own
 token.
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from cascade.protocol.methods import PREDICTION_TOKENS
-from cascade.protocol.prediction import shared_runs
+from cascade.protocol.request.prediction import shared_runs
 
 
 def perfect_rounds(prediction: Sequence[int], completion: Sequence[int],

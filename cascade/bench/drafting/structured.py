@@ -25,7 +25,7 @@ from rich.table import Table
 from cascade.bench.compare.run import machine
 from cascade.core.loop import generate
 from cascade.core.model.runner import ModelRunner, ModelSpec
-from cascade.protocol.chat import chat_prompts_ids
+from cascade.protocol.request.chat import chat_prompts_ids
 from cascade.protocol.grammar import Grammar
 from cascade.protocol.settings import DraftConfig, SamplingParams
 from cascade.protocol.stats import SpecStats

@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 from rich.console import Console
 from rich.table import Table
 
-from cascade.protocol.requests import GenerationRequest
+from cascade.protocol.request.mapping import GenerationRequest
 from cascade.protocol.settings import SamplingParams
 from cascade.serving.registry import connect
 from cascade.serving.settings_cli import settings_command

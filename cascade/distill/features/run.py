@@ -32,7 +32,7 @@ from cascade.distill.progress import RunProgress
 from cascade.distill.run import CHECKPOINT, save_atomically
 from cascade.distill.student import choose_vocabulary
 from cascade.distill.train import _fill_vocabulary
-from cascade.protocol.chat import chat_prompts_ids
+from cascade.protocol.request.chat import chat_prompts_ids
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import torch
 
 from cascade.bench.measure import ideal_speedup, per_token_ms
 from cascade.distill.prompts import prompt_set
-from cascade.protocol.chat import chat_prompts_ids
+from cascade.protocol.request.chat import chat_prompts_ids
 from cascade.protocol.settings import DraftConfig
 from cascade.core.loop import generate
 from cascade.core.model.runner import ModelRunner

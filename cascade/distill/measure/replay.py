@@ -21,7 +21,7 @@ from cascade.distill.features.data import FeatureSequence, greedy_answers
 from cascade.distill.features.train import build_drafter
 from cascade.distill.features.train import greedy_acceptance
 from cascade.distill.prompts import prompt_set
-from cascade.protocol.chat import chat_prompts_ids
+from cascade.protocol.request.chat import chat_prompts_ids
 from cascade.serving.settings_cli import settings_command
 
 

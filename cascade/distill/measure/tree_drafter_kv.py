@@ -20,7 +20,7 @@ from cascade.bench.compare.run import machine
 from cascade.core.loop import generate
 from cascade.core.model.runner import ModelRunner, ModelSpec, SequenceCache
 from cascade.distill.prompts import prompt_set
-from cascade.protocol.chat import chat_prompts_ids
+from cascade.protocol.request.chat import chat_prompts_ids
 from cascade.protocol.settings import DraftConfig, SamplingParams
 from cascade.serving.settings_cli import settings_command
 

@@ -29,7 +29,7 @@ from rich.table import Table
 from cascade.bench.prompts import bench_prompts
 from cascade.bench.compare.run import machine
 from cascade.distill.prompts import prompt_set
-from cascade.protocol.chat import chat_prompts_ids
+from cascade.protocol.request.chat import chat_prompts_ids
 from cascade.core.features.feature_runner import load_model
 from cascade.core.loop import generate
 from cascade.core.model.runner import ModelRunner, ModelSpec

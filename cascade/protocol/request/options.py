@@ -56,7 +56,7 @@ from pydantic import (
 
 from cascade.protocol.limits import RequestInvalid, shortened
 from cascade.protocol.methods import DRAFT_METHODS
-from cascade.protocol.prediction import Prediction
+from cascade.protocol.request.prediction import Prediction
 from cascade.protocol.settings import MIN_TEMPERATURE, as_float32, DraftConfig
 from cascade.protocol.limits import (
     MAX_DRAFT_TOKENS,
@@ -171,7 +171,7 @@ class GenerationOptions(Lenient):
     confidence-aware expansion)."""
     prediction: Prediction | None = None
     """OpenAI's Predicted Outputs: text the client expects back, drafted from
-    (cascade.protocol.prediction)."""
+    (cascade.protocol.request.prediction)."""
 
     @field_validator("temperature")
     @classmethod

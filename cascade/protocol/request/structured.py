@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from cascade.protocol.grammar import Grammar, grammar_problem
 from cascade.protocol.limits import RequestInvalid
-from cascade.protocol.requests import GenerationRequest
+from cascade.protocol.request.mapping import GenerationRequest
 
 
 def with_grammar(request: GenerationRequest, grammar: Grammar | None,

@@ -2,7 +2,7 @@
 (``cascade mesh-certs``). Production issues them with cert-manager (k8s/components/mesh-tls).
 
 One CA signs one certificate that every member uses as server and as client; its DNS name is the
-mesh's server name (``cascade.serving.mesh``)."""
+mesh's server name (``cascade.serving.mesh.security``)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from cascade.serving.mesh import CA, CERT, DEFAULT_SERVER_NAME, KEY
+from cascade.serving.mesh.security import CA, CERT, DEFAULT_SERVER_NAME, KEY
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Checks on what reaches a pod's gRPC port, made on the protobuf message before anything is
 allocated or a model runs.
 
-The gateway validates what clients send (``cascade.protocol.requests``), but a drafter's or a
+The gateway validates what clients send (``cascade.protocol.request.mapping``), but a drafter's or a
 verifier's port can be reached by anything on the network, so each pod checks every field it
 reads again, against its own model. Sizes are read from the message before any list or tensor is
 built from it. A failure is a ``RequestInvalid`` (a ValueError: INVALID_ARGUMENT through the
@@ -50,7 +50,7 @@ from cascade.protocol.limits import (
 )
 from cascade.protocol.acceptance import AcceptancePolicy
 from cascade.protocol.trees import depths, misplaced_parent, path_problem
-from cascade.protocol.wire import (
+from cascade.protocol.wire.convert import (
     acceptance_from_pb,
     draft_settings_from_pb,
     grammar_from_pb,

@@ -4,7 +4,7 @@ Both front ends hand their fields to ``GenerationOptions`` (the HTTP request mod
 the gRPC servicer validates a dict of the fields its request has set), then call
 ``build_request``. So the same request gets the same settings, and the same bad request the same
 message, whichever way it came (HTTP 400 / gRPC INVALID_ARGUMENT). The fields, their defaults
-and their bounds: ``cascade.protocol.options``.
+and their bounds: ``cascade.protocol.request.options``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from cascade.protocol.limits import RequestInvalid, fit_lengths, shortened
 from cascade.protocol.methods import DEFAULT_DRAFT_METHOD, DRAFT_METHODS, MODEL_METHOD
-from cascade.protocol.options import GenerationOptions
+from cascade.protocol.request.options import GenerationOptions
 from cascade.protocol.settings import DraftConfig, SamplingParams
 from cascade.protocol.limits import MAX_DRAFT_TOKENS, MAX_BAD_WORD_TOKENS, MAX_TREE_NODES
 from cascade.protocol.acceptance import AcceptancePolicy, AcceptanceRule

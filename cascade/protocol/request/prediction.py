@@ -21,8 +21,8 @@ from pydantic import BaseModel, ConfigDict
 from cascade.protocol.methods import PREDICTION_METHODS
 from cascade.protocol.limits import RequestInvalid
 
-if TYPE_CHECKING:  # its module imports this one (through cascade.protocol.options)
-    from cascade.protocol.requests import GenerationRequest as Request
+if TYPE_CHECKING:  # its module imports this one (through cascade.protocol.request.options)
+    from cascade.protocol.request.mapping import GenerationRequest as Request
 
 
 class _Strict(BaseModel):
