@@ -14,10 +14,11 @@ mkdir -p "$out"
 export CASCADE_TEST_DEVICE=${DEVICE:-cuda} PYTHONUNBUFFERED=1
 # The engine's exactness first; the loop's exactness matrix (the longest) last.
 files=(
-  tests/core/test_engine.py tests/core/test_invariant.py tests/core/test_paged_kv.py
-  tests/core/test_batched_attention.py tests/core/test_token_trees.py tests/core/test_tree_kv.py
-  tests/core/test_attention_families.py tests/core/test_runner.py
-  tests/core/test_feature_drafter.py tests/core/test_prefix_share.py
+  tests/core/verify/test_engine.py tests/core/verify/test_invariant.py
+  tests/core/kv/test_paged_kv.py tests/core/forward/test_batched_attention.py
+  tests/core/verify/test_token_trees.py tests/core/proposers/test_tree_kv.py
+  tests/core/forward/test_attention_families.py tests/core/model/test_runner.py
+  tests/core/features/test_feature_drafter.py tests/core/kv/test_prefix_share.py
   tests/core/test_loop_exactness.py
 )
 budget=${TESTS_TIMEOUT:-300}

@@ -5,18 +5,20 @@ from pathlib import Path
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
+# The helpers every test imports by name (models, distributions, references, tokenizers).
+sys.path.insert(0, str(Path(__file__).parent / "helpers"))
 
 # The longest tests, longest first: with several workers (pytest -n) they start first, so that
 # no worker is left with one of them at the end while the others idle.
 LONGEST_FIRST = (
     "e2e/test_chaos.py", "bench/test_load_smoke.py", "bench/test_bench_smoke.py",
-    "core/test_tensor_parallel.py", "core/test_processor_sampling.py", "core/test_suffix.py",
-    "e2e/test_local_cluster.py", "distill/test_feature_distill.py", "core/test_auto_drafting.py",
-    "distill/test_distill.py", "e2e/test_resume.py", "e2e/test_tensor_parallel_e2e.py",
-    "e2e/test_faults.py", "core/test_tensor_parallel_three_ranks.py", "core/test_invariant.py",
-    "services/test_redis_failover.py", "core/test_recursive_trees.py",
-    "e2e/test_bf16_exactness.py", "bench/test_engine_bench.py", "core/test_compiled.py",
+    "core/model/test_tensor_parallel.py", "core/sample/test_processor_sampling.py",
+    "core/memory/test_suffix.py", "e2e/test_local_cluster.py", "distill/test_feature_distill.py",
+    "core/proposers/test_auto_drafting.py", "distill/test_distill.py", "e2e/test_resume.py",
+    "e2e/test_tensor_parallel_e2e.py", "e2e/test_faults.py",
+    "core/model/test_tensor_parallel_three_ranks.py", "core/verify/test_invariant.py",
+    "services/test_redis_failover.py", "core/proposers/test_recursive_trees.py",
+    "e2e/test_bf16_exactness.py", "bench/test_engine_bench.py", "core/verify/test_compiled.py",
     "bench/test_tp_bench.py", "bench/test_memory_bench.py", "e2e/test_real_pair.py",
     "e2e/test_rtt_bench.py", "e2e/test_redis_failover_e2e.py",
 )

@@ -194,7 +194,7 @@ async def test_two_keys_with_the_same_prompt_share_no_prefix(cluster_with):
     """While key A's session is live on the pods, key B's session of the same prompt computes
     it (a copy would make B's first token come sooner: the timing of a guess would tell B
     A's prompt); a second session of key A copies it. Pods and gateway as deployed (the
-    drafter's caches follow the same scopes: tests/core/test_prefix_share.py)."""
+    drafter's caches follow the same scopes: tests/core/kv/test_prefix_share.py)."""
     prompt = "the secret system prompt of one tenant, long enough to be worth sharing " * 3
     body = {**BODY, "prompt": prompt, "max_tokens": 200, "ignore_eos": True}
     async with cluster_with(None, api_keys=",".join(KEYS)) as cluster:

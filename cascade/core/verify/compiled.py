@@ -11,7 +11,7 @@ row is added, ``packed.MIN_COMPILED_ROWS``), since compiled code specialises a s
 
 Exactness: the opaque products keep their row rules; the fused kernels reduce each row on its
 own (RMSNorm over the hidden size), so the batch-invariant pass stays invariant with compile on
-(tests/core/test_compiled.py); compiled and eager logits differ by rounding only.
+(tests/core/verify/test_compiled.py); compiled and eager logits differ by rounding only.
 
 Start-up: ``warm_up`` compiles before the first request, reporting progress. Inductor keeps
 what it built under ``cache_dir(runner)`` (per model, dtype, torch and machine): SmolLM2-135M

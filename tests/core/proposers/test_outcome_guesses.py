@@ -20,7 +20,7 @@ from cascade.core.plan.speculation import Guess, Outcome, ends_generation, rank_
 from cascade.core.trees import path_to
 from cascade.protocol.settings import DraftConfig, SamplingParams
 from models import VOCAB_SIZE, random_prompts
-from core.test_acceptance_stats import N, assert_matches
+from distributions import N, assert_matches
 
 
 def test_outcomes_are_ranked_by_the_drafters_chance_of_them():

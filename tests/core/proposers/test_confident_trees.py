@@ -1,7 +1,7 @@
 """CAPE's confidence-aware trees (cascade.core.proposers.tree.draft_confident_tree): the
 drafter's own chain with as many runners-up at each position as its confidence asks for, fed
 one token per depth like a chain; generating with them emits the target's greedy tokens
-(keyed sampling with them: tests/core/test_tree_drafting.py)."""
+(keyed sampling with them: tests/core/proposers/test_tree_drafting.py)."""
 
 import pytest
 import torch

@@ -6,7 +6,7 @@ from cascade.core.proposers import ProposerContext, new_proposer
 from cascade.core.verify.verification import InvalidDraft, SequenceVerifier
 from cascade.protocol.settings import DraftConfig, SamplingParams
 from models import hf_greedy, random_prompts
-from test_acceptance_stats import assert_matches
+from distributions import assert_matches
 
 
 def test_drafter_samples_from_exactly_the_proposal_it_sends(gpt2_pair):

@@ -49,7 +49,7 @@ def test_a_tree_is_ancestor_closed_within_its_shape_and_leaves_the_cache_committ
     tokens, parents = draft_tree(cache, PREFIX, shape)
     assert len(tokens) == 12 and tree_problem(parents, 12, 4) is None
     assert max(depths(parents)) <= 4
-    assert cache.tokens == PREFIX  # the fed nodes wait aside (tests/core/test_tree_kv.py)
+    assert cache.tokens == PREFIX  # the fed nodes wait aside (tests/core/proposers/test_tree_kv.py)
     # The root's best child is the drafter's argmax; a one-wide tree is the greedy chain.
     first = drafter.new_cache().forward_to(PREFIX).logits[-1].argmax()
     assert tokens[0] == int(first)

@@ -13,8 +13,7 @@ from cascade.protocol.trees import tree_problem
 from cascade.protocol.settings import DraftConfig, SamplingParams
 from cascade.protocol.acceptance import AcceptancePolicy, AcceptanceRule
 from models import random_prompts, tiny_llama
-from test_acceptance_stats import N, VOCAB, assert_matches, random_distribution
-from test_keyed_sampling import ADVERSARIAL
+from distributions import ADVERSARIAL, N, VOCAB, assert_matches, random_distribution
 
 RECURSIVE = AcceptancePolicy(AcceptanceRule.RECURSIVE)
 

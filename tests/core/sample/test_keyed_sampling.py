@@ -22,7 +22,7 @@ from cascade.core.verify.verification import SequenceVerifier
 from cascade.protocol.settings import SamplingParams
 from cascade.protocol.acceptance import AcceptancePolicy, AcceptanceRule
 from models import tiny_llama
-from test_acceptance_stats import N, VOCAB, assert_matches, random_distribution
+from distributions import ADVERSARIAL, N, VOCAB, assert_matches
 
 KEYED = AcceptancePolicy(AcceptanceRule.KEYED)
 
@@ -35,16 +35,6 @@ def test_the_noise_is_the_documented_hash_of_seed_position_and_token():
     noise = gumbel_noise(seed, [position], 50)
     torch.testing.assert_close(noise[0], torch.tensor(expected, dtype=torch.float64))
     assert not torch.equal(gumbel_noise(seed, [position + 1], 50)[0], noise[0])
-
-
-ADVERSARIAL = {  # (target p, drafter q) over VOCAB tokens
-    "random": (random_distribution(1), random_distribution(2)),
-    "disjoint": (torch.tensor([0.5, 0.5, 0, 0, 0, 0, 0, 0]).double(),
-                 torch.tensor([0, 0, 0.5, 0.5, 0, 0, 0, 0]).double()),
-    "q_sharper": (random_distribution(3), torch.nn.functional.one_hot(torch.tensor(5),
-                                                                      VOCAB).double()),
-    "sparse": (random_distribution(4, zeros=4), random_distribution(5, zeros=2)),
-}
 
 
 @pytest.mark.parametrize("pair", ADVERSARIAL)

@@ -8,35 +8,14 @@ distance between the empirical distribution and p against 5x the Monte-Carlo noi
 chi-square goodness-of-fit test (p-value > 0.001); tokens with p = 0 must never appear.
 """
 
-import math
-
 import pytest
 import torch
-from scipy.stats import chisquare
 
 from cascade.core.accept.acceptance import point_mass_accept, speculative_accept
 from cascade.core.accept.acceptance_reference import speculative_accept_reference
 from cascade.core.sample.sampling import process_logits, sparse_to_dense, sparsify
 from cascade.protocol.settings import SamplingParams
-
-N = 200_000
-VOCAB = 8
-
-
-def assert_matches(samples: torch.Tensor, p: torch.Tensor) -> None:
-    """samples: [N] token ids (or flattened cells); p: [cells] target distribution."""
-    p = p.double() / p.sum()
-    counts = torch.bincount(samples, minlength=p.numel()).double()
-    empirical = counts / counts.sum()
-    assert counts[p == 0].sum() == 0, "a token with target probability 0 was emitted"
-    noise_floor = 0.5 * torch.sqrt(2 * p * (1 - p) / (math.pi * counts.sum())).sum()
-    tv = 0.5 * (empirical - p).abs().sum()
-    assert tv < 5 * noise_floor, f"TV {tv:.5f} above 5x noise floor {noise_floor:.5f}"
-    support = p > 0
-    if int(support.sum()) > 1:
-        result = chisquare(counts[support].numpy(), (p[support] * counts.sum()).numpy())
-        assert result.pvalue > 1e-3, f"chi-square p-value {result.pvalue:.2e}"
-
+from distributions import N, VOCAB, assert_matches, random_distribution
 
 def first_token_samples(p: torch.Tensor, q: torch.Tensor | None, seed: int) -> torch.Tensor:
     """N one-draft rounds with target p [VOCAB] and proposal q [VOCAB] (None: point mass
@@ -54,13 +33,6 @@ def first_token_samples(p: torch.Tensor, q: torch.Tensor | None, seed: int) -> t
         q_rows = q.double().expand(N, 1, VOCAB)
         result = speculative_accept(drafts[:, None], num_draft, target, q_rows, u_accept, u_sample)
     return torch.where(result.num_accepted == 1, drafts, result.next_token)
-
-
-def random_distribution(seed: int, zeros: int = 0) -> torch.Tensor:
-    generator = torch.Generator().manual_seed(seed)
-    dist = torch.rand(VOCAB, generator=generator, dtype=torch.float64) ** 2
-    dist[torch.randperm(VOCAB, generator=generator)[:zeros]] = 0.0
-    return dist / dist.sum()
 
 
 def one_hot(token: int) -> torch.Tensor:

@@ -15,7 +15,7 @@ AVX2_GAP = pytest.mark.xfail(
     torch.backends.cpu.get_cpu_capability() == "AVX2", strict=False,
     reason="known gap: on an AVX2-only CPU a drafter cache's invariant tree pass differs from "
     "its paths fed as chains by ~1e-6 (not traced yet; the verifier's packed tree pass is "
-    "exact there, tests/core/test_invariant.py); drafts may differ, output cannot")
+    "exact there, tests/core/verify/test_invariant.py); drafts may differ, output cannot")
 
 PREFIX = torch.randint(3, 90, (KEY_BLOCK + 5,), generator=torch.Generator().manual_seed(3)).tolist()
 NODES = [_Candidate(0.0, -1, 11), _Candidate(0.0, -1, 23), _Candidate(0.0, 0, 7),

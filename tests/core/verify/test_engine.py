@@ -123,7 +123,7 @@ def test_batched_speculative_sampling_emits_each_rows_own_target_distribution():
     """Rows with different settings share every step; each row's first emitted token follows
     the target distribution under its own settings (lossless sampling, batched)."""
     from cascade.core.sample.sampling import process_logits
-    from test_acceptance_stats import assert_matches
+    from distributions import assert_matches
 
     target = tiny_llama(0)
     prompt = [3, 14, 15, 92, 65]

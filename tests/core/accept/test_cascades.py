@@ -9,7 +9,7 @@ from cascade.core.accept.cascades import SEQUENCE_RULES, TOKEN_RULES, cascade_ta
 from cascade.core.accept.cascades_reference import cascade_target_reference
 from cascade.protocol.settings import SamplingParams
 from cascade.protocol.acceptance import AcceptanceRule
-from test_acceptance_stats import N, VOCAB, assert_matches, random_distribution
+from distributions import N, VOCAB, assert_matches, random_distribution
 
 RULES = [*SEQUENCE_RULES, *TOKEN_RULES]
 P = [0.6, 0.3, 0.1]

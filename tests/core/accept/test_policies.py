@@ -13,7 +13,7 @@ from cascade.protocol.settings import DraftConfig, SamplingParams
 from cascade.protocol.acceptance import AcceptancePolicy, AcceptanceRule
 from cascade.protocol.wire.convert import acceptance_from_pb, acceptance_to_pb
 from models import random_prompts
-from test_acceptance_stats import N, VOCAB, assert_matches, random_distribution
+from distributions import N, VOCAB, assert_matches, random_distribution
 
 SAMPLED = SamplingParams(temperature=1.0)
 
