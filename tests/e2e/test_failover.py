@@ -4,7 +4,7 @@ import grpc
 
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc
 from drafter_service.server import build_drafter
-from test_gateway_e2e import expected_tokens
+from cluster_expectations import expected_tokens
 
 from conftest import _start_pod
 

@@ -9,7 +9,7 @@ import httpx
 import pytest
 import torch
 
-from test_gateway_e2e import expected_tokens
+from cluster_expectations import expected_tokens
 
 PROMPT = "def main():"
 MAX_TOKENS = 12

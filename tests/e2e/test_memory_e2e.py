@@ -15,7 +15,7 @@ from cascade.tools.redis_server import free_port
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc
 from drafter_service.server import build_drafter
 from gateway.sessions.assignment import OrchestratorSettings
-from test_gateway_e2e import PROMPTS, expected_tokens
+from cluster_expectations import PROMPTS, expected_tokens
 
 MAX_TOKENS = 24
 SUFFIX = {"num_draft_tokens": 4, "draft_method": "suffix", "temperature": 0.0,

@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from test_gateway_e2e import clear_sessions, expected_tokens
+from cluster_expectations import clear_sessions, expected_tokens
 
 PROMPT = "def main():"
 MAX_TOKENS = 24

@@ -7,7 +7,7 @@ import asyncio
 import httpx
 
 from cascade.serving import metrics
-from test_gateway_e2e import clear_sessions
+from cluster_expectations import clear_sessions
 
 PROMPT = "def main():"
 

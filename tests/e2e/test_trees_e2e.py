@@ -11,7 +11,7 @@ import httpx
 
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc
 from drafter_service.server import build_drafter
-from test_gateway_e2e import MAX_TOKENS, PROMPTS, expected_tokens
+from cluster_expectations import MAX_TOKENS, PROMPTS, expected_tokens
 
 from conftest import _start_pod
 

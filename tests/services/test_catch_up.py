@@ -84,7 +84,7 @@ async def test_a_block_sent_ahead_for_the_asking_verdict_is_taken_after_rounds_c
     from cascade.protocol.settings import SamplingParams
     from cascade.protocol.wire.convert import sampling_to_pb
     from models import hf_greedy, random_prompts
-    from services.test_planned_drafts import CHEAP
+    from plans import CHEAP
     from verifier_service.server import build_verifier
 
     target, _ = gpt2_pair

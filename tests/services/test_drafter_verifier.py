@@ -7,9 +7,10 @@ from cascade.protocol.settings import DraftConfig
 from cascade.core.loop import generate
 from cascade.protocol.settings import SamplingParams
 from cascade.v1 import common_pb2, drafter_pb2, drafter_pb2_grpc, verifier_pb2, verifier_pb2_grpc
-from cascade.protocol.wire.convert import draft_settings_to_pb, sampling_to_pb
+from cascade.protocol.wire.convert import sampling_to_pb
 from drafter_service.server import build_drafter
 from models import hf_greedy, random_prompts
+from pod_requests import block_request, open_request, run_session
 from verifier_service.server import build_verifier
 
 
@@ -23,16 +24,6 @@ async def services(gpt2_pair):
     yield verifier, draft_service, sessions
     await draft_service.drain()
     await verifier.drain()
-
-
-async def run_session(draft_address, verifier_address, prompt, params, k, epoch=1):
-    async with grpc.aio.insecure_channel(draft_address) as channel:
-        stub = drafter_pb2_grpc.DrafterStub(channel)
-        request = drafter_pb2.RunSessionRequest(
-            session_id="s1", epoch=epoch, context_tokens=prompt, prompt_len=len(prompt),
-            sampling=sampling_to_pb(params), draft=draft_settings_to_pb(DraftConfig(k)),
-            verifier_address=verifier_address)
-        return [r async for r in stub.RunSession(request, timeout=60)]
 
 
 @pytest.mark.parametrize("k", [1, 4])
@@ -56,17 +47,6 @@ async def test_sampling_over_grpc_equals_in_process_loop(services, gpt2_pair):
     rounds = await run_session(draft_service.address, verifier.address, prompt, params, 3)
     expected = generate(target, prompt, params, drafter, DraftConfig(3)).tokens
     assert [t for r in rounds for t in r.tokens] == expected
-
-
-def open_request(prompt, epoch):
-    return verifier_pb2.VerifyRequest(open=verifier_pb2.SessionOpen(
-        session_id="s2", epoch=epoch, context_tokens=prompt, prompt_len=len(prompt),
-        sampling=sampling_to_pb(SamplingParams(max_new_tokens=10))))
-
-
-def block_request(epoch, round_number, base_len, tokens):
-    return verifier_pb2.VerifyRequest(block=verifier_pb2.DraftBlock(
-        session_id="s2", epoch=epoch, round=round_number, base_len=base_len, tokens=tokens))
 
 
 async def test_stale_blocks_change_nothing(services):

@@ -3,7 +3,6 @@ loopback, tiny models, float32: exact on the hit and the miss path, with and wit
 verifier drops blocks sent ahead on a wrong guess without changing anything."""
 
 import asyncio
-import time
 
 import grpc
 import pytest
@@ -12,7 +11,7 @@ from cascade.core.loop import generate
 from cascade.core.plan.speculation import Guess, Outcome
 from cascade.protocol.settings import DraftConfig, SamplingParams
 from cascade.protocol.wire.convert import draft_settings_to_pb, sampling_to_pb
-from cascade.serving.mesh.delay import DelayedWriter, LinkDelay
+from cascade.serving.mesh.delay import LinkDelay
 from cascade.v1 import (
     common_pb2,
     drafter_pb2,
@@ -24,8 +23,11 @@ from drafter_service.predrafts import PreDrafter
 from drafter_service.server import build_drafter
 from drafter_service.speculation import SpeculationCache, SpeculationConfig
 from models import hf_greedy, random_prompts
-from services.test_drafter_verifier import block_request, open_request, run_session
+from pod_requests import block_request, open_request, run_session
 from verifier_service.server import build_verifier
+
+# Plans and speculation here react to measured times: run alone (scripts/test.sh).
+pytestmark = pytest.mark.timing
 
 HIT = (common_pb2.SPECULATION_CACHE_HIT, common_pb2.SPECULATION_AHEAD_HIT)
 
@@ -174,51 +176,6 @@ async def test_blocks_on_wrong_guesses_are_dropped_and_change_nothing(cluster):
         assert await call.read() is grpc.aio.EOF
 
 
-async def test_a_delayed_writer_keeps_order_and_holds_up_no_sender():
-
-    written = []
-
-    async def write(message):
-        written.append((message, time.monotonic()))
-
-    writer = DelayedWriter(write, LinkDelay(30.0, 10.0, seed=2).for_session("s"))
-    started = time.monotonic()
-    for message in range(5):
-        await writer.send(message)
-    assert time.monotonic() - started < 0.015 and written == []  # sending waits for nothing
-    await writer.flush()
-    assert [m for m, _ in written] == list(range(5))
-    assert all(at - started >= 0.019 for _, at in written)  # each one delayed, in order
-
-    async def broken(message):
-        raise ConnectionError("the verifier went away")
-
-    failing = DelayedWriter(broken, LinkDelay(1.0).for_session("s"))
-    await failing.send(1)
-    await asyncio.sleep(0.02)
-    with pytest.raises(ConnectionError, match="went away"):
-        await failing.send(2)
-    failing.close()
-
-
-async def test_without_a_delay_sends_from_several_tasks_are_written_one_at_a_time():
-    """A session's blocks, shadow blocks and draft-ready notes are sent from different tasks
-    on one gRPC stream, which takes one write at a time: a second write while one is pending
-    failed the whole call (TOO_MANY_OPERATIONS) and the session went on without its drafter."""
-    pending, written = [], []
-
-    async def write(message):
-        assert not pending, f"{message} written while {pending[0]} was pending"
-        pending.append(message)
-        await asyncio.sleep(0.005)  # the transport takes its time
-        written.append(pending.pop())
-
-    writer = DelayedWriter(write, LinkDelay(0.0).for_session("s"))
-    await asyncio.gather(*(writer.send(n) for n in range(6)))
-    await writer.flush()
-    assert written == list(range(6))  # in the order sent
-
-
 def test_speculation_settings_are_checked_and_the_cache_finds_the_real_outcome():
     with pytest.raises(ValueError, match="send_ahead"):
         SpeculationConfig("ahead", send_ahead=-1)
@@ -285,7 +242,7 @@ async def test_a_planning_verifier_does_not_count_pre_drafting_as_waited_for(
         gpt2_pair, monkeypatch, path):
     """Blocks pre-drafted for the outcome that came true say so; the planner then counts none
     of their drafting as time the verifier waited for (blocks drafted after the verdict: all)."""
-    from services.test_planned_drafts import CHEAP
+    from plans import CHEAP
 
     target, drafter = gpt2_pair
     prompt = random_prompts(1, seed=61)[0]

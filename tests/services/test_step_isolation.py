@@ -11,7 +11,7 @@ from cascade.protocol.settings import SamplingParams
 from cascade.protocol.wire.convert import sampling_to_pb
 from cascade.v1 import verifier_pb2
 from models import hf_greedy, random_prompts
-from services.test_planned_drafts import CHEAP
+from plans import CHEAP
 from verifier_service.server import build_verifier
 
 

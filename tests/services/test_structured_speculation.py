@@ -16,7 +16,7 @@ from drafter_service.predrafts import PreDrafter
 from drafter_service.server import build_drafter
 from drafter_service.speculation import SpeculationConfig
 from grammar_reference import SCHEMAS, masked_greedy
-from services.test_drafter_verifier import run_session
+from pod_requests import run_session
 from verifier_service.server import build_verifier
 
 MAX_NEW = 40

@@ -21,6 +21,9 @@ from models import VOCAB_SIZE, hf_greedy, random_prompts
 from services.test_drafter_verifier import block_request, open_request
 from verifier_service.server import build_verifier
 
+# Plans and speculation here react to measured times: run alone (scripts/test.sh).
+pytestmark = pytest.mark.timing
+
 HITS = (common_pb2.SPECULATION_CACHE_HIT, common_pb2.SPECULATION_AHEAD_HIT)
 
 
