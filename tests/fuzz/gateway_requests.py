@@ -22,7 +22,7 @@ import grpc
 from hypothesis import strategies as st
 
 from cascade.protocol.methods import DRAFT_METHODS
-from cascade.protocol.request.mapping import GenerationRequest, ServerDefaults
+from cascade.protocol.request.mapping import GenerationRequest
 from cascade.protocol.request.options import CASCADE_RULE_NAMES
 from cascade.protocol.settings import FinishReason, as_float32
 from cascade.protocol.wire.validation import ModelLimits, draft_config, session_settings
@@ -34,6 +34,7 @@ from gateway.grpc_api import GatewayServicer
 from gateway.settings import HttpSettings
 from gateway.server import SERVICE_NAME
 from harness import BackgroundLoop
+from server_defaults import server_defaults
 
 MODEL = "tiny-model"
 CONTEXT = 1024
@@ -260,7 +261,7 @@ class GatewayApi:
 
     def __init__(self, tokenizer, generator) -> None:
         self.tokenizer, self.generator = tokenizer, generator
-        defaults = ServerDefaults(CONTEXT, MAX_TOKENS_LIMIT, eos_token_id=tokenizer.eos_token_id)
+        defaults = server_defaults(CONTEXT, tokenizer.eos_token_id, max_tokens_limit=MAX_TOKENS_LIMIT)
         servicer = GatewayServicer(tokenizer, generator, MODEL, defaults)
         self.background = BackgroundLoop()
         self.service = GrpcService([ServiceBinding(gateway_pb2_grpc.add_GatewayServicer_to_server,

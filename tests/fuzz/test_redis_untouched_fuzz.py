@@ -11,7 +11,7 @@ import redis
 import redis.asyncio as aioredis
 from fastapi.testclient import TestClient
 
-from cascade.protocol.request.mapping import ServerDefaults
+from server_defaults import server_defaults
 from cascade.serving.channels import ChannelPool
 from cascade.serving.registry import Heartbeat
 from cascade.serving.server import GrpcService, ServiceBinding
@@ -51,7 +51,7 @@ class Gateway:
         self.background = BackgroundLoop()
         self.heartbeat = Heartbeat(aioredis.from_url(url), "verifier", NOBODY, lambda: 0)
         self.background.run(self.heartbeat.start())
-        defaults = ServerDefaults(CONTEXT, MAX_TOKENS_LIMIT, eos_token_id=tokenizer.eos_token_id)
+        defaults = server_defaults(CONTEXT, tokenizer.eos_token_id, max_tokens_limit=MAX_TOKENS_LIMIT)
         servicer = GatewayServicer(tokenizer, orchestrator(url), MODEL, defaults)
         self.service = GrpcService([ServiceBinding(gateway_pb2_grpc.add_GatewayServicer_to_server,
                                                    servicer, SERVICE_NAME)], grace_s=1.0)

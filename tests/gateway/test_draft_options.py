@@ -7,6 +7,7 @@ import pytest
 
 from cascade.protocol.wire.convert import draft_settings_from_pb, draft_settings_to_pb
 from http_fixtures import MODEL, FakeGenerator, make_client, script
+from server_defaults import server_defaults
 
 
 async def post(tokenizer, extra: dict):
@@ -58,19 +59,19 @@ async def test_bad_draft_options_name_the_field(tokenizer, extra, param):
     ({"draft_schedule": "adaptive"}, "model"),
 ])
 def test_the_servers_default_method_where_the_request_can_use_it(extra, method):
-    from cascade.protocol.request.mapping import ServerDefaults, build_request
+    from cascade.protocol.request.mapping import build_request
     from gateway.openai.schemas import CompletionRequest
 
-    server = ServerDefaults(64, default_draft_method="suffix_then_model")
+    server = server_defaults(64, draft_method="suffix_then_model")
     body = CompletionRequest(model=MODEL, prompt="Hi", max_tokens=4, **extra)
     assert build_request(body, [1, 2], 4, server, "prompt").draft.method == method
 
 
 def test_an_unknown_default_method_is_refused():
-    from cascade.protocol.request.mapping import ServerDefaults
+    from dataclasses import replace
 
     with pytest.raises(ValueError, match="default_draft_method"):
-        ServerDefaults(64, default_draft_method="telepathy")
+        replace(server_defaults(64), default_draft_method="telepathy")
 
 
 @pytest.mark.parametrize(("extra", "rule"), [
@@ -82,9 +83,9 @@ def test_an_unknown_default_method_is_refused():
     ({"temperature": 0.8, "seed": 7, "acceptance": "cascade"}, "chow"),
 ])
 def test_a_seeded_sampled_request_is_verified_with_the_keyed_rule(extra, rule):
-    from cascade.protocol.request.mapping import ServerDefaults, build_request
+    from cascade.protocol.request.mapping import build_request
     from gateway.openai.schemas import CompletionRequest
 
     body = CompletionRequest(model=MODEL, prompt="Hi", max_tokens=4, **extra)
-    policy = build_request(body, [1, 2], 4, ServerDefaults(64), "prompt").acceptance
+    policy = build_request(body, [1, 2], 4, server_defaults(64), "prompt").acceptance
     assert policy.rule.value == rule

@@ -5,7 +5,7 @@ not fit with a message that says why."""
 import pytest
 
 from cascade.protocol.limits import RequestInvalid, fit_lengths
-from cascade.protocol.request.mapping import ServerDefaults
+from server_defaults import server_defaults
 from cascade.v1 import gateway_pb2
 from gateway.grpc_api import GatewayServicer
 
@@ -14,8 +14,8 @@ CONTEXT = 64
 
 @pytest.fixture
 def servicer(tokenizer):
-    defaults = ServerDefaults(context_length=CONTEXT, max_tokens_limit=CONTEXT,
-                              default_num_draft_tokens=4, eos_token_id=tokenizer.eos_token_id)
+    defaults = server_defaults(CONTEXT, tokenizer.eos_token_id, max_tokens_limit=CONTEXT,
+                               num_draft_tokens=4)
     return GatewayServicer(tokenizer, generator=None, model_name="m", server=defaults)
 
 
@@ -77,8 +77,8 @@ def test_grpc_refuses_an_unknown_model_too_many_drafts_and_an_unknown_method(ser
 
 
 def test_a_grpc_prompt_over_the_size_limit_is_refused_before_tokenizing(tokenizer):
-    defaults = ServerDefaults(context_length=CONTEXT, max_tokens_limit=CONTEXT,
-                              default_num_draft_tokens=4, eos_token_id=tokenizer.eos_token_id)
+    defaults = server_defaults(CONTEXT, tokenizer.eos_token_id, max_tokens_limit=CONTEXT,
+                               num_draft_tokens=4)
     small = GatewayServicer(tokenizer, None, "m", defaults, max_prompt_bytes=100)
     with pytest.raises(RequestInvalid, match="longer than 100 bytes") as info:
         small._request(request("x" * 101))
@@ -93,8 +93,8 @@ async def test_a_grpc_key_runs_at_most_its_limit_of_sessions(tokenizer):
     from gateway.limits import KeyLimits
     from http_fixtures import FakeGenerator, script
 
-    defaults = ServerDefaults(context_length=CONTEXT, max_tokens_limit=CONTEXT,
-                              default_num_draft_tokens=4, eos_token_id=tokenizer.eos_token_id)
+    defaults = server_defaults(CONTEXT, tokenizer.eos_token_id, max_tokens_limit=CONTEXT,
+                               num_draft_tokens=4)
     generator = FakeGenerator(script(tokenizer, "Hello world again"), delay=0.3)
     servicer = GatewayServicer(tokenizer, generator, "m", defaults, limits=KeyLimits(1))
     service = GrpcService([ServiceBinding(gateway_pb2_grpc.add_GatewayServicer_to_server,

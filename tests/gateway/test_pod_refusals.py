@@ -10,7 +10,7 @@ import grpc
 import pytest
 import redis.asyncio as aioredis
 
-from cascade.protocol.request.mapping import ServerDefaults
+from server_defaults import server_defaults
 from cascade.serving.channels import ChannelPool
 from cascade.serving.registry import Heartbeat
 from cascade.serving.server import GrpcService, ServiceBinding
@@ -68,8 +68,8 @@ async def test_a_pods_refusal_reaches_an_http_client_as_400(gateway, tokenizer, 
 
 async def test_a_pods_refusal_reaches_a_grpc_client_as_invalid_argument(gateway, tokenizer):
     orchestrator, verifier = gateway
-    defaults = ServerDefaults(SETTINGS.context_length, SETTINGS.max_tokens_limit,
-                              eos_token_id=tokenizer.eos_token_id)
+    defaults = server_defaults(SETTINGS.context_length, tokenizer.eos_token_id,
+                               max_tokens_limit=SETTINGS.max_tokens_limit)
     servicer = GatewayServicer(tokenizer, orchestrator, MODEL, defaults)
     service = GrpcService([ServiceBinding(gateway_pb2_grpc.add_GatewayServicer_to_server,
                                           servicer, SERVICE_NAME)])

@@ -79,12 +79,13 @@ async def test_errors_quote_a_long_value_cut_short(tokenizer, fields, quoted):
 
 def test_a_bad_word_too_many_tokens_long_is_quoted_cut_short(tokenizer):
     from cascade.protocol.limits import RequestInvalid
-    from cascade.protocol.request.mapping import ServerDefaults, build_request, with_bad_words
+    from cascade.protocol.request.mapping import build_request, with_bad_words
+    from server_defaults import server_defaults
     from cascade.protocol.request.options import validate_options
 
     word = "ab " * 80  # within the character limit, over the token limit
     options = validate_options({"bad_words": [word]})
-    request = build_request(options, [1, 2], 4, ServerDefaults(context_length=64))
+    request = build_request(options, [1, 2], 4, server_defaults(64))
     with pytest.raises(RequestInvalid, match="longer than 16 tokens") as info:
         with_bad_words(request, options, lambda text: tokenizer(text).input_ids)
     assert info.value.param == "bad_words" and len(str(info.value)) < 200

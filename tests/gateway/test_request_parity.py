@@ -1,7 +1,7 @@
 """One mapping, both front ends: the same request through HTTP and through gRPC (a real server on
 loopback) gives the same settings, and the same bad request the same message (400 / INVALID_ARGUMENT)."""
 
-from dataclasses import replace
+from dataclasses import MISSING, fields, replace
 
 import grpc
 import pytest
@@ -82,9 +82,14 @@ async def test_the_same_bad_request_gets_the_same_message(both, fields):
     assert not grpc_generator.requests  # refused before anything ran
 
 
-def test_defaults_documented_once_agree_with_the_limits():
-    assert SETTINGS.server_defaults(None) == ServerDefaults(
-        SETTINGS.context_length, SETTINGS.max_tokens_limit, SETTINGS.num_draft_tokens)
+def test_the_request_defaults_are_declared_once_in_the_gateway_flags():
+    assert all(f.default is MISSING for f in fields(ServerDefaults))  # carried, not declared
+    defaults = SETTINGS.server_defaults(7)
+    assert (defaults.context_length, defaults.max_tokens_limit,
+            defaults.default_num_draft_tokens, defaults.eos_token_id,
+            defaults.default_tree_nodes, defaults.default_draft_method) == (
+        SETTINGS.context_length, SETTINGS.max_tokens_limit, SETTINGS.num_draft_tokens, 7,
+        SETTINGS.tree_nodes, SETTINGS.draft_method)
 
 
 def test_a_tiny_positive_temperature_is_greedy_and_the_core_refuses_it_raw():

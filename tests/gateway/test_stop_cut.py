@@ -10,7 +10,7 @@ import json
 import pytest
 
 from cascade.protocol.logprobs import TokenLogprobs
-from cascade.protocol.request.mapping import ServerDefaults
+from server_defaults import server_defaults
 from cascade.protocol.settings import FinishReason
 from cascade.protocol.round_stats import RoundStats
 from cascade.v1 import gateway_pb2
@@ -106,8 +106,8 @@ async def test_best_of_ranks_on_the_tokens_up_to_the_stop(tokenizer):
 
 async def test_grpc_usage_and_logprobs_after_a_stop_do_not_depend_on_k(tokenizer):
     generator = RoundGenerator(tokenizer, {1: -0.5}, {1: -9.0})
-    servicer = GatewayServicer(tokenizer, generator, MODEL, ServerDefaults(
-        context_length=64, max_tokens_limit=30, eos_token_id=tokenizer.eos_token_id))
+    servicer = GatewayServicer(tokenizer, generator, MODEL, server_defaults(
+        64, tokenizer.eos_token_id, max_tokens_limit=30))
     answers = []
     for k in (1, 4):
         request = gateway_pb2.GenerateRequest(prompt="Hi", max_tokens=30, stop=[STOP],

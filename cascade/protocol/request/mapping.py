@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from cascade.protocol.limits import RequestInvalid, fit_lengths, shortened
-from cascade.protocol.methods import DEFAULT_DRAFT_METHOD, DRAFT_METHODS, MODEL_METHOD
+from cascade.protocol.methods import DRAFT_METHODS, MODEL_METHOD
 from cascade.protocol.request.options import GenerationOptions
 from cascade.protocol.settings import DraftConfig, SamplingParams
 from cascade.protocol.limits import MAX_DRAFT_TOKENS, MAX_BAD_WORD_TOKENS, MAX_TREE_NODES
@@ -23,20 +23,22 @@ from cascade.protocol.acceptance import AcceptancePolicy, AcceptanceRule
 
 @dataclass(frozen=True)
 class ServerDefaults:
-    """What the mapping needs to know about the served model and the server's limits."""
+    """What the mapping needs to know about the served model and the server's limits. The
+    values come from the gateway's flags (``gateway.settings.HttpSettings.server_defaults``),
+    where each is declared once with its default; this type only carries and checks them."""
 
     context_length: int
     """The target's context in tokens; prompt plus max_tokens must fit in it."""
-    max_tokens_limit: int = 4096
+    max_tokens_limit: int
     """Largest max_tokens a request may ask for (and the default where none is given)."""
-    default_num_draft_tokens: int = 4
+    default_num_draft_tokens: int
     """Drafted tokens per round when a request does not say."""
-    eos_token_id: int | None = None
+    eos_token_id: int | None
     """Ends every generation (the stop token of the model)."""
-    default_tree_nodes: int = 0
+    default_tree_nodes: int
     """Token-tree nodes per round when a request does not say (0: chains); requests that
     cannot draft trees (another method, a cascade, the adaptive schedule) get chains."""
-    default_draft_method: str = DEFAULT_DRAFT_METHOD
+    default_draft_method: str
     """The drafting method of requests that do not name one (and can use it)."""
 
     def __post_init__(self) -> None:
