@@ -18,7 +18,8 @@ class DrafterPodSettings(PodSettings):
     allowed_verifiers: str | None = Field(None, description="Comma-separated host:port verifiers "
                                           "this drafter may dial besides those in the registry "
                                           "(--redis-url). With neither, it dials any address a "
-                                          "request names.", **env("CASCADE_ALLOWED_VERIFIERS"))
+                                          "request names.",
+                                          json_schema_extra=env("CASCADE_ALLOWED_VERIFIERS"))
     inject_delay_ms: float = Field(0.0, ge=0, description="Testing: one-way delay added to every "
                                    "message to and from the verifier, as if it were this far "
                                    "away.")
@@ -28,7 +29,8 @@ class DrafterPodSettings(PodSettings):
                                        "verifier verifies: 'cache' pre-drafts the next block for "
                                        "the likeliest outcomes, 'ahead' also sends the best of "
                                        "them to the verifier before the verdict; 'off' drafts "
-                                       "after each verdict.", **env("CASCADE_SPECULATE"))
+                                       "after each verdict.",
+                                       json_schema_extra=env("CASCADE_SPECULATE"))
     speculate_fanout: int = Field(6, ge=1, le=64, description="Guessed next tokens per drafted "
                                   "position.")
     speculate_blocks: int = Field(12, ge=1, le=64, description="Blocks pre-drafted per round at most.")

@@ -38,7 +38,7 @@ class GatewaySettings(BaseModel):
     model: str = Field(description="Target model folder (tokenizer, context length).")
     redis_url: str = Field(description="Redis holding sessions and the pod registry (from the "
                            "environment, a password stays out of the process list).",
-                           **env("CASCADE_REDIS_URL"))
+                           json_schema_extra=env("CASCADE_REDIS_URL"))
     model_name: str = Field("", description="Model name clients send (default: folder name).")
     host: str = Field("127.0.0.1", description="Address to bind.")
     port: int = Field(8000, ge=0, le=65535, description="HTTP port (OpenAI-compatible API).")
@@ -48,7 +48,7 @@ class GatewaySettings(BaseModel):
                                   description="Default drafted tokens per round (k).")
     max_tokens_limit: int = Field(4096, ge=1, description="Largest max_tokens a request may ask.")
     api_keys: str = Field("", description="Comma-separated bearer keys; empty leaves the API "
-                          "open.", **env("CASCADE_API_KEYS"))
+                          "open.", json_schema_extra=env("CASCADE_API_KEYS"))
     allow_open: bool = Field(False, description="Serve without API keys (otherwise refused): "
                              "for local development.")
     grace_s: float = Field(30.0, ge=0, description="Seconds in-flight requests get after "
@@ -62,7 +62,7 @@ class GatewaySettings(BaseModel):
                                          "(prefill and KV admission wait).")
     mesh: MeshSettings = MeshSettings()
     session_key_file: Path | None = Field(None, description=SESSION_KEY_HELP,
-                                          **env("CASCADE_SESSION_KEY_FILE"))
+                                          json_schema_extra=env("CASCADE_SESSION_KEY_FILE"))
     max_body_bytes: int = Field(1 << 20, ge=1, description="Largest HTTP request body (413 above "
                                 "it) and gRPC request message (RESOURCE_EXHAUSTED).")
     max_sessions_per_key: int = Field(64, ge=0, description="Concurrent sessions one API key may "

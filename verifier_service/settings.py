@@ -55,15 +55,15 @@ class VerifierPodSettings(PodSettings):
                          "for minutes on a few CPU cores (progress logged), later starts reuse "
                          "the kernels cached per model, dtype and machine; measured 0-15 % "
                          "faster per step on a CPU (docs/benchmarks.md).",
-                         **env("CASCADE_COMPILE"))
+                         json_schema_extra=env("CASCADE_COMPILE"))
     tensor_parallel: int = Field(1, ge=1, description="Split the target over this many ranks "
                                  "(processes this pod starts; one GPU each with --device cuda): "
                                  "attention heads and MLP columns by the model's tensor-parallel "
                                  "plan, the KV cache by heads. The target's attention and "
                                  "key/value heads must divide by it.",
-                                 **env("CASCADE_TENSOR_PARALLEL"))
+                                 json_schema_extra=env("CASCADE_TENSOR_PARALLEL"))
     session_key_file: Path | None = Field(None, description=SESSION_KEY_HELP,
-                                          **env("CASCADE_SESSION_KEY_FILE"))
+                                          json_schema_extra=env("CASCADE_SESSION_KEY_FILE"))
 
     def verifier(self) -> VerifierSettings:
         """The scheduler's settings these flags set."""

@@ -38,7 +38,7 @@ class PodSettings(BaseModel):
     advertise: str | None = Field(None, description="host:port others use to reach this pod.")
     redis_url: str | None = Field(None, description="Register in this Redis (pod registry); the "
                                   "environment keeps a password out of the process list.",
-                                  **env("CASCADE_REDIS_URL"))
+                                  json_schema_extra=env("CASCADE_REDIS_URL"))
     grace_s: float = Field(10.0, ge=0, description="Seconds in-flight streams get when "
                            "draining.")
     threads: int = Field(0, ge=0, description="torch threads (0 keeps torch's default).")
@@ -52,6 +52,7 @@ class PodSettings(BaseModel):
     mesh: MeshSettings = MeshSettings()
     health_port: int | None = Field(None, ge=0, le=65535, description="Also serve gRPC health "
                                     "alone, in plaintext, on this port (for probes when the main "
-                                    "port speaks mutual TLS).", **env("CASCADE_HEALTH_PORT"))
+                                    "port speaks mutual TLS).",
+                                    json_schema_extra=env("CASCADE_HEALTH_PORT"))
     allow_open: bool = Field(False, description="Serve without --tls-dir or a mesh token "
                              "(otherwise refused): for local development.")

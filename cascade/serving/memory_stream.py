@@ -26,6 +26,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from enum import Enum
+from typing import Any
 
 import numpy as np
 import redis.asyncio as redis
@@ -126,7 +127,7 @@ async def fit_to_maxmemory(client: redis.Redis, max_bytes: int) -> int:
     (``max_bytes`` when Redis sets none or will not say: CONFIG may be disabled)."""
     try:
         reply = await client.config_get("maxmemory")
-        maxmemory = int(reply.get("maxmemory", 0))
+        maxmemory = int(reply.get("maxmemory") or 0)
     except (RedisError, OSError, ValueError) as exc:
         log.info("speculation memory: cannot read Redis's maxmemory (%s); capping the stream "
                  "at %d bytes", exc, max_bytes)
@@ -169,8 +170,8 @@ class MemoryFeed:
         failing = False
         while True:
             try:
-                replies = await self.client.xread({self.stream: self.last_id}, count=self.batch,
-                                                  block=self.block_ms)
+                replies: Any = await self.client.xread(  # [[stream, entries]] (RESP2)
+                    {self.stream: self.last_id}, count=self.batch, block=self.block_ms)
             except (RedisError, OSError) as exc:
                 if not failing:
                     log.warning("speculation memory: cannot read %s (%s); drafting from what "

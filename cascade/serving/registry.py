@@ -19,7 +19,7 @@ import asyncio
 import json
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 import redis.asyncio as redis
@@ -169,7 +169,9 @@ async def live_pods(client: redis.Redis, role: str) -> list[PodInfo]:
     """The pods of ``role`` whose entries have not expired (expired ones are deleted)."""
     key = role_key(role)
     async with client.pipeline(transaction=False) as pipe:
-        entries, (seconds, micros) = await pipe.hgetall(key).time().execute()
+        pipe.hgetall(key)
+        pipe.time()
+        entries, (seconds, micros) = await pipe.execute()
     now_ms = seconds * 1000 + micros // 1000
     pods, expired = [], []
     for entry, raw in entries.items():
@@ -189,7 +191,8 @@ async def live_pods(client: redis.Redis, role: str) -> list[PodInfo]:
     return pods
 
 
-async def least_loaded(client: redis.Redis, role: str, exclude: set[str] = frozenset()) -> str | None:
+async def least_loaded(client: redis.Redis, role: str,
+                       exclude: Collection[str] = frozenset()) -> str | None:
     """Address of a live pod of ``role`` with the least load (random among equals), or None."""
     pods = [p for p in await live_pods(client, role) if p.address not in exclude]
     if not pods:

@@ -138,6 +138,8 @@ class GrpcService:
         await self._health_server.start()
 
     async def _set_health(self, status: int) -> None:
+        if self.health is None:
+            return
         for name in ["", *(b.name for b in self.bindings)]:
             await self.health.set(name, status)
 
@@ -156,7 +158,7 @@ class GrpcService:
 
     async def drain(self) -> None:
         """Stop taking work, let in-flight streams finish within the grace period, stop."""
-        if self.is_draining or self.server is None:
+        if self.is_draining or self.server is None or self.health is None:
             return
         self.is_draining = True
         if self._watch:

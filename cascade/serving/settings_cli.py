@@ -15,7 +15,7 @@ import inspect
 import types
 import typing
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import annotated_types
 import typer
@@ -33,13 +33,14 @@ def command_line(**options) -> typer.Typer:
 
 
 def env(name: str) -> dict[str, Any]:
-    """A field's environment variable (a secret there stays out of the process list)."""
-    return {"json_schema_extra": {"env": name}}
+    """A field's environment variable (``Field(..., json_schema_extra=env("CASCADE_X"))``; a
+    secret there stays out of the process list)."""
+    return {"env": name}
 
 
 def aliases(*flags: str) -> dict[str, Any]:
-    """A field's other flag names (``aliases("--k")``)."""
-    return {"json_schema_extra": {"aliases": flags}}
+    """A field's other flag names (``json_schema_extra=aliases("--k")``)."""
+    return {"aliases": list(flags)}
 
 
 def flag(name: str) -> str:
@@ -122,9 +123,11 @@ def _parameter(name: str, field: FieldInfo) -> inspect.Parameter:
     decl = flag(name)
     if _plain(field.annotation) is bool:
         decl += "/--no-" + decl[2:]
-    option = typer.Option(default, decl, *extra.get("aliases", ()), help=field.description,
-                          envvar=extra.get("env"), show_default=default not in (None, "", ...),
-                          **_bounds(field))
+    listed, variable = extra.get("aliases"), extra.get("env")
+    names = [str(name) for name in listed] if isinstance(listed, list) else []
+    option = typer.Option(default, decl, *names, help=field.description,
+                          envvar=variable if isinstance(variable, str) else None,
+                          show_default=default not in (None, "", ...), **_bounds(field))
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option,
                              annotation=_option_type(field.annotation))
 
@@ -138,11 +141,11 @@ def _bounds(field: FieldInfo) -> dict[str, Any]:
         if isinstance(rule, annotated_types.Ge):
             bounds["min"] = rule.ge
         elif isinstance(rule, annotated_types.Gt):
-            bounds["min"] = rule.gt + step
+            bounds["min"] = cast(Any, rule.gt) + step
         elif isinstance(rule, annotated_types.Le):
             bounds["max"] = rule.le
         elif isinstance(rule, annotated_types.Lt):
-            bounds["max"] = rule.lt - step
+            bounds["max"] = cast(Any, rule.lt) - step
     return bounds
 
 

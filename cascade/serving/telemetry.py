@@ -11,7 +11,7 @@ tracing stays off (the no-op tracer, gRPC not instrumented).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -54,7 +54,7 @@ def _processors(environ: Mapping[str, str]) -> list[SpanProcessor]:
 
 
 def setup_telemetry(service_name: str, environ: Mapping[str, str] | None = None,
-                    extra: list[SpanProcessor] = ()) -> TracerProvider | None:
+                    extra: Sequence[SpanProcessor] = ()) -> TracerProvider | None:
     """Install a tracer provider for this process (named by OTEL_SERVICE_NAME if set) and
     instrument gRPC, when spans have somewhere to go; else leave tracing off (returns None).
 

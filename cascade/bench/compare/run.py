@@ -148,7 +148,7 @@ class CompareSettings(BaseModel):
     models: PairSettings = PairSettings()
     num_draft_tokens: int = Field(0, ge=0, le=32, description="Drafted tokens per round; 0 picks "
                                   "the fastest of 1, 2, 3, 4, 6 on the first prompts.",
-                                  **aliases("--k"))
+                                  json_schema_extra=aliases("--k"))
     max_tokens: int = Field(64, ge=1, description="Tokens generated per prompt.")
     prompts_per_domain: int = Field(2, ge=1, le=4, description="Prompts from each of prose, "
                                     "chat, code.")

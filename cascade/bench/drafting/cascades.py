@@ -30,7 +30,7 @@ class CascadesSettings(BaseModel):
 
     models: PairSettings = PairSettings()
     num_draft_tokens: int = Field(4, ge=1, le=32, description="Drafted tokens per round.",
-                                  **aliases("--k"))
+                                  json_schema_extra=aliases("--k"))
     max_tokens: int = Field(48, ge=1, description="Tokens per prompt.")
     prompts_per_domain: int = Field(2, ge=1, le=4, description="Prompts from each of prose, "
                                     "chat, code.")

@@ -22,7 +22,7 @@ class LoadSettings(BaseModel):
 
     models: PairSettings = PairSettings()
     num_draft_tokens: int = Field(4, ge=1, le=32, description="Drafted tokens per round.",
-                                  **aliases("--k"))
+                                  json_schema_extra=aliases("--k"))
     sessions: list[int] = Field([1, 2, 4, 8, 16, 32], description="Concurrent clients (repeat "
                                 "the flag).")
     max_tokens: int = Field(32, ge=1, description="Tokens per request.")

@@ -93,6 +93,8 @@ class MeshSecurity:
         return " + ".join(parts) or "OPEN (no TLS, no token)"
 
     def _read(self, name: str) -> bytes:
+        if self.tls_dir is None:
+            raise ValueError(f"no --tls-dir to read {name} from")
         return (self.tls_dir / name).read_bytes()
 
     def server_credentials(self) -> grpc.ServerCredentials | None:
@@ -215,11 +217,12 @@ class MeshSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    tls_dir: Path | None = Field(None, description=TLS_DIR_HELP, **env("CASCADE_TLS_DIR"))
+    tls_dir: Path | None = Field(None, description=TLS_DIR_HELP,
+                                 json_schema_extra=env("CASCADE_TLS_DIR"))
     tls_server_name: str | None = Field(None, description=SERVER_NAME_HELP,
-                                        **env("CASCADE_TLS_SERVER_NAME"))
+                                        json_schema_extra=env("CASCADE_TLS_SERVER_NAME"))
     mesh_token_file: Path | None = Field(None, description=TOKEN_HELP,
-                                         **env("CASCADE_MESH_TOKEN_FILE"))
+                                         json_schema_extra=env("CASCADE_MESH_TOKEN_FILE"))
 
     def security(self, session_key_file: Path | None = None) -> MeshSecurity:
         """The mesh's credentials, or a usage error that says which file is wrong."""
