@@ -191,9 +191,10 @@ class DraftLoop:
                 and shadow_drafter(self.proposer) is not None)
 
     def _shadows(self, stream: VerifierStream) -> Shadows | None:
-        if not self._shadows_exact:
+        drafter = shadow_drafter(self.proposer)
+        if drafter is None or not self._shadows_exact:
             return None
-        return Shadows(shadow_drafter(self.proposer), self.executor, stream.send,
+        return Shadows(drafter, self.executor, stream.send,
                        self.request.epoch, self.config.num_draft_tokens, self.num_sessions,
                        self.request.prompt_len + self.config.num_draft_tokens,
                        budget=self.config.tree_nodes)

@@ -72,7 +72,7 @@ class Drafting:
         decided, or drafted now (on a miss, at most ``miss_tokens``)."""
         cache = self.cache if action.after is not None else None
         block, origin = None, action.origin
-        if cache is not None:
+        if cache is not None and action.after is not None:
             block, origin = cache.lookup(action.after)
             metrics.SSD_ROUNDS.labels(common_pb2.Speculation.Name(origin)).inc()
             metrics.SSD_WASTED.inc(len(cache.blocks) - (block is not None))

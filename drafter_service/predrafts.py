@@ -16,8 +16,8 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 
 from cascade.core.blocks import Draft
-from cascade.core.proposers import Proposer
-from cascade.core.plan.speculation import Guess, Outcome, ends_generation, rank_outcomes
+from cascade.core.proposers import Guesses, Proposer, guesser
+from cascade.core.plan.speculation import Outcome, ends_generation, rank_outcomes
 from cascade.protocol.settings import SamplingParams
 from cascade.serving import metrics
 from cascade.v1 import verifier_pb2
@@ -45,6 +45,7 @@ class PreDrafter:
         ``cascade.core.proposers.guesser``); ``budget``: tokens worth drafting after a (guessed)
         context; ``make_block``: a draft as the block the session sends."""
         self.proposer, self.executor, self.config = proposer, executor, config
+        self.guesses = guesser(proposer)
         self.params, self.prompt_len = params, prompt_len
         self.budget, self.make_block = budget, make_block
         self.is_tree = bool(proposer.config.tree_nodes)
@@ -54,12 +55,12 @@ class PreDrafter:
         """Pre-draft the next block for the likeliest outcomes of ``block`` (drafted after
         ``base``) until the verdict arrives (``stop``) or ``max_blocks`` are made, the
         likeliest first; send the first ``send_ahead`` of them ahead."""
-        if not self.proposer.guesses_after(block.source, len(block.tokens)):
+        method = self.guesses
+        if method is None or not method.guesses_after(block.source, len(block.tokens)):
             return
         drafted = list(block.tokens)
-        guesses = [g.outcome for g in await self._guesses(base, drafted,
-                                                          list(block.parents) or None)]
-        contexts = await self._run(self._guessed_contexts, guesses, base, drafted)
+        guesses = await self._guesses(method, base, drafted, list(block.parents) or None)
+        contexts = await self._run(self._guessed_contexts, method, guesses, base, drafted)
         outcomes = [o for o in guesses if not ends_generation(
             o, drafted, len(contexts[o]), self.prompt_len, self.params)]
         for chunk in self._batches(outcomes):
@@ -76,20 +77,21 @@ class PreDrafter:
         """``function(*args)`` on the model thread."""
         return await asyncio.get_running_loop().run_in_executor(self.executor, function, *args)
 
-    async def _guesses(self, base: list[int], drafted: list[int], parents: list[int] | None
-                       ) -> list[Guess]:
+    async def _guesses(self, method: Guesses, base: list[int], drafted: list[int],
+                       parents: list[int] | None) -> list[Outcome]:
         """The likeliest outcomes of the block ``drafted`` (a tree's: ``parents``) after
         ``base``, best first."""
-        probs = await self._run(self.proposer.block_distributions, base, drafted, parents)
-        return rank_outcomes(probs, drafted, self.config.fanout, self.config.max_blocks,
-                             parents)
+        probs = await self._run(method.block_distributions, base, drafted, parents)
+        return [g.outcome for g in rank_outcomes(probs, drafted, self.config.fanout,
+                                                 self.config.max_blocks, parents)]
 
-    def _guessed_contexts(self, guesses: list[Outcome], base: list[int], drafted: list[int]
-                          ) -> dict[Outcome, list[int]]:
+    @staticmethod
+    def _guessed_contexts(method: Guesses, guesses: list[Outcome], base: list[int],
+                          drafted: list[int]) -> dict[Outcome, list[int]]:
         """The committed tokens after each guessed outcome, with the tokens the verifier would
         fill in after it (on the model thread: the proposer's grammar state is not shared)."""
         contexts = {o: o.context(base, drafted) for o in guesses}
-        return {o: c + self.proposer.filled_after(c) for o, c in contexts.items()}
+        return {o: c + method.filled_after(c) for o, c in contexts.items()}
 
     def _batches(self, outcomes: list[Outcome]) -> list[list[Outcome]]:
         """Pre-drafts in the order they are drafted: the ``FIRST_BATCH`` likeliest, then the

@@ -3,6 +3,8 @@ verified."""
 
 from __future__ import annotations
 
+from typing import cast
+
 from cascade.pod.messages import round_from_verdict
 from cascade.serving import metrics
 from cascade.session.wire import num_verified
@@ -11,7 +13,7 @@ from drafter_service.speculation import SpeculationCache
 
 
 def relayed_round(verdict: verifier_pb2.Verdict, block: verifier_pb2.DraftBlock,
-                  origin: common_pb2.Speculation, cache: SpeculationCache | None,
+                  origin: int, cache: SpeculationCache | None,
                   round_us: int) -> common_pb2.Round:
     """The round of ``verdict``, which verified (a prefix of) ``block``; ``origin``: where the
     block came from, ``cache``: the pre-drafts made while it was verified (None: none)."""
@@ -20,7 +22,7 @@ def relayed_round(verdict: verifier_pb2.Verdict, block: verifier_pb2.DraftBlock,
     result = round_from_verdict(verdict, verified, block.draft_us, round_us, parents,
                                 block.source)
     metrics.observe_drafted(block.source, len(verified), verdict.stats.num_accepted)
-    result.stats.speculation = origin
+    result.stats.speculation = cast(common_pb2.Speculation, origin)  # an enum value
     result.stats.num_unverified = len(block.tokens) - len(verified)
     if cache is not None:
         result.stats.num_predrafted = len(cache.blocks)

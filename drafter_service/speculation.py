@@ -99,7 +99,7 @@ class SpeculationCache:
         """The next block for what the verdict decided, and where it comes from (None: a miss,
         draft now)."""
         outcome = verdict_outcome(verdict)
-        block = self.blocks.get(outcome)
+        block = self.blocks.get(outcome) if outcome is not None else None
         if block is None or not follows(block, verdict):  # the verifier filled tokens in
             return None, common_pb2.SPECULATION_MISS
         if outcome in self.sent:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from cascade.core.blocks import Draft, RoundOutcome
 from cascade.core.plan.goodput import PlanInputs, RowPlan, StepCost, plan_pass
@@ -141,13 +142,13 @@ class DraftPlanner:
         state = self.sessions.get(id(sequence))
         return state.note if state else None
 
-    def plan(self, items: Sequence[tuple[object, Draft | None]]) -> list[Draft | None]:
+    def plan(self, items: Sequence[tuple[Any, Draft | None]]) -> list[Draft | None]:
         """The drafts the step verifies: planned sessions' blocks cut to what pays."""
         lengths = plan_pass(self._inputs(items, floors=True), self.cost)
         out = []
         for (sequence, draft), n in zip(items, lengths):
-            planned = id(sequence) in self.sessions and draft is not None
-            out.append(draft.prefix(n) if planned else draft)
+            planned = id(sequence) in self.sessions
+            out.append(draft.prefix(n) if planned and draft is not None else draft)
         return out
 
     def first_length(self, sequence, num_active: int) -> int:
@@ -209,7 +210,7 @@ class DraftPlanner:
         if state is not None and num_tokens > 0:
             state.ready = num_tokens
 
-    def observe(self, items: Sequence[tuple[object, Draft | None]], results: Sequence,
+    def observe(self, items: Sequence[tuple[Any, Draft | None]], results: Sequence,
                 seconds: float) -> None:
         """After a step (``items``: the drafts it verified): every planned row's acceptance,
         then its next length (a plan of the same rows without probe floors, on the updated
@@ -247,7 +248,7 @@ class DraftPlanner:
         return PlanInputs(rows)
 
     @staticmethod
-    def shape(items: Sequence[tuple[object, Draft | None]]) -> StepShape:
+    def shape(items: Sequence[tuple[Any, Draft | None]]) -> StepShape:
         fed = [(s.pending_tokens(d), len(s.cache.tokens)) for s, d in items]
         return StepShape(num_rows=len(items), num_tokens=sum(n for n, _ in fed),
                          num_cached=sum(c for _, c in fed),

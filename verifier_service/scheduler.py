@@ -229,7 +229,9 @@ class StepScheduler:
         """The next batch, in arrival order, within the token budget. A new sequence whose
         prompt begins like another new one's in the batch waits for the next step, where it
         copies that prefix instead of computing it again (``cascade.core.kv.prefix_cache``)."""
-        batch, held, tokens = [], [], 0
+        batch: list[_Item] = []
+        held: list[_Item] = []
+        tokens = 0
         limit = self.settings.max_batch_tokens if self.settings.enabled else 0
         while self.queue:
             item = self.queue[0]

@@ -13,7 +13,7 @@ from cascade.session.verifier import VerifierSession
 from cascade.serving.errors import StaleEpoch
 from cascade.serving.mesh.security import OPEN, MeshSecurity
 from cascade.v1 import verifier_pb2, verifier_pb2_grpc
-from verifier_service.sessions import SessionTable
+from verifier_service.sessions import OpenSession, SessionTable
 
 
 class Inbox:
@@ -57,8 +57,15 @@ class VerifyPump:
     def __init__(self, sessions, open_session, machine: VerifierSession) -> None:
         """``open_session``: checks an open and admits it (the servicer's ``_open``)."""
         self.sessions, self.open_session, self.machine = sessions, open_session, machine
-        self.session = None
+        self.session: OpenSession | None = None
         """The table's session, once admitted."""
+
+    @property
+    def admitted(self) -> OpenSession:
+        """The admitted session (the machine asks for no other action before ``Admit``)."""
+        if self.session is None:
+            raise RuntimeError("no session admitted on this stream yet")
+        return self.session
 
     async def perform(self, action, inbox):
         """Do ``action``; returns the event it answers with (None: none)."""
@@ -70,18 +77,18 @@ class VerifyPump:
                 self.session = await self.open_session(msg)
                 return ev.Admitted()
             case act.Plan():
-                return ev.Planned(self.sessions.plan_reply(self.session))
+                return ev.Planned(self.sessions.plan_reply(self.admitted))
             case act.Verify(block):
                 return await self._verify(block)
             case act.DecodeAlone(round_number):
                 inbox.raise_failure()
                 return ev.Verified(await self.sessions.verify(
-                    self.session, self.session.undrafted(round_number)))
+                    self.admitted, self.admitted.undrafted(round_number)))
             case act.CatchUp(round_number):
                 inbox.raise_failure()
-                if not inbox.queue.empty() or not self.sessions.catches_up(self.session):
+                if not inbox.queue.empty() or not self.sessions.catches_up(self.admitted):
                     return ev.Idle()
-                return ev.Verified(await self.sessions.catch_up(self.session, round_number))
+                return ev.Verified(await self.sessions.catch_up(self.admitted, round_number))
             case act.Fail(reason):
                 raise ValueError(reason)
         raise TypeError(f"no such action: {action!r}")
@@ -91,18 +98,18 @@ class VerifyPump:
         for action in self.machine.on(ev.classify_request(request)):
             match action:
                 case act.Score(msg):
-                    self.sessions.shadow(self.session, msg)
+                    self.sessions.shadow(self.admitted, msg)
                 case act.NoteReady(msg):
-                    self.sessions.ready(self.session, msg)
+                    self.sessions.ready(self.admitted, msg)
                 case act.Fail(reason):
                     raise ValueError(reason)
 
     async def _verify(self, block: verifier_pb2.DraftBlock) -> ev.Verified:
         """The block's verdict; a dropped block (None) while the session catches up goes on
         from the verdict that asked for it."""
-        verdict = await self.sessions.verify(self.session, block)
-        if verdict is None and self.sessions.awaits_block(self.session):
-            return ev.Verified(self.session.last_verdict, new=False)
+        verdict = await self.sessions.verify(self.admitted, block)
+        if verdict is None and self.sessions.awaits_block(self.admitted):
+            return ev.Verified(self.admitted.last_verdict, new=False)
         return ev.Verified(verdict)
 
 
@@ -129,7 +136,7 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
                     if isinstance(action, act.Reply):
                         yield action.msg
                     elif isinstance(action, act.ReplyFeatures):
-                        for reply in await self.sessions.open_replies(pump.session):
+                        for reply in await self.sessions.open_replies(pump.admitted):
                             yield reply
                     elif (answer := await pump.perform(action, inbox)) is not None:
                         answers.append(answer)

@@ -23,6 +23,8 @@ import time
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
+from opentelemetry.context import Context
+
 from cascade.core.blocks import Draft, RoundOutcome
 from cascade.core.verify.compiled import compile_target, warm_up
 from cascade.core.verify.engine import VerifyEngine
@@ -69,7 +71,7 @@ class OpenSession:
     sequence: SequenceVerifier
     last_round: int = -1
     last_verdict: verifier_pb2.Verdict | None = None
-    trace_context: object = None
+    trace_context: Context | None = None
     """The RPC's trace context, parent of this session's ``verify`` spans."""
     asked_by: verifier_pb2.Verdict | None = None
     """While it catches up: the verdict that asked for the block on its way."""
@@ -217,22 +219,21 @@ class SessionTable:
         if not self.awaits_block(session):
             session.asked_by = session.last_verdict
         self.planner.await_block(session.sequence)  # its plan stands until the block
-        verdict = await self.verify(session, session.undrafted(round_number), catching_up=True)
+        block = session.undrafted(round_number)
+        verdict = await self._answer(session, block, draft_from_pb(block, self.limits.vocab_size))
         verdict.catching_up = True
         verdict.ClearField("next_draft_tokens")
         metrics.CAUGHT_UP_ROUNDS.inc()
         return verdict
 
-    async def verify(self, session: OpenSession, block: verifier_pb2.DraftBlock,
-                     catching_up: bool = False) -> verifier_pb2.Verdict | None:
+    async def verify(self, session: OpenSession, block: verifier_pb2.DraftBlock
+                     ) -> verifier_pb2.Verdict | None:
         """The block's verdict, or None for a block sent ahead on a wrong guess, or one on its
-        way when rounds decoded alone meanwhile ended the generation (dropped).
-        ``catching_up``: a round decoded alone while the session's next block is on its way;
-        that block, when it comes, is verified from where such rounds leave it."""
+        way when rounds decoded alone meanwhile ended the generation (dropped). A block the
+        session awaited while rounds were decoded alone (``catch_up``) is verified from where
+        those rounds left it."""
         draft = draft_from_pb(block, self.limits.vocab_size)  # checks the block first
-        drafted = draft.num_tokens
-        awaited = self.planner.is_awaiting(session.sequence)  # rounds caught up since asked
-        if awaited and not catching_up:
+        if self.planner.is_awaiting(session.sequence):  # rounds caught up since it was asked
             if block.HasField("assumes"):  # sent ahead: the awaited block if its guess is right
                 if not guessed_right(session, block, session.asked_by):
                     metrics.SSD_DROPPED_BLOCKS.inc()
@@ -249,16 +250,24 @@ class SessionTable:
                                                                     session.last_verdict):
             metrics.SSD_DROPPED_BLOCKS.inc()
             return None
+        return await self._answer(session, block, draft)
+
+    async def _answer(self, session: OpenSession, block: verifier_pb2.DraftBlock, draft: Draft
+                      ) -> verifier_pb2.Verdict:
+        """The verdict of a block not dropped: the last one again for a resent block, a stale
+        one for another epoch or base, else the scheduler's."""
         if (block.epoch == session.epoch and block.round == session.last_round
                 and session.last_verdict):
             return session.last_verdict  # a resent block: answer again, change nothing
         if self._is_stale(session, block):
             return self._stale(session, block)
-        self.planner.drafted(session.sequence, block.draft_us / 1e6, drafted,
+        self.planner.drafted(session.sequence, block.draft_us / 1e6, draft.num_tokens,
                              block.predrafted or assumed_outcome(block) is not None)
         with start_span("verify", session.trace_context, session_id=session.session_id,
                         round=block.round, num_draft=draft.num_tokens) as span:
-            outcome, seconds = await self._run_model(session, draft)
+            started = time.perf_counter()  # the scheduler's next step, batched with others
+            outcome = await self.scheduler.submit(session.sequence, draft)
+            seconds = time.perf_counter() - started
             span.set_attribute("num_accepted", outcome.num_accepted)
         note = self.planner.note(session.sequence)
         verified = note.num_verified if note is not None else draft.num_tokens
@@ -275,13 +284,6 @@ class SessionTable:
             session.last_verdict.num_verified = note.num_verified
             session.last_verdict.next_draft_tokens = note.next_draft_tokens
         return session.last_verdict
-
-    async def _run_model(self, session: OpenSession, draft: Draft
-                         ) -> tuple[RoundOutcome, float]:
-        """Verify in the scheduler's next engine step (batched with other sessions' blocks)."""
-        started = time.perf_counter()
-        outcome = await self.scheduler.submit(session.sequence, draft)
-        return outcome, time.perf_counter() - started
 
     def _stale(self, session: OpenSession, block: verifier_pb2.DraftBlock) -> verifier_pb2.Verdict:
         return verifier_pb2.Verdict(

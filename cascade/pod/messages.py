@@ -25,9 +25,9 @@ def draft_to_pb(draft: Draft, **fields) -> verifier_pb2.DraftBlock:
     source = draft.source or ("model" if draft.tokens else "")
     msg = verifier_pb2.DraftBlock(tokens=draft.tokens, parents=draft.parents or (),
                                   source=source, survival=draft.survival or (), **fields)
-    if draft.has_proposal:
+    if draft.q_ids is not None and draft.q_probs is not None:
         _add_sparse(msg.proposals, draft.q_ids, draft.q_probs)
-    if draft.decision_ids is not None:
+    if draft.decision_ids is not None and draft.decision_probs is not None:
         _add_sparse(msg.decision_proposals, draft.decision_ids, draft.decision_probs)
     return msg
 

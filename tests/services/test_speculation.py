@@ -8,7 +8,7 @@ import grpc
 import pytest
 
 from cascade.core.loop import generate
-from cascade.core.plan.speculation import Guess, Outcome
+from cascade.core.plan.speculation import Outcome
 from cascade.protocol.settings import DraftConfig, SamplingParams
 from cascade.protocol.wire.convert import draft_settings_to_pb, sampling_to_pb
 from cascade.serving.mesh.delay import LinkDelay
@@ -73,14 +73,13 @@ def oracle(target, prompt, wrong_first: bool):
     real outcome (after a wrong guess when ``wrong_first``), or only wrong ones (a miss)."""
     expected = prompt + hf_greedy(target, prompt, 40)
 
-    async def guesses(self, base, drafted, parents=None):
+    async def guesses(self, method, base, drafted, parents=None):
         accepted = 0
         while accepted < len(drafted) and drafted[accepted] == expected[len(base) + accepted]:
             accepted += 1
         real = Outcome(accepted, expected[len(base) + accepted])
         wrong = Outcome(accepted, (real.next_token + 1) % 64)
-        chosen = [wrong, real] if wrong_first else [wrong]
-        return [Guess(1.0, o) for o in chosen]
+        return [wrong, real] if wrong_first else [wrong]
 
     return guesses
 

@@ -7,7 +7,7 @@ target's masked greedy decoding whether the guess foresaw the filled tokens (a h
 import pytest
 
 from cascade.core.proposers.model import ModelProposer
-from cascade.core.plan.speculation import Guess, Outcome
+from cascade.core.plan.speculation import Outcome
 from cascade.protocol.grammar import Grammar
 from cascade.protocol.settings import SamplingParams
 from cascade.serving.mesh.delay import LinkDelay
@@ -44,11 +44,11 @@ async def servers(pair):
 def oracle(expected: list[int]):
     """Guesses that know the target's output: the real outcome of every block."""
 
-    async def guesses(self, base, drafted, parents=None):
+    async def guesses(self, method, base, drafted, parents=None):
         accepted = 0
         while accepted < len(drafted) and drafted[accepted] == expected[len(base) + accepted]:
             accepted += 1
-        return [Guess(1.0, Outcome(accepted, expected[len(base) + accepted]))]
+        return [Outcome(accepted, expected[len(base) + accepted])]
 
     return guesses
 

@@ -5,7 +5,7 @@ copy of the target, and blocks sent ahead of a tree's verdict matched by the acc
 import grpc
 import pytest
 
-from cascade.core.plan.speculation import Guess, Outcome
+from cascade.core.plan.speculation import Outcome
 from cascade.core.trees import children
 from cascade.core.loop import generate
 from cascade.protocol.settings import DraftConfig, SamplingParams
@@ -84,10 +84,10 @@ def oracle(target, prompt, wrong_first: bool):
     (a hit), or a wrong one only (a miss)."""
     expected = prompt + hf_greedy(target, prompt, 40)
 
-    async def guesses(self, base, drafted, parents=None):
+    async def guesses(self, method, base, drafted, parents=None):
         real = real_outcome(expected, base, drafted, parents)
         wrong = Outcome(real.num_accepted, (real.next_token + 1) % VOCAB_SIZE, real.path)
-        return [Guess(1.0, o) for o in ([wrong, real] if wrong_first else [wrong])]
+        return [wrong, real] if wrong_first else [wrong]
 
     return guesses
 

@@ -15,6 +15,7 @@ import hashlib
 import random
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 from dataclasses import dataclass
 
 
@@ -60,7 +61,7 @@ class DelayedWriter:
     its shadow blocks, its draft-ready notes), and a gRPC stream takes one write at a time (a
     second one while the first is pending fails the call with TOO_MANY_OPERATIONS)."""
 
-    def __init__(self, write: Callable[[object], Awaitable[None]], delay: SessionDelay) -> None:
+    def __init__(self, write: Callable[[Any], Awaitable[None]], delay: SessionDelay) -> None:
         self.write, self.delay = write, delay
         self._queue: asyncio.Queue = asyncio.Queue()
         self._last_due = 0.0
