@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from functools import partial
 
 import jinja2
 from fastapi import Request
@@ -170,7 +171,7 @@ class CompletionsApi:
         if body.stream:
             events_ = choices.stream(kind, meta, views, deltas, body.include_usage,
                                      lambda lasts: choices.usage_of(prompts, lasts))
-            return EventStreamResponse(events_, on_close=lambda: [s.release() for s in slots])
+            return EventStreamResponse(events_, on_close=partial(_release, slots))
         results = await asyncio.gather(*[_collect_while_connected(d, http, s)
                                          for d, s in zip(deltas, slots)])
         usage_ = choices.usage_of(prompts, [last for _, last in results])
@@ -271,3 +272,8 @@ async def _collect_while_connected(deltas: AsyncIterator[Delta], http: Request, 
     finally:
         if not task.done():
             task.cancel()
+
+
+def _release(slots: list[Slot]) -> None:
+    for slot in slots:
+        slot.release()

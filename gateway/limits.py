@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter, deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 from gateway.openai.errors import error_body
 from gateway.sessions.generation import GeneratedChunk, KeyAtLimit
@@ -102,8 +102,8 @@ class KeyLimits:
             return 0
         return sum(n for _, n in window)
 
-    def counted(self, slot: Slot, chunks: AsyncIterator[GeneratedChunk]
-                ) -> AsyncIterator[GeneratedChunk]:
+    def counted(self, slot: Slot, chunks: AsyncGenerator[GeneratedChunk, None]
+                ) -> AsyncGenerator[GeneratedChunk, None]:
         """``chunks``, charging the slot's key for every newly generated token (not rounds a
         resumed stream replays) and releasing the slot when the stream ends."""
         return _counted(slot, chunks)
@@ -144,8 +144,8 @@ class Slot:
             del active[self.key]
 
 
-async def _counted(slot: Slot, chunks: AsyncIterator[GeneratedChunk]
-                   ) -> AsyncIterator[GeneratedChunk]:
+async def _counted(slot: Slot, chunks: AsyncGenerator[GeneratedChunk, None]
+                   ) -> AsyncGenerator[GeneratedChunk, None]:
     try:
         async for chunk in chunks:
             if not chunk.is_replayed:

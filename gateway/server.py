@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import logging
 import signal
 from contextlib import contextmanager
@@ -135,9 +136,9 @@ async def serve(config: GatewaySettings, mesh: MeshSecurity = OPEN) -> None:
     lifecycle = Lifecycle()
     app, grpc_service = build_gateway(config, client, lifecycle, mesh)
     await grpc_service.start()
-    server = _SignalFreeServer(uvicorn.Config(app, host=config.host, port=config.port,
-                                              log_level="warning", lifespan="off",
-                                              timeout_graceful_shutdown=config.grace_s))
+    server = _SignalFreeServer(uvicorn.Config(
+        app, host=config.host, port=config.port, log_level="warning", lifespan="off",
+        timeout_graceful_shutdown=math.ceil(config.grace_s)))
     drained: list[asyncio.Task] = []
 
     def begin_drain() -> None:
@@ -161,5 +162,6 @@ async def serve(config: GatewaySettings, mesh: MeshSecurity = OPEN) -> None:
         # resume them on another gateway at once.
         if server.server_state.tasks:
             await asyncio.wait(set(server.server_state.tasks), timeout=5.0)
-        await lifecycle.orchestrator.settle()
+        if lifecycle.orchestrator is not None:
+            await lifecycle.orchestrator.settle()
         await client.aclose()

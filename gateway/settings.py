@@ -14,7 +14,7 @@ from cascade.protocol.methods import DEFAULT_DRAFT_METHOD, DRAFT_METHODS
 from cascade.protocol.request.mapping import ServerDefaults
 from cascade.serving.memory_stream import DEFAULT_STREAM_BYTES, DEFAULT_STREAM_LEN, MemoryMode
 from cascade.serving.mesh.security import SESSION_KEY_HELP, MeshSettings
-from cascade.serving.settings_cli import env
+from cascade.serving.settings_cli import borrowed, env
 from gateway.sessions.assignment import OrchestratorSettings
 from gateway.sessions.session_store import FINISHED_SESSION_TTL_S, SESSION_TTL_S
 from gateway.sessions.sharing import PrefixSharing
@@ -148,14 +148,14 @@ class HttpSettings(BaseModel):
                                 "max_tokens must fit in it.")
     api_keys: tuple[str, ...] = Field((), description="Accepted bearer keys; empty leaves the "
                                       "API open (local use).")
-    num_draft_tokens: int = GatewaySettings.model_fields["num_draft_tokens"]
-    max_tokens_limit: int = GatewaySettings.model_fields["max_tokens_limit"]
-    playground: bool = GatewaySettings.model_fields["playground"]
-    max_body_bytes: int = GatewaySettings.model_fields["max_body_bytes"]
-    max_sessions_per_key: int = GatewaySettings.model_fields["max_sessions_per_key"]
-    tokens_per_minute_per_key: int = GatewaySettings.model_fields["tokens_per_minute_per_key"]
-    tree_nodes: int = GatewaySettings.model_fields["tree_nodes"]
-    draft_method: DraftMethod = GatewaySettings.model_fields["draft_method"]
+    num_draft_tokens: int = borrowed(GatewaySettings, "num_draft_tokens")
+    max_tokens_limit: int = borrowed(GatewaySettings, "max_tokens_limit")
+    playground: bool = borrowed(GatewaySettings, "playground")
+    max_body_bytes: int = borrowed(GatewaySettings, "max_body_bytes")
+    max_sessions_per_key: int = borrowed(GatewaySettings, "max_sessions_per_key")
+    tokens_per_minute_per_key: int = borrowed(GatewaySettings, "tokens_per_minute_per_key")
+    tree_nodes: int = borrowed(GatewaySettings, "tree_nodes")
+    draft_method: DraftMethod = borrowed(GatewaySettings, "draft_method")
 
     @classmethod
     def of(cls, settings: GatewaySettings, model_name: str, context_length: int

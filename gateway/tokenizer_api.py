@@ -51,7 +51,7 @@ def install_tokenizer_routes(app: FastAPI, settings: HttpSettings,
                 "tokens": tokens, "token_strs": strs}
 
     @app.post("/detokenize")
-    async def detokenize(body: DetokenizeRequest) -> dict[str, str]:
+    async def detokenize(body: DetokenizeRequest) -> dict[str, Any]:
         check(body.model)
         bad = next((t for t in body.tokens if not 0 <= t < len(tokenizer)), None)
         if bad is not None:
@@ -80,7 +80,7 @@ def _encoded(body: TokenizeRequest, tokenizer: PreTrainedTokenizerBase, model: s
         special = True if body.add_special_tokens is None else body.add_special_tokens
         return tokenizer(body.prompt, add_special_tokens=special).input_ids
     check_chat_template(tokenizer, model, "send a 'prompt' instead")
-    tokens = templated_ids(tokenizer, template_messages(body.messages),
+    tokens = templated_ids(tokenizer, template_messages(body.messages or []),
                            add_generation_prompt=body.add_generation_prompt)
     if body.add_special_tokens and tokenizer.bos_token_id is not None and (
             not tokens or tokens[0] != tokenizer.bos_token_id):

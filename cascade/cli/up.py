@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, DirectoryPath, Field
 from cascade.core.paths import cache_root
 from cascade.pod.settings import Dtype, PodSettings
 from cascade.serving.memory_stream import MemoryMode
-from cascade.serving.settings_cli import to_flags
+from cascade.serving.settings_cli import borrowed, to_flags
 from cascade.tools.cluster_config import ClusterConfig
 from cascade.tools.pairs import PairName, PairSettings
 from cascade.tools.redis_server import is_bindable
@@ -30,19 +30,19 @@ class UpSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    target: DirectoryPath | None = PairSettings.model_fields["target"]
-    drafter: DirectoryPath | None = PairSettings.model_fields["drafter"]
-    pair: PairName = PairSettings.model_fields["pair"]
+    target: DirectoryPath | None = borrowed(PairSettings, "target")
+    drafter: DirectoryPath | None = borrowed(PairSettings, "drafter")
+    pair: PairName = borrowed(PairSettings, "pair")
     drafters: int = Field(1, ge=1, description="Number of drafter processes.")
     port: int = Field(8000, ge=0, le=65535, description="Gateway HTTP port (0: a free one).")
     grpc_port: int = Field(50050, ge=0, le=65535, description="Gateway gRPC port (0: a free "
                            "one).")
-    dtype: Dtype = PodSettings.model_fields["dtype"]
-    invariant: bool = VerifierPodSettings.model_fields["invariant"]
-    compile: CompileMode = VerifierPodSettings.model_fields["compile"]
-    tensor_parallel: int = VerifierPodSettings.model_fields["tensor_parallel"]
-    speculation_memory: MemoryMode = GatewaySettings.model_fields["speculation_memory"]
-    draft_method: DraftMethod = GatewaySettings.model_fields["draft_method"]
+    dtype: Dtype = borrowed(PodSettings, "dtype")
+    invariant: bool = borrowed(VerifierPodSettings, "invariant")
+    compile: CompileMode = borrowed(VerifierPodSettings, "compile")
+    tensor_parallel: int = borrowed(VerifierPodSettings, "tensor_parallel")
+    speculation_memory: MemoryMode = borrowed(GatewaySettings, "speculation_memory")
+    draft_method: DraftMethod = borrowed(GatewaySettings, "draft_method")
     redis_replicas: int = Field(0, ge=0, description="Redis replicas beside the primary, with "
                                 "three sentinels that fail over to one of them (0: one Redis).")
     workdir: Path = Field(default_factory=lambda: cache_root() / "local", description="Folder "

@@ -43,6 +43,13 @@ def aliases(*flags: str) -> dict[str, Any]:
     return {"aliases": list(flags)}
 
 
+def borrowed(settings_type: type[BaseModel], name: str) -> Any:
+    """``settings_type``'s field ``name``, to declare in another settings class as it is there
+    (default, bounds, help, environment variable): ``dtype: Dtype = borrowed(PodSettings,
+    "dtype")``. Typed Any: a field's declaration, not its value."""
+    return settings_type.model_fields[name]
+
+
 def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 

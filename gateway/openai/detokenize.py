@@ -8,7 +8,7 @@ the start of a stop string is held back until it is known not to be one.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 REPLACEMENT_CHAR = "\ufffd"
 
@@ -16,7 +16,8 @@ REPLACEMENT_CHAR = "\ufffd"
 class Decoder(Protocol):
     """The part of a Hugging Face tokenizer this module uses."""
 
-    def decode(self, token_ids: list[int], skip_special_tokens: bool = ...) -> str: ...
+    def decode(self, token_ids: list[int], skip_special_tokens: bool = ...) -> Any:
+        """The text of ``token_ids`` (a str: a list only for a batch, never asked here)."""
 
 
 class IncrementalDetokenizer:

@@ -29,7 +29,7 @@ class Usage:
     """The request's predicted output (token ids): the usage says how much of it was kept."""
 
     def of(self, last: Delta) -> dict:
-        deferred = last.spec.num_deferred_tokens if self.is_cascade else None
+        deferred = last.spec.num_deferred_tokens if self.is_cascade and last.spec else None
         counts = responses.usage(self.num_prompt, last.completion_tokens, deferred, last.spec)
         if self.prediction:
             counts["completion_tokens_details"] = prediction_usage(self.prediction,

@@ -42,6 +42,8 @@ def prompt_entries(token_ids: list[int], logprobs: tuple[TokenLogprobs, ...],
 
 
 def _with_itself(entry: LogprobEntry) -> LogprobEntry:
+    if entry.top is None or entry.logprob is None:  # nothing predicted it
+        return entry
     return replace(entry, top=entry.top + ((entry.token, entry.logprob),))
 
 
@@ -58,7 +60,7 @@ def completion_logprobs(items: tuple[LogprobEntry, ...], offset: int = 0) -> dic
 
 
 def _top_with_itself(item: LogprobEntry) -> dict[str, float] | None:
-    if item.top is None:
+    if item.top is None or item.logprob is None:
         return None
     top = dict(item.top)
     top.setdefault(item.token, item.logprob)
@@ -67,8 +69,8 @@ def _top_with_itself(item: LogprobEntry) -> dict[str, float] | None:
 
 def chat_logprobs(items: tuple[LogprobEntry, ...]) -> dict[str, Any]:
     """Chat's shape: one object per token, its alternatives inside it."""
-    def one(token: str, logprob: float) -> dict[str, Any]:
+    def one(token: str, logprob: float | None) -> dict[str, Any]:
         return {"token": token, "logprob": logprob, "bytes": list(token.encode("utf-8"))}
 
     return {"content": [{**one(i.token, i.logprob),
-                         "top_logprobs": [one(t, v) for t, v in i.top]} for i in items]}
+                         "top_logprobs": [one(t, v) for t, v in i.top or ()]} for i in items]}

@@ -82,7 +82,7 @@ class ResponseFormat:
 
     kind: str
     """"completion" or "chat" (the request's and the stream view's name for it)."""
-    id_prefix: str
+    id_prefix: Literal["cmpl", "chatcmpl"]
     object: str
     """The ``object`` of a whole response."""
     chunk_object: str
@@ -127,7 +127,7 @@ def completion_chunk(
 
 
 def chat_chunk(
-    meta: ResponseMeta, delta: dict[str, str], finish_reason: str | None, include_usage: bool,
+    meta: ResponseMeta, delta: dict[str, Any], finish_reason: str | None, include_usage: bool,
     index: int = 0, logprobs: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """delta is {"role": "assistant", "content": ""} first, then {"content": ...}, and {} last."""

@@ -53,6 +53,11 @@ class GenerationFields(GenerationOptions, StructuredFields):
     def include_usage(self) -> bool:
         return self.stream_options is not None and self.stream_options.include_usage
 
+    @property
+    def requested_logprobs(self) -> int | None:
+        """Alternatives asked per token (None: no logprobs); each endpoint names it its way."""
+        raise NotImplementedError
+
 
 class CompletionRequest(GenerationFields):
     """POST /v1/completions."""

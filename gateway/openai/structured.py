@@ -114,7 +114,7 @@ class StructuredFields(Lenient):
 def _from_response_format(value: ResponseFormat | None) -> Grammar | None:
     if value is None or value.type == "text":
         return None
-    if value.type == "json_object":
+    if value.json_schema is None:  # json_object (the model refuses json_schema without one)
         return Grammar("json_object")
     return Grammar.json_schema(value.json_schema.schema_)
 

@@ -116,7 +116,7 @@ class ToolFields(Lenient):
 
     def _calls_grammar(self) -> Grammar | None:
         by_name = {t.function.name: t.function.parameters for t in self.tools}
-        if self.tool_mode == "function":
+        if isinstance(self.tool_choice, NamedToolChoice):  # tool_mode "function"
             name = self.tool_choice.function.name
             return Grammar.json_schema(_call_schema(name, by_name[name]))
         if self.tool_mode != "required":

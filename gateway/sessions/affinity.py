@@ -64,10 +64,10 @@ class PromptAffinity:
             entry.pods.set_result(pods)
 
     def release(self, key: bytes | None) -> None:
-        entry = self._entries.get(key)
+        entry = self._entries.get(key) if key is not None else None
         if entry is not None:
             entry.users -= 1
-            if entry.users <= 0:
+            if entry.users <= 0 and key is not None:
                 del self._entries[key]
 
     def __len__(self) -> int:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -103,14 +103,15 @@ class GeneratedChunk:
 
 
 class Generator(Protocol):
-    def generate(self, request: GenerationRequest) -> AsyncIterator[GeneratedChunk]:
-        """Stream the committed chunks of one generation; the last has a finish_reason."""
+    def generate(self, request: GenerationRequest) -> AsyncGenerator[GeneratedChunk, None]:
+        """Stream the committed chunks of one generation; the last has a finish_reason. The
+        caller closes the stream (``aclose``) when it stops reading early."""
         ...
 
 
 class ResumableGenerator(Generator, Protocol):
     async def resume(self, session_id: str, caller: str, after_round: int = 0
-                     ) -> tuple[GenerationRequest, AsyncIterator[GeneratedChunk]]:
+                     ) -> tuple[GenerationRequest, AsyncGenerator[GeneratedChunk, None]]:
         """A stored session's request and whole stream (stored rounds, then the rest);
         SessionLost when it is unknown or ``caller`` (a key identity) did not start it;
         RoundsLost when fewer than ``after_round`` (what the client has) are stored."""

@@ -14,7 +14,7 @@ import asyncio
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 
 import grpc
@@ -67,12 +67,12 @@ class Orchestrator:
         self.memory = MemorySharing(client, settings.memory, settings.model_name,
                                     settings.memory_stream_len, settings.memory_stream_bytes)
 
-    def generate(self, request: GenerationRequest) -> AsyncIterator[GeneratedChunk]:
+    def generate(self, request: GenerationRequest) -> AsyncGenerator[GeneratedChunk, None]:
         return self._observed(request, lambda context, ending: self._generate(
             request, context, ending))
 
     async def resume(self, session_id: str, caller: str, after_round: int = 0
-                     ) -> tuple[GenerationRequest, AsyncIterator[GeneratedChunk]]:
+                     ) -> tuple[GenerationRequest, AsyncGenerator[GeneratedChunk, None]]:
         """A stored session's generation and its whole stream: every stored round replayed as
         it was sent (the caller's detokenizer needs them all; it skips what its client has),
         then, unless it has ended, its continuation (this gateway takes it over once the owner's
@@ -92,7 +92,7 @@ class Orchestrator:
         return request, self._observed(request, lambda context, ending: self._resumed(
             session_id, request, context, ending))
 
-    async def _observed(self, request, inner_for) -> AsyncIterator[GeneratedChunk]:
+    async def _observed(self, request, inner_for) -> AsyncGenerator[GeneratedChunk, None]:
         """``inner_for(trace context, ending)``'s chunks, with the span, metrics, and the
         session's final status when the consumer ends it early."""
         span = tracer.start_span("generate", attributes={
@@ -124,7 +124,7 @@ class Orchestrator:
                 span.end()
 
     async def _generate(self, request, trace_context, ending: dict
-                        ) -> AsyncIterator[GeneratedChunk]:
+                        ) -> AsyncGenerator[GeneratedChunk, None]:
         key = PromptAffinity.key(request.group, request.prompt_tokens,
                                  request.num_draft_tokens > 0)
         try:
@@ -140,7 +140,7 @@ class Orchestrator:
             self.affinity.release(key)
 
     async def _resumed(self, session_id: str, request, trace_context, ending: dict
-                       ) -> AsyncIterator[GeneratedChunk]:
+                       ) -> AsyncGenerator[GeneratedChunk, None]:
         epoch = await take_over(self.store, session_id)
         fields = await self.store.record(session_id)
         tokens, ends = await self.store.tokens(session_id), await self.store.round_ends(session_id)
@@ -165,7 +165,7 @@ class Orchestrator:
                 yield chunk
 
     async def _drive(self, request, job: SessionJob, generated: list[int], ending: dict,
-                     replay: list[GeneratedChunk] = ()) -> AsyncIterator[GeneratedChunk]:
+                     replay: Sequence[GeneratedChunk] = ()) -> AsyncGenerator[GeneratedChunk, None]:
         """Run the session on its pods (after sending ``replay``, stored rounds, again), moving
         it after failures, holding its lease while its consumer keeps taking rounds."""
         clock = LatencyClock()

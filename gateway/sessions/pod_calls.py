@@ -23,7 +23,7 @@ from gateway.sessions.generation import GeneratedChunk
 
 
 def session_call(request: GenerationRequest, job: SessionJob, generated: list[int], channel,
-                 mesh: MeshSecurity, memory_scope: str, scope: str):
+                 mesh: MeshSecurity, memory_scope: str | None, scope: str):
     """The session's call on its pods from its committed tokens: ``Drafter.RunSession``, or
     ``Verifier.Decode`` when it has no drafter."""
     session = verifier_pb2.SessionOpen(

@@ -66,8 +66,8 @@ class PrefixRouter:
     async def served(self, tokens: list[int], scope: str, verifier: str,
                      drafter: str | None = None) -> None:
         """Remember that the pods now hold the prefixes of ``tokens`` (best effort)."""
-        pods = {"verifier": verifier, "drafter": drafter}
-        keys = {role: self.keys(role, tokens, scope) for role, pod in pods.items() if pod}
+        pods = {role: pod for role, pod in (("verifier", verifier), ("drafter", drafter)) if pod}
+        keys = {role: self.keys(role, tokens, scope) for role in pods}
         if not keys["verifier"]:
             return
         try:

@@ -35,16 +35,18 @@ class Recovery:
                       generated: list[int]) -> None:
         """Move the session after a retryable failure; a full verifier (RESOURCE_EXHAUSTED)
         sends it to another one, and when none has room the client hears 429."""
-        code = exc.code() if isinstance(exc, grpc.aio.AioRpcError) else grpc.StatusCode.UNAVAILABLE
+        rpc = exc if isinstance(exc, grpc.aio.AioRpcError) else None
+        code = rpc.code() if rpc else grpc.StatusCode.UNAVAILABLE
+        details = rpc.details() if rpc else str(exc)
         log.warning("session %s attempt %d (drafter %s, verifier %s) failed: %s",
                     redacted(job.record.session_id), attempt, job.drafter, job.verifier, exc)
         full = code is grpc.StatusCode.RESOURCE_EXHAUSTED
         if (code not in RETRYABLE and not full) or attempt == self.settings.max_attempts:
             await self.give_up(job)
             if full:
-                raise AtCapacity(exc.details()) from exc
+                raise AtCapacity(details) from exc
             if code is grpc.StatusCode.INVALID_ARGUMENT:
-                raise RequestRefused(f"The request was refused: {exc.details()}") from exc
+                raise RequestRefused(f"The request was refused: {details}") from exc
             raise GenerationFailed(f"session {job.record.session_id} failed: {code.name}") from exc
         if full:
             exclude = {job.verifier}
@@ -56,7 +58,7 @@ class Recovery:
                     if a and not await self.pods.is_serving(a)}
             # Both answer the gateway: the link between them failed (the drafter reaches the
             # verifier for the session), so this session goes on without that drafter.
-            job.excluded |= dead or {job.drafter} - {None}
+            job.excluded |= dead or ({job.drafter} if job.drafter else set())
             exclude = job.excluded
             await asyncio.sleep(RETRY_BACKOFF_S * 2 ** (attempt - 1))
         try:
@@ -66,7 +68,7 @@ class Recovery:
         except Overloaded:
             await self.give_up(job)
             if full:
-                raise AtCapacity(exc.details()) from exc
+                raise AtCapacity(details) from exc
             raise
         job.epoch = await self.reassign(request, job, generated)
 

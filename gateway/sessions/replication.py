@@ -78,16 +78,16 @@ class ReplicaWaiter:
         async with self.client.pipeline(transaction=False) as pipe:
             await script(keys=keys, args=args, client=pipe)
             result, acknowledged, asked = await self._wait(pipe)
-        if int(result) < 0:
+        if result < 0:
             return result
         for _ in range(self.tries - 1):
             if acknowledged >= self.target:
                 return result
             async with self.client.pipeline(transaction=False) as pipe:
                 await self._probe(keys=[*keys[:2], f"{keys[0]}:replicated"],
-                                  args=[int(result)], client=pipe)
+                                  args=[result], client=pipe)
                 present, acknowledged, asked = await self._wait(pipe)
-            if not int(present):  # the primary now lacks the write: a failover lost it (and
+            if not present:  # the primary now lacks the write: a failover lost it (and
                 raise self._unreplicated(acknowledged, asked)  # this WAIT covered no write)
         if acknowledged >= self.target:
             return result
@@ -98,7 +98,7 @@ class ReplicaWaiter:
         return NotReplicated(f"{acknowledged} of {asked} replicas acknowledged the write in "
                              f"{self.tries * self.wait_ms} ms")
 
-    async def _wait(self, pipe) -> tuple[object, int, int]:
+    async def _wait(self, pipe) -> tuple[int, int, int]:
         """Adds WAIT and INFO to ``pipe`` and runs it: (the first command's result, replicas
         that acknowledged, replicas asked for)."""
         asked = self.target
@@ -106,4 +106,4 @@ class ReplicaWaiter:
         pipe.info("replication")
         first, acknowledged, info = await pipe.execute()
         self._in_sync = in_sync_replicas(info, self.max_lag_s)
-        return first, int(acknowledged), asked
+        return int(first), int(acknowledged), asked

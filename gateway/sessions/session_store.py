@@ -211,7 +211,7 @@ class SessionStore:
                      finish_reason: str = "") -> None:
         """Record a final status (or "cancelled"); an ended session's keys expire sooner."""
         ttl_s = self._ttl(status in FINAL_STATUSES)
-        args = [epoch, ttl_s, "status", status, "finish_reason", finish_reason]
+        args: list[str | int] = [epoch, ttl_s, "status", status, "finish_reason", finish_reason]
         if not await self._set_if_epoch(keys=list(session_keys(session_id)), args=args):
             raise StaleEpoch(f"session {session_id}: epoch {epoch} is no longer current")
 
@@ -263,4 +263,8 @@ class SessionStore:
 
     async def record(self, session_id: str) -> dict[str, str]:
         raw = await self.client.hgetall(session_keys(session_id)[0])
-        return {k.decode(): v.decode() for k, v in raw.items()}
+        return {_text(k): _text(v) for k, v in raw.items()}
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

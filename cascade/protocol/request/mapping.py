@@ -65,8 +65,8 @@ class GenerationRequest:
     prompt_tokens: list[int]
     sampling: SamplingParams
     draft: DraftConfig = field(default_factory=DraftConfig)
-    acceptance: AcceptancePolicy | None = None
-    """None: the default for the sampling and draft settings."""
+    acceptance: AcceptancePolicy = None  # type: ignore[assignment]  # set by __post_init__
+    """Given None (the default): the default for the sampling and draft settings."""
     view: str = ""
     """How the API layer presents the stream (JSON, opaque here): stored with the session, so
     a stream resumed on another gateway looks the same."""
@@ -149,7 +149,8 @@ def build_request(options: GenerationOptions, prompt_tokens: list[int], max_toke
             name = ("draft_tree_expansion" if str(exc).startswith("tree_expansion")
                     else "acceptance")
             raise RequestInvalid(f"Invalid value for '{name}': {exc}.", name) from exc
-    return GenerationRequest(list(prompt_tokens), sampling, draft, policy)
+    return GenerationRequest(list(prompt_tokens), sampling, draft,
+                             policy or AcceptancePolicy.default_for(sampling, draft))
 
 
 def _lossless_policy(options: GenerationOptions, sampling: SamplingParams,
