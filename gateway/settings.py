@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from cascade.protocol.limits import MAX_DRAFT_TOKENS, MAX_TREE_NODES
 from cascade.protocol.methods import DEFAULT_DRAFT_METHOD, DRAFT_METHODS
@@ -36,9 +36,6 @@ class GatewaySettings(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     model: str = Field(description="Target model folder (tokenizer, context length).")
-    redis_url: str = Field(description="Redis holding sessions and the pod registry (from the "
-                           "environment, a password stays out of the process list).",
-                           json_schema_extra=env("CASCADE_REDIS_URL"))
     model_name: str = Field("", description="Model name clients send (default: folder name).")
     host: str = Field("127.0.0.1", description="Address to bind.")
     port: int = Field(8000, ge=0, le=65535, description="HTTP port (OpenAI-compatible API).")
@@ -114,6 +111,18 @@ class GatewaySettings(BaseModel):
                                           "per-key (the same API key's sessions only; see "
                                           "docs/security.md) or shared (every session: "
                                           "single-tenant deployments).")
+
+    @model_validator(mode="after")
+    def _needs_redis(self) -> GatewaySettings:
+        if not self.mesh.redis_url:
+            raise ValueError("--redis-url (or CASCADE_REDIS_URL) is required: Redis holds the "
+                             "gateway's sessions")
+        return self
+
+    @property
+    def redis_url(self) -> str:
+        """The Redis holding sessions and the pod registry (``mesh.redis_url``, required)."""
+        return self.mesh.redis_url or ""
 
     @property
     def keys(self) -> tuple[str, ...]:

@@ -14,6 +14,7 @@ from cascade.serving.settings_cli import flag, flat_fields
 from drafter_service.__main__ import cli as drafter_cli
 from drafter_service.settings import DrafterPodSettings
 from gateway.__main__ import cli as gateway_cli
+from cascade.serving.mesh.security import MeshSettings
 from gateway.settings import GatewaySettings
 from verifier_service.__main__ import cli as verifier_cli
 from verifier_service.settings import VerifierPodSettings
@@ -79,8 +80,8 @@ def test_the_deployment_guide_names_only_flags_the_services_have():
 
 
 def test_settings_built_by_name_derive_what_the_services_run_with():
-    gateway = GatewaySettings(model="m", redis_url="redis://r", api_keys=" a, b ,,",
-                              round_timeout_s=7.0, prefix_sharing="shared")
+    gateway = GatewaySettings(model="m", mesh=MeshSettings(redis_url="redis://r"),
+                              api_keys=" a, b ,,", round_timeout_s=7.0, prefix_sharing="shared")
     assert gateway.keys == ("a", "b")
     orchestration = gateway.orchestrator("served")
     assert (orchestration.round_timeout_s, orchestration.model_name) == (7.0, "served")

@@ -36,9 +36,6 @@ class PodSettings(BaseModel):
     host: str = Field("127.0.0.1", description="Address to bind.")
     port: int = Field(0, ge=0, le=65535, description="Port to bind (0 picks a free one).")
     advertise: str | None = Field(None, description="host:port others use to reach this pod.")
-    redis_url: str | None = Field(None, description="Register in this Redis (pod registry); the "
-                                  "environment keeps a password out of the process list.",
-                                  json_schema_extra=env("CASCADE_REDIS_URL"))
     grace_s: float = Field(10.0, ge=0, description="Seconds in-flight streams get when "
                            "draining.")
     threads: int = Field(0, ge=0, description="torch threads (0 keeps torch's default).")

@@ -14,6 +14,7 @@ from cascade.core.memory.suffix_index import SuffixIndex
 from cascade.serving.registry import Heartbeat
 from drafter_service.server import build_drafter
 from gateway.server import build_gateway
+from cascade.serving.mesh.security import MeshSettings
 from gateway.settings import GatewaySettings
 from verifier_service.server import build_verifier
 
@@ -41,8 +42,8 @@ async def running_cluster(redis_url: str, target_dir: Path, target, drafter, nam
                                             registry=client)
     await _start_pod(verifier, "verifier", client, lambda: sessions.num_active)
     await _start_pod(draft_service, "drafter", client, lambda: servicer.num_active)
-    config = GatewaySettings(model=str(target_dir), redis_url=redis_url, model_name=name,
-                             grpc_port=0, max_tokens_limit=256, **gateway)
+    config = GatewaySettings(model=str(target_dir), mesh=MeshSettings(redis_url=redis_url),
+                             model_name=name, grpc_port=0, max_tokens_limit=256, **gateway)
     app, gateway_grpc = build_gateway(config, client, orchestration=orchestrator)
     await gateway_grpc.start()
     port = free_port()

@@ -10,6 +10,7 @@ from cascade.tools.redis_server import free_port
 from cascade.tools.tiny_models import build_tiny_pair
 from cascade.v1 import gateway_pb2, gateway_pb2_grpc
 from gateway.server import build_gateway
+from cascade.serving.mesh.security import MeshSettings
 from gateway.settings import GatewaySettings
 from gateway.sessions.session_store import connect
 
@@ -19,8 +20,8 @@ async def gateway_without_redis(tmp_path):
     target, _ = build_tiny_pair(tmp_path / "models")
     url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
     client = connect(url, timeout_s=0.2, retries=1)
-    app, grpc_service = build_gateway(GatewaySettings(model=str(target), redis_url=url, grpc_port=0),
-                                      client)
+    settings = GatewaySettings(model=str(target), mesh=MeshSettings(redis_url=url), grpc_port=0)
+    app, grpc_service = build_gateway(settings, client)
     await grpc_service.start()
     yield app, grpc_service
     await grpc_service.drain()

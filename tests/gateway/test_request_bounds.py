@@ -129,6 +129,7 @@ async def test_a_grpc_message_over_the_body_limit_is_refused_before_it_is_parsed
     from cascade.tools.redis_server import free_port
     from cascade.tools.tiny_models import build_tiny_pair
     from gateway.server import build_gateway
+    from cascade.serving.mesh.security import MeshSettings
     from gateway.settings import GatewaySettings
     from gateway.sessions.session_store import connect
 
@@ -136,8 +137,9 @@ async def test_a_grpc_message_over_the_body_limit_is_refused_before_it_is_parsed
     url = f"redis://127.0.0.1:{free_port()}/0"  # refused before Redis is needed
     client = connect(url, timeout_s=0.2, retries=1)
     limit = 4096
-    app, service = build_gateway(GatewaySettings(model=str(target), redis_url=url, grpc_port=0,
-                                                 max_body_bytes=limit), client)
+    settings = GatewaySettings(model=str(target), mesh=MeshSettings(redis_url=url), grpc_port=0,
+                               max_body_bytes=limit)
+    app, service = build_gateway(settings, client)
     await service.start()
     try:
         async with grpc.aio.insecure_channel(service.address) as channel:

@@ -213,9 +213,15 @@ def mesh_or_exit(tls_dir: Path | None, server_name: str | None, token_file: Path
 
 
 class MeshSettings(BaseModel):
-    """How a service meets the others on the mesh (the flags every service shares)."""
+    """How a service meets the others (the flags every service shares): the Redis that holds
+    the pod registry, and the mesh's credentials."""
 
     model_config = ConfigDict(frozen=True)
+
+    redis_url: str | None = Field(None, description="Redis holding the pod registry (and the "
+                                  "gateway's sessions; the gateway needs it). From the "
+                                  "environment a password stays out of the process list.",
+                                  json_schema_extra=env("CASCADE_REDIS_URL"))
 
     tls_dir: Path | None = Field(None, description=TLS_DIR_HELP,
                                  json_schema_extra=env("CASCADE_TLS_DIR"))
