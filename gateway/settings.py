@@ -139,11 +139,6 @@ class GatewaySettings(BaseModel):
                                     model_name=model_name, prefix_sharing=self.prefix_sharing)
 
 
-HTTP_FIELDS = ("num_draft_tokens", "max_tokens_limit", "playground", "max_body_bytes",
-               "max_sessions_per_key", "tokens_per_minute_per_key", "tree_nodes", "draft_method")
-"""The gateway's flags the HTTP layer reads (``HttpSettings`` borrows their fields)."""
-
-
 class HttpSettings(BaseModel):
     """What the HTTP layer knows of the served model and its limits: the model's name and
     context length, the keys, and the gateway's flags it reads, declared once in
@@ -169,8 +164,9 @@ class HttpSettings(BaseModel):
     @classmethod
     def of(cls, settings: GatewaySettings, model_name: str, context_length: int
            ) -> HttpSettings:
+        own = {"model_name", "context_length", "api_keys"}  # the rest are borrowed flags
         return cls(model_name=model_name, context_length=context_length, api_keys=settings.keys,
-                   **settings.model_dump(include=set(HTTP_FIELDS)))
+                   **settings.model_dump(include=set(cls.model_fields) - own))
 
     def model_post_init(self, context: object) -> None:
         self.server_defaults(None)  # the one mapping checks the limits
