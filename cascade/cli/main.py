@@ -6,6 +6,7 @@ import signal
 import statistics
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import grpc
 import httpx
@@ -185,14 +186,14 @@ def generate(prompt: str,
              seed: int = typer.Option(0, help="Sampling seed."),
              chat: bool = typer.Option(True, help="Send the prompt through the chat template."),
              baseline: bool = typer.Option(True, help="Also run target-only to compare."),
-             rule: str = typer.Option(None, help="A speculative cascade (lossy): chow, diff, opt, "
+             rule: str | None = typer.Option(None, help="A speculative cascade (lossy): chow, diff, opt, "
                                       "token_v1, token_v2 or token_v3; unset is lossless."),
              alpha: float = typer.Option(0.0, help="The cascade's quality knob in [0, 1]."),
              schedule: str = typer.Option("", help="draft_schedule: auto (draft only what "
                                           "pays at the verifier's load), fixed (always k) or "
                                           "adaptive (k follows the drafter's success); empty: "
                                           "the gateway's default (auto)."),
-             tree_nodes: int = typer.Option(None, help="Draft token trees of at most this many "
+             tree_nodes: int | None = typer.Option(None, help="Draft token trees of at most this many "
                                             "nodes, k deep (0: chains; unset: the gateway's "
                                             "default). Sampled trees use the keyed rule, and so "
                                             "does the baseline, so their texts compare."),
@@ -207,8 +208,8 @@ def generate(prompt: str,
              ) -> None:
     """Stream a generation: green text was drafted and accepted, plain text the verifier chose."""
     acceptance = "keyed" if keyed or (tree_nodes and temperature > 0) else ""
-    run = dict(prompt=prompt, max_tokens=max_tokens, temperature=temperature, seed=seed,
-               chat=chat, acceptance="" if rule else acceptance)
+    run: dict[str, Any] = dict(prompt=prompt, max_tokens=max_tokens, temperature=temperature,
+                               seed=seed, chat=chat, acceptance="" if rule else acceptance)
     console.print(prompt, style="bold", end="\n" if chat else "", markup=False, highlight=False)
     try:
         spec = stream_generation(gateway, num_draft_tokens=num_draft_tokens,

@@ -57,10 +57,10 @@ def models_evaluate(target: Path = typer.Option(..., help="Target model folder."
     from cascade.core.features.feature_runner import load_model
     from cascade.core.model.runner import ModelSpec
 
-    pair = [load_model(ModelSpec(str(path), dtype, device), str(target))
-            for path in (target, drafter)]
+    target_runner, drafter_runner = (load_model(ModelSpec(str(path), dtype, device), str(target))
+                                     for path in (target, drafter))
     with console.status("measuring"):
-        report = evaluate_pair(*pair, num_prompts=prompts, max_new_tokens=max_tokens, k=k,
+        report = evaluate_pair(target_runner, drafter_runner, num_prompts=prompts, max_new_tokens=max_tokens, k=k,
                                adaptive=adaptive, tree_nodes=tree_nodes)
     schedule = "adaptive from " if adaptive else f"trees of <= {tree_nodes} nodes, " \
         if tree_nodes else ""

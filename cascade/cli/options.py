@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -11,7 +12,7 @@ from cascade.tools.pairs import default_pair
 
 console = Console()
 
-FOLDER = dict(exists=True, file_okay=False)
+FOLDER: dict[str, Any] = dict(exists=True, file_okay=False)
 """A model folder option: one that is not there is a usage error naming it."""
 TARGET_OPT = typer.Option(None, help="Target model folder (default: from --pair).", **FOLDER)
 DRAFTER_OPT = typer.Option(None, help="Drafter model folder (default: from --pair).", **FOLDER)

@@ -54,7 +54,7 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def settings_command(settings_type: type[Settings], run: Callable[[Settings], None],
+def settings_command(settings_type: type[Settings], run: Callable[[Settings], object],
                      name: str | None = None) -> typer.Typer:
     """A command line taking ``settings_type``'s fields as flags and calling ``run`` with the
     validated settings."""
@@ -63,7 +63,7 @@ def settings_command(settings_type: type[Settings], run: Callable[[Settings], No
     return app
 
 
-def settings_function(settings_type: type[Settings], run: Callable[[Settings], None]
+def settings_function(settings_type: type[Settings], run: Callable[[Settings], object]
                       ) -> Callable[..., None]:
     """``run`` as a function typer makes a command of (``app.command()(...)``): one keyword
     parameter per flag."""

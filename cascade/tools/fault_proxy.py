@@ -71,13 +71,13 @@ class FaultProxy:
         return self
 
     def stop(self) -> None:
-        async def close() -> None:
-            self._server.close()
+        async def close(server: asyncio.AbstractServer) -> None:
+            server.close()
             for link in list(self._links):
                 link.abort()
 
         if self._server is not None:
-            asyncio.run_coroutine_threadsafe(close(), self._loop).result(10)
+            asyncio.run_coroutine_threadsafe(close(self._server), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
 

@@ -63,13 +63,20 @@ class LocalCluster:
     def grpc_address(self) -> str:
         return self.grpc_address_of("gateway")
 
+    @property
+    def store(self) -> RedisServer | RedisHA:
+        """The cluster's Redis (``start`` starts it first)."""
+        if self.redis is None:
+            raise RuntimeError("the cluster's Redis is not started")
+        return self.redis
+
     def _spawn(self, name: str, args: list[str], picked: bool = False) -> None:
         self._args[name] = args
         if picked:
             self._picked.setdefault(name, 0)
         log_path = self.config.workdir / f"{name}.log"
         self._log_from[name] = log_path.stat().st_size if log_path.exists() else 0
-        env = {**os.environ, "CASCADE_REDIS_URL": self.redis.url}  # not in the process list
+        env = {**os.environ, "CASCADE_REDIS_URL": self.store.url}  # not in the process list
         self.processes[name] = launch(args[0], args[1:], log_path, env,
                                       self.config.cpu_affinity.get(name))
 
@@ -136,7 +143,7 @@ class LocalCluster:
         """Until every pod is registered (or ``pod``) and ``gateway`` is ready; fails if a
         process (only ``name``, if given: others may be down on purpose) exits. Redis errors (a
         failover under way) are waited out."""
-        client = self.redis.sync_client()
+        client = self.store.sync_client()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             self._check_alive(name)
@@ -229,7 +236,7 @@ class LocalCluster:
         self._wait_ready(timeout_s, pod=name, name=name)
 
     def _unregister(self, port: str) -> None:
-        client = self.redis.sync_client()
+        client = self.store.sync_client()
         try:
             for key, address in self._entries_on(client, port):
                 client.hdel(key, address)
@@ -281,10 +288,7 @@ class LocalCluster:
             process = self.processes.get(name)
             if process and process.poll() is None:
                 process.send_signal(signal.SIGTERM)
-        for name in order:
-            process = self.processes.get(name)
-            if process is None:
-                continue
+        for process in filter(None, map(self.processes.get, order)):
             try:
                 process.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:

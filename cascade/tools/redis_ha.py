@@ -9,12 +9,13 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 from pathlib import Path
 
 import redis
 from redis.sentinel import Sentinel
 
-from cascade.tools.redis_server import RedisServer, free_port, redis_server_binary
+from cascade.tools.redis_server import RedisServer, free_port, redis_server_binary, stderr_text
 
 SERVICE = "cascade"
 """The name the sentinels monitor the primary under."""
@@ -113,8 +114,8 @@ class RedisHA:
 
     def primary_port(self) -> int:
         """The port the sentinels name primary now (with a ``front``: its front's port)."""
-        host, port = self.sentinels[0].client().sentinel_get_master_addr_by_name(SERVICE)
-        return int(port)
+        address: Any = self.sentinels[0].client().sentinel_get_master_addr_by_name(SERVICE)
+        return int(address[1])
 
     @property
     def process(self) -> subprocess.Popen | None:
@@ -193,7 +194,7 @@ def _wait_for_ping(process: subprocess.Popen, port: int, password: str | None,
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"redis-server exited: {process.stderr.read().decode()}")
+            raise RuntimeError(f"redis-server exited: {stderr_text(process)}")
         try:
             if client.ping():
                 return

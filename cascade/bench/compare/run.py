@@ -146,20 +146,24 @@ class CompareSettings(BaseModel):
     same prompts and pair, side by side in one run."""
 
     models: PairSettings = PairSettings()
-    num_draft_tokens: int = Field(0, ge=0, le=32, description="Drafted tokens per round; 0 picks "
-                                  "the fastest of 1, 2, 3, 4, 6 on the first prompts.",
-                                  json_schema_extra=aliases("--k"))
-    max_tokens: int = Field(64, ge=1, description="Tokens generated per prompt.")
-    prompts_per_domain: int = Field(2, ge=1, le=4, description="Prompts from each of prose, "
-                                    "chat, code.")
-    repeats: int = Field(3, ge=1, description="Runs of every prompt (medians reported).")
-    temperature: float = Field(0.7, ge=0.01, description="Temperature of sampling rows.")
-    threads: int = Field(2, ge=1, description="torch threads of in-process methods.")
+    num_draft_tokens: int = Field(BenchConfig.k, ge=0, le=32, json_schema_extra=aliases("--k"),
+                                  description="Drafted tokens per round; 0 picks the fastest "
+                                  "of 1, 2, 3, 4, 6 on the first prompts.")
+    max_tokens: int = Field(BenchConfig.max_new_tokens, ge=1, description="Tokens generated "
+                            "per prompt.")
+    prompts_per_domain: int = Field(BenchConfig.per_domain, ge=1, le=4, description="Prompts "
+                                    "from each of prose, chat, code.")
+    repeats: int = Field(BenchConfig.repeats, ge=1, description="Runs of every prompt (medians "
+                         "reported).")
+    temperature: float = Field(BenchConfig.temperature, ge=0.01, description="Temperature of "
+                               "sampling rows.")
+    threads: int = Field(BenchConfig.threads, ge=1, description="torch threads of in-process "
+                         "methods.")
     family: list[Literal["core", "hf", "services"]] = Field(
-        list(FAMILIES), min_length=1, description="Run only these (repeat the flag): core, hf, "
-        "services.")
-    out: Path = Field(Path("runs/bench"), description="Where results.json, table.md and the "
-                      "PNG plots go.")
+        list(BenchConfig.families), min_length=1, description="Run only these (repeat the "
+        "flag): core, hf, services.")
+    out: Path = Field(BenchConfig.out, description="Where results.json, table.md and the PNG "
+                      "plots go.")
 
 
 def run(settings: CompareSettings) -> None:

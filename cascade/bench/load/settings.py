@@ -21,30 +21,33 @@ class LoadSettings(BaseModel):
     one run."""
 
     models: PairSettings = PairSettings()
-    num_draft_tokens: int = Field(4, ge=1, le=32, description="Drafted tokens per round.",
-                                  json_schema_extra=aliases("--k"))
-    sessions: list[int] = Field([1, 2, 4, 8, 16, 32], description="Concurrent clients (repeat "
-                                "the flag).")
-    max_tokens: int = Field(32, ge=1, description="Tokens per request.")
-    window_s: float = Field(20.0, ge=1, description="Seconds measured per point.")
-    soak_s: float = Field(60.0, ge=0, description="Seconds of the soak run with the most "
-                          "sessions (batched speculative mode).")
+    num_draft_tokens: int = Field(LoadConfig.k, ge=1, le=32, json_schema_extra=aliases("--k"),
+                                  description="Drafted tokens per round.")
+    sessions: list[int] = Field(list(LoadConfig.sessions), description="Concurrent clients "
+                                "(repeat the flag).")
+    max_tokens: int = Field(LoadConfig.max_tokens, ge=1, description="Tokens per request.")
+    window_s: float = Field(LoadConfig.window_s, ge=1, description="Seconds measured per "
+                            "point.")
+    soak_s: float = Field(LoadConfig.soak_s, ge=0, description="Seconds of the soak run with "
+                          "the most sessions (batched speculative mode).")
     max_wait_ms: float | None = Field(None, description="The batched verifiers' --max-wait-ms "
                                       "(default: theirs).")
     only: list[str] = Field([], description="Run only this mode (repeat): unbatched, batched, "
                             "batched-ssd, target-only, fixed-k<n>, auto, default, tree, "
                             "tree-auto, tree-cape, tree-cape-auto (every mode but default "
                             "drafts with the model).")
-    fixed_k: list[int] = Field([1, 2, 4], description="The fixed-k modes beside auto (repeat).")
+    fixed_k: list[int] = Field(list(LoadConfig.fixed_k), description="The fixed-k modes beside "
+                               "auto (repeat).")
     domain: list[Literal["prose", "chat", "code"]] = Field(
         [], description="Prompt domain the clients send (repeat; prose, chat, code).")
     dtype: Literal["float32", "bfloat16"] = Field(
-        "float32", description="The pods' dtype: float32 or bfloat16 (float32 by default: the "
-        "same numbers on every machine; cascade up defaults to auto).")
-    tree_nodes: int = Field(16, ge=1, description="Nodes per round of the tree mode (depth k).")
-    repeats: int = Field(1, ge=1, description="Runs per mode and load, the modes taking turns "
-                         "in each: the table pools them, the comparison gives each ratio's "
-                         "range over the runs.")
+        LoadConfig.dtype, description="The pods' dtype: float32 or bfloat16 (float32 by "
+        "default: the same numbers on every machine; cascade up defaults to auto).")
+    tree_nodes: int = Field(LoadConfig.tree_nodes, ge=1, description="Nodes per round of the "
+                            "tree mode (depth k).")
+    repeats: int = Field(LoadConfig.repeats, ge=1, description="Runs per mode and load, the "
+                         "modes taking turns in each: the table pools them, the comparison "
+                         "gives each ratio's range over the runs.")
     out: Path = Field(Path("runs/bench-load"), description="Where load.json, load.md and "
                       "load.png go.")
 

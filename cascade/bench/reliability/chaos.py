@@ -183,12 +183,14 @@ class ChaosSettings(BaseModel):
 
     pair: PairName = Field("tiny", description="Built-in model pair: tiny "
                                              "(random weights) or smollm2.")
-    minutes: float = Field(5.0, gt=0, description="How long clients start new sessions.")
-    streams: int = Field(32, ge=1, description="Concurrent streaming clients.")
-    fault_every_s: float = Field(15.0, gt=0, description="Mean seconds between faults.")
-    seed: int = Field(0, description="Seed of the faults' and the clients' draws.")
-    kinds: list[Kind] = Field(list(KINDS), min_length=1, description="Fault kinds to draw "
-                              "from (repeat the flag; default: all of them).")
+    minutes: float = Field(ChaosConfig.duration_s / 60, gt=0, description="How long clients "
+                           "start new sessions.")
+    streams: int = Field(ChaosConfig.streams, ge=1, description="Concurrent streaming clients.")
+    fault_every_s: float = Field(ChaosConfig.fault_every_s, gt=0, description="Mean seconds "
+                                 "between faults.")
+    seed: int = Field(ChaosConfig.seed, description="Seed of the faults' and the clients' draws.")
+    kinds: list[Kind] = Field(list(ChaosConfig.kinds), min_length=1, description="Fault kinds "
+                              "to draw from (repeat the flag; default: all of them).")
     out: Path | None = Field(None, description="Write the table into this markdown file.")
     section: str = Field("chaos", description="The file's section to write (<!-- NAME --> ... "
                          "<!-- /NAME -->).")

@@ -225,6 +225,11 @@ def run_on_console(config: EngineBenchConfig, console: Console) -> EngineBenchRe
     return result
 
 
+def comma_list(values: tuple[int, ...]) -> str:
+    """(1, 4, 16) -> ``"1,4,16"``: a comma list option's default."""
+    return ",".join(map(str, values))
+
+
 def int_list(text: str) -> tuple[int, ...]:
     """``"1,4,16"`` -> (1, 4, 16): a comma list option's value."""
     return tuple(int(part) for part in text.split(",") if part.strip())
@@ -239,29 +244,31 @@ class EngineSettings(BaseModel):
                                 "SmolLM2-135M-Instruct target); with --random-weights a folder "
                                 "with a config.json, or llama3-8b.")
     dtype: list[Literal["float32", "bfloat16"]] = Field(
-        list(BENCH_DTYPES), description="float32 or bfloat16 (repeat the flag).")
+        list(EngineBenchConfig.dtypes), description="float32 or bfloat16 (repeat the flag).")
     threads: int = Field(default_factory=default_threads, ge=1, description="torch threads "
                          "(default: all cores).")
-    repeats: int = Field(5, ge=1, description="Timed calls per cell after a warm-up (the median "
-                         "is reported).")
-    context: int = Field(100, ge=1, description="Cached tokens per row.")
-    hf_compile: bool = Field(True, description="Also time transformers with a static cache "
-                             "under torch.compile (compiles for minutes).")
-    engine_compile: bool = Field(True, description="Also time the engine's step compiled "
-                                 "(--compile on; compiles for minutes).")
-    out: Path = Field(Path("runs/bench-engine"), description="Where engine.json and table.md "
-                      "go.")
-    device: str = Field("cpu", description="cpu or cuda[:N].")
-    random_weights: bool = Field(False, description="Build the target from its config with "
-                                 "random weights, on the device.")
-    rows: str = Field("1,4,16,32", pattern=COMMA_LIST, description="The N rows x 1 token "
-                      "shapes, a comma list.")
-    drafts: str = Field("4,8,16", pattern=COMMA_LIST, description="The one-row drafts (passes "
-                        "of draft + 1 tokens), a comma list.")
-    tree: bool = Field(True, description="The 16-node token tree shape.")
-    prefill: int = Field(512, ge=0, description="Prefill tokens (0: none).")
-    bandwidth_mib: int = Field(0, ge=0, description="The bandwidth probe's tensor in MiB (0: "
-                               "the device's default).")
+    repeats: int = Field(EngineBenchConfig.repeats, ge=1, description="Timed calls per cell "
+                         "after a warm-up (the median is reported).")
+    context: int = Field(EngineBenchConfig.context, ge=1, description="Cached tokens per row.")
+    hf_compile: bool = Field(EngineBenchConfig.hf_compile, description="Also time transformers "
+                             "with a static cache under torch.compile (compiles for minutes).")
+    engine_compile: bool = Field(EngineBenchConfig.engine_compile, description="Also time the "
+                                 "engine's step compiled (--compile on; compiles for minutes).")
+    out: Path = Field(EngineBenchConfig.out, description="Where engine.json and table.md go.")
+    device: str = Field(EngineBenchConfig.device, description="cpu or cuda[:N].")
+    random_weights: bool = Field(EngineBenchConfig.random_weights, description="Build the "
+                                 "target from its config with random weights, on the device.")
+    rows: str = Field(comma_list(EngineBenchConfig.rows), pattern=COMMA_LIST,
+                      description="The N rows x 1 token shapes, a comma list.")
+    drafts: str = Field(comma_list(EngineBenchConfig.drafts), pattern=COMMA_LIST,
+                        description="The one-row drafts (passes of draft + 1 tokens), a comma "
+                        "list.")
+    tree: bool = Field(bool(EngineBenchConfig.tree), description="The 16-node token tree "
+                       "shape.")
+    prefill: int = Field(EngineBenchConfig.prefill, ge=0, description="Prefill tokens (0: "
+                         "none).")
+    bandwidth_mib: int = Field(EngineBenchConfig.bandwidth_mib, ge=0, description="The "
+                               "bandwidth probe's tensor in MiB (0: the device's default).")
 
     @model_validator(mode="after")
     def _a_folder(self) -> EngineSettings:

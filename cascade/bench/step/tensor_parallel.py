@@ -33,7 +33,8 @@ from pydantic import BaseModel, Field, model_validator
 from rich.console import Console
 from rich.table import Table
 
-from cascade.bench.step.engine import COMMA_LIST, EngineBenchConfig, default_threads, int_list
+from cascade.bench.step.engine import (COMMA_LIST, EngineBenchConfig, comma_list,
+                                       default_threads, int_list)
 from cascade.bench.step.rows import EngineRows
 from cascade.bench.step.timing import interleaved
 from cascade.bench.step.device import device_name, is_cuda, synchronizer
@@ -172,20 +173,24 @@ class TpSettings(BaseModel):
 
     target: Path | None = Field(None, description="Model folder (default: the tiny target; "
                                 "its heads must divide by --ranks).")
-    ranks: int = Field(2, ge=2, description="Ranks to split the target over.")
-    dtype: Literal["float32", "bfloat16"] = Field("float32", description="float32 or "
-                                                  "bfloat16.")
-    repeats: int = Field(7, ge=1, description="Timed calls per cell after a warm-up (the "
-                         "median is reported).")
-    rows: str = Field("1,8,32", pattern=COMMA_LIST, description="The N rows x 1 token shapes.")
-    drafts: str = Field("4", pattern=COMMA_LIST, description="The one-row drafts.")
-    prefill: int = Field(128, ge=0, description="Prefill tokens (0: none).")
-    context: int = Field(100, ge=1, description="Cached tokens per row.")
-    out: Path = Field(Path("runs/bench-tp"), description="Where tp.json goes.")
-    random_weights: bool = Field(False, description="--target is a folder with a config.json "
-                                 "(or llama3-8b): every rank builds it with the same random "
-                                 "weights.")
-    device: str = Field("cpu", description="cpu, or cuda: one GPU per rank (NCCL).")
+    ranks: int = Field(TpBenchConfig.ranks, ge=2, description="Ranks to split the target "
+                       "over.")
+    dtype: Literal["float32", "bfloat16"] = Field(TpBenchConfig.dtype, description="float32 "
+                                                  "or bfloat16.")
+    repeats: int = Field(TpBenchConfig.repeats, ge=1, description="Timed calls per cell after "
+                         "a warm-up (the median is reported).")
+    rows: str = Field(comma_list(TpBenchConfig.rows), pattern=COMMA_LIST, description="The N "
+                      "rows x 1 token shapes.")
+    drafts: str = Field(comma_list(TpBenchConfig.drafts), pattern=COMMA_LIST,
+                        description="The one-row drafts.")
+    prefill: int = Field(TpBenchConfig.prefill, ge=0, description="Prefill tokens (0: none).")
+    context: int = Field(TpBenchConfig.context, ge=1, description="Cached tokens per row.")
+    out: Path = Field(TpBenchConfig.out, description="Where tp.json goes.")
+    random_weights: bool = Field(TpBenchConfig.random_weights, description="--target is a "
+                                 "folder with a config.json (or llama3-8b): every rank builds "
+                                 "it with the same random weights.")
+    device: str = Field(TpBenchConfig.device, description="cpu, or cuda: one GPU per rank "
+                        "(NCCL).")
 
     @model_validator(mode="after")
     def _splits(self) -> TpSettings:

@@ -12,6 +12,7 @@ from cascade.distill.prompts import prompt_set
 from cascade.protocol.request.chat import chat_prompts_ids
 from cascade.protocol.settings import DraftConfig
 from cascade.core.loop import generate
+from cascade.core.features.feature_runner import FeatureRunner
 from cascade.core.model.runner import ModelRunner
 from cascade.protocol.settings import SamplingParams
 from cascade.protocol.stats import SpecStats
@@ -49,7 +50,8 @@ class PairReport:
         return self.speculative_tokens_per_s / self.target_only_tokens_per_s
 
 
-def evaluate_pair(target: ModelRunner, drafter: ModelRunner, num_prompts: int = 12,
+def evaluate_pair(target: ModelRunner | FeatureRunner, drafter: ModelRunner | FeatureRunner,
+                  num_prompts: int = 12,
                   max_new_tokens: int = 64, k: int = 4, adaptive: bool = False,
                   tree_nodes: int = 0) -> PairReport:
     prompts = chat_prompts_ids(target.tokenizer, prompt_set(held_out=True)[:num_prompts])
