@@ -8,8 +8,8 @@ import torch
 # The helpers every test imports by name (models, distributions, references, tokenizers).
 sys.path.insert(0, str(Path(__file__).parent / "helpers"))
 
-# The longest tests, longest first: with several workers (pytest -n) they start first, so that
-# no worker is left with one of them at the end while the others idle.
+# The longest test files, longest first: with several workers (pytest -n) they start first, so
+# that no worker is left with one of them at the end while the others idle.
 LONGEST_FIRST = (
     "e2e/test_chaos.py", "bench/test_load_smoke.py", "bench/test_bench_smoke.py",
     "core/model/test_tensor_parallel.py", "core/sample/test_processor_sampling.py",
@@ -79,16 +79,11 @@ def tiny_runners(tiny_pair_dirs):
             ModelRunner.load(ModelSpec(str(drafter_dir), device=DEVICE)))
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config, items):
-    """With several workers: the longest tests first, and the tests of a module that shares a
-    fixture across its tests (module scope) on one worker, so that it is built once."""
+    """With several workers (``--dist loadfile``: a file's tests on one worker, so a fixture
+    a module shares is built once), the longest files first."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.removeprefix("tests/").split("::")[0],
                                          len(rank)))
-    for item in items:
-        defs = item._fixtureinfo.name2fixturedefs.values()
-        if any(d[-1].scope in ("module", "package", "class") for d in defs if d):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
