@@ -70,9 +70,9 @@ class Drafting:
     async def next_block(self, action: act.Draft) -> ev.Drafted:
         """The block ``action`` asks for: from the pre-drafts for what ``action.after``
         decided, or drafted now (on a miss, at most ``miss_tokens``)."""
-        cache = self.cache if action.after is not None else None
-        block, origin = None, action.origin
-        if cache is not None and action.after is not None:
+        block, origin, cache = None, action.origin, None
+        if action.after is not None and self.cache is not None:
+            cache = self.cache
             block, origin = cache.lookup(action.after)
             metrics.SSD_ROUNDS.labels(common_pb2.Speculation.Name(origin)).inc()
             metrics.SSD_WASTED.inc(len(cache.blocks) - (block is not None))

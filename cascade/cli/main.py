@@ -186,17 +186,19 @@ def generate(prompt: str,
              seed: int = typer.Option(0, help="Sampling seed."),
              chat: bool = typer.Option(True, help="Send the prompt through the chat template."),
              baseline: bool = typer.Option(True, help="Also run target-only to compare."),
-             rule: str | None = typer.Option(None, help="A speculative cascade (lossy): chow, diff, opt, "
-                                      "token_v1, token_v2 or token_v3; unset is lossless."),
+             rule: str | None = typer.Option(None, help="A speculative cascade (lossy): chow, "
+                                             "diff, opt, token_v1, token_v2 or token_v3; unset "
+                                             "is lossless."),
              alpha: float = typer.Option(0.0, help="The cascade's quality knob in [0, 1]."),
              schedule: str = typer.Option("", help="draft_schedule: auto (draft only what "
                                           "pays at the verifier's load), fixed (always k) or "
                                           "adaptive (k follows the drafter's success); empty: "
                                           "the gateway's default (auto)."),
-             tree_nodes: int | None = typer.Option(None, help="Draft token trees of at most this many "
-                                            "nodes, k deep (0: chains; unset: the gateway's "
-                                            "default). Sampled trees use the keyed rule, and so "
-                                            "does the baseline, so their texts compare."),
+             tree_nodes: int | None = typer.Option(None, help="Draft token trees of at most "
+                                                   "this many nodes, k deep (0: chains; unset: "
+                                                   "the gateway's default). Sampled trees use "
+                                                   "the keyed rule, and so does the baseline, so "
+                                                   "their texts compare."),
              keyed: bool = typer.Option(False, help="The keyed lossless rule: a seeded sampled "
                                         "text depends on the prompt and seed alone."),
              tree_expansion: str = typer.Option("", help="How trees grow: dynamic (EAGLE-2) or "

@@ -60,8 +60,9 @@ def models_evaluate(target: Path = typer.Option(..., help="Target model folder."
     target_runner, drafter_runner = (load_model(ModelSpec(str(path), dtype, device), str(target))
                                      for path in (target, drafter))
     with console.status("measuring"):
-        report = evaluate_pair(target_runner, drafter_runner, num_prompts=prompts, max_new_tokens=max_tokens, k=k,
-                               adaptive=adaptive, tree_nodes=tree_nodes)
+        report = evaluate_pair(target_runner, drafter_runner, num_prompts=prompts,
+                               max_new_tokens=max_tokens, k=k, adaptive=adaptive,
+                               tree_nodes=tree_nodes)
     schedule = "adaptive from " if adaptive else f"trees of <= {tree_nodes} nodes, " \
         if tree_nodes else ""
     table = Table(title=f"{drafter.name} drafting for {target.name} ({schedule}k={k}, greedy, "

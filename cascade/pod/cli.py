@@ -44,7 +44,8 @@ def model_server_cli(role: str, settings_type: type[PodSettings],
         runner, served_dtype = _load(role, model, settings.dtype, settings.device,
                                      settings.target_model,
                                      getattr(settings, "tensor_parallel", 1), settings.threads)
-        registry = connect(settings.mesh.redis_url) if settings.mesh.redis_url else None  # one per pod
+        redis_url = settings.mesh.redis_url
+        registry = connect(redis_url) if redis_url else None  # one per pod
         service, sessions = build(runner, settings, mesh=mesh, registry=registry)
         service.health_port = settings.health_port
         asyncio.run(serve_forever(service, role, registry, settings.advertise,

@@ -58,6 +58,11 @@ plus an election and a promotion, several seconds on a loaded machine, and an el
 splits its votes is tried again after the failover timeout."""
 
 
+def as_text(value: bytes | str) -> str:
+    """A Redis reply as text (``connect``'s clients answer bytes)."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
 def connect(url: str, timeout_s: float = 2.0, retries: int = 5) -> redis.Redis:
     """A client with explicit timeouts and backoff retries (about 3 s of retrying in all), so
     a Redis restart costs a pause, not a failed call; every service uses it. A
@@ -175,7 +180,7 @@ async def live_pods(client: redis.Redis, role: str) -> list[PodInfo]:
     now_ms = seconds * 1000 + micros // 1000
     pods, expired = [], []
     for entry, raw in entries.items():
-        address = entry.decode() if isinstance(entry, bytes) else entry
+        address = as_text(entry)
         try:
             value = json.loads(raw)
             load, expires_ms = int(value.pop("load")), int(value.pop("expires_ms"))

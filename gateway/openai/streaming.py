@@ -81,7 +81,7 @@ async def text_deltas(chunks: AsyncIterator[GeneratedChunk], tokenizer: Decoder,
             consumed = text.num_tokens  # a stop string ends the tokens where it completes
             event_id = f"{chunk.session_id}.{chunk.round}" if chunk.round else None
             scored = entries(chunk.token_ids[:consumed - before], chunk.logprobs, tokenizer)
-            extra: dict[str, Any] = {"prompt_logprobs": chunk.prompt_logprobs}  # for gateway.openai.echo
+            extra: dict[str, Any] = {"prompt_logprobs": chunk.prompt_logprobs}  # for echo
             is_seen = 0 < chunk.round <= seen_rounds
             if text.stopped:
                 await stop_early(chunks)

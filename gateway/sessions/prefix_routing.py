@@ -19,7 +19,7 @@ import logging
 import redis.asyncio as redis
 
 from cascade.protocol.prefix_keys import block_keys
-from cascade.serving.registry import live_pods
+from cascade.serving.registry import as_text, live_pods
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ class PrefixRouter:
             return None
         lowest = min(pods.values())
         for raw in reversed(found):
-            address = raw.decode() if isinstance(raw, bytes) else raw
+            address = None if raw is None else as_text(raw)  # None: no pod remembered
             if address in pods and pods[address] <= lowest + self.slack:
                 return address
         return None

@@ -40,7 +40,7 @@ from cascade.protocol.request.mapping import GenerationRequest
 from cascade.protocol.settings import DraftConfig, SamplingParams
 from cascade.protocol.acceptance import AcceptancePolicy
 from cascade.serving.errors import StaleEpoch
-from cascade.serving.registry import connect
+from cascade.serving.registry import as_text, connect
 from gateway.sessions.replication import NotReplicated, ReplicaWaiter
 from gateway.sessions.session_scripts import (
     APPEND_SCRIPT,
@@ -263,8 +263,4 @@ class SessionStore:
 
     async def record(self, session_id: str) -> dict[str, str]:
         raw = await self.client.hgetall(session_keys(session_id)[0])
-        return {_text(k): _text(v) for k, v in raw.items()}
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+        return {as_text(k): as_text(v) for k, v in raw.items()}

@@ -261,7 +261,8 @@ class GatewayApi:
 
     def __init__(self, tokenizer, generator) -> None:
         self.tokenizer, self.generator = tokenizer, generator
-        defaults = server_defaults(CONTEXT, tokenizer.eos_token_id, max_tokens_limit=MAX_TOKENS_LIMIT)
+        defaults = server_defaults(CONTEXT, tokenizer.eos_token_id,
+                                   max_tokens_limit=MAX_TOKENS_LIMIT)
         servicer = GatewayServicer(tokenizer, generator, MODEL, defaults)
         self.background = BackgroundLoop()
         self.service = GrpcService([ServiceBinding(gateway_pb2_grpc.add_GatewayServicer_to_server,

@@ -51,7 +51,8 @@ class Gateway:
         self.background = BackgroundLoop()
         self.heartbeat = Heartbeat(aioredis.from_url(url), "verifier", NOBODY, lambda: 0)
         self.background.run(self.heartbeat.start())
-        defaults = server_defaults(CONTEXT, tokenizer.eos_token_id, max_tokens_limit=MAX_TOKENS_LIMIT)
+        defaults = server_defaults(CONTEXT, tokenizer.eos_token_id,
+                                   max_tokens_limit=MAX_TOKENS_LIMIT)
         servicer = GatewayServicer(tokenizer, orchestrator(url), MODEL, defaults)
         self.service = GrpcService([ServiceBinding(gateway_pb2_grpc.add_GatewayServicer_to_server,
                                                    servicer, SERVICE_NAME)], grace_s=1.0)
