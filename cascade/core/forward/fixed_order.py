@@ -1,4 +1,4 @@
-"""Fixed-order products: float32 weight products whose rows never depend on one another.
+"""Fixed-order products: weight products whose rows never depend on one another.
 
 The batch-invariant pass needs every weight product to give a row the same bits whatever the
 row count. The CPU libraries torch calls choose their kernels and their reduction orders by the
@@ -8,7 +8,9 @@ it at one row, where oneDNN is slower than MKL's vector kernel. The kernel here
 (``fixed_order_gemm.cpp``, AVX2 + FMA) sums every output in one fused multiply-add chain over
 the inner dimension in index order, so it is invariant by construction, and it streams a
 weight packed into panels of 16 columns once per call, so one row runs at about the memory's
-read bandwidth.
+read bandwidth. bfloat16 weights and inputs are widened to float32 in registers (each output
+rounded once), which gives a CPU without bfloat16 instructions (AVX2 only) packed bfloat16
+products at half the weight bytes.
 
 The kernel is compiled once per machine (about half a minute; ``python -m
 cascade.core.forward.fixed_order`` does it ahead, as the install script and the CPU image do)
@@ -43,7 +45,7 @@ def available() -> bool:
 
 
 def pack(weight: torch.Tensor) -> torch.Tensor:
-    """A float32 [out, in] weight as panels [ceil(out / 16), in, 16] (zero columns pad the
+    """A float32 or bfloat16 [out, in] weight as panels [ceil(out / 16), in, 16] (zero columns pad the
     last panel)."""
     out, width = weight.shape
     padded = weight.new_zeros(-(-out // PANEL) * PANEL, width)

@@ -1,7 +1,8 @@
-// A float32 matrix product whose every output is one fused multiply-add chain over the inner
+// A matrix product (float32, or bfloat16 weights and inputs summed in float32) whose every output is one fused multiply-add chain over the inner
 // dimension in index order, whatever the number of rows: a row's numbers never depend on the
 // other rows of the call (the batch-invariant pass needs that, cascade/core/forward/invariant.py).
-// AVX2 + FMA; built and loaded by cascade/core/forward/fixed_order.py.
+// AVX2 + FMA; built and loaded by cascade/core/forward/fixed_order.py. A bfloat16 product reads
+// half the weight bytes (widened to float32 in registers) and rounds each output once.
 //
 // The weight [out, in] is packed into panels of 16 output columns, [ceil(out / 16), in, 16],
 // so a panel streams contiguously. Registers hold MR rows x NP panels of accumulators (at most
@@ -11,6 +12,7 @@
 
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
+#include <c10/util/BFloat16.h>
 #include <immintrin.h>
 #include <torch/library.h>
 
@@ -20,8 +22,24 @@ namespace {
 
 constexpr int64_t kPanel = 16;
 
-template <int MR, int NP>
-void block(const float* x, int64_t k, const float* w, float* y, int64_t ldy, int64_t cols,
+// 16 weights of a panel row as two vectors of 8 float32.
+inline void load16(const float* p, __m256& low, __m256& high) {
+  low = _mm256_loadu_ps(p);
+  high = _mm256_loadu_ps(p + 8);
+}
+
+inline __m256 widen8(const uint16_t* p) {  // bfloat16 -> float32: the bits shifted up
+  const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+
+inline void load16(const uint16_t* p, __m256& low, __m256& high) {
+  low = widen8(p);
+  high = widen8(p + 8);
+}
+
+template <int MR, int NP, typename W>
+void block(const float* x, int64_t k, const W* w, float* y, int64_t ldy, int64_t cols,
            const float* bias) {
   __m256 acc[MR][NP][2];
   _Pragma("GCC unroll 16") for (int r = 0; r < MR; ++r)
@@ -29,10 +47,8 @@ void block(const float* x, int64_t k, const float* w, float* y, int64_t ldy, int
       acc[r][p][0] = acc[r][p][1] = _mm256_setzero_ps();
   for (int64_t i = 0; i < k; ++i) {
     __m256 wv[NP][2];
-    _Pragma("GCC unroll 16") for (int p = 0; p < NP; ++p) {
-      wv[p][0] = _mm256_loadu_ps(w + (p * k + i) * kPanel);
-      wv[p][1] = _mm256_loadu_ps(w + (p * k + i) * kPanel + 8);
-    }
+    _Pragma("GCC unroll 16") for (int p = 0; p < NP; ++p)
+      load16(w + (p * k + i) * kPanel, wv[p][0], wv[p][1]);
     _Pragma("GCC unroll 16") for (int r = 0; r < MR; ++r) {
       __m256 xv = _mm256_broadcast_ss(x + r * k + i);
       _Pragma("GCC unroll 16") for (int p = 0; p < NP; ++p) {
@@ -53,65 +69,75 @@ void block(const float* x, int64_t k, const float* w, float* y, int64_t ldy, int
 }
 
 // All m rows against NP panels: blocks of MR rows, then the remaining rows in one block.
-template <int NP>
-void panels(const float* x, int64_t m, int64_t k, const float* w, float* y, int64_t ldy,
+template <int NP, typename W>
+void panels(const float* x, int64_t m, int64_t k, const W* w, float* y, int64_t ldy,
             int64_t cols, const float* bias) {
   constexpr int MR = std::min(6, 12 / (2 * NP));
   int64_t r = 0;
-  for (; r + MR <= m; r += MR) block<MR, NP>(x + r * k, k, w, y + r * ldy, ldy, cols, bias);
+  for (; r + MR <= m; r += MR) block<MR, NP, W>(x + r * k, k, w, y + r * ldy, ldy, cols, bias);
   const float* xr = x + r * k;
   float* yr = y + r * ldy;
   switch (m - r) {
     case 0: break;
-    case 1: block<1, NP>(xr, k, w, yr, ldy, cols, bias); break;
-    case 2: block<std::min(2, MR), NP>(xr, k, w, yr, ldy, cols, bias); break;
-    case 3: block<std::min(3, MR), NP>(xr, k, w, yr, ldy, cols, bias); break;
-    case 4: block<std::min(4, MR), NP>(xr, k, w, yr, ldy, cols, bias); break;
-    default: block<std::min(5, MR), NP>(xr, k, w, yr, ldy, cols, bias); break;
+    case 1: block<1, NP, W>(xr, k, w, yr, ldy, cols, bias); break;
+    case 2: block<std::min(2, MR), NP, W>(xr, k, w, yr, ldy, cols, bias); break;
+    case 3: block<std::min(3, MR), NP, W>(xr, k, w, yr, ldy, cols, bias); break;
+    case 4: block<std::min(4, MR), NP, W>(xr, k, w, yr, ldy, cols, bias); break;
+    default: block<std::min(5, MR), NP, W>(xr, k, w, yr, ldy, cols, bias); break;
   }
 }
 
 int panels_at_once(int64_t rows) { return rows <= 1 ? 4 : rows == 2 ? 3 : rows == 3 ? 2 : 1; }
 
+template <typename W>
+void multiply(const float* x, int64_t m, int64_t k, const W* w, int64_t count, float* y,
+              int64_t out_features, const float* bias) {
+  const int np = panels_at_once(m);
+  const int64_t groups = (count + np - 1) / np;
+  at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t g = begin; g < end; ++g) {
+      const int64_t first = g * np, col = first * kPanel, cols = out_features - col;
+      const W* gw = w + first * k * kPanel;
+      const float* gb = bias ? bias + col : nullptr;
+      switch (std::min<int64_t>(np, count - first)) {
+        case 4: panels<4, W>(x, m, k, gw, y + col, out_features, cols, gb); break;
+        case 3: panels<3, W>(x, m, k, gw, y + col, out_features, cols, gb); break;
+        case 2: panels<2, W>(x, m, k, gw, y + col, out_features, cols, gb); break;
+        default: panels<1, W>(x, m, k, gw, y + col, out_features, cols, gb); break;
+      }
+    }
+  });
+}
+
 at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, int64_t out_features,
                   const std::optional<at::Tensor>& bias) {
-  TORCH_CHECK(x.scalar_type() == at::kFloat && packed.scalar_type() == at::kFloat,
-              "fixed-order products take float32, got ", x.scalar_type());
+  const auto dtype = packed.scalar_type();
+  TORCH_CHECK(dtype == at::kFloat || dtype == at::kBFloat16,
+              "fixed-order products take float32 or bfloat16 weights, got ", dtype);
+  TORCH_CHECK(x.scalar_type() == dtype, "the input is ", x.scalar_type(), ", the weight ", dtype);
   TORCH_CHECK(packed.dim() == 3 && packed.size(2) == kPanel && packed.is_contiguous(),
               "the weight must be packed by cascade.core.forward.fixed_order.pack");
   const int64_t k = packed.size(1), count = packed.size(0);
   TORCH_CHECK(x.size(-1) == k, "the input has ", x.size(-1), " features, the weight ", k);
   TORCH_CHECK(out_features > (count - 1) * kPanel && out_features <= count * kPanel,
               "out_features ", out_features, " does not match ", count, " panels");
-  at::Tensor rows = x.reshape({-1, k}).contiguous();
+  TORCH_CHECK(!bias.has_value() || bias->numel() == out_features,
+              "the bias must have ", out_features, " values");
+  const at::Tensor rows = x.reshape({-1, k}).to(at::kFloat).contiguous();
+  const at::Tensor b = bias.has_value() ? bias->to(at::kFloat).contiguous() : at::Tensor();
   const int64_t m = rows.size(0);
   std::vector<int64_t> shape = x.sizes().vec();
   shape.back() = out_features;
-  at::Tensor y = at::empty({m, out_features}, x.options());
-  at::Tensor b = bias.has_value() ? bias->contiguous() : at::Tensor();
-  TORCH_CHECK(!b.defined() || (b.scalar_type() == at::kFloat && b.numel() == out_features),
-              "the bias must be float32 with ", out_features, " values");
-  const float* xp = rows.data_ptr<float>();
-  const float* wp = packed.data_ptr<float>();
+  at::Tensor y = at::empty({m, out_features}, x.options().dtype(at::kFloat));
   const float* bp = b.defined() ? b.data_ptr<float>() : nullptr;
-  float* yp = y.data_ptr<float>();
-  const int np = panels_at_once(m);
-  const int64_t groups = (count + np - 1) / np;
-  if (m > 0)
-    at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t g = begin; g < end; ++g) {
-        const int64_t first = g * np, col = first * kPanel, cols = out_features - col;
-        const float* w = wp + first * k * kPanel;
-        const float* gb = bp ? bp + col : nullptr;
-        switch (std::min<int64_t>(np, count - first)) {
-          case 4: panels<4>(xp, m, k, w, yp + col, out_features, cols, gb); break;
-          case 3: panels<3>(xp, m, k, w, yp + col, out_features, cols, gb); break;
-          case 2: panels<2>(xp, m, k, w, yp + col, out_features, cols, gb); break;
-          default: panels<1>(xp, m, k, w, yp + col, out_features, cols, gb); break;
-        }
-      }
-    });
-  return y.view(shape);
+  if (m > 0 && dtype == at::kFloat)
+    multiply(rows.data_ptr<float>(), m, k, packed.data_ptr<float>(), count,
+             y.data_ptr<float>(), out_features, bp);
+  else if (m > 0)
+    multiply(rows.data_ptr<float>(), m, k,
+             reinterpret_cast<const uint16_t*>(packed.data_ptr<at::BFloat16>()), count,
+             y.data_ptr<float>(), out_features, bp);
+  return y.to(dtype).view(shape);
 }
 
 }  // namespace

@@ -42,9 +42,9 @@ PACKABLE_DTYPES = (torch.float32, torch.bfloat16)
 
 
 def available(model) -> bool:
-    """Whether ``model``'s products can run packed: on the CPU, with oneDNN, in float32 or
-    (on a CPU with oneDNN's bfloat16 instructions: AVX-512 or AVX-NE-CONVERT) bfloat16,
-    unless the environment sets ``CASCADE_PACKED_WEIGHTS=0``."""
+    """Whether ``model``'s products can run packed: on the CPU, in float32 or bfloat16, with
+    fixed-order products or oneDNN (bfloat16 there needs its bfloat16 instructions: AVX-512 or
+    AVX-NE-CONVERT), unless the environment sets ``CASCADE_PACKED_WEIGHTS=0``."""
     return _packable(next(model.parameters()))
 
 
@@ -53,16 +53,17 @@ def _packable(tensor: torch.Tensor) -> bool:
 
 
 def _kernel(tensor: torch.Tensor) -> type[_Kernel] | None:
-    """The kernel a weight like ``tensor`` is packed for (None: it stays dense)."""
+    """The kernel a weight like ``tensor`` is packed for (None: it stays dense): fixed-order
+    products where they build, but bfloat16 on a CPU where oneDNN takes the hardware's
+    bfloat16 dot products."""
     if (tensor.device.type != "cpu" or tensor.dtype not in PACKABLE_DTYPES
             or os.environ.get("CASCADE_PACKED_WEIGHTS", "1") == "0"):
         return None
-    if tensor.dtype == torch.float32 and fixed_order.available():
+    onednn = torch.backends.mkldnn.is_available() and (
+        tensor.dtype != torch.bfloat16 or _bfloat16_packs())
+    if (tensor.dtype == torch.float32 or not onednn) and fixed_order.available():
         return FixedOrder
-    if torch.backends.mkldnn.is_available() and (
-            tensor.dtype != torch.bfloat16 or _bfloat16_packs()):
-        return OneDnn
-    return None
+    return OneDnn if onednn else None
 
 
 @functools.cache

@@ -49,12 +49,27 @@ def test_a_row_gets_the_same_bits_at_every_row_count():
         assert torch.equal(together, alone[:rows]), rows
 
 
+def test_bfloat16_weights_sum_in_float32_and_keep_each_row_alike():
+    weight, bias = _weights(40, 96)
+    weight, bias = weight.bfloat16(), bias.bfloat16()
+    packed = fixed_order.pack(weight)
+    x = torch.randn(20, 96).bfloat16()
+    exact = F.linear(x.float(), weight.float(), bias.float())
+    got = fixed_order.product(x, packed, 40, bias)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), exact.bfloat16().float(), atol=0, rtol=1 / 128)
+    alone = torch.cat([fixed_order.product(x[i:i + 1], packed, 40, bias) for i in range(20)])
+    assert torch.equal(got, alone)
+
+
 def test_no_rows_and_bad_inputs():
     weight, _ = _weights(20, 8)
     packed = fixed_order.pack(weight)
     assert fixed_order.product(torch.empty(0, 8), packed, 20, None).shape == (0, 20)
-    with pytest.raises(RuntimeError, match="float32"):
+    with pytest.raises(RuntimeError, match="the input is Double, the weight Float"):
         fixed_order.product(torch.randn(3, 8, dtype=torch.float64), packed, 20, None)
+    with pytest.raises(RuntimeError, match="float32 or bfloat16 weights"):
+        fixed_order.product(torch.randn(3, 8).half(), packed.half(), 20, None)
     with pytest.raises(RuntimeError, match="the input has 9 features, the weight 8"):
         fixed_order.product(torch.randn(3, 9), packed, 20, None)
     with pytest.raises(RuntimeError, match="does not match"):
@@ -72,6 +87,12 @@ def test_a_runner_packs_float32_weights_for_fixed_order_products():
     pack(nn.Sequential(layer))
     assert torch.equal(layer.weight, dense)  # read back through the panels
     assert isinstance(layer.state_dict()["weight"], torch.Tensor)
+
+
+def test_bfloat16_weights_use_onednn_only_where_it_has_bfloat16_instructions(monkeypatch):
+    for onednn_bf16, kernel in ((True, OneDnn), (False, FixedOrder)):
+        monkeypatch.setattr(packed_weights, "_bfloat16_packs", lambda b=onednn_bf16: b)
+        assert packed_weights._kernel(torch.zeros(2, 2, dtype=torch.bfloat16)) is kernel
 
 
 def test_without_fixed_order_products_float32_weights_use_onednn(monkeypatch):

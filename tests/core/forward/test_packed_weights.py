@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from cascade.core.forward import packed_weights
+from cascade.core.forward import fixed_order, packed_weights
 from cascade.core.model.runner import ModelRunner
 from cascade.core.forward.packed_weights import PackedConv1D, PackedLinear, available, pack
 from models import tiny_gpt2, tiny_llama
@@ -91,8 +91,9 @@ def test_a_packed_model_saves_its_weights(build, tmp_path):
 
 @pytest.mark.parametrize("bf16_packs", [True, False] if BF16_PACKS else [False])
 def test_converting_a_packed_model_packs_it_again_in_the_new_dtype(bf16_packs, monkeypatch):
-    """Where oneDNN cannot pack bfloat16 (no AVX-512 / AVX-NE-CONVERT) the converted model
-    keeps dense bfloat16 weights instead of failing."""
+    """Where oneDNN cannot pack bfloat16 (no AVX-512 / AVX-NE-CONVERT) the converted model is
+    packed for fixed-order products, or without them keeps dense bfloat16 weights, instead of
+    failing."""
     monkeypatch.setattr(packed_weights, "_bfloat16_packs", lambda: bf16_packs)
     model = tiny_llama(0).model
     prompt = torch.tensor([[3, 1, 4, 1, 5]])
@@ -101,7 +102,13 @@ def test_converting_a_packed_model_packs_it_again_in_the_new_dtype(bf16_packs, m
         model.to(torch.bfloat16)
         assert all(m.packed.dtype == torch.bfloat16 for m in _packed(model))
         after = model(prompt).logits.float()
-    assert len(_packed(model)) == (15 if bf16_packs else 0)
+    kernels = {m.kernel for m in _packed(model)}
+    if bf16_packs:
+        assert kernels == {packed_weights.OneDnn} and len(_packed(model)) == 15
+    elif fixed_order.available():
+        assert kernels == {packed_weights.FixedOrder} and len(_packed(model)) == 15
+    else:
+        assert not kernels
     assert next(model.parameters()).dtype == torch.bfloat16
     torch.testing.assert_close(after, before, atol=0.1, rtol=0.1)
 
