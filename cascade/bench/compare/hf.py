@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import time
 from dataclasses import dataclass
 
@@ -32,11 +34,18 @@ HF_CANDIDATES = (HF_DEFAULT, HfSetting(2), HfSetting(3), HfSetting(4), HfSetting
 """Settings tried on the first prompts; the fastest is reported as HF's best."""
 
 
+def unpacked(model):
+    """``model`` as transformers runs it, for the baseline a user would run: a copy whose
+    products are plain ``nn.Linear`` ones (a runner packs its model's weights,
+    ``cascade.core.forward.packed_weights``; a deep copy unpacks them)."""
+    return copy.deepcopy(model)
+
+
 def restricted_to_full_vocab(runner):
     """The drafter as a model over the target's full vocabulary (what ``generate`` expects):
     a restricted-vocabulary drafter maps inputs to its rows and spreads its logits back, -inf
     elsewhere. A full-vocabulary drafter is returned as it is."""
-    model, vocab = runner.model, runner.vocab_map
+    model, vocab = unpacked(runner.model), runner.vocab_map
     if vocab is None:
         return model
     inner = model.forward

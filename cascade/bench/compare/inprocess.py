@@ -10,7 +10,8 @@ from pathlib import Path
 
 import torch
 
-from cascade.bench.compare.hf import HF_DEFAULT, hf_trace, pick_best_hf, restricted_to_full_vocab
+from cascade.bench.compare.hf import (HF_DEFAULT, hf_trace, pick_best_hf, restricted_to_full_vocab,
+                                      unpacked)
 from cascade.bench.measure import Trace, fastest, peak_rss_mb, per_token_ms
 from cascade.bench.prompts import BenchPrompt
 from cascade.protocol.settings import DraftConfig
@@ -116,12 +117,12 @@ def _core_family(job: Job, target: ModelRunner, drafter: ModelRunner, tick) -> l
     return methods
 
 
-def _hf_family(job: Job, target: ModelRunner, drafter: ModelRunner, tick) -> list:
-    assistant = restricted_to_full_vocab(drafter)
-    hf_trace(target.model, None, job.prompts[0], job, False, HF_DEFAULT)  # warm up
+def _hf_family(job: Job, runner: ModelRunner, drafter: ModelRunner, tick) -> list:
+    target, assistant = unpacked(runner.model), restricted_to_full_vocab(drafter)
+    hf_trace(target, None, job.prompts[0], job, False, HF_DEFAULT)  # warm up
     methods = [(MethodRun("HF generate (no assistant)", "hf", False, 0), None)]
     for sampling in (False, True):
-        best = pick_best_hf(target.model, assistant, job, sampling, tick)
+        best = pick_best_hf(target, assistant, job, sampling, tick)
         methods += [(MethodRun("HF assisted, default", "hf", sampling, HF_DEFAULT.k,
                                note=HF_DEFAULT.label), HF_DEFAULT),
                     (MethodRun("HF assisted, best", "hf", sampling, best.k, note=best.label),
@@ -129,7 +130,7 @@ def _hf_family(job: Job, target: ModelRunner, drafter: ModelRunner, tick) -> lis
     for m, setting in methods:
         model = assistant if setting else None
         measure_method(m, job, lambda p, m=m, model=model, s=setting: hf_trace(
-            target.model, model, p, job, m.sampling, s), tick)
+            target, model, p, job, m.sampling, s), tick)
     return [m for m, _ in methods]
 
 
