@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from cascade.core.forward.invariant import KEY_BLOCK, Group, attend, buckets, key_span, visible
+from cascade.core.forward.invariant import KEY_BLOCK, Group, attend, key_span, planned, visible
 from cascade.core.forward.row_rules import RowRule, padded
 
 
@@ -62,8 +62,8 @@ def attend_dense(call: DenseCall, query: torch.Tensor, keys: torch.Tensor,
                               for _, p in queries), default=0) + KEY_BLOCK)
     key = (window, heads // keys.shape[1], stride)
     if key not in call.plans:
-        call.plans[key] = [b.to(query.device) for b in
-                           _dense_plan(call, window, heads // keys.shape[1], stride, length)]
+        call.plans[key] = _dense_plan(call, window, heads // keys.shape[1], stride, length,
+                                      query.device)
     flat_keys = F.pad(keys, (0, 0, 0, stride - length)).transpose(0, 1).reshape(
         keys.shape[1], batch * stride, dim)
     flat_values = F.pad(values, (0, 0, 0, stride - length)).transpose(0, 1).reshape(
@@ -73,7 +73,7 @@ def attend_dense(call: DenseCall, query: torch.Tensor, keys: torch.Tensor,
     return out[0].view(heads, batch, width, dim).permute(1, 2, 0, 3)
 
 
-def _dense_plan(call: DenseCall, window, groups: int, stride: int, length: int) -> list:
+def _dense_plan(call: DenseCall, window, groups: int, stride: int, length: int, device):
     members: list[Group] = []
     for row, (slots, queries) in enumerate(call.rows):
         b = call.batches[row] if call.batches is not None else row
@@ -86,4 +86,4 @@ def _dense_plan(call: DenseCall, window, groups: int, stride: int, length: int) 
             group = Group([b * call.width + c for c, _ in chosen], full[first:end],
                           visible(torch.arange(first, end), [p for _, p in chosen], window))
             members.append(group)
-    return buckets(members, groups, call.rule, call.pad_limit)
+    return planned(members, groups, call.rule, call.pad_limit, device)

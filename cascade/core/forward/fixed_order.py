@@ -1,16 +1,21 @@
-"""Fixed-order products: weight products whose rows never depend on one another.
+"""Fixed-order kernels: weight products and attention whose rows never depend on one another.
 
 The batch-invariant pass needs every weight product to give a row the same bits whatever the
 row count. The CPU libraries torch calls choose their kernels and their reduction orders by the
 row count (MKL: a vector kernel for one row, others for 2-15 and 16+), so the pass ran on
 oneDNN's blocked products, the only ones that keep a row's bits at every count, and paid for
 it at one row, where oneDNN is slower than MKL's vector kernel. The kernel here
-(``fixed_order_gemm.cpp``, AVX2 + FMA) sums every output in one fused multiply-add chain over
+(``fixed_order.cpp``, AVX2 + FMA) sums every output in one fused multiply-add chain over
 the inner dimension in index order, so it is invariant by construction, and it streams a
 weight packed into panels of 16 columns once per call, so one row runs at about the memory's
 read bandwidth. bfloat16 weights and inputs are widened to float32 in registers (each output
 rounded once), which gives a CPU without bfloat16 instructions (AVX2 only) packed bfloat16
 products at half the weight bytes.
+
+The attention kernel does for the invariant pass's attention what the products do for its
+weights: each query's scores, softmax and weighted sum of values run over its own visible keys
+in slot order, read in place from the paged store (no gather), so a query's numbers depend on
+its keys alone, not on the other queries, their spans or any padding.
 
 The kernel is compiled once per machine (about half a minute; ``python -m
 cascade.core.forward.fixed_order`` does it ahead, as the install script and the CPU image do)
@@ -27,6 +32,7 @@ import logging
 import os
 import platform
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -35,7 +41,7 @@ log = logging.getLogger(__name__)
 
 PANEL = 16
 """Output columns per panel of a packed weight."""
-SOURCE = Path(__file__).with_name("fixed_order_gemm.cpp")
+SOURCE = Path(__file__).with_name("fixed_order.cpp")
 FLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp"]
 
 
@@ -47,6 +53,7 @@ def available() -> bool:
 def pack(weight: torch.Tensor) -> torch.Tensor:
     """A float32 or bfloat16 [out, in] weight as panels [ceil(out / 16), in, 16] (zero columns pad the
     last panel)."""
+    _require()
     out, width = weight.shape
     padded = weight.new_zeros(-(-out // PANEL) * PANEL, width)
     padded[:out] = weight
@@ -62,6 +69,60 @@ def product(x: torch.Tensor, packed: torch.Tensor, out: int,
             bias: torch.Tensor | None) -> torch.Tensor:
     """x [..., in] @ W.T (+ bias) -> [..., out] for W packed by ``pack``."""
     return torch.ops.cascade_fixed_order.linear(x, packed, out, bias)
+
+
+@dataclass(frozen=True)
+class AttentionPlan:
+    """The invariant pass's query groups for ``attention``: every query over its own group's
+    slots, no buckets, no padding."""
+
+    slots: torch.Tensor
+    """The groups' slots, one group after another."""
+    group_start: torch.Tensor
+    """[groups + 1] where each group's slots begin (and the end)."""
+    query_rows: torch.Tensor
+    """The packed row of each query ..."""
+    query_group: torch.Tensor
+    """... its group ..."""
+    mask: torch.Tensor
+    """... its visible slots (bool, its group's length), one query after another ..."""
+    mask_start: torch.Tensor
+    """... and where its mask begins."""
+
+    @classmethod
+    def of(cls, members: list) -> AttentionPlan:
+        """From ``cascade.core.forward.invariant.Group``s."""
+        _require()
+        starts, rows, groups, masks, mask_starts, at = [0], [], [], [], [], 0
+        for g, group in enumerate(members):
+            starts.append(starts[-1] + len(group.slots))
+            rows += group.rows
+            groups += [g] * len(group.rows)
+            masks.append(group.visible.reshape(-1))
+            mask_starts += range(at, at + group.visible.numel(), len(group.slots))
+            at += group.visible.numel()
+        return cls(torch.tensor([s for g in members for s in g.slots], dtype=torch.long),
+                   torch.tensor(starts), torch.tensor(rows, dtype=torch.long),
+                   torch.tensor(groups, dtype=torch.long),
+                   torch.cat(masks) if masks else torch.zeros(0, dtype=torch.bool),
+                   torch.tensor(mask_starts, dtype=torch.long))
+
+
+def attention(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, plan,
+              scaling: float, softcap: float | None) -> torch.Tensor:
+    """query [heads, N, d] (float32) over ``plan``'s key slots of keys/values [kv_heads,
+    slots, d] (float32 or bfloat16) -> [heads, N, d] float32; each query over its visible
+    keys alone, in slot order (rows the plan does not answer are zero).
+    """
+    return torch.ops.cascade_fixed_order.attention(
+        query, keys, values, plan.slots, plan.group_start, plan.query_rows, plan.query_group,
+        plan.mask, plan.mask_start, scaling, softcap)
+
+
+def _require() -> None:
+    if not _load():
+        raise RuntimeError("fixed-order kernels are unavailable here (see the log for why; "
+                           "CASCADE_FIXED_ORDER=0 turns them off)")
 
 
 def kernel_dir() -> Path:
@@ -86,9 +147,9 @@ def _supported() -> bool:
 def _load() -> bool:
     if not _supported():
         return False
-    name = _name()
-    built = kernel_dir() / name / f"{name}.so"
     try:
+        name = _name()
+        built = kernel_dir() / name / f"{name}.so"
         if built.exists():
             torch.ops.load_library(str(built))
         else:
@@ -98,6 +159,7 @@ def _load() -> bool:
                     str(error).strip().splitlines()[-1] if str(error).strip() else error)
         return False
     torch.library.register_fake("cascade_fixed_order::linear")(_fake_linear)
+    torch.library.register_fake("cascade_fixed_order::attention")(_fake_attention)
     return True
 
 
@@ -117,6 +179,10 @@ def _build(name: str, directory: Path) -> None:
 
 def _fake_linear(x, packed, out, bias):
     return x.new_empty(*x.shape[:-1], out)
+
+
+def _fake_attention(query, *args):
+    return torch.empty_like(query)
 
 
 def main() -> int:

@@ -19,7 +19,10 @@ draft lengths, tree nodes, their cached lengths). Two things in a plain pass bre
   sequence of operations (``canonical_attention``). Queries are grouped by span, groups of
   one span and padded size are batched across rows (``plan``), and a tree node gathers its
   own keys (the slots before the tree, then its ancestors and itself): it sees exactly the
-  sequence one-token decoding of its path would hold.
+  sequence one-token decoding of its path would hold. On a CPU with the fixed-order kernels
+  (``cascade.core.forward.fixed_order``) the groups go to its attention instead, each query
+  over its own visible keys in slot order (``AttentionPlan``; spans and padding then change
+  nothing by construction); the buckets serve other devices.
 
 Per-token operations (norms, rotary embeddings, activations) reduce within a row only and are
 invariant as they are. What remains machine-dependent is checked, not assumed: ``probe``
@@ -36,6 +39,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from cascade.core.forward import fixed_order
 from cascade.core.forward.row_rules import RowRule, padded
 
 KEY_BLOCK = 64
@@ -92,13 +96,22 @@ class Bucket:
 
 
 def plan(feeds, window: int | None, groups: int, rule: RowRule, pad_limit: int = 0,
-         device: torch.device | str = "cpu") -> list[Bucket]:
+         device: torch.device | str = "cpu") -> fixed_order.AttentionPlan | list[Bucket]:
     """The step's attention for one kind of layer, built once and used by every such layer
     (its tensors on ``device``, the store's)."""
     members, offset = [], 0
     for feed in feeds:
         members += _groups(feed, offset, window)
         offset += len(feed.tokens)
+    return planned(members, groups, rule, pad_limit, device)
+
+
+def planned(members: list[Group], groups: int, rule: RowRule, pad_limit: int,
+            device: torch.device | str) -> fixed_order.AttentionPlan | list[Bucket]:
+    """The groups as the fixed-order kernel's plan on the CPU where it is built, else as
+    buckets of the canonical attention's batched products."""
+    if torch.device(device).type == "cpu" and fixed_order.available():
+        return fixed_order.AttentionPlan.of(members)
     return [b.to(device) for b in buckets(members, groups, rule, pad_limit)]
 
 
@@ -191,10 +204,15 @@ def _bucket(span: int, rows: int, members: list[Group], groups: int) -> Bucket:
                   slots[0] if contiguous else None)
 
 
-def attend(buckets: list[Bucket], keys: torch.Tensor, values: torch.Tensor,
+def attend(plan: fixed_order.AttentionPlan | list[Bucket], keys: torch.Tensor, values: torch.Tensor,
            query: torch.Tensor, scaling: float, softcap: float | None) -> torch.Tensor:
     """keys/values: [kv_heads, capacity, d] (one layer of the store); query [1, heads, N, d]
-    -> [1, heads, N, d] (rows no bucket answers, the filler rows, are zero)."""
+    -> [1, heads, N, d] (rows the plan does not answer, the filler rows, are zero)."""
+    if isinstance(plan, fixed_order.AttentionPlan):
+        out = fixed_order.attention(query[0].float().contiguous(), keys, values, plan,
+                                    scaling, softcap)
+        return out.to(query.dtype)[None]
+    buckets = plan
     heads, count, dim = query.shape[1], query.shape[2], query.shape[-1]
     kv_heads = keys.shape[0]
     groups = heads // kv_heads

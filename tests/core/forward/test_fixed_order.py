@@ -108,3 +108,53 @@ def test_without_fixed_order_products_float32_weights_use_onednn(monkeypatch):
 def test_the_build_command_reports_the_kernel(capsys):
     assert fixed_order.main() == 0
     assert "fixed-order product kernel ready in" in capsys.readouterr().out
+
+
+def _attention_case(span: int, rows: int, generator):
+    """keys/values of 2 kv heads over 3 * span slots; a group of ``rows`` queries over
+    ``span`` scattered slots, causal by position."""
+    from cascade.core.forward.invariant import Group, visible
+
+    keys, values = (torch.randn(2, 3 * span, 16, generator=generator) for _ in range(2))
+    slots = torch.randperm(3 * span, generator=generator)[:span].tolist()
+    positions = list(range(span - rows, span))
+    return keys, values, Group(list(range(rows)), slots,
+                               visible(torch.arange(span), positions, None))
+
+
+def test_attention_is_softmax_attention_and_each_query_its_own():
+    generator = torch.Generator().manual_seed(0)
+    keys, values, group = _attention_case(40, 5, generator)
+    query = torch.randn(6, 5, 16, generator=generator)  # 3 query heads per kv head
+    out = fixed_order.attention(query, keys, values, fixed_order.AttentionPlan.of([group]),
+                                0.25, None)
+    k = keys[:, group.slots].repeat_interleave(3, 0)
+    v = values[:, group.slots].repeat_interleave(3, 0)
+    scores = (query @ k.transpose(1, 2) * 0.25).masked_fill(~group.visible, float("-inf"))
+    torch.testing.assert_close(out, torch.softmax(scores, -1) @ v, atol=1e-5, rtol=1e-5)
+    # one query alone, and beside another group of other slots: the same bits
+    last = fixed_order.AttentionPlan.of([type(group)([0], group.slots, group.visible[-1:])])
+    alone = fixed_order.attention(query[:, -1:].contiguous(), keys, values, last, 0.25, None)
+    assert torch.equal(alone[:, 0], out[:, -1])
+    _, _, other = _attention_case(64, 3, generator)
+    other = type(other)([5, 6, 7], other.slots[:64], other.visible)
+    query_both = torch.cat([query, torch.randn(6, 3, 16, generator=generator)], 1)
+    both = fixed_order.attention(query_both, keys, values,
+                                 fixed_order.AttentionPlan.of([group, other]), 0.25, None)
+    assert torch.equal(both[:, :5], out)
+
+
+def test_attention_soft_caps_and_reads_bfloat16_keys():
+    generator = torch.Generator().manual_seed(1)
+    keys, values, group = _attention_case(24, 2, generator)
+    query = torch.randn(2, 2, 16, generator=generator)
+    plan = fixed_order.AttentionPlan.of([group])
+    k, v = keys[:, group.slots], values[:, group.slots]
+    scores = torch.tanh(query @ k.transpose(1, 2) / 5.0) * 5.0
+    expected = torch.softmax(scores.masked_fill(~group.visible, float("-inf")), -1) @ v
+    torch.testing.assert_close(fixed_order.attention(query, keys, values, plan, 1.0, 5.0),
+                               expected, atol=1e-5, rtol=1e-5)
+    half = fixed_order.attention(query, keys.bfloat16(), values.bfloat16(), plan, 1.0, 5.0)
+    torch.testing.assert_close(half, expected, atol=3e-2, rtol=3e-2)
+    with pytest.raises(RuntimeError, match="float32"):
+        fixed_order.attention(query.double(), keys, values, plan, 1.0, None)
