@@ -12,5 +12,6 @@ python3 -m venv .venv
 # The fixed-order product kernel (cascade/core/forward/fixed_order.py), compiled once per
 # machine; without a C++ compiler the pods fall back to oneDNN's products.
 command -v c++ >/dev/null || apt-get install -y -q g++ >/dev/null 2>&1 || \
+  { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q g++ >/dev/null 2>&1; } || \
   echo "no C++ compiler could be installed: packed weights will use oneDNN"
 .venv/bin/python -m cascade.core.forward.fixed_order
