@@ -155,23 +155,27 @@ inline float load1(const uint16_t* p) { return c10::detail::f32_from_bits(*p); }
 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 load8(const uint16_t* p) { return widen8(p); }
 
-// Four dot products q . k[c], each by the same operations whatever the others are: an 8-lane
+// Eight dot products q . k[c], each by the same operations whatever the others are: an 8-lane
 // FMA chain over the dimension, its lanes summed by one fixed tree, the remainder in order.
+inline __m128 lanes4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+  const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+  return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+}
+
 template <typename KV>
-void dot4(const float* q, const KV* const k[4], int64_t d, float* out) {
-  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+void dot8(const float* q, const KV* const k[8], int64_t d, float* out) {
+  __m256 a[8];
+  for (int c = 0; c < 8; ++c) a[c] = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 8 <= d; i += 8) {
     const __m256 qv = _mm256_loadu_ps(q + i);
-    a0 = _mm256_fmadd_ps(qv, load8(k[0] + i), a0);
-    a1 = _mm256_fmadd_ps(qv, load8(k[1] + i), a1);
-    a2 = _mm256_fmadd_ps(qv, load8(k[2] + i), a2);
-    a3 = _mm256_fmadd_ps(qv, load8(k[3] + i), a3);
+    _Pragma("GCC unroll 8") for (int c = 0; c < 8; ++c)
+      a[c] = _mm256_fmadd_ps(qv, load8(k[c] + i), a[c]);
   }
-  const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
-  _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1)));
+  _mm_storeu_ps(out, lanes4(a[0], a[1], a[2], a[3]));
+  _mm_storeu_ps(out + 4, lanes4(a[4], a[5], a[6], a[7]));
   for (; i < d; ++i)
-    for (int c = 0; c < 4; ++c) out[c] = std::fma(q[i], load1(k[c] + i), out[c]);
+    for (int c = 0; c < 8; ++c) out[c] = std::fma(q[i], load1(k[c] + i), out[c]);
 }
 
 // exp of 8 values (x <= 0 here; below -87 it gives the smallest normal, not 0), a fixed
@@ -194,19 +198,24 @@ inline __m256 exp8(__m256 x) {
   return _mm256_mul_ps(p, _mm256_castsi256_ps(scale));
 }
 
-// out[0:d] = sum over n of w[n] * v[n][0:d], each lane summed over n in order.
+// out[0:d] = sum over n of w[n] * v[n][0:d], each lane summed over n in order (32 lanes at a
+// time: four independent chains).
 template <typename KV>
 void weighted_sum(float* out, const float* w, const KV* const* v, int64_t count, int64_t d) {
   int64_t i = 0;
-  for (; i + 16 <= d; i += 16) {
-    __m256 lo = _mm256_setzero_ps(), hi = lo;
+  for (; i + 32 <= d; i += 32) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     for (int64_t n = 0; n < count; ++n) {
       const __m256 wv = _mm256_set1_ps(w[n]);
-      lo = _mm256_fmadd_ps(wv, load8(v[n] + i), lo);
-      hi = _mm256_fmadd_ps(wv, load8(v[n] + i + 8), hi);
+      a0 = _mm256_fmadd_ps(wv, load8(v[n] + i), a0);
+      a1 = _mm256_fmadd_ps(wv, load8(v[n] + i + 8), a1);
+      a2 = _mm256_fmadd_ps(wv, load8(v[n] + i + 16), a2);
+      a3 = _mm256_fmadd_ps(wv, load8(v[n] + i + 24), a3);
     }
-    _mm256_storeu_ps(out + i, lo);
-    _mm256_storeu_ps(out + i + 8, hi);
+    _mm256_storeu_ps(out + i, a0);
+    _mm256_storeu_ps(out + i + 8, a1);
+    _mm256_storeu_ps(out + i + 16, a2);
+    _mm256_storeu_ps(out + i + 24, a3);
   }
   for (; i + 8 <= d; i += 8) {
     __m256 acc = _mm256_setzero_ps();
@@ -259,7 +268,7 @@ void attend_one(const AttentionPlan& plan, int64_t r, int64_t kv_head, const flo
   for (int64_t i = 0; i < plan.groups; ++i) {
     const int64_t head = kv_head * plan.groups + i;
     const float* q = query + head * heads_stride + row * row_stride;
-    for (size_t n = 0; n < scratch.k.size(); n += 4) dot4(q, &scratch.k[n], d, s + n);
+    for (size_t n = 0; n < scratch.k.size(); n += 8) dot8(q, &scratch.k[n], d, s + n);
     float top = -INFINITY;
     for (int64_t n = 0; n < count; ++n) {
       s[n] *= plan.scaling;
