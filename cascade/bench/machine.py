@@ -1,10 +1,14 @@
 """The machine a benchmark ran on, in one line (no imports beyond torch: the GPU benchmarks
-import it without the services' dependencies)."""
+import it without the services' dependencies), and how a benchmark's worker processes end with
+it."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import platform
+import signal
+import sys
 from pathlib import Path
 
 import torch
@@ -21,3 +25,14 @@ def machine() -> str:
     except OSError:
         pass
     return f"{model}, {os.cpu_count()} cores, torch {torch.__version__}"
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """Ask the kernel to send this process SIGTERM when its parent dies, however the parent
+    dies (killed included; Linux only, elsewhere nothing): a benchmark's worker processes
+    (``initializer=``) then never outlive it."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)

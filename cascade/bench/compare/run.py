@@ -8,6 +8,7 @@ import multiprocessing
 import queue
 import tempfile
 from concurrent.futures import ProcessPoolExecutor
+from multiprocessing.managers import SyncManager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
@@ -20,7 +21,7 @@ from transformers import AutoTokenizer
 from cascade.bench.compare.hf import HF_CANDIDATES
 from cascade.bench.compare.inprocess import K_CANDIDATES, FamilyResult, Job, run_family
 from cascade.bench.compare.output import save, show
-from cascade.bench.machine import machine
+from cascade.bench.machine import die_with_parent, machine
 from cascade.bench.measure import summarise
 from cascade.bench.prompts import bench_prompts
 from cascade.bench.compare.report import Costs, Row, build_rows
@@ -62,7 +63,10 @@ class BenchConfig:
 def _in_child(job: Job, tick) -> FamilyResult:
     """Run one in-process family in a fresh spawned process, forwarding its progress ticks."""
     context = multiprocessing.get_context("spawn")
-    with context.Manager() as manager, ProcessPoolExecutor(1, mp_context=context) as pool:
+    manager = SyncManager(ctx=context)
+    manager.start(die_with_parent)  # neither process outlives a killed benchmark
+    with manager, ProcessPoolExecutor(1, mp_context=context,
+                                      initializer=die_with_parent) as pool:
         ticks = manager.Queue()
         future = pool.submit(run_family, job, ticks)
         while not future.done():
