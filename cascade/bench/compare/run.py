@@ -8,8 +8,8 @@ import multiprocessing
 import queue
 import tempfile
 from concurrent.futures import ProcessPoolExecutor
-from multiprocessing.managers import SyncManager
 from dataclasses import dataclass, replace
+from multiprocessing.managers import SyncManager
 from pathlib import Path
 from typing import Literal
 

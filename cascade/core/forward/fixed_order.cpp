@@ -1,6 +1,7 @@
-// A matrix product (float32, or bfloat16 weights and inputs summed in float32) whose every output is one fused multiply-add chain over the inner
-// dimension in index order, whatever the number of rows: a row's numbers never depend on the
-// other rows of the call (the batch-invariant pass needs that, cascade/core/forward/invariant.py).
+// A matrix product (float32, or bfloat16 weights and inputs summed in float32) whose every
+// output is one fused multiply-add chain over the inner dimension in index order, whatever the
+// number of rows: a row's numbers never depend on the other rows of the call (the
+// batch-invariant pass needs that, cascade/core/forward/invariant.py).
 // AVX2 + FMA; built and loaded by cascade/core/forward/fixed_order.py. A bfloat16 product reads
 // half the weight bytes (widened to float32 in registers) and rounds each output once.
 //
@@ -25,21 +26,14 @@ namespace {
 
 constexpr int64_t kPanel = 16;
 
-// 16 weights of a panel row as two vectors of 8 float32.
-inline void load16(const float* p, __m256& low, __m256& high) {
-  low = _mm256_loadu_ps(p);
-  high = _mm256_loadu_ps(p + 8);
-}
-
-inline __m256 widen8(const uint16_t* p) {  // bfloat16 -> float32: the bits shifted up
+// 8 (or one) float32 or bfloat16 values as float32; a bfloat16 is the high half of a float32.
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const uint16_t* p) {
   const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
 }
-
-inline void load16(const uint16_t* p, __m256& low, __m256& high) {
-  low = widen8(p);
-  high = widen8(p + 8);
-}
+inline float load1(const float* p) { return *p; }
+inline float load1(const uint16_t* p) { return c10::detail::f32_from_bits(*p); }
 
 template <int MR, int NP, typename W>
 void block(const float* x, int64_t k, const W* w, float* y, int64_t ldy, int64_t cols,
@@ -50,8 +44,10 @@ void block(const float* x, int64_t k, const W* w, float* y, int64_t ldy, int64_t
       acc[r][p][0] = acc[r][p][1] = _mm256_setzero_ps();
   for (int64_t i = 0; i < k; ++i) {
     __m256 wv[NP][2];
-    _Pragma("GCC unroll 16") for (int p = 0; p < NP; ++p)
-      load16(w + (p * k + i) * kPanel, wv[p][0], wv[p][1]);
+    _Pragma("GCC unroll 16") for (int p = 0; p < NP; ++p) {
+      wv[p][0] = load8(w + (p * k + i) * kPanel);
+      wv[p][1] = load8(w + (p * k + i) * kPanel + 8);
+    }
     _Pragma("GCC unroll 16") for (int r = 0; r < MR; ++r) {
       __m256 xv = _mm256_broadcast_ss(x + r * k + i);
       _Pragma("GCC unroll 16") for (int p = 0; p < NP; ++p) {
@@ -149,11 +145,6 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, int64_t out_fea
 // keys and nothing else (not the other queries, not masked or padding keys), so the pass needs
 // neither fixed key spans padded alike nor a probe of a library's products.
 
-inline float load1(const float* p) { return *p; }
-inline float load1(const uint16_t* p) { return c10::detail::f32_from_bits(*p); }
-
-inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
-inline __m256 load8(const uint16_t* p) { return widen8(p); }
 
 // Eight dot products q . k[c], each by the same operations whatever the others are: an 8-lane
 // FMA chain over the dimension, its lanes summed by one fixed tree, the remainder in order.

@@ -51,8 +51,8 @@ def available() -> bool:
 
 
 def pack(weight: torch.Tensor) -> torch.Tensor:
-    """A float32 or bfloat16 [out, in] weight as panels [ceil(out / 16), in, 16] (zero columns pad the
-    last panel)."""
+    """A float32 or bfloat16 [out, in] weight as panels [ceil(out / 16), in, 16] (zero
+    columns pad the last panel)."""
     _require()
     out, width = weight.shape
     padded = weight.new_zeros(-(-out // PANEL) * PANEL, width)

@@ -39,6 +39,8 @@ from transformers.pytorch_utils import Conv1D
 from cascade.core.forward import fixed_order, graph_ops
 
 PACKABLE_DTYPES = (torch.float32, torch.bfloat16)
+_PACKED_STATE = ("packed", "kernel", "out_size", "dense_kept")
+"""What ``_swap`` adds to a module (dropped by ``_unpack``, not copied by a deep copy)."""
 
 
 def available(model) -> bool:
@@ -109,7 +111,8 @@ def _swap(module: nn.Module, kind: type, keep_dense: bool) -> None:
 
 def _unpack(module: nn.Module, kind: type, dense: torch.Tensor) -> None:
     """Make a packed ``module`` an ordinary ``kind`` again, holding ``dense``."""
-    del module.packed, module.kernel, module.out_size, module.dense_kept
+    for name in _PACKED_STATE:
+        delattr(module, name)
     module.__class__ = kind
     if "weight" not in module._parameters:
         module._parameters["weight"] = nn.Parameter(dense)
@@ -213,7 +216,7 @@ def _unpacked_copy(module: nn.Module, kind: type, dense: torch.Tensor, memo: dic
     clone = kind.__new__(kind)
     memo[id(module)] = clone
     for name, value in module.__dict__.items():
-        if name not in ("packed", "kernel", "out_size", "dense_kept"):
+        if name not in _PACKED_STATE:
             clone.__dict__[name] = copy.deepcopy(value, memo)
     if "weight" not in clone._parameters:
         clone._parameters["weight"] = nn.Parameter(dense)
